@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# TPrimat's one shared shell library: sourced by every script, never run.
+# Logging, configuration, platform detection, runtimes (docker | host) and stage dispatch.
+# shellcheck disable=SC2034  # variables set here are used by the scripts that source it
+
+set -euo pipefail
+
+TPRIMAT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly TPRIMAT_ROOT
+TPRIMAT_VENV="${TPRIMAT_VENV:-${TPRIMAT_ROOT}/.venv}"
+TPRIMAT_KFD="${TPRIMAT_KFD:-/dev/kfd}"  # AMD's kernel driver node (tests point it elsewhere)
+
+tp_log() { printf '[tprimat] %s\n' "$*" >&2; }
+tp_warn() { printf '[tprimat] warning: %s\n' "$*" >&2; }
+tp_die() {
+  local code="$1"
+  shift
+  printf '[tprimat] error: %s\n' "$*" >&2
+  exit "${code}"
+}
+
+# --- Platform ---------------------------------------------------------------------------------------
+
+# Number of NVIDIA GPUs `nvidia-smi -L` lists (0 when the tool is absent or fails).
+tp_nvidia_count() {
+  command -v nvidia-smi >/dev/null 2>&1 || { echo 0; return; }
+  local listing
+  listing="$(nvidia-smi -L 2>/dev/null)" || { echo 0; return; }
+  grep -c '^GPU ' <<<"${listing}" || true
+}
+
+# Number of AMD GPUs amd-smi or rocm-smi list (0 when neither answers).
+tp_amd_count() {
+  local listing
+  if command -v amd-smi >/dev/null 2>&1 && listing="$(amd-smi list 2>/dev/null)"; then
+    grep -c '^GPU' <<<"${listing}" || true
+  elif command -v rocm-smi >/dev/null 2>&1 && listing="$(rocm-smi --showproductname --json 2>/dev/null)"; then
+    grep -o '"card[0-9]*"' <<<"${listing}" | sort -u | wc -l
+  else
+    echo 0
+  fi
+}
+
+# The vendor of this machine's GPUs, ignoring PLATFORM: nvd, amd or cpu.
+tp_detect_platform() {
+  if (( $(tp_nvidia_count) > 0 )); then
+    echo nvd
+  elif (( $(tp_amd_count) > 0 )) || [[ -e "${TPRIMAT_KFD}" ]]; then
+    echo amd
+  else
+    echo cpu
+  fi
+}
+
+# GPUs of the given platform on this machine.
+tp_gpu_count() {
+  case "${1:-$(tp_platform)}" in
+    nvd) tp_nvidia_count ;;
+    amd) tp_amd_count ;;
+    *) echo 0 ;;
+  esac
+}
+
+# The platform to use: PLATFORM when forced (amd|nvd|cpu), else the detected one.
+tp_platform() {
+  case "${PLATFORM:-auto}" in
+    auto | "") tp_detect_platform ;;
+    *) echo "${PLATFORM}" ;;
+  esac
+}
+
+# --- Configuration ----------------------------------------------------------------------------------
+
+# Validate config.env + environment once and export every resolved knob (exit 2 on bad input).
+# shellcheck disable=SC2120  # callers pass --quiet or nothing
+tp_load_config() {
+  local exports detected
+  detected="$(tp_detect_platform)"
+  TPRIMAT_DETECTED_GPUS="$(tp_gpu_count "${detected}")"
+  export TPRIMAT_DETECTED_PLATFORM="${detected}" TPRIMAT_DETECTED_GPUS
+  exports="$(cd "${TPRIMAT_ROOT}" && python3 -m utils.config env "$@")" || exit 2
+  eval "${exports}"
+}
+
+# The project's Python for everything beyond utils.config: the container's, TPRIMAT_PYTHON, or .venv's.
+tp_python() {
+  local python
+  if [[ -n "${TPRIMAT_PYTHON:-}" ]]; then
+    python="${TPRIMAT_PYTHON}"
+  elif [[ "${TPRIMAT_RUNTIME:-}" == docker ]]; then
+    python=python3
+  else
+    python="${TPRIMAT_VENV}/bin/python"
+    [[ -x "${python}" ]] || tp_die 2 "no Python environment at ${TPRIMAT_VENV}; run ./shell/run_train.sh (or ./shell/test.sh) once to create it"
+  fi
+  (cd "${TPRIMAT_ROOT}" && "${python}" "$@")
+}
+
+# Print which secrets file is missing when a gated download will need HF_TOKEN, then stop.
+tp_require_token() {
+  local why="$1"
+  if [[ -n "${HF_TOKEN:-}" ]] || grep -qs '^HF_TOKEN=..*' "${TPRIMAT_ROOT}/secrets.env"; then
+    return 0
+  fi
+  tp_die 2 "${why} needs HF_TOKEN: create secrets.env from secrets.env.example (cp secrets.env.example secrets.env) and put your Hugging Face token in it"
+}
+
+# --- Host runtime: a virtual environment from pinned requirements -----------------------------------
+
+# Create or update .venv from the given requirements files; a file whose hash is unchanged is skipped.
+tp_ensure_venv() {
+  local file stamp hash
+  if [[ ! -x "${TPRIMAT_VENV}/bin/python" ]]; then
+    tp_log "creating the Python environment ${TPRIMAT_VENV} (first run only)"
+    python3 -m venv "${TPRIMAT_VENV}"
+  fi
+  for file in "$@"; do
+    stamp="${TPRIMAT_VENV}/.tprimat-$(basename "${file}").sha256"
+    hash="$(sha256sum "${TPRIMAT_ROOT}/${file}" | cut -d' ' -f1)"
+    if [[ "$(cat "${stamp}" 2>/dev/null)" != "${hash}" ]]; then
+      tp_log "installing ${file} into ${TPRIMAT_VENV} (a few minutes, once)"
+      "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${TPRIMAT_ROOT}/${file}" \
+        || tp_die 1 "pip could not install ${file}; fix the error above and rerun"
+      printf '%s\n' "${hash}" >"${stamp}"
+    fi
+  done
+}
+
+# --- Docker runtime ---------------------------------------------------------------------------------
+
+tp_docker_engine_answers() { docker info >/dev/null 2>&1; }
+
+# docker (GPU platform and an engine answers) or host; prints the choice and why on stderr.
+tp_choose_runtime() {
+  local platform="$1"
+  case "${RUNTIME:-auto}" in
+    host)
+      tp_log "runtime: host (RUNTIME=host)"
+      echo host ;;
+    docker)
+      command -v docker >/dev/null 2>&1 || tp_die 2 "RUNTIME=docker: no docker command on PATH; install Docker or set RUNTIME=host"
+      tp_docker_engine_answers || tp_die 2 "RUNTIME=docker: no Docker engine answers (docker info failed); start the Docker daemon or set RUNTIME=host"
+      tp_log "runtime: docker (RUNTIME=docker)"
+      echo docker ;;
+    *)
+      if [[ "${platform}" == cpu ]]; then
+        tp_log "runtime: host (the CPU platform runs in ${TPRIMAT_VENV})"
+        echo host
+      elif command -v docker >/dev/null 2>&1 && tp_docker_engine_answers; then
+        tp_log "runtime: docker (${platform} GPUs and a Docker engine answers)"
+        echo docker
+      else
+        tp_log "runtime: host (no Docker engine answers; using ${TPRIMAT_VENV})"
+        echo host
+      fi ;;
+  esac
+}
+
+tp_image() { echo "tprimat:$1"; }
+
+# Hash of everything an image is built from: rebuild only when it changes.
+tp_image_hash() {
+  cat "${TPRIMAT_ROOT}/$1.Dockerfile" "${TPRIMAT_ROOT}/requirements/$1.txt" | sha256sum | cut -c1-16
+}
+
+# Build tprimat:<platform> from <platform>.Dockerfile unless an image of the same inputs exists.
+tp_build_image() {
+  local platform="$1" image hash current log
+  image="$(tp_image "${platform}")"
+  hash="$(tp_image_hash "${platform}")"
+  current="$(docker image inspect --format '{{ index .Config.Labels "tprimat.hash" }}' "${image}" 2>/dev/null || true)"
+  if [[ "${current}" == "${hash}" ]]; then
+    tp_log "image ${image} is up to date"
+    return 0
+  fi
+  tp_log "building ${image} from ${platform}.Dockerfile"
+  log="$(mktemp)"
+  if ! docker build --tag "${image}" --label "tprimat.hash=${hash}" --file "${TPRIMAT_ROOT}/${platform}.Dockerfile" \
+      "${TPRIMAT_ROOT}" >"${log}" 2>&1; then
+    tail -n 20 "${log}" >&2
+    rm -f "${log}"
+    tp_die 1 "docker build of ${image} failed (last lines above); retry with: ./shell/build.sh"
+  fi
+  rm -f "${log}"
+  tp_log "built ${image}"
+}
+
+# Device flags that give a container the vendor's GPUs.
+tp_docker_device_flags() {
+  case "$1" in
+    amd) printf '%s\n' --device=/dev/kfd --device=/dev/dri --group-add video --ipc=host --network=host \
+      --cap-add=SYS_PTRACE --security-opt seccomp=unconfined --shm-size=64g ;;
+    nvd) printf '%s\n' --gpus all --ipc=host --network=host --ulimit memlock=-1 --ulimit stack=67108864 \
+      --shm-size=64g ;;
+  esac
+}
+
+# The `docker run` words (one per line) that run COMMAND... in the platform's image, with the
+# repository and data mounted at their host paths, the configuration as environment and secrets
+# only through --env-file. DETACH=1 runs a named background container.
+tp_docker_run_words() {
+  local platform="$1" name="$2"
+  shift 2
+  local dir key
+  printf '%s\n' docker run
+  if [[ "${DETACH:-0}" == 1 ]]; then
+    printf '%s\n' --detach --name "${name}"
+  else
+    printf '%s\n' --rm
+    [[ -t 0 && -t 1 ]] && printf '%s\n' --interactive --tty
+  fi
+  tp_docker_device_flags "${platform}"
+  for dir in "${TPRIMAT_ROOT}" "${DATA_DIR}" "${OUTPUT_DIR}" "${HF_HOME}"; do
+    printf '%s\n' --volume "${dir}:${dir}"
+  done
+  printf '%s\n' --workdir "${TPRIMAT_ROOT}" --env TPRIMAT_RUNTIME=docker
+  for key in $(tp_config_knobs); do
+    printf '%s\n' --env "${key}=${!key}"
+  done
+  [[ -f "${TPRIMAT_ROOT}/secrets.env" ]] && printf '%s\n' --env-file "${TPRIMAT_ROOT}/secrets.env"
+  printf '%s\n' "$(tp_image "${platform}")" "$@"
+}
+
+# Names of the configuration variables passed into containers (the knobs of config.env).
+tp_config_knobs() {
+  sed -n 's/^\([A-Z][A-Z0-9_]*\)=.*/\1/p' "${TPRIMAT_ROOT}/config.env" | grep -v '^CPU_'
+  printf '%s\n' LAUNCHER RUN_SET_DIR
+}
+
+# Run COMMAND... in a container; DETACH=1 refuses a second start and says how to follow and stop.
+tp_docker_run() {
+  local platform="$1" name="$2"
+  shift 2
+  local -a words
+  mapfile -t words < <(tp_docker_run_words "${platform}" "${name}" "$@")
+  if [[ "${DETACH:-0}" == 1 ]]; then
+    if [[ -n "$(docker ps --quiet --filter "name=^${name}\$" 2>/dev/null)" ]]; then
+      tp_die 2 "container ${name} is already running; follow it with 'docker logs -f ${name}' or stop it with 'docker stop ${name}'"
+    fi
+    docker rm "${name}" >/dev/null 2>&1 || true
+    "${words[@]}" >/dev/null
+    tp_log "started container ${name} in the background"
+    tp_log "follow it: docker logs -f ${name}    stop it: docker stop ${name}"
+  else
+    "${words[@]}"
+  fi
+}
+
+# --- Entry points: run_<stage>.sh -> shell/<stage>.sh in the chosen runtime -------------------------
+
+tp_run_stage() {
+  local stage="$1"
+  shift
+  tp_load_config
+  local runtime
+  runtime="$(tp_choose_runtime "${PLATFORM}")"
+  case "${runtime}" in
+    docker)
+      tp_build_image "${PLATFORM}"
+      tp_docker_run "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@" ;;
+    host)
+      [[ -n "${TPRIMAT_PYTHON:-}" ]] || tp_ensure_venv requirements/host.txt
+      TPRIMAT_RUNTIME=host bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@" ;;
+  esac
+}

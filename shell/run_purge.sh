@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Entry point: run shell/purge.sh in the chosen runtime (docker or host) with the validated configuration.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+tp_run_stage purge "$@"

@@ -1,0 +1,123 @@
+"""The two benchmarked models and their tiny CPU variants: the one source of every model number.
+
+Standard library only: utils.config imports it to validate TP/PP before any environment exists.
+The FLOPs formula lives here too (Megatron's convention, causal attention halved), so every
+framework's throughput is converted to TFLOP/s the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+MODEL_KEYS = ("llama", "qwen")
+MODEL_SIZES = ("full", "tiny")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture numbers of one model variant (names follow Hugging Face's config.json)."""
+
+    key: str  # "llama" | "qwen": the name used in configuration, file names and scripts
+    variant: str  # exact variant recorded in results, e.g. "llama3.1-8b" or "llama3.1-8b-tiny"
+    display_name: str
+    hf_id: str  # Hub repository of the model (its tokenizer files are what TPrimat downloads)
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int  # SwiGLU intermediate size
+    num_attention_heads: int
+    num_kv_heads: int  # GQA query groups
+    vocab_size: int  # padded embedding rows
+    max_position_embeddings: int
+    rope_theta: float
+    norm_eps: float
+    qkv_bias: bool
+    rope_scaling: dict = field(default_factory=dict)  # Llama 3 frequency scaling, empty if none
+    gated: bool = False  # the Hub repository needs HF_TOKEN and an accepted licence
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def size(self) -> str:
+        return "tiny" if self.variant.endswith("-tiny") else "full"
+
+    def param_count(self) -> int:
+        """Total parameters: untied embedding and LM head, attention, SwiGLU MLP, RMSNorms, biases."""
+        h, d = self.hidden_size, self.head_dim
+        q_width, kv_width = self.num_attention_heads * d, self.num_kv_heads * d
+        attention = h * (q_width + 2 * kv_width) + q_width * h
+        bias = (q_width + 2 * kv_width) if self.qkv_bias else 0
+        mlp = 3 * h * self.ffn_hidden_size
+        per_layer = attention + bias + mlp + 2 * h
+        return self.num_layers * per_layer + 2 * self.vocab_size * h + h
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (forward + backward), Megatron-LM's formula, causal attention.
+
+        6 * [L * (QKV and output projections + SwiGLU MLP) + LM head] + 6 * L * (a*d) * s
+        """
+        h, d = self.hidden_size, self.head_dim
+        q_width, kv_width = self.num_attention_heads * d, self.num_kv_heads * d
+        dense = self.num_layers * (h * (q_width + 2 * kv_width) + q_width * h + 3 * h * self.ffn_hidden_size)
+        attention = self.num_layers * q_width * seq_len
+        return 6.0 * (dense + h * self.vocab_size) + 6.0 * attention
+
+    def valid_tp(self, limit: int = 64) -> list[int]:
+        """TP must divide the attention heads and the KV heads (a rank holds whole KV groups)."""
+        return [t for t in range(1, limit + 1)
+                if self.num_attention_heads % t == 0 and self.num_kv_heads % t == 0]
+
+    def valid_pp(self) -> list[int]:
+        """PP must divide the layer count."""
+        return [p for p in range(1, self.num_layers + 1) if self.num_layers % p == 0]
+
+
+LLAMA_31_8B = ModelSpec(
+    key="llama", variant="llama3.1-8b", display_name="Llama 3.1 8B", hf_id="meta-llama/Llama-3.1-8B",
+    num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8,
+    vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0, norm_eps=1e-5,
+    qkv_bias=False, gated=True,
+    rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192},
+)
+
+QWEN_25_7B = ModelSpec(
+    key="qwen", variant="qwen2.5-7b", display_name="Qwen 2.5 7B", hf_id="Qwen/Qwen2.5-7B",
+    num_layers=28, hidden_size=3584, ffn_hidden_size=18944, num_attention_heads=28, num_kv_heads=4,
+    vocab_size=152064, max_position_embeddings=131072, rope_theta=1000000.0, norm_eps=1e-6,
+    qkv_bias=True,
+)
+
+
+def _tiny(spec: ModelSpec, ffn_hidden_size: int) -> ModelSpec:
+    """Same family features and real vocabulary; 2 narrow layers so the CPU can train it in seconds."""
+    return replace(spec, variant=spec.variant + "-tiny", display_name=spec.display_name + " (tiny)",
+                   num_layers=2, hidden_size=128, ffn_hidden_size=ffn_hidden_size,
+                   num_attention_heads=4, num_kv_heads=2, max_position_embeddings=4096)
+
+
+MODELS: dict[tuple[str, str], ModelSpec] = {
+    ("llama", "full"): LLAMA_31_8B,
+    ("llama", "tiny"): _tiny(LLAMA_31_8B, ffn_hidden_size=448),   # keeps Llama's 3.5x FFN ratio
+    ("qwen", "full"): QWEN_25_7B,
+    ("qwen", "tiny"): _tiny(QWEN_25_7B, ffn_hidden_size=672),     # keeps Qwen's ~5.3x FFN ratio
+}
+
+
+def get_model(key: str, size: str = "full") -> ModelSpec:
+    """The spec for a model key ("llama"/"qwen") and size ("full"/"tiny")."""
+    try:
+        return MODELS[(key, size)]
+    except KeyError:
+        raise ValueError(f"unknown model {key!r} size {size!r}; models: {', '.join(MODEL_KEYS)}; "
+                         f"sizes: {', '.join(MODEL_SIZES)}") from None
+
+
+def by_variant(variant: str) -> ModelSpec:
+    """The spec recorded in a result under its exact variant name."""
+    for spec in MODELS.values():
+        if spec.variant == variant:
+            return spec
+    raise ValueError(f"unknown model variant {variant!r}; known: "
+                     + ", ".join(s.variant for s in MODELS.values()))
