@@ -215,7 +215,7 @@ tp_docker_run_words() {
   done
   printf '%s\n' --workdir "${TPRIMAT_ROOT}" --env TPRIMAT_RUNTIME=docker
   for key in $(tp_config_knobs); do
-    printf '%s\n' --env "${key}=${!key}"
+    [[ -v "${key}" ]] && printf '%s\n' --env "${key}=${!key}"
   done
   [[ -f "${TPRIMAT_ROOT}/secrets.env" ]] && printf '%s\n' --env-file "${TPRIMAT_ROOT}/secrets.env"
   printf '%s\n' "$(tp_image "${platform}")" "$@"
@@ -231,8 +231,10 @@ tp_config_knobs() {
 tp_docker_run() {
   local platform="$1" name="$2"
   shift 2
+  local listing
   local -a words
-  mapfile -t words < <(tp_docker_run_words "${platform}" "${name}" "$@")
+  listing="$(tp_docker_run_words "${platform}" "${name}" "$@")" || tp_die 1 "could not compose the docker command"
+  mapfile -t words <<<"${listing}"
   if [[ "${DETACH:-0}" == 1 ]]; then
     if [[ -n "$(docker ps --quiet --filter "name=^${name}\$" 2>/dev/null)" ]]; then
       tp_die 2 "container ${name} is already running; follow it with 'docker logs -f ${name}' or stop it with 'docker stop ${name}'"
@@ -248,10 +250,19 @@ tp_docker_run() {
 
 # --- Entry points: run_<stage>.sh -> shell/<stage>.sh in the chosen runtime -------------------------
 
+# Before preparing data on a GPU platform: Llama's tokenizer is gated, so HF_TOKEN must exist
+# unless it is already prepared or an offline fallback tokenizer is explicitly allowed.
+tp_check_data_secrets() {
+  [[ "${PLATFORM}" != cpu && ",${MODELS}," == *,llama,* && "${ALLOW_FALLBACK_TOKENIZER}" != 1 ]] || return 0
+  [[ -f "${DATA_DIR}/tokenizers/llama/tokenizer.json" ]] && return 0
+  tp_require_token "the Llama 3.1 tokenizer (meta-llama/Llama-3.1-8B, gated)"
+}
+
 tp_run_stage() {
   local stage="$1"
   shift
   tp_load_config
+  [[ "${stage}" != data ]] || tp_check_data_secrets
   local runtime
   runtime="$(tp_choose_runtime "${PLATFORM}")"
   case "${runtime}" in

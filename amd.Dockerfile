@@ -1,0 +1,17 @@
+# TPrimat on AMD GPUs: Primus v25.11 (ROCm 7.1, PyTorch, Transformer Engine, hipBLASLt, RCCL,
+# Primus at /workspace/Primus with its own Megatron-LM). The repository is mounted at run time;
+# no secret is ever copied in (HF_TOKEN arrives with --env-file at run time).
+FROM rocm/primus:v25.11
+
+# Install only what the base lacks, keeping its torch, Transformer Engine and megatron-core.
+COPY requirements/amd.txt /tmp/tprimat-requirements.txt
+RUN pip freeze | grep -iE '^(torch|transformer[-_]engine|megatron[-_]core|numpy)==' > /tmp/tprimat-keep.txt \
+    && pip install --no-cache-dir -c /tmp/tprimat-keep.txt -r /tmp/tprimat-requirements.txt \
+    && rm -f /tmp/tprimat-requirements.txt /tmp/tprimat-keep.txt
+
+# Vendor environment every run needs (the same values as utils/platform_env.py; a test keeps them equal).
+ENV HSA_NO_SCRATCH_RECLAIM=1 \
+    CUDA_DEVICE_MAX_CONNECTIONS=1 \
+    NVTE_CK_USES_BWD_V3=1 \
+    TPRIMAT_RUNTIME=docker \
+    PYTHONPATH=/workspace/Primus/third_party/Megatron-LM

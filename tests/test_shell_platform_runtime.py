@@ -1,0 +1,212 @@
+"""Platform detection, runtime choice and the exact docker invocations, on faked machines."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.shell_harness import SECRET_VALUE, FakeMachine
+
+
+def nvidia_node(tmp_path, **kw):
+    return FakeMachine(tmp_path, nvidia=8, **kw)
+
+
+def amd_node(tmp_path, **kw):
+    return FakeMachine(tmp_path, amd=8, **kw)
+
+
+# --- detection -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("machine, platform, count", [
+    (nvidia_node, "nvd", "8"),
+    (amd_node, "amd", "8"),
+    (FakeMachine, "cpu", "0"),
+])
+def test_platform_script_detects_vendor_and_counts_gpus(tmp_path, machine, platform, count):
+    node = machine(tmp_path)
+    assert node.run("shell/platform.sh").stdout.strip() == platform
+    assert node.run("shell/platform.sh", "--count").stdout.strip() == count
+
+
+def test_platform_variable_overrides_detection(tmp_path):
+    node = FakeMachine(tmp_path)
+    assert node.run("shell/platform.sh", PLATFORM="amd").stdout.strip() == "amd"
+    assert node.run("shell/platform.sh", "--detect", PLATFORM="amd").stdout.strip() == "cpu"
+
+
+def test_amd_detected_through_rocm_smi_alone(tmp_path):
+    from tests.shell_harness import FAKEBIN
+    node = amd_node(tmp_path)
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "rocm-smi").symlink_to(FAKEBIN / "rocm-smi")
+    path = f"{only}:/usr/bin:/bin"
+    assert node.run("shell/platform.sh", PATH=path).stdout.strip() == "amd"
+    assert node.run("shell/platform.sh", "--count", PATH=path).stdout.strip() == "8"
+
+
+def test_scripts_work_from_any_directory(tmp_path):
+    node = nvidia_node(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert node.run("shell/platform.sh", cwd=elsewhere).stdout.strip() == "nvd"
+
+
+# --- runtime choice and docker invocations ---------------------------------------------------------
+
+def docker_run_call(result):
+    runs = result.calls_of("docker", "run")
+    assert len(runs) == 1, result.output
+    return runs[0]
+
+
+def test_nvidia_node_with_engine_builds_image_and_runs_stage_in_container(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    result = node.run("shell/run_train.sh")
+    assert result.returncode == 0, result.output
+    assert "runtime: docker" in result.stderr
+    build = result.calls_of("docker", "build")[0]
+    assert build[build.index("--tag") + 1] == "tprimat:nvd"
+    assert build[build.index("--file") + 1] == str(node.root / "nvd.Dockerfile")
+    assert any(arg.startswith("tprimat.hash=") for arg in build)
+    run = docker_run_call(result)
+    for flag in ("--gpus", "all", "--ipc=host", "--network=host", "--shm-size=64g", "--rm"):
+        assert flag in run
+    assert run[run.index("--ulimit") + 1] == "memlock=-1"
+    assert run[run.index("--env-file") + 1] == str(node.root / "secrets.env")
+    volumes = [run[i + 1] for i, arg in enumerate(run) if arg == "--volume"]
+    for path in (node.root, tmp_path / "data", tmp_path / "output", tmp_path / "hf"):
+        assert f"{path}:{path}" in volumes
+    assert run[-3:] == ["tprimat:nvd", "bash", "shell/train.sh"]
+    assert "--env" in run and "PLATFORM=nvd" in run and "TPRIMAT_RUNTIME=docker" in run
+
+
+def test_amd_node_gets_amd_device_flags(tmp_path):
+    node = amd_node(tmp_path, engine=True)
+    result = node.run("shell/run_data.sh")
+    assert result.returncode == 0, result.output
+    run = docker_run_call(result)
+    for flag in ("--device=/dev/kfd", "--device=/dev/dri", "--ipc=host", "--cap-add=SYS_PTRACE",
+                 "seccomp=unconfined", "--shm-size=64g"):
+        assert flag in run
+    assert run[run.index("--group-add") + 1] == "video"
+    assert "--gpus" not in run
+    assert run[-3:] == ["tprimat:amd", "bash", "shell/data.sh"]
+
+
+def test_up_to_date_image_is_reused(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    first = node.run("shell/run_train.sh")
+    label = next(a for a in first.calls_of("docker", "build")[0] if a.startswith("tprimat.hash="))
+    again = node.run("shell/run_train.sh", FAKE_DOCKER_IMAGE_HASH=label.split("=", 1)[1])
+    assert again.calls_of("docker", "build") == []
+    assert "up to date" in again.stderr
+
+
+def test_changed_dockerfile_triggers_rebuild(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    first = node.run("shell/run_train.sh")
+    label = next(a for a in first.calls_of("docker", "build")[0] if a.startswith("tprimat.hash="))
+    with open(node.root / "nvd.Dockerfile", "a") as dockerfile:
+        dockerfile.write("# changed\n")
+    again = node.run("shell/run_train.sh", FAKE_DOCKER_IMAGE_HASH=label.split("=", 1)[1])
+    assert len(again.calls_of("docker", "build")) == 1
+
+
+def test_detached_run_is_named_and_says_how_to_follow(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    result = node.run("shell/run_train.sh", DETACH="1")
+    assert result.returncode == 0, result.output
+    run = docker_run_call(result)
+    assert run[run.index("--name") + 1] == "tprimat-train"
+    assert "--detach" in run and "--rm" not in run
+    assert "docker logs -f tprimat-train" in result.stderr
+    assert "docker stop tprimat-train" in result.stderr
+
+
+def test_second_detached_start_is_refused_naming_the_container(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    result = node.run("shell/run_train.sh", DETACH="1", FAKE_DOCKER_RUNNING="tprimat-train")
+    assert result.returncode == 2
+    assert "tprimat-train is already running" in result.stderr
+    assert result.calls_of("docker", "run") == []
+
+
+def test_failed_build_shows_its_last_lines_and_the_retry_command(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    result = node.run("shell/run_train.sh", FAKE_DOCKER_BUILD_FAIL="1")
+    assert result.returncode == 1
+    assert "failed to solve" in result.stderr
+    assert "./shell/build.sh" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_gpu_node_without_engine_falls_back_to_host_and_says_why(tmp_path):
+    node = nvidia_node(tmp_path)
+    result = node.run("shell/run_purge.sh")
+    assert result.returncode == 0, result.output
+    assert "runtime: host (no Docker engine answers" in result.stderr
+    assert result.calls_of("docker", "run") == []
+
+
+def test_docker_runtime_forced_without_engine_is_a_clear_error(tmp_path):
+    node = nvidia_node(tmp_path)
+    result = node.run("shell/run_train.sh", RUNTIME="docker")
+    assert result.returncode == 2
+    assert "RUNTIME=docker: no Docker engine answers" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_cpu_machine_runs_on_host(tmp_path):
+    node = FakeMachine(tmp_path)
+    result = node.run("shell/run_purge.sh")
+    assert result.returncode == 0, result.output
+    assert "runtime: host" in result.stderr
+    assert result.calls_of("docker") == []
+
+
+def test_forcing_amd_on_a_machine_without_amd_gpus_is_refused(tmp_path):
+    node = FakeMachine(tmp_path)
+    result = node.run("shell/run_train.sh", PLATFORM="amd")
+    assert result.returncode == 2
+    assert "PLATFORM=amd: this machine has no AMD GPU" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_bad_configuration_stops_before_anything_starts(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    result = node.run("shell/run_train.sh", TP="3", MIN_LR="1", LR="0.1")
+    assert result.returncode == 2
+    problems = [line for line in result.stderr.splitlines() if line.startswith("config error:")]
+    assert any(line.startswith("config error: TP=3") for line in problems)
+    assert any(line.startswith("config error: MIN_LR=1") for line in problems)
+    assert result.calls_of("docker", "build") == [] and result.calls_of("docker", "run") == []
+
+
+def test_gated_data_without_secrets_names_the_file_to_create(tmp_path):
+    node = nvidia_node(tmp_path, engine=True, secrets=False)
+    result = node.run("shell/run_data.sh")
+    assert result.returncode == 2
+    assert "cp secrets.env.example secrets.env" in result.stderr
+    assert result.calls_of("docker", "run") == []
+
+
+@pytest.mark.parametrize("machine", [nvidia_node, amd_node])
+def test_no_secret_value_appears_in_any_output_or_argument(tmp_path, machine):
+    node = machine(tmp_path, engine=True)
+    for script in ("shell/run_data.sh", "shell/run_train.sh", "shell/run_wrap.sh"):
+        result = node.run(script, DETACH="1")
+        assert SECRET_VALUE not in result.output
+        assert SECRET_VALUE not in node.log.read_text()
+    check = node.run("shell/platform.sh")
+    assert SECRET_VALUE not in check.output
+
+
+def test_images_never_receive_secrets():
+    from tests.shell_harness import REPO
+    for dockerfile in ("amd.Dockerfile", "nvd.Dockerfile"):
+        instructions = [line for line in (REPO / dockerfile).read_text().splitlines()
+                        if not line.lstrip().startswith("#")]
+        assert not any("secrets.env" in line or "HF_TOKEN" in line for line in instructions)
+    patterns = [line for line in (REPO / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
+    assert patterns == ["*", "!requirements/"]
