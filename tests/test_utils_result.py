@@ -1,0 +1,106 @@
+"""utils.result: every framework's run becomes one schema-valid shape with TPrimat's own figures."""
+
+import json
+
+import pytest
+
+from utils.result import ResultError, build_result, schema_errors, write_result
+
+RUN = {"id": "run-1", "started_at": "2025-05-01T12:00:00+00:00", "ended_at": "2025-05-01T12:10:00+00:00",
+       "status": "ok", "exit_code": 0, "error_excerpt": None, "commit": "abc123"}
+PARALLELISM = {"strategy": "custom", "tp": 1, "pp": 1, "dp": 8, "ga": 16, "sequence_parallel": False,
+               "distributed_optimizer": True}
+TRAINING = {"steps": 6, "mbs": 1, "gbs": 128, "seq_len": 2048, "precision": "bf16", "lr": 3e-4, "min_lr": 0.0,
+            "warmup_steps": 2, "seed": 42, "dataset": "bc", "dataset_fingerprint": "d" * 64,
+            "tokenizer_fingerprint": "t" * 64, "mock_data": False}
+STEP_TIMES = [9.0, 5.0, 2.0, 2.0, 4.0, 2.0]  # steps 1-2 are warm-up; the window's median is 2.0
+
+
+def steps(times=STEP_TIMES):
+    return [{"step": i, "step_time_s": t, "loss": 10.0 - i, "lr": 1e-4 * i, "grad_norm": 1.5, "skipped": 0,
+             "nan": 0, "tokens": 128 * 2048, "mem_allocated_gib": 30.0 + i, "mem_reserved_gib": 40.0 + i}
+            for i, t in enumerate(times, 1)]
+
+
+def build(**overrides):
+    args = dict(run=RUN, platform="nvd", framework="mega", variant="llama3.1-8b", system={},
+                parallelism=PARALLELISM, training=TRAINING, steps=steps(), warmup_skip=2, num_gpus=8,
+                device_name="NVIDIA H100 80GB HBM3")
+    args.update(overrides)
+    return build_result(**args)
+
+
+def test_figures_come_from_the_steady_state_window():
+    perf = build()["performance"]
+    assert perf["window"] == {"first_step": 3, "last_step": 6, "count": 4}
+    assert perf["step_time_s"]["median"] == 2.0
+    assert perf["step_time_s"]["mean"] == 2.5
+    assert perf["tokens_per_s"] == 128 * 2048 / 2.0
+    assert perf["tokens_per_s_per_gpu"] == 128 * 2048 / 2.0 / 8
+    assert perf["tflop_per_s_per_gpu"] == pytest.approx(46.64e9 * 16384 / 1e12, rel=1e-3)
+    assert perf["mfu"] == pytest.approx(perf["tflop_per_s_per_gpu"] / 989)
+
+
+def test_model_numbers_come_from_the_variant():
+    model = build(variant="qwen2.5-7b")["model"]
+    assert (model["key"], model["num_layers"], model["num_kv_heads"], model["qkv_bias"]) == ("qwen", 28, 4, True)
+    assert model["parameters"] == pytest.approx(7.616e9, rel=1e-3)
+
+
+def test_memory_is_the_peak_over_steps_and_series_keep_every_step():
+    result = build()
+    assert result["memory"] == {"peak_allocated_gib": 36.0, "peak_reserved_gib": 46.0}
+    assert result["series"]["step"] == [1, 2, 3, 4, 5, 6]
+    assert result["series"]["step_time_s"] == STEP_TIMES
+    assert result["run"]["steps_completed"] == 6
+
+
+def test_nan_values_become_null_and_are_flagged():
+    records = steps()
+    records[3]["loss"] = float("nan")
+    records[4]["grad_norm"] = float("inf")
+    records[4]["nan"] = 1
+    result = build(steps=records)
+    assert result["series"]["loss"][3] is None
+    assert result["health"]["nonfinite"] == [{"step": 4, "field": "loss"}, {"step": 5, "field": "grad_norm"}]
+    assert result["health"]["nan_iterations"] == 1
+    assert any("nan/inf" in w for w in result["warnings"])
+    assert schema_errors(result) == []
+
+
+def test_unknown_device_leaves_mfu_empty_with_a_warning():
+    result = build(device_name="Tesla V100-SXM2-32GB")
+    assert result["performance"]["mfu"] is None
+    assert result["performance"]["tokens_per_s_per_gpu"] is not None
+    assert any("V100" in w for w in result["warnings"])
+
+
+def test_a_run_that_died_in_warmup_is_still_a_valid_result():
+    result = build(steps=steps([9.0]), run={**RUN, "status": "failed", "exit_code": 1, "error_excerpt": "OOM"})
+    assert result["performance"]["window"] is None
+    assert result["performance"]["tokens_per_s_per_gpu"] is None
+    assert schema_errors(result) == []
+
+
+def test_typos_in_input_sections_fail_loudly():
+    with pytest.raises(ResultError, match="unknown.*tensor_parallel"):
+        build(parallelism={**PARALLELISM, "tensor_parallel": 2})
+    with pytest.raises(ResultError, match="missing.*seq_len"):
+        build(training={k: v for k, v in TRAINING.items() if k != "seq_len"})
+    with pytest.raises(ResultError, match="ISO 8601"):
+        build(run={**RUN, "started_at": "yesterday"})
+    with pytest.raises(ResultError, match="twice"):
+        build(steps=steps() + steps()[:1])
+
+
+def test_write_result_validates_and_writes_atomically(tmp_path):
+    target = tmp_path / "run" / "result.json"
+    write_result(target, build())
+    assert json.loads(target.read_text())["schema_version"] == "1.0"
+    assert [p.name for p in target.parent.iterdir()] == ["result.json"]
+
+    broken = build()
+    broken["run"]["status"] = "finished"
+    with pytest.raises(ResultError, match="run/status"):
+        write_result(tmp_path / "bad.json", broken)
+    assert not (tmp_path / "bad.json").exists()

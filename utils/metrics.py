@@ -1,0 +1,105 @@
+"""Throughput and statistics: the one place where TPrimat turns step times into figures.
+
+Every framework's steps go through these functions, so the same run measured by two frameworks
+gives the same numbers. FLOPs per token comes from utils.models (one convention: Megatron's,
+causal attention halved); the device peak from utils.hardware.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+from utils.models import ModelSpec
+
+FLOPS_CONVENTION = ("Megatron-LM formula (megatron-core >= 0.12): 6 x (dense weights + LM head) "
+                    "+ 6 x L x (a*d) x s per token, causal attention counted once")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Distribution of one quantity over a window of steps.
+
+    p10/p90 interpolate linearly between order statistics (numpy's default, statistics'
+    "inclusive" method); std is the sample standard deviation (0 for a single value).
+    """
+
+    count: int
+    mean: float
+    median: float
+    p10: float
+    p90: float
+    std: float
+    min: float
+    max: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(values: Iterable[float]) -> Summary:
+    """Mean, median, p10, p90, std, min and max of finite values (raises on none)."""
+    data = sorted(float(v) for v in values)
+    if not data:
+        raise ValueError("cannot summarise an empty window")
+    if not all(math.isfinite(v) for v in data):
+        raise ValueError("cannot summarise non-finite values; drop them first")
+    if len(data) == 1:
+        only = data[0]
+        return Summary(1, only, only, only, only, 0.0, only, only)
+    deciles = statistics.quantiles(data, n=10, method="inclusive")
+    return Summary(count=len(data), mean=statistics.fmean(data), median=statistics.median(data),
+                   p10=deciles[0], p90=deciles[8], std=statistics.stdev(data), min=data[0], max=data[-1])
+
+
+@dataclass(frozen=True)
+class Window:
+    """The steady-state steps: every measured step after the first WARMUP_SKIP steps."""
+
+    first_step: int
+    last_step: int
+    steps: list[int]
+
+
+def steady_window(steps: Sequence[int], step_times: Sequence[float | None], warmup_skip: int) -> Window | None:
+    """Steps numbered above warmup_skip (1-based) that have a finite step time; None if there are none.
+
+    Warm-up steps carry compilation, autotuning and allocator growth, so they are left out.
+    """
+    if warmup_skip < 0:
+        raise ValueError(f"warmup_skip must be >= 0, got {warmup_skip}")
+    kept = [step for step, t in zip(steps, step_times)
+            if step > warmup_skip and t is not None and math.isfinite(t)]
+    if not kept:
+        return None
+    return Window(first_step=kept[0], last_step=kept[-1], steps=kept)
+
+
+def tokens_per_second(tokens_per_step: int, step_time_s: float) -> float:
+    """tokens/s = GBS x SL / step time."""
+    if step_time_s <= 0:
+        raise ValueError(f"step time must be positive, got {step_time_s}")
+    return tokens_per_step / step_time_s
+
+
+def per_gpu(value: float, num_gpus: int) -> float:
+    """A whole-job rate divided over every GPU of the job (TP x PP x DP)."""
+    if num_gpus < 1:
+        raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
+    return value / num_gpus
+
+
+def tflops_per_gpu(spec: ModelSpec, seq_len: int, tokens_per_s_per_gpu: float) -> float:
+    """TFLOP/s/GPU = FLOPs per token (utils.models) x tokens/s/GPU / 1e12."""
+    return spec.flops_per_token(seq_len) * tokens_per_s_per_gpu / 1e12
+
+
+def mfu(tflops: float, peak_tflops: float | None) -> float | None:
+    """Model FLOPs utilisation as a fraction of the device's dense peak; None when the peak is unknown."""
+    if peak_tflops is None:
+        return None
+    if peak_tflops <= 0:
+        raise ValueError(f"peak TFLOP/s must be positive, got {peak_tflops}")
+    return tflops / peak_tflops

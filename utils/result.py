@@ -1,0 +1,266 @@
+"""The one result shape: build it from a run's plain data, validate it, write it atomically.
+
+The TPrimat trainer and evaluate.extract both end here, so a Megatron, Primus or NeMo run all
+become the same JSON (utils/result.schema.json), with every figure computed by utils.metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import warnings as warnings_module
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import jsonschema
+
+from utils import metrics
+from utils.hardware import peak_tflops
+from utils.models import by_variant
+
+SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
+SCHEMA_VERSION = "1.0"
+
+RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
+RUN_OPTIONAL = {"source", "log_files"}
+PARALLELISM_KEYS = {"strategy", "tp", "pp", "dp", "ga", "sequence_parallel", "distributed_optimizer"}
+TRAINING_KEYS = {"steps", "mbs", "gbs", "seq_len", "precision", "lr", "min_lr", "warmup_steps", "seed",
+                 "dataset", "dataset_fingerprint", "tokenizer_fingerprint", "mock_data"}
+TRAINING_OPTIONAL = {"lr_decay_style": "cosine", "weight_decay": None, "beta1": None, "beta2": None,
+                     "grad_clip": None}
+STEP_VALUE_KEYS = ("step_time_s", "loss", "lr", "grad_norm", "mem_allocated_gib", "mem_reserved_gib")
+
+
+class ResultError(ValueError):
+    """Input that cannot become a valid result; the message names the field."""
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The result JSON Schema (loaded once)."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def schema_errors(result: Any) -> list[str]:
+    """Every schema violation of a result, one line each ("path: message"); empty when valid."""
+    validator = jsonschema.Draft202012Validator(schema())
+    lines = []
+    for error in sorted(validator.iter_errors(result), key=lambda e: list(map(str, e.absolute_path))):
+        where = "/".join(str(p) for p in error.absolute_path) or "(top)"
+        lines.append(f"{where}: {error.message}")
+    return lines
+
+
+def _checked(name: str, given: Mapping, required: set[str], optional: Mapping | set = frozenset()) -> dict:
+    """A copy of one input section with exactly the known keys (typos fail loudly, not silently)."""
+    unknown = set(given) - required - set(optional)
+    missing = required - set(given)
+    if unknown or missing:
+        raise ResultError(f"{name}: " + "; ".join(
+            part for part in (f"missing {sorted(missing)}" if missing else "",
+                              f"unknown {sorted(unknown)}" if unknown else "") if part))
+    out = dict(given)
+    if isinstance(optional, Mapping):
+        for key, default in optional.items():
+            out.setdefault(key, default)
+    return out
+
+
+def _iso_or_none(name: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ResultError(f"run.{name}={value!r}: expected an ISO 8601 time such as 2025-05-01T12:00:00+00:00") from None
+    return value
+
+
+def _finite_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _normalise_steps(steps: Iterable[Mapping], health: dict) -> list[dict]:
+    """Sorted per-step records; nan/inf become null and are listed in health (never dropped silently)."""
+    records = sorted((dict(s) for s in steps), key=lambda s: s["step"])
+    seen: set[int] = set()
+    for record in records:
+        step = record.get("step")
+        if not isinstance(step, int) or step < 1:
+            raise ResultError(f"step record {record!r}: 'step' must be an integer >= 1")
+        if step in seen:
+            raise ResultError(f"step {step} recorded twice; deduplicate before building the result")
+        seen.add(step)
+        for key in STEP_VALUE_KEYS + ("mem_device_used_gib",):
+            raw = record.get(key)
+            record[key] = _finite_or_none(raw)
+            if raw is not None and record[key] is None:
+                health["nonfinite"].append({"step": step, "field": key})
+        health["nan_iterations"] += int(record.get("nan") or 0)
+        health["skipped_iterations"] += int(record.get("skipped") or 0)
+    return records
+
+
+def _peak(records: Sequence[dict], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return max(values) if values else None
+
+
+def build_result(*, run: Mapping, platform: str, framework: str, variant: str, system: Mapping,
+                 parallelism: Mapping, training: Mapping, steps: Iterable[Mapping], warmup_skip: int,
+                 num_gpus: int, device_name: str | None, raw_framework: Mapping | None = None,
+                 effective: Mapping | None = None, features: Mapping | None = None,
+                 warnings: Sequence[str] = ()) -> dict:
+    """Assemble one result from plain data and compute every figure with utils.metrics.
+
+    Parameters (all keyword-only; raises ResultError naming the field on unknown or missing keys):
+      run: {"id": str, "started_at": ISO str|None, "ended_at": ISO str|None,
+            "status": "ok"|"failed"|"incomplete", "exit_code": int|None, "error_excerpt": str|None,
+            "commit": str|None} plus optionally "source" ("trainer"|"extract") and "log_files" [str].
+      platform: "amd" | "nvd" | "cpu".   framework: "mega" | "prim" | "nemo".
+      variant: exact model variant (utils.models.by_variant), e.g. "llama3.1-8b-tiny"; fills the
+            parameter count and architecture numbers.
+      system: the probe's system.json as a dict ({} when there is none, e.g. a failed start).
+      parallelism: {"strategy": str ("custom" or a utils.strategies name), "tp", "pp", "dp", "ga": int,
+            "sequence_parallel": bool|None, "distributed_optimizer": bool|None}.
+      training: {"steps": requested TRAIN_ITERS, "mbs", "gbs", "seq_len": int, "precision": "bf16"|"fp8",
+            "lr", "min_lr": float, "warmup_steps": int, "seed": int|None, "dataset": str|None,
+            "dataset_fingerprint": str|None, "tokenizer_fingerprint": str|None,
+            "mock_data": bool (as requested)} plus optionally "lr_decay_style" (default "cosine"),
+            "weight_decay", "beta1", "beta2", "grad_clip".
+      steps: per-step records {"step": int (1-based), "step_time_s": float|None, "loss", "lr",
+            "grad_norm": float|None, "skipped": int, "nan": int, "tokens": int,
+            "mem_allocated_gib", "mem_reserved_gib": float|None (peak since start, per GPU)};
+            extra keys are ignored except "mem_device_used_gib". nan/inf values may be passed as
+            floats: they become null and are listed in health.nonfinite and warnings.
+      warmup_skip: WARMUP_SKIP; steps numbered <= it are left out of the statistics.
+      num_gpus: GPUs of the job (TP x PP x DP); tokens/s/GPU divides by it.
+      device_name: the accelerator's reported name (e.g. "NVIDIA H100 80GB HBM3") for the MFU peak;
+            None or an unknown name leaves mfu null with a warning.
+      raw_framework: the framework's own figures (its TFLOP/s, running averages), kept apart verbatim.
+      effective: settings read back from the framework, keyed like parallelism/training fields.
+      features: fused kernels / attention implementation -> True|False|str.
+      warnings: notes from the caller, kept in the result's warnings.
+
+    Statistics cover the steady-state window (steps after warmup_skip with a step time); tokens/s
+    is tokens per step (GBS x SL) divided by the window's median step time.
+    """
+    notes = list(warnings)
+    run_section = _checked("run", run, RUN_KEYS, RUN_OPTIONAL)
+    for key in ("started_at", "ended_at"):
+        _iso_or_none(key, run_section[key])
+    par = _checked("parallelism", parallelism, PARALLELISM_KEYS)
+    train = _checked("training", training, TRAINING_KEYS, TRAINING_OPTIONAL)
+    try:
+        spec = by_variant(variant)
+    except ValueError as err:
+        raise ResultError(str(err)) from None
+    if par["tp"] * par["pp"] * par["dp"] != num_gpus:
+        notes.append(f"TP x PP x DP = {par['tp'] * par['pp'] * par['dp']} differs from num_gpus = {num_gpus}")
+
+    health = {"nan_iterations": 0, "skipped_iterations": 0, "nonfinite": []}
+    records = _normalise_steps(steps, health)
+    for item in health["nonfinite"]:
+        notes.append(f"step {item['step']}: {item['field']} was nan/inf (kept as null)")
+    if health["nan_iterations"]:
+        notes.append(f"{health['nan_iterations']} NaN iteration(s) reported by the framework")
+
+    tokens_per_step = train["gbs"] * train["seq_len"]
+    odd_tokens = sorted({r["tokens"] for r in records if r.get("tokens") not in (None, tokens_per_step)})
+    if odd_tokens:
+        notes.append(f"steps report {odd_tokens} tokens, not GBS x SL = {tokens_per_step}")
+
+    performance = _performance(spec, records, train, warmup_skip, num_gpus, device_name, platform, notes)
+    memory = {"peak_allocated_gib": _peak(records, "mem_allocated_gib"),
+              "peak_reserved_gib": _peak(records, "mem_reserved_gib")}
+    if any(r["mem_device_used_gib"] is not None for r in records):
+        memory["peak_device_used_gib"] = _peak(records, "mem_device_used_gib")
+
+    run_section["steps_completed"] = records[-1]["step"] if records else 0
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": run_section,
+        "platform": platform,
+        "framework": framework,
+        "model": {"key": spec.key, "variant": spec.variant, "display_name": spec.display_name,
+                  "parameters": spec.param_count(), "num_layers": spec.num_layers,
+                  "hidden_size": spec.hidden_size, "ffn_hidden_size": spec.ffn_hidden_size,
+                  "num_attention_heads": spec.num_attention_heads, "num_kv_heads": spec.num_kv_heads,
+                  "head_dim": spec.head_dim, "vocab_size": spec.vocab_size, "qkv_bias": spec.qkv_bias},
+        "system": dict(system),
+        "parallelism": {**par, "num_gpus": num_gpus},
+        "training": train,
+        "performance": performance,
+        "memory": memory,
+        "series": {"step": [r["step"] for r in records],
+                   **{key: [r[key] for r in records] for key in STEP_VALUE_KEYS}},
+        "health": health,
+        "raw_framework": dict(raw_framework or {}),
+        "effective": dict(effective or {}),
+        "features": dict(features or {}),
+        "warnings": notes,
+    }
+
+
+def _performance(spec, records: list[dict], train: dict, warmup_skip: int, num_gpus: int,
+                 device_name: str | None, platform: str, notes: list[str]) -> dict:
+    """The steady-state figures; nulls (with a note) when no step follows the warm-up."""
+    tokens_per_step = train["gbs"] * train["seq_len"]
+    out: dict[str, Any] = {"warmup_skip": warmup_skip, "window": None, "step_time_s": None,
+                           "tokens_per_step": tokens_per_step, "tokens_per_s": None, "tokens_per_s_per_gpu": None,
+                           "flops_per_token": spec.flops_per_token(train["seq_len"]), "tflop_per_s_per_gpu": None,
+                           "peak_tflop_per_s_per_gpu": None, "mfu": None,
+                           "flops_convention": metrics.FLOPS_CONVENTION}
+    if platform == "cpu":
+        notes.append("CPU run: no device peak, MFU left empty")
+    else:
+        with warnings_module.catch_warnings(record=True) as caught:
+            warnings_module.simplefilter("always")
+            out["peak_tflop_per_s_per_gpu"] = peak_tflops(device_name, train["precision"])
+        notes.extend(str(w.message) for w in caught)
+
+    window = metrics.steady_window([r["step"] for r in records], [r["step_time_s"] for r in records], warmup_skip)
+    if window is None:
+        notes.append(f"no step with a step time after WARMUP_SKIP={warmup_skip}: no steady-state figures")
+        return out
+    kept = set(window.steps)
+    summary = metrics.summarize(r["step_time_s"] for r in records if r["step"] in kept)
+    tokens_per_s = metrics.tokens_per_second(tokens_per_step, summary.median)
+    per_gpu = metrics.per_gpu(tokens_per_s, num_gpus)
+    tflops = metrics.tflops_per_gpu(spec, train["seq_len"], per_gpu)
+    out.update(window={"first_step": window.first_step, "last_step": window.last_step, "count": len(window.steps)},
+               step_time_s=summary.as_dict(), tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=per_gpu,
+               tflop_per_s_per_gpu=tflops, mfu=metrics.mfu(tflops, out["peak_tflop_per_s_per_gpu"]))
+    return out
+
+
+def write_result(path: str | os.PathLike, result: Mapping) -> Path:
+    """Validate against the schema, then write atomically (temporary file in the same folder, rename)."""
+    problems = schema_errors(result)
+    if problems:
+        raise ResultError("result does not match utils/result.schema.json:\n" + "\n".join(problems))
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.chmod(temporary, 0o644)
+        with os.fdopen(handle, "w") as out:
+            json.dump(result, out, indent=1, allow_nan=False)
+            out.write("\n")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_result(path: str | os.PathLike) -> dict:
+    """Read one result JSON (not validated: evaluate.validate reports problems instead of raising)."""
+    return json.loads(Path(path).read_text())
