@@ -380,7 +380,10 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
         table = load_table(Path(values["STRATEGIES_FILE"]) if values["STRATEGIES_FILE"] else None)
     except StrategyError as err:
         raise ConfigError(problems + [str(err)]) from None
-    strategies = _resolve_strategies(values["STRATEGY"], table, problems)
+    unknown: list[str] = []
+    strategies = _resolve_strategies(values["STRATEGY"], table, unknown)
+    if unknown:
+        raise ConfigError(problems + unknown)
     config = Config(values, sources, models, frameworks, strategies, detected_gpus, notes, table)
     gpus, mbs, gbs = config.num_gpus, values["MBS"], config.gbs
     for name in strategies:
