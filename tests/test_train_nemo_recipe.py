@@ -1,0 +1,125 @@
+"""train.nemo_recipe: TPrimat request -> NeMo 2.0 recipe settings, checked without NeMo installed."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import pytest
+
+from tests.fixtures.train_matrix.requests import run_request
+from train.fairness import FAIRNESS
+from train.nemo_recipe import DDP_KEYS, FAIRNESS_PATHS, recipe_settings
+from train.train_nemo import assign
+from utils.platform_env import platform_env
+
+RUN_DIR = "/out/set/nemo-llama"
+
+
+def settings_for(model: str, **env: str) -> dict:
+    return recipe_settings(run_request("nvd", "nemo", model, **env), RUN_DIR)
+
+
+@pytest.mark.parametrize("model, recipe", [("llama", "llama31_8b"), ("qwen", "qwen25_7b")])
+def test_each_model_uses_nemos_own_recipe(model, recipe):
+    s = settings_for(model)
+    assert (s["recipe"], s["num_nodes"], s["num_gpus_per_node"]) == (recipe, 1, 8)
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_parallelism_and_workload_override_the_recipe_defaults(model):
+    s = settings_for(model, STRATEGY="truly_identical")["set"]
+    expected = {
+        "trainer.strategy.tensor_model_parallel_size": 4,
+        "trainer.strategy.pipeline_model_parallel_size": 1 if model == "llama" else 2,
+        "trainer.strategy.context_parallel_size": 1,  # the 8B recipe's default is 2
+        "trainer.strategy.sequence_parallel": True,
+        "trainer.max_steps": 500, "trainer.log_every_n_steps": 1,
+        "optim.config.lr": 3e-4, "optim.config.weight_decay": 0.1, "optim.config.adam_beta1": 0.9,
+        "optim.config.adam_beta2": 0.95, "optim.config.clip_grad": 1.0, "optim.config.bf16": True,
+        "optim.lr_scheduler.warmup_steps": 50, "optim.lr_scheduler.min_lr": 0.0,
+        "optim.lr_scheduler.max_steps": 500, "model.config.seq_length": 2048,
+    }
+    assert {key: s[key] for key in expected} == expected
+
+
+def test_validation_checkpoints_and_resume_are_off():
+    s = settings_for("llama")["set"]
+    assert s["trainer.limit_val_batches"] == 0 and s["trainer.num_sanity_val_steps"] == 0
+    assert s["trainer.enable_checkpointing"] is False and s["log.ckpt"] is None and s["resume"] is None
+    assert s["log.log_dir"] == f"{RUN_DIR}/nemo"
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_every_fairness_setting_is_applied(model):
+    s = settings_for(model)
+    applied = {name: s["set"][path] for name, path in FAIRNESS_PATHS.items()}
+    applied |= {name: s["ddp"][name] for name in DDP_KEYS}
+    applied["attention_backend"] = s["attention_backend"]
+    applied["use_flash_attn"] = platform_env("nvd")["NVTE_FLASH_ATTN"] == "1"
+    applied["fp8_param_gather"] = s["precision"]["set"]["fp8_param_gather"]
+    assert applied == FAIRNESS
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_real_data_through_pretraining_data_module(model):
+    data = settings_for(model)["data"]
+    assert data == {"module": "PreTrainingDataModule", "paths": [f"/data/bc_{model}_text_document"],
+                    "tokenizer_dir": f"/data/tokenizers/{model}", "split": "100,0,0", "seed": 42,
+                    "index_mapping_dir": f"{RUN_DIR}/nemo/index_mapping", "seq_length": 2048,
+                    "global_batch_size": 64, "micro_batch_size": 1}
+
+
+def test_mock_data_only_when_asked_for():
+    assert settings_for("llama", MOCK_DATA="1")["data"]["module"] == "MockDataModule"
+
+
+def test_memory_and_step_timing_are_logged_every_step():
+    s = settings_for("qwen")
+    assert s["env"]["NEMO_LOG_MEMORY_USAGE"] == "1"
+    assert {"class": "TimingCallback"} in s["callbacks"]
+
+
+@pytest.mark.parametrize("precision, plugin", [("bf16", "bf16_mixed"), ("fp8", "bf16_with_fp8_mixed")])
+def test_precision_plugin(precision, plugin):
+    assert settings_for("llama", PRECISION=precision)["precision"]["plugin"] == plugin
+
+
+def test_pipeline_parallel_needs_a_pipeline_dtype():
+    assert settings_for("qwen", STRATEGY="balanced")["pipeline_dtype"] == "bfloat16"
+    assert settings_for("llama", STRATEGY="balanced")["pipeline_dtype"] is None
+
+
+def test_profiling_adds_nemos_nsys_callback_with_zero_based_steps():
+    callbacks = settings_for("llama", PROFILING="1")["callbacks"]
+    assert {"class": "NsysCallback", "start_step": 9, "end_step": 11, "ranks": [0]} in callbacks
+
+
+def test_tiny_variant_gets_its_architecture():
+    s = settings_for("qwen", MODEL_SIZE="tiny", TRAIN_ITERS="20", WARMUP_STEPS="2", WARMUP_SKIP="2")["set"]
+    assert (s["model.config.num_layers"], s["model.config.hidden_size"], s["model.config.num_query_groups"]) == (2, 128, 2)
+
+
+def test_settings_are_plain_json():
+    s = settings_for("qwen", STRATEGY="balanced")
+    assert json.loads(json.dumps(s)) == s
+
+
+def test_assign_sets_a_dotted_path_and_names_a_wrong_one():
+    class Node:
+        pass
+
+    root = Node()
+    root.trainer = Node()
+    root.trainer.strategy = Node()
+    assign(root, "trainer.strategy.sequence_parallel", True)
+    assert root.trainer.strategy.sequence_parallel is True
+    with pytest.raises(AttributeError, match="optim"):
+        assign(root, "optim.config.lr", 1.0)
+
+
+def test_nemo_is_not_needed_to_map_or_to_import_the_launcher():
+    for name in ("train.nemo_recipe", "train.train_nemo"):
+        importlib.reload(importlib.import_module(name))
+    assert not any(name == "nemo" or name.startswith(("nemo.", "nemo_run", "lightning")) for name in sys.modules)

@@ -1,0 +1,121 @@
+"""train.primus_config: the Primus experiment YAML derived from the shipped one, every setting under overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fixtures.train_matrix.requests import FIXTURES, run_request
+from train.fairness import FAIRNESS
+from train.primus_config import (ShippedConfigMissing, command, experiment, render, shipped_config, turbo_settings,
+                                 write_experiment)
+
+PRIMUS = FIXTURES / "primus"
+RUN_DIR = "/out/set/prim-llama"
+
+
+def shipped(model: str) -> dict:
+    return yaml.safe_load(shipped_config(PRIMUS, model, "bf16").read_text())
+
+
+def overrides_of(exp: dict) -> dict:
+    return exp["modules"]["pre_trainer"]["overrides"]
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_every_requested_setting_sits_under_the_overrides(model):
+    req = run_request("amd", "prim", model, STRATEGY="balanced")
+    o = overrides_of(experiment(req, shipped(model), RUN_DIR))
+    expected = {
+        "tensor_model_parallel_size": req["tp"], "pipeline_model_parallel_size": req["pp"],
+        "sequence_parallel": True, "micro_batch_size": 1, "global_batch_size": 64, "seq_length": 2048,
+        "train_iters": 500, "lr": 3e-4, "min_lr": 0.0, "lr_warmup_iters": 50, "lr_decay_iters": 500,
+        "lr_decay_style": "cosine", "weight_decay": 0.1, "adam_beta1": 0.9, "adam_beta2": 0.95,
+        "clip_grad": 1.0, "seed": 42, "bf16": True, "fp8": None, "log_interval": 1,
+        "mock_data": False, "train_data_path": f"/data/bc_{model}_text_document",
+        "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": f"/data/tokenizers/{model}",
+        "eval_iters": 0, "save": None,
+    }
+    assert {key: o[key] for key in expected} == expected
+    assert req["tp"] == 2
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_every_fairness_setting_is_written(model):
+    o = overrides_of(experiment(run_request("amd", "prim", model), shipped(model), RUN_DIR))
+    assert {key: o[key] for key in FAIRNESS} == FAIRNESS
+
+
+def test_nothing_is_added_at_the_top_level_where_primus_would_ignore_it():
+    base = shipped("llama")
+    exp = experiment(run_request("amd", "prim", "llama"), base, RUN_DIR)
+    assert set(exp) == set(base)
+    assert exp["exp_name"] == "prim-llama" and exp["workspace"] == f"{RUN_DIR}/primus"
+    assert {k: v for k, v in exp["modules"]["pre_trainer"].items() if k != "overrides"} == \
+        {k: v for k, v in base["modules"]["pre_trainer"].items() if k != "overrides"}
+
+
+def test_shipped_placeholders_for_requested_settings_are_replaced_by_values():
+    o = overrides_of(experiment(run_request("amd", "prim", "qwen"), shipped("qwen"), RUN_DIR))
+    assert o["seq_length"] == 2048 and o["max_position_embeddings"] == 131072
+    assert o["auto_continue_train"] == "${CONTI_PARAMS:0}"  # not a TPrimat setting: left to Primus
+
+
+def test_turbo_switches_stay_as_shipped():
+    exp = experiment(run_request("amd", "prim", "qwen"), shipped("qwen"), RUN_DIR)
+    assert turbo_settings(exp) == {"enable_primus_turbo": True, "use_turbo_attention": True,
+                                   "use_turbo_grouped_mlp": True}
+
+
+def test_the_architecture_is_the_requested_variant():
+    o = overrides_of(experiment(run_request("amd", "prim", "llama", MODEL_SIZE="tiny", TRAIN_ITERS="20",
+                                            WARMUP_STEPS="2", WARMUP_SKIP="2"), shipped("llama"), RUN_DIR))
+    assert (o["num_layers"], o["hidden_size"], o["num_attention_heads"], o["num_query_groups"]) == (2, 128, 4, 2)
+    assert o["use_rope_scaling"] is True and o["rope_scaling_factor"] == 8.0 and o["add_qkv_bias"] is False
+    q = overrides_of(experiment(run_request("amd", "prim", "qwen"), shipped("qwen"), RUN_DIR))
+    assert (q["num_layers"], q["add_qkv_bias"], q["use_rope_scaling"], q["rotary_base"]) == (28, True, False, 1e6)
+
+
+def test_fp8_is_hybrid():
+    o = overrides_of(experiment(run_request("amd", "prim", "llama", PRECISION="fp8"), shipped("llama"), RUN_DIR))
+    assert o["fp8"] == "hybrid" and o["bf16"] is True
+
+
+def test_mock_data_only_when_asked_for():
+    o = overrides_of(experiment(run_request("amd", "prim", "llama", MOCK_DATA="1"), shipped("llama"), RUN_DIR))
+    assert o["mock_data"] is True and o["train_data_path"] is None
+
+
+def test_profiling_switches_primus_profiler_over_the_configured_steps():
+    o = overrides_of(experiment(run_request("amd", "prim", "llama", PROFILING="true"), shipped("llama"), RUN_DIR))
+    assert (o["profile"], o["use_pytorch_profiler"], o["profile_step_start"], o["profile_step_end"]) == \
+        (True, True, 10, 12)
+
+
+def test_shipped_config_per_precision_then_the_older_single_file(tmp_path):
+    assert shipped_config(PRIMUS, "llama", "bf16").name == "llama3.1_8B-BF16-pretrain.yaml"
+    assert shipped_config(FIXTURES / "primus_v0.5", "llama", "fp8").name == "llama3.1_8B-pretrain.yaml"
+    with pytest.raises(ShippedConfigMissing, match="PRIMUS_PATH"):
+        shipped_config(tmp_path, "qwen", "bf16")
+
+
+def test_written_yaml_names_its_base_and_reads_back(tmp_path):
+    req = run_request("amd", "prim", "llama")
+    out = tmp_path / "primus_experiment.yaml"
+    base = write_experiment(req, PRIMUS, out, str(tmp_path))
+    text = out.read_text()
+    assert text.startswith(f"# Generated by TPrimat (train/primus_config.py) from {base}.")
+    assert yaml.safe_load(text) == experiment(req, shipped("llama"), str(tmp_path))
+    assert render(yaml.safe_load(text), base) == text
+
+
+def test_command_runs_primus_run_pretrain_with_this_nodes_rendezvous():
+    req = run_request("amd", "prim", "llama", NNODES="2", GPUS_PER_NODE="8", NODE_RANK="1",
+                      MASTER_ADDR="10.0.0.1", MASTER_PORT="29600", DP="16", LAUNCHER="slurm")
+    cmd = command(req, Path("/workspace/Primus"), Path("/out/exp.yaml"), "/out/run")
+    assert cmd.argv == ["bash", "./examples/run_pretrain.sh"] and cmd.cwd == "/workspace/Primus"
+    assert {k: cmd.env[k] for k in ("EXP", "NNODES", "NODE_RANK", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT")} == \
+        {"EXP": "/out/exp.yaml", "NNODES": "2", "NODE_RANK": "1", "GPUS_PER_NODE": "8",
+         "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600"}

@@ -1,0 +1,57 @@
+"""A Lightning callback that prints the settings NeMo actually trains with, read from live objects.
+
+NeMo's console shows only the global batch size per step, so TP, PP, micro batch, sequence
+length, precision and data paths are read back here from megatron-core's parallel state, the
+model config and the data module once training starts, and printed by global rank 0 as one line:
+
+    TPRIMAT_EFFECTIVE {"tp": 4, "pp": 1, ...}
+
+evaluate.extract reads it from the log; the launcher compares it with the request. Imported only
+inside the NeMo container (it needs lightning and megatron-core).
+"""
+
+from __future__ import annotations
+
+import json
+
+from lightning.pytorch.callbacks import Callback
+from megatron.core import parallel_state
+from megatron.core.num_microbatches_calculator import get_current_global_batch_size, get_micro_batch_size
+
+MARKER = "TPRIMAT_EFFECTIVE"
+
+
+def _data_paths(datamodule) -> list[str] | None:
+    blend = getattr(datamodule, "build_kwargs", {}).get("blend")
+    return [str(p) for p in blend[0]] if blend else None
+
+
+class EffectiveSettings(Callback):
+    """Print the effective settings once, when training starts."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        config = pl_module.config
+        datamodule = trainer.datamodule
+        effective = {
+            "tp": parallel_state.get_tensor_model_parallel_world_size(),
+            "pp": parallel_state.get_pipeline_model_parallel_world_size(),
+            "cp": parallel_state.get_context_parallel_world_size(),
+            "dp": parallel_state.get_data_parallel_world_size(),
+            "gbs": get_current_global_batch_size(),
+            "mbs": get_micro_batch_size(),
+            "seq_len": config.seq_length,
+            "steps": trainer.max_steps,
+            "precision": "fp8" if getattr(config, "fp8", None) else ("bf16" if config.bf16 else "other"),
+            "sequence_parallel": config.sequence_parallel,
+            "mock_data": type(datamodule).__name__ == "MockDataModule",
+            "data_paths": _data_paths(datamodule),
+            "num_layers": config.num_layers,
+            "hidden_size": config.hidden_size,
+            "bias_activation_fusion": config.bias_activation_fusion,
+            "apply_rope_fusion": config.apply_rope_fusion,
+            "cross_entropy_loss_fusion": config.cross_entropy_loss_fusion,
+            "gradient_accumulation_fusion": config.gradient_accumulation_fusion,
+            "attention_backend": str(config.attention_backend),
+        }
+        if trainer.is_global_zero:
+            print(f"{MARKER} {json.dumps(effective, sort_keys=True)}", flush=True)

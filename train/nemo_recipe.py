@@ -1,0 +1,138 @@
+"""TPrimat request (config.json) -> NeMo 2.0 recipe settings: a pure mapping, testable without NeMo.
+
+The result is plain JSON that train/train_nemo.py applies to `llm.<recipe>.pretrain_recipe(...)`:
+`set` holds attribute paths on the recipe (every one of them overrides a recipe default that
+would otherwise differ from the request), the other sections name the objects train_nemo.py
+builds (data module, DDP config, precision plugin, callbacks).
+"""
+
+from __future__ import annotations
+
+from utils.models import get_model
+
+RECIPES = {"llama": "llama31_8b", "qwen": "qwen25_7b"}  # nemo.collections.llm.<recipe>
+PRECISION_PLUGINS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_mixed"}  # ...recipes.precision.mixed_precision
+
+# TPrimat's fairness names -> NeMo's attribute paths on the recipe.
+FAIRNESS_PATHS = {
+    "context_parallel_size": "trainer.strategy.context_parallel_size",
+    "use_distributed_optimizer": "optim.config.use_distributed_optimizer",
+    "bias_swiglu_fusion": "model.config.bias_activation_fusion",
+    "apply_rope_fusion": "model.config.apply_rope_fusion",
+    "bias_dropout_fusion": "model.config.bias_dropout_fusion",
+    "cross_entropy_loss_fusion": "model.config.cross_entropy_loss_fusion",
+    "cross_entropy_fusion_impl": "model.config.cross_entropy_fusion_impl",
+    "gradient_accumulation_fusion": "model.config.gradient_accumulation_fusion",
+    "adam_eps": "optim.config.adam_eps",
+}
+# Fairness settings NeMo takes elsewhere: DDP overlap in the DDP config, the attention backend as
+# megatron-core's AttnBackend enum (built by train_nemo.py), flash attention through the
+# environment (NVTE_FLASH_ATTN in utils/platform_env.py).
+DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather")
+
+
+def _architecture(model: str, variant: str) -> dict[str, object]:
+    """The model's numbers from TPrimat's spec, so NeMo builds exactly the variant requested."""
+    size = "tiny" if variant.endswith("-tiny") else "full"
+    spec = get_model(model, size)
+    return {
+        "model.config.num_layers": spec.num_layers,
+        "model.config.hidden_size": spec.hidden_size,
+        "model.config.ffn_hidden_size": spec.ffn_hidden_size,
+        "model.config.num_attention_heads": spec.num_attention_heads,
+        "model.config.num_query_groups": spec.num_kv_heads,
+        "model.config.vocab_size": spec.vocab_size,
+        "model.config.rotary_base": spec.rope_theta,
+        "model.config.layernorm_epsilon": spec.norm_eps,
+    }
+
+
+def recipe_settings(req: dict, run_dir: str) -> dict:
+    """Everything train_nemo.py sets on the recipe for one run, from the run's request."""
+    tp, pp, steps = req["tp"], req["pp"], req["train_iters"]
+    fairness = req["fairness"]
+    settings: dict[str, object] = {
+        # parallelism
+        "trainer.strategy.tensor_model_parallel_size": tp,
+        "trainer.strategy.pipeline_model_parallel_size": pp,
+        "trainer.strategy.virtual_pipeline_model_parallel_size": None,
+        "trainer.strategy.sequence_parallel": req["sequence_parallel"],
+        "trainer.num_nodes": req["nnodes"],
+        "trainer.devices": req["gpus_per_node"],
+        "trainer.accumulate_grad_batches": 1,  # NeMo derives GA from GBS / (MBS x DP)
+        # steps, logging every step, no validation, no checkpoints
+        "trainer.max_steps": steps,
+        "trainer.log_every_n_steps": 1,
+        "trainer.val_check_interval": steps,
+        "trainer.limit_val_batches": 0,
+        "trainer.limit_test_batches": 0,
+        "trainer.num_sanity_val_steps": 0,
+        "trainer.enable_checkpointing": False,
+        "log.ckpt": None,
+        "log.tensorboard": None,
+        "log.log_dir": f"{run_dir}/nemo",
+        "resume": None,
+        # optimizer and schedule
+        "optim.config.lr": req["lr"],
+        "optim.config.weight_decay": req["weight_decay"],
+        "optim.config.adam_beta1": req["beta1"],
+        "optim.config.adam_beta2": req["beta2"],
+        "optim.config.clip_grad": req["grad_clip"],
+        "optim.config.bf16": True,
+        "optim.config.fp16": False,
+        "optim.lr_scheduler.warmup_steps": req["warmup_steps"],
+        "optim.lr_scheduler.constant_steps": 0,
+        "optim.lr_scheduler.min_lr": req["min_lr"],
+        "optim.lr_scheduler.max_steps": steps,
+        # model
+        "model.config.seq_length": req["sl"],
+        **_architecture(req["model"], req["variant"]),
+    }
+    for name, path in FAIRNESS_PATHS.items():
+        settings[path] = fairness[name]
+    return {
+        "recipe": RECIPES[req["model"]],
+        "name": req["run_id"],
+        "num_nodes": req["nnodes"],
+        "num_gpus_per_node": req["gpus_per_node"],
+        "set": settings,
+        "pipeline_dtype": "bfloat16" if pp > 1 else None,
+        "attention_backend": fairness["attention_backend"],
+        "ddp": {key: fairness[key] for key in DDP_KEYS} | {"grad_reduce_in_fp32": True,
+                                                           "check_for_nan_in_grad": True,
+                                                           "average_in_collective": True},
+        "precision": {"plugin": PRECISION_PLUGINS[req["precision"]],
+                      "set": {"fp8_param_gather": fairness["fp8_param_gather"]}},
+        "data": _data(req, run_dir),
+        "callbacks": _callbacks(req),
+        # NeMo's own switches; the platform's (attention kernels, device connections) come from
+        # utils/platform_env.py through the launcher.
+        "env": {"NEMO_LOG_MEMORY_USAGE": "1", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+                "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    }
+
+
+def _data(req: dict, run_dir: str) -> dict:
+    """Real data through PreTrainingDataModule (prefix without suffix, local tokenizer), or mock data."""
+    common = {"seq_length": req["sl"], "global_batch_size": req["gbs"], "micro_batch_size": req["mbs"]}
+    if req["mock_data"]:
+        return {"module": "MockDataModule", **common}
+    return {
+        "module": "PreTrainingDataModule",
+        "paths": [req["data_prefix"]],
+        "tokenizer_dir": req["tokenizer_dir"],
+        "split": "100,0,0",
+        "seed": req["seed"],
+        "index_mapping_dir": f"{run_dir}/nemo/index_mapping",
+        **common,
+    }
+
+
+def _callbacks(req: dict) -> list[dict]:
+    """Step timing always; NeMo's own profiler switch (nsys capture range) when PROFILING is on."""
+    callbacks: list[dict] = [{"class": "TimingCallback"}]
+    if req["profiling"]:
+        # NeMo's steps are 0-based; TPrimat's are 1-based.
+        callbacks.append({"class": "NsysCallback", "start_step": req["profile_start_step"] - 1,
+                          "end_step": req["profile_end_step"] - 1, "ranks": [0]})
+    return callbacks

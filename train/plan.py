@@ -1,0 +1,217 @@
+"""The run list: strategy x framework x model x repeat from the configuration, and each run's request.
+
+    python3 -m train.plan            # the run list as a table, with framework-mapping notes
+    python3 -m train.plan --tsv      # one run per line for shell/train.sh: name, framework, model, strategy, repeat
+    python3 -m train.plan --check-data   # exit 1 naming each model whose prepared data is missing
+
+A run's request (`request()`, written as config.json into its directory) is what every launcher
+and the effective-settings check read: the layout and workload of that one run, plus every knob.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from train.fairness import FAIRNESS, sequence_parallel
+from utils.config import ConfigError, Config, load_config
+from utils.strategies import CUSTOM, Layout
+
+PREPARE_COMMAND = "./shell/run_data.sh"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of the matrix."""
+
+    name: str  # its directory name inside the run set, e.g. "nemo-llama" or "prim-qwen-balanced-r2"
+    framework: str
+    model: str
+    strategy: str
+    repeat: int  # 1-based
+    layout: Layout
+
+
+def run_name(framework: str, model: str, strategy: str, repeat: int, *, named_strategy: bool,
+             repeats: int) -> str:
+    """framework-model, plus the strategy when one is named and the repeat when there are several."""
+    parts = [framework, model]
+    if named_strategy:
+        parts.append(strategy)
+    if repeats > 1:
+        parts.append(f"r{repeat}")
+    return "-".join(parts)
+
+
+def build_plan(cfg: Config) -> list[Run]:
+    """Every run in execution order: repeats outermost, so a slow drift of the machine spreads evenly."""
+    repeats = cfg["RUNS"]
+    named = cfg.strategies != [CUSTOM]
+    return [Run(run_name(framework, spec.key, strategy, repeat, named_strategy=named, repeats=repeats),
+                framework, spec.key, strategy, repeat, cfg.layout(spec.key, strategy))
+            for repeat in range(1, repeats + 1)
+            for strategy in cfg.strategies
+            for framework in cfg.frameworks
+            for spec in cfg.models]
+
+
+def data_prefix(data_dir: str, dataset: str, model: str) -> Path:
+    """Megatron's dataset prefix (no .bin/.idx suffix) of one model's tokenization of a dataset."""
+    return Path(data_dir) / f"{dataset}_{model}_text_document"
+
+
+def tokenizer_dir(data_dir: str, model: str) -> Path:
+    return Path(data_dir) / "tokenizers" / model
+
+
+def request(cfg: Config, run: Run) -> dict:
+    """The run's requested settings: identity, layout, workload, data, fairness table and every knob."""
+    v = cfg.values
+    spec = cfg.model(run.model)
+    lay = run.layout
+    return {
+        "run_id": run.name,
+        "platform": cfg.platform,
+        "framework": run.framework,
+        "model": run.model,
+        "variant": spec.variant,
+        "strategy": run.strategy,
+        "repeat": run.repeat,
+        "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ga": lay.ga,
+        "sequence_parallel": sequence_parallel(lay.tp),
+        "mbs": v["MBS"], "gbs": cfg.gbs, "sl": v["SL"],
+        "num_gpus": cfg.num_gpus, "nnodes": v["NNODES"], "gpus_per_node": v["GPUS_PER_NODE"],
+        "train_iters": v["TRAIN_ITERS"], "warmup_steps": v["WARMUP_STEPS"],
+        "lr": v["LR"], "min_lr": v["MIN_LR"], "weight_decay": v["WEIGHT_DECAY"],
+        "beta1": v["BETA1"], "beta2": v["BETA2"], "grad_clip": v["GRAD_CLIP"],
+        "seed": v["SEED"], "precision": v["PRECISION"],
+        "dataset": v["DATASET"],
+        "data_prefix": str(data_prefix(v["DATA_DIR"], v["DATASET"], run.model)),
+        "tokenizer_dir": str(tokenizer_dir(v["DATA_DIR"], run.model)),
+        "mock_data": v["MOCK_DATA"],
+        "profiling": v["PROFILING"],
+        "profile_start_step": v["PROFILE_START_STEP"], "profile_end_step": v["PROFILE_END_STEP"],
+        "fairness": dict(FAIRNESS),
+        "config": cfg.as_dict(),
+    }
+
+
+def data_problems(cfg: Config) -> list[str]:
+    """One line per model whose prepared, verified data is missing (none when MOCK_DATA is on)."""
+    if cfg["MOCK_DATA"]:
+        return []
+    problems = []
+    for spec in cfg.models:
+        prefix = data_prefix(cfg["DATA_DIR"], cfg["DATASET"], spec.key)
+        manifest = prefix.with_name(prefix.name + ".manifest.json")
+        missing = [p.name for p in (prefix.with_suffix(".bin"), prefix.with_suffix(".idx"), manifest) if not p.exists()]
+        if missing:
+            problems.append(f"{spec.key}: {', '.join(missing)} missing in {prefix.parent}")
+            continue
+        try:
+            verified = json.loads(manifest.read_text()).get("verified") is True
+        except (OSError, json.JSONDecodeError):
+            verified = False
+        if not verified:
+            problems.append(f"{spec.key}: {manifest.name} does not say verified (data.verify did not pass)")
+        if not (tokenizer_dir(cfg["DATA_DIR"], spec.key) / "tokenizer.json").exists():
+            problems.append(f"{spec.key}: tokenizer directory {tokenizer_dir(cfg['DATA_DIR'], spec.key)} is missing")
+    return problems
+
+
+# --- Time estimate from earlier runs of the same work -------------------------------------------------
+
+SAME_WORK = ("platform", "framework", "variant", "tp", "pp", "dp", "ga", "mbs", "sl", "train_iters",
+             "precision", "num_gpus")
+
+
+def _earlier_durations(output_dir: Path, req: dict) -> list[float]:
+    """Wall times (s) of earlier successful runs whose config.json asked for the same work."""
+    durations = []
+    for config_file in output_dir.glob("*/*/config.json"):
+        try:
+            earlier = json.loads(config_file.read_text())
+            outcome = json.loads((config_file.parent / "launch.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if outcome.get("status") == "ok" and all(earlier.get(k) == req[k] for k in SAME_WORK):
+            durations.append(float(outcome["wall_s"]))
+    return durations
+
+
+def estimate_s(output_dir: Path, req: dict) -> float | None:
+    """Median wall time of earlier identical runs, or None when there is none to go by."""
+    durations = _earlier_durations(output_dir, req)
+    return statistics.median(durations) if durations else None
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def table(cfg: Config, runs: list[Run]) -> list[str]:
+    """The run list as the user reads it before anything starts."""
+    lines = [f"platform {cfg.platform}: frameworks {', '.join(cfg.frameworks)}; models "
+             + ", ".join(s.variant for s in cfg.models) + f"; strategies {', '.join(cfg.strategies)}; "
+             f"{cfg['RUNS']} repeat(s); GBS {cfg.gbs}, SL {cfg['SL']}, {cfg['TRAIN_ITERS']} steps, "
+             f"{cfg['PRECISION']}, {cfg.num_gpus} GPU(s)"]
+    lines += [f"note: {note}" for note in cfg.notes]
+    lines.append(f"{'#':>3}  {'run':<36} {'framework':<9} {'model':<18} {'strategy':<22} layout"
+                 f"{'':<17} estimate")
+    known: list[float] = []
+    for index, run in enumerate(runs, 1):
+        lay = run.layout
+        guess = estimate_s(Path(cfg["OUTPUT_DIR"]), request(cfg, run))
+        if guess is not None:
+            known.append(guess)
+        lines.append(f"{index:>3}  {run.name:<36} {run.framework:<9} {cfg.model(run.model).variant:<18} "
+                     f"{run.strategy:<22} TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga:<6} "
+                     f"{_duration(guess) if guess is not None else '-'}")
+    if known and len(known) == len(runs):
+        lines.append(f"estimated total: {_duration(sum(known))} (median of earlier identical runs)")
+    elif known:
+        lines.append(f"estimated: {_duration(sum(known))} for {len(known)} of {len(runs)} runs "
+                     "(the others have no earlier identical run to go by)")
+    else:
+        lines.append("estimate: none yet (no earlier identical run in OUTPUT_DIR to go by)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m train.plan", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--tsv", action="store_true", help="machine-readable run list for shell/train.sh")
+    mode.add_argument("--check-data", action="store_true", help="check every model's prepared data")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config()
+    except ConfigError as err:
+        for problem in err.problems:
+            print(f"config error: {problem}", file=sys.stderr)
+        return 2
+    runs = build_plan(cfg)
+    if args.tsv:
+        for run in runs:
+            print("\t".join((run.name, run.framework, run.model, run.strategy, str(run.repeat))))
+    elif args.check_data:
+        problems = data_problems(cfg)
+        for problem in problems:
+            print(f"data missing: {problem}", file=sys.stderr)
+        if problems:
+            print(f"prepare it first: {PREPARE_COMMAND}  (DATASET={cfg['DATASET']}, DATA_DIR={cfg['DATA_DIR']})",
+                  file=sys.stderr)
+            return 1
+    else:
+        print("\n".join(table(cfg, runs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

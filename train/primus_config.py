@@ -1,0 +1,210 @@
+"""TPrimat request (config.json) + Primus's shipped experiment YAML -> the run's experiment YAML.
+
+Primus reads every training setting from `modules.pre_trainer.overrides` (a key at the top level
+is silently ignored) and trains on `MockGPTDataset` unless `mock_data: false` is set there, so the
+experiment keeps the shipped file's structure and writes every requested setting, real data
+included, under the overrides. `experiment()` is pure; the launch glue is `command()`.
+
+    python3 -m train.primus_config --request RUN_DIR/config.json --primus /workspace/Primus -o RUN_DIR/primus_experiment.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from utils.models import get_model
+
+DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where rocm/primus images hold their checkout
+CONFIG_DIR = "examples/megatron/configs/MI300X"
+# Shipped experiment files per model, newest naming first (Primus renamed them to -BF16-/-FP8- in
+# late 2025; older images ship the single -pretrain.yaml). {precision} is BF16 or FP8.
+SHIPPED_NAMES = {
+    "llama": ("llama3.1_8B-{precision}-pretrain.yaml", "llama3.1_8B-pretrain.yaml"),
+    "qwen": ("qwen2.5_7B-{precision}-pretrain.yaml", "qwen2.5_7B-pretrain.yaml"),
+}
+# Primus's own turbo switches: kept as the shipped file sets them, and listed in the run's summary.
+TURBO_KEYS = ("enable_primus_turbo", "use_turbo_attention", "use_turbo_grouped_mlp", "use_turbo_grouped_gemm")
+# Fairness-table names Megatron (and so Primus) spells the same way.
+FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_grad_reduce",
+                 "overlap_param_gather", "bias_swiglu_fusion", "apply_rope_fusion", "bias_dropout_fusion",
+                 "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "gradient_accumulation_fusion",
+                 "attention_backend", "use_flash_attn", "adam_eps", "fp8_param_gather")
+
+
+class ShippedConfigMissing(FileNotFoundError):
+    """Primus's shipped experiment file for the model is not where Primus keeps it."""
+
+
+def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
+    """The shipped experiment YAML this run derives from (the first of the known names present)."""
+    directory = Path(primus_path) / CONFIG_DIR
+    tried = [directory / name.format(precision=precision.upper()) for name in SHIPPED_NAMES[model]]
+    for path in tried:
+        if path.is_file():
+            return path
+    raise ShippedConfigMissing(
+        f"no shipped Primus config for {model} in {directory} (looked for "
+        + ", ".join(p.name for p in tried) + "); set PRIMUS_PATH to a Primus checkout "
+        f"(the AMD image has it at {DEFAULT_PRIMUS_PATH})")
+
+
+def overrides(req: dict) -> dict:
+    """Every setting the run requests, in Megatron's argument names."""
+    spec = get_model(req["model"], "tiny" if req["variant"].endswith("-tiny") else "full")
+    steps = req["train_iters"]
+    settings: dict[str, object] = {
+        # parallelism
+        "tensor_model_parallel_size": req["tp"],
+        "pipeline_model_parallel_size": req["pp"],
+        "sequence_parallel": req["sequence_parallel"],
+        # batch and steps
+        "micro_batch_size": req["mbs"],
+        "global_batch_size": req["gbs"],
+        "seq_length": req["sl"],
+        "max_position_embeddings": spec.max_position_embeddings,
+        "train_iters": steps,
+        "eval_iters": 0,
+        "eval_interval": steps,
+        # optimizer and schedule
+        "lr": req["lr"],
+        "min_lr": req["min_lr"],
+        "lr_warmup_iters": req["warmup_steps"],
+        "lr_decay_iters": steps,
+        "lr_decay_style": "cosine",
+        "weight_decay": req["weight_decay"],
+        "adam_beta1": req["beta1"],
+        "adam_beta2": req["beta2"],
+        "clip_grad": req["grad_clip"],
+        "seed": req["seed"],
+        # precision
+        "bf16": True,
+        "fp16": False,
+        "fp8": "hybrid" if req["precision"] == "fp8" else None,
+        # data: real unless mock data was asked for explicitly
+        "mock_data": bool(req["mock_data"]),
+        "train_data_path": None if req["mock_data"] else req["data_prefix"],
+        "valid_data_path": None,
+        "test_data_path": None,
+        "tokenizer_type": "HuggingFaceTokenizer",
+        "tokenizer_model": req["tokenizer_dir"],
+        # architecture from TPrimat's spec, so the variant is exactly the one requested
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "ffn_hidden_size": spec.ffn_hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "group_query_attention": spec.num_kv_heads < spec.num_attention_heads,
+        "num_query_groups": spec.num_kv_heads,
+        "add_qkv_bias": spec.qkv_bias,
+        "untie_embeddings_and_output_weights": True,
+        "rotary_base": spec.rope_theta,
+        "norm_epsilon": spec.norm_eps,
+        "use_rope_scaling": bool(spec.rope_scaling),
+        # logging every step, no checkpoints, no external trackers
+        "log_interval": 1,
+        "log_throughput": True,
+        "disable_wandb": True,
+        "disable_tensorboard": not req["profiling"],
+        "save": None,
+        "disable_last_saving": True,
+        # Primus's own profiler switch (PyTorch profiler over the configured steps)
+        "profile": bool(req["profiling"]),
+        "use_pytorch_profiler": bool(req["profiling"]),
+        "profile_step_start": req["profile_start_step"],
+        "profile_step_end": req["profile_end_step"],
+    }
+    if spec.rope_scaling:
+        settings["rope_scaling_factor"] = spec.rope_scaling["factor"]
+    settings.update({key: req["fairness"][key] for key in FAIRNESS_KEYS})
+    return settings
+
+
+def experiment(req: dict, shipped: dict, run_dir: str) -> dict:
+    """The shipped experiment with the run's name, workspace and every requested setting applied."""
+    exp = copy.deepcopy(shipped)
+    try:
+        trainer = exp["modules"]["pre_trainer"]
+    except (KeyError, TypeError):
+        raise ValueError("the shipped Primus config has no modules.pre_trainer section") from None
+    exp["exp_name"] = req["run_id"]
+    exp["workspace"] = f"{run_dir}/primus"
+    trainer["overrides"] = {**(trainer.get("overrides") or {}), **overrides(req)}
+    return exp
+
+
+def turbo_settings(exp: dict) -> dict:
+    """Primus's turbo switches as the experiment sets them (for the run's record)."""
+    found = exp["modules"]["pre_trainer"]["overrides"]
+    return {key: found[key] for key in TURBO_KEYS if key in found}
+
+
+def render(exp: dict, base: Path) -> str:
+    """YAML text, with a header saying where it came from."""
+    return (f"# Generated by TPrimat (train/primus_config.py) from {base}.\n"
+            "# Every training setting sits under modules.pre_trainer.overrides; Primus ignores top-level keys.\n"
+            + yaml.safe_dump(exp, sort_keys=False, default_flow_style=False))
+
+
+@dataclass(frozen=True)
+class Command:
+    """How to start Primus for one run."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+def command(req: dict, primus_path: Path, exp_path: Path, run_dir: str) -> Command:
+    """Primus's examples/run_pretrain.sh with the experiment and this node's rendezvous settings."""
+    cfg = req["config"]
+    env = {
+        "EXP": str(exp_path),
+        "NNODES": str(req["nnodes"]),
+        "NODE_RANK": str(cfg["NODE_RANK"]),
+        "GPUS_PER_NODE": str(req["gpus_per_node"]),
+        "MASTER_ADDR": str(cfg["MASTER_ADDR"]),
+        "MASTER_PORT": str(cfg["MASTER_PORT"]),
+        "DATA_PATH": str(cfg["DATA_DIR"]),
+        "HF_HOME": str(cfg["HF_HOME"]),
+        "TRAIN_LOG": f"{run_dir}/primus/run_pretrain.log",
+        "HF_HUB_OFFLINE": "1",
+    }
+    return Command(["bash", "./examples/run_pretrain.sh"], env, str(primus_path))
+
+
+def write_experiment(req: dict, primus_path: Path, out: Path, run_dir: str) -> Path:
+    """Read the shipped file, write the run's experiment atomically; returns the base it came from."""
+    base = shipped_config(primus_path, req["model"], req["precision"])
+    shipped = yaml.safe_load(base.read_text())
+    text = render(experiment(req, shipped, run_dir), base)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    return base
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m train.primus_config", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--request", type=Path, required=True, help="the run's config.json")
+    parser.add_argument("--primus", type=Path, default=Path(DEFAULT_PRIMUS_PATH), help="Primus checkout")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="experiment YAML to write")
+    args = parser.parse_args(argv)
+    try:
+        req = json.loads(args.request.read_text())
+        base = write_experiment(req, args.primus, args.output, str(args.request.parent))
+    except (OSError, json.JSONDecodeError, ValueError) as err:
+        print(f"primus_config: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output} from {base}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

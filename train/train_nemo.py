@@ -1,0 +1,92 @@
+"""Run one NeMo 2.0 pretraining from recipe settings written by train/nemo_recipe.py.
+
+Started by the launcher under torchrun on every rank (NeMo runs in the current process group):
+
+    torchrun --nproc_per_node=8 -m train.train_nemo --settings RUN_DIR/nemo_settings.json
+
+NeMo is imported here only, inside main(), so the rest of TPrimat (and its tests) never needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def assign(root: object, path: str, value: object) -> None:
+    """Set a dotted attribute path ("trainer.strategy.sequence_parallel") on a recipe."""
+    *parents, leaf = path.split(".")
+    target = root
+    for name in parents:
+        target = getattr(target, name)
+    setattr(target, leaf, value)
+
+
+def build_recipe(settings: dict):
+    """NeMo's own pretrain recipe for the model, with every TPrimat setting applied."""
+    import nemo_run as run
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer.enums import AttnBackend
+    from nemo.collections import llm
+    from nemo.collections.common.tokenizers.huggingface.auto_tokenizer import AutoTokenizer
+    from nemo.collections.llm.recipes.precision import mixed_precision
+    from nemo.lightning.pytorch.callbacks import NsysCallback
+    from nemo.utils.exp_manager import TimingCallback
+
+    from train.nemo_readback import EffectiveSettings
+
+    callback_classes = {"TimingCallback": TimingCallback, "NsysCallback": NsysCallback}
+    recipe = getattr(llm, settings["recipe"]).pretrain_recipe(
+        dir=settings["set"]["log.log_dir"], name=settings["name"],
+        num_nodes=settings["num_nodes"], num_gpus_per_node=settings["num_gpus_per_node"])
+    for path, value in settings["set"].items():
+        assign(recipe, path, value)
+    recipe.model.config.attention_backend = AttnBackend[settings["attention_backend"]]
+    if settings["pipeline_dtype"]:
+        recipe.trainer.strategy.pipeline_dtype = getattr(torch, settings["pipeline_dtype"])
+    recipe.trainer.strategy.ddp = run.Config(DistributedDataParallelConfig, **settings["ddp"])
+    plugin = getattr(mixed_precision, settings["precision"]["plugin"])()
+    for key, value in settings["precision"]["set"].items():
+        setattr(plugin, key, value)
+    recipe.trainer.plugins = plugin
+
+    data = dict(settings["data"])
+    module = data.pop("module")
+    if module == "PreTrainingDataModule":
+        tokenizer = run.Config(AutoTokenizer, pretrained_model_name=data.pop("tokenizer_dir"))
+        recipe.data = run.Config(llm.PreTrainingDataModule, tokenizer=tokenizer, **data)
+    else:
+        recipe.data = run.Config(llm.MockDataModule, **data)
+
+    callbacks = [run.Config(callback_classes[c["class"]], **{k: v for k, v in c.items() if k != "class"})
+                 for c in settings["callbacks"]]
+    recipe.trainer.callbacks = callbacks + [run.Config(EffectiveSettings)]
+    return recipe
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m train.train_nemo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settings", type=Path, required=True, help="nemo_settings.json of the run")
+    args = parser.parse_args(argv)
+    try:
+        settings = json.loads(args.settings.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        print(f"train_nemo: cannot read {args.settings}: {err}", file=sys.stderr)
+        return 2
+    for key, value in settings["env"].items():  # before NeMo and Transformer Engine are imported
+        os.environ.setdefault(key, value)
+    recipe = build_recipe(settings)
+
+    import nemo_run as run
+
+    run.run(recipe, direct=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
