@@ -1,0 +1,5 @@
+"""TPrimat's evaluation tools: extract, validate, probe, fingerprint, compare, wrap.
+
+Run as modules from the repository root (python3 -m evaluate.extract ...). The name shadows
+Hugging Face's `evaluate` library on purpose; TPrimat never needs that library.
+"""

@@ -1,0 +1,395 @@
+"""Streaming parsers of Megatron-LM, Primus and NeMo training logs (../shared/reference/log-formats.md).
+
+Lines are read one at a time, and only the current run's steps are kept, so memory does not grow
+with the size of the log. Fields are found by name, never by position, and every field but the
+iteration number is optional. What the parsers survive: ANSI colour codes, carriage returns and
+CRLF line ends, other ranks' output interleaved or glued into a line (a value is taken only when
+the whole field is a number), a last line cut off (flagged as truncated), nan/inf (kept as float
+nan/inf: utils.result turns them into flagged nulls), and several runs appended to one file (split
+where the iteration counter restarts; the last run is returned).
+
+Public: parse_logs, mock_data_evidence, effective_settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+FRAMEWORKS = ("mega", "prim", "nemo")
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
+NUMBER = re.compile(r"^([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?))\s*(GiB|GB|MiB|MB|%)?$",
+                    re.IGNORECASE)
+NEMO_ITERATION = re.compile(r"Training epoch (\d+), iteration (\d+)/(\d+)")
+MEGATRON_ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+MEMORY_REPORT = re.compile(r"\(after (\d+) iterations\) memory \(MB\)")
+PRIMUS_PREFIX = re.compile(r"\[rank-\d+/\d+\]\s*\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]")
+ARGUMENT = re.compile(r"(?:^|[\s:])([a-z_][a-z0-9_]*) \.{3,} (.*?)\s*$")
+EFFECTIVE_MARKER = "TPRIMAT_EFFECTIVE"
+MOCK_CLASSES = ("MockGPTDataset", "MockDataModule")
+# Bytes that a line must contain to be worth decoding; every other line is only counted.
+MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), b"Traceback", b"out of memory",
+           b"OutOfMemoryError")
+TAIL_LINES = 20
+GIB = 2.0 ** 30
+
+# Megatron's argument dump (also printed by Primus) -> result field names (parallelism/training).
+ARGUMENT_FIELDS = {
+    "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
+    "micro_batch_size": "mbs", "global_batch_size": "gbs", "seq_length": "seq_len", "train_iters": "steps",
+    "sequence_parallel": "sequence_parallel", "use_distributed_optimizer": "distributed_optimizer",
+    "seed": "seed", "lr": "lr", "min_lr": "min_lr", "lr_warmup_iters": "warmup_steps",
+    "lr_decay_style": "lr_decay_style", "weight_decay": "weight_decay", "adam_beta1": "beta1",
+    "adam_beta2": "beta2", "clip_grad": "grad_clip", "mock_data": "mock_data", "data_path": "data_path",
+    "train_data_path": "data_path",
+}
+
+
+@dataclass
+class ParsedLog:
+    """What the logs say about the last run they hold."""
+
+    framework: str | None  # detected from the line format: mega | prim | nemo (None: no iteration line)
+    records: list[dict]  # per-step records of the last run, by step (utils.result's shape, plus fw_* raw figures)
+    total_steps: int | None  # the run's planned steps, from "iteration n/total"
+    truncated: bool  # a line was cut off (a file did not end with a line end)
+    runs_found: int  # runs appended in the logs (restarts of the iteration counter + 1)
+    effective: dict  # settings read back: argument dump, TPRIMAT_EFFECTIVE lines, iteration lines
+    mock_evidence: str | None  # the first line showing synthetic data, if any
+    error_seen: bool  # a traceback or out-of-memory message appeared
+    tail: list[str]  # the last lines of the last log (for error excerpts)
+    warnings: list[str] = field(default_factory=list)
+    lines_read: int = 0
+
+
+@dataclass
+class _Run:
+    """State of one run inside the log stream."""
+
+    start_line: int
+    records: dict[int, dict] = field(default_factory=dict)
+    first_step: int = 0
+    last_step: int = 0
+    total: int | None = None
+    framework: str | None = None
+    memory: dict[int, tuple[float, float]] = field(default_factory=dict)
+    arguments: dict = field(default_factory=dict)
+    declared: dict = field(default_factory=dict)
+    line_gbs: int | None = None
+    mock_evidence: str | None = None
+
+
+def _value(text: str) -> list[float] | None:
+    """A field's numbers: "9.1E+00" -> [9.1]; "9004.1/9010.7" -> [9004.1, 9010.7]; units dropped.
+
+    None unless every piece is a whole number, so a value cut or glued to other output is refused.
+    """
+    numbers = []
+    for piece in text.split("/"):
+        match = NUMBER.match(piece.strip())
+        if not match:
+            return None
+        numbers.append(float(match.group(1)))
+    return numbers
+
+
+def _count(value: float) -> int:
+    return int(value) if math.isfinite(value) else 1
+
+
+def _fields(rest: str, complete: bool) -> Iterable[tuple[str, list[float]]]:
+    """(normalised name, numbers) for each `name: value` between | separators.
+
+    A line that was cut off (complete=False) loses its last field: its value may be partial.
+    """
+    segments = rest.split("|")
+    if not complete:
+        segments = segments[:-1]
+    for segment in segments:
+        name, sep, value = segment.rpartition(":")
+        if not sep:
+            continue
+        numbers = _value(value)
+        if numbers is not None:
+            yield " ".join(name.lower().split()), numbers
+
+
+def _new_record(step: int) -> dict:
+    return {"step": step, "step_time_s": None, "loss": None, "lr": None, "grad_norm": None, "skipped": 0, "nan": 0,
+            "mem_allocated_gib": None, "mem_reserved_gib": None}
+
+
+def _megatron_record(step: int, rest: str, complete: bool) -> tuple[dict, int | None, bool]:
+    """One Megatron/Primus iteration line -> (record, global batch size, shows Primus fields)."""
+    record, gbs, primus = _new_record(step), None, False
+    for name, numbers in _fields(rest, complete):
+        first = numbers[0]
+        average = numbers[1] if len(numbers) > 1 else None
+        if name == "elapsed time per iteration (ms)":
+            record["step_time_s"] = first / 1000.0
+            if average is not None:
+                record["fw_step_time_avg_s"] = average / 1000.0
+        elif name == "learning rate":
+            record["lr"] = first
+        elif name == "lm loss":
+            record["loss"] = first
+        elif name == "grad norm":
+            record["grad_norm"] = first
+        elif name == "number of skipped iterations":
+            record["skipped"] = _count(first)
+        elif name == "number of nan iterations":
+            record["nan"] = _count(first)
+        elif name == "global batch size":
+            gbs = int(first) if math.isfinite(first) else None
+        elif "tflop" in name:  # "throughput per GPU (TFLOP/s/GPU)", later "compute per GPU (...)"
+            record["fw_tflop_per_s_per_gpu"] = first
+            if average is not None:
+                record["fw_tflop_per_s_per_gpu_avg"] = average
+        elif "tokens" in name and "gpu" in name:  # "tokens per GPU (tokens/s/GPU)", "tokens/s/GPU inst/harmonic mean"
+            record["fw_tokens_per_s_per_gpu"] = first
+            if average is not None:
+                record["fw_tokens_per_s_per_gpu_avg"] = average
+        elif name.startswith(("hip mem usage", "rocm mem usage")):
+            # Primus prints GiB (older builds spell the same figure "GB")
+            record.setdefault("mem_device_used_gib", first)
+            primus = True
+    return record, gbs, primus
+
+
+def _nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int | None]:
+    """One NeMo progress line -> (record, global batch size); NeMo counts from zero."""
+    record, gbs = _new_record(iteration + 1), None
+    for name, numbers in _fields(rest, complete):
+        first = numbers[0]
+        if name == "global_step" and math.isfinite(first):
+            record["step"] = int(first) + 1
+        elif name == "lr":
+            record["lr"] = first
+        elif name in ("reduced_train_loss", "train_loss"):
+            record["loss"] = first
+        elif name == "train_step_timing in s":
+            record["step_time_s"] = first
+        elif name in ("grad_norm", "grad norm"):
+            record["grad_norm"] = first
+        elif name == "global_batch_size":
+            gbs = int(first) if math.isfinite(first) else None
+        elif name in ("peak_memory_usage", "max_memory_reserved"):  # bytes
+            record["mem_reserved_gib"] = first / GIB
+        elif name in ("memory_allocated", "max_memory_allocated"):  # bytes
+            record["mem_allocated_gib"] = first / GIB
+        elif name == "tflops_per_gpu":  # NeMo's FLOPs callback: its own (non-causal) convention
+            record["fw_tflop_per_s_per_gpu"] = first
+    return record, gbs
+
+
+def _argument_value(text: str):
+    """Megatron prints Python reprs: True/False/None, numbers, strings and lists."""
+    if text in ("True", "False"):
+        return text == "True"
+    if text == "None":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+class _Stream:
+    """Feeds cleaned lines in order and keeps only the current run."""
+
+    def __init__(self) -> None:
+        self.run = _Run(start_line=1)
+        self.runs_found = 0
+        self.pending = _Run(start_line=1)  # what precedes the first iteration of the next run
+        self.error_seen = False
+
+    def line(self, number: int, text: str, complete: bool) -> None:
+        if "iteration" in text:
+            nemo = NEMO_ITERATION.search(text)
+            if nemo:
+                record, gbs = _nemo_record(int(nemo.group(2)), text[nemo.end():], complete)
+                self._step(number, record, int(nemo.group(3)) + 1, gbs, "nemo", complete)
+                return
+            megatron = MEGATRON_ITERATION.search(text)
+            if megatron:
+                record, gbs, primus_fields = _megatron_record(int(megatron.group(1)), text[megatron.end():], complete)
+                primus = primus_fields or bool(PRIMUS_PREFIX.search(text[:megatron.start()]))
+                self._step(number, record, int(megatron.group(2)), gbs, "prim" if primus else "mega", complete)
+                return
+            memory = MEMORY_REPORT.search(text)
+            if memory:
+                self._memory(int(memory.group(1)), text[memory.end():], complete)
+                return
+        if EFFECTIVE_MARKER in text:
+            self._declared(text)
+        if " ..." in text:
+            argument = ARGUMENT.search(text)
+            if argument:
+                self._target().arguments[argument.group(1)] = _argument_value(argument.group(2))
+                if argument.group(1) == "mock_data" and argument.group(2) == "True":
+                    self._mock(text)
+        if any(name in text for name in MOCK_CLASSES):
+            self._mock(text)
+        if "Traceback" in text or "out of memory" in text or "OutOfMemoryError" in text:
+            self.error_seen = True
+
+    def _target(self) -> _Run:
+        """Settings printed before a run's first iteration belong to that (next) run."""
+        return self.pending
+
+    def _mock(self, text: str) -> None:
+        target = self._target()
+        if target.mock_evidence is None:
+            target.mock_evidence = text.strip()[:300]
+
+    def _declared(self, text: str) -> None:
+        payload = text.split(EFFECTIVE_MARKER, 1)[1].strip()
+        try:
+            values = json.loads(payload)
+        except json.JSONDecodeError:
+            return
+        if isinstance(values, dict):
+            self._target().declared.update(values)
+
+    def _memory(self, step: int, rest: str, complete: bool) -> None:
+        values = dict(_fields(rest, complete))
+        allocated, reserved = values.get("max allocated"), values.get("max reserved")
+        if allocated and reserved:
+            self.run.memory[step] = (allocated[0] / 1024.0, reserved[0] / 1024.0)
+
+    def _step(self, number: int, record: dict, total: int, gbs: int | None, framework: str, complete: bool) -> None:
+        step, run = record["step"], self.run
+        restart = run.records and step < run.last_step and step <= run.first_step
+        if not run.records or restart:
+            if restart:
+                self.runs_found += 1
+            self.run = run = self._start(number)
+        if not complete:
+            record["truncated"] = True
+        existing = run.records.get(step)
+        if existing is None:
+            run.records[step] = record
+        else:  # the same step printed again (another rank, or a line broken by other output)
+            for key, value in record.items():
+                if existing.get(key) is None:
+                    existing[key] = value
+        run.first_step = run.first_step or step
+        run.last_step = max(run.last_step, step)
+        run.total, run.framework = total, framework
+        if gbs is not None:
+            run.line_gbs = gbs
+
+    def _start(self, number: int) -> _Run:
+        run = self.pending
+        run.start_line = number
+        self.pending = _Run(start_line=number)
+        return run
+
+
+def _effective(run: _Run) -> dict:
+    """Settings the framework itself reports, keyed like the result's parallelism/training fields."""
+    values = {ARGUMENT_FIELDS[k]: v for k, v in run.arguments.items() if k in ARGUMENT_FIELDS}
+    if "bf16" in run.arguments or "fp8" in run.arguments:
+        values["precision"] = "fp8" if run.arguments.get("fp8") not in (None, False) else (
+            "bf16" if run.arguments.get("bf16") else "other")
+    if all(values.get(k) for k in ("gbs", "mbs", "dp")):
+        values["ga"] = values["gbs"] // (values["mbs"] * values["dp"])
+    if run.line_gbs is not None:
+        values["gbs"] = run.line_gbs
+    if run.total is not None:
+        values["steps"] = run.total
+    if run.mock_evidence is not None:
+        values["mock_data"] = True
+    values.update(run.declared)
+    return values
+
+
+def _iterate(paths: Sequence[Path], stream: _Stream, tail: deque) -> tuple[int, bool]:
+    """Feed every line of every log to the stream; returns (lines read, any line cut off)."""
+    lines, truncated = 0, False
+    for path in paths:
+        tail.clear()
+        with open(path, "rb") as handle:
+            for raw in handle:
+                lines += 1
+                tail.append(raw)
+                complete = raw.endswith(b"\n")
+                truncated = truncated or not complete
+                if not any(marker in raw for marker in MARKERS):
+                    continue
+                text = raw.decode("utf-8", "replace").rstrip("\n")
+                if "\x1b" in text:
+                    text = ANSI.sub("", text)
+                pieces = text.split("\r")
+                for index, piece in enumerate(pieces):
+                    stream.line(lines, piece, complete or index < len(pieces) - 1)
+    return lines, truncated
+
+
+def _clean_tail(tail: Iterable[bytes]) -> list[str]:
+    out = []
+    for raw in tail:
+        text = ANSI.sub("", raw.decode("utf-8", "replace")).replace("\r\n", "\n").split("\r")[-1].rstrip()
+        if text.strip():
+            out.append(text)
+    return out
+
+
+def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> ParsedLog:
+    """Parse logs (in order, as one stream) into the last run's per-step records and settings.
+
+    framework: what the caller knows the log to be (mega | prim | nemo); a different detected
+    format is reported in warnings. Never raises on content: a log with no iteration line returns
+    no records, and the caller decides.
+    """
+    if framework is not None and framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}")
+    stream, tail = _Stream(), deque(maxlen=TAIL_LINES)
+    lines, truncated = _iterate([Path(p) for p in paths], stream, tail)
+    run = stream.run if stream.run.records else stream.pending
+    records = [run.records[step] for step in sorted(run.records)]
+    for step, (allocated, reserved) in run.memory.items():
+        target = next((r for r in reversed(records) if r["step"] <= step), None)
+        if target is not None:
+            target["mem_allocated_gib"], target["mem_reserved_gib"] = allocated, reserved
+    notes = []
+    if stream.runs_found:
+        notes.append(f"the log holds {stream.runs_found + 1} runs (the iteration counter restarts); "
+                     f"the last one, from line {run.start_line}, is used")
+    present = {k for k in ("step_time_s", "loss", "lr", "grad_norm") if any(r[k] is not None for r in records)}
+    for record in records:
+        lacking = sorted(k for k in present if record[k] is None)
+        if lacking:
+            notes.append(f"step {record['step']} lacks {', '.join(lacking)} (its line was broken by other output "
+                         "or cut off): null there")
+    if truncated:
+        notes.append("the log ends in the middle of a line (the run was cut off)")
+    if framework and run.framework and framework != run.framework and {framework, run.framework} != {"mega", "prim"}:
+        notes.append(f"the log looks like {run.framework}, not {framework} as given")
+    return ParsedLog(framework=run.framework, records=records, total_steps=run.total, truncated=truncated,
+                     runs_found=stream.runs_found + (1 if records else 0), effective=_effective(run),
+                     mock_evidence=run.mock_evidence, error_seen=stream.error_seen, tail=_clean_tail(tail),
+                     warnings=notes, lines_read=lines)
+
+
+def mock_data_evidence(paths: Sequence[str | Path]) -> str | None:
+    """The first line of the last run showing synthetic data (MockGPTDataset, mock_data True), or None.
+
+    Primus silently builds MockGPTDataset when mock_data stays true: a run meant to use real data
+    must fail when this returns a line.
+    """
+    return parse_logs(paths).mock_evidence
+
+
+def effective_settings(paths: Sequence[str | Path]) -> dict:
+    """Settings the framework reports in its log (argument dump, TPRIMAT_EFFECTIVE {json} lines,
+    iteration lines), keyed like the result's fields: tp, pp, dp, ga, mbs, gbs, seq_len, steps,
+    precision, sequence_parallel, distributed_optimizer, mock_data, data_path, ..."""
+    return parse_logs(paths).effective

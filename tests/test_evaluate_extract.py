@@ -1,0 +1,186 @@
+"""evaluate.extract and evaluate.logs: Megatron, Primus and NeMo logs become the one result shape.
+
+The fixture logs (tests/fixtures/logs/) were written from the format descriptions in
+reference/log-formats.md; each shows one thing a parser must survive. Step times are the same in
+every fixture: 15 s, 9.8 s, then ten steps whose median is 9.3 s (WARMUP_SKIP = 2).
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evaluate import extract, logs
+
+FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
+TOKENS_PER_S_PER_GPU = 128 * 2048 / 9.3 / 8
+VOLATILE = ("log_files",)
+
+
+def run_extract(tmp_path, log, config="config-nvd.json", *flags):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    shutil.copy(FIXTURES / config, run_dir / "config.json")
+    out = run_dir / "result.json"
+    code = extract.main([str(FIXTURES / log), "--run-dir", str(run_dir), "-o", str(out), *flags])
+    return code, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def comparable(result):
+    result = json.loads(json.dumps(result))
+    for key in VOLATILE:
+        result["run"].pop(key, None)
+    return result
+
+
+@pytest.mark.parametrize("log, config", [
+    ("megatron.log", "config-nvd.json"), ("megatron_old_spelling.log", "config-nvd.json"),
+    ("megatron_new_spelling.log", "config-nvd.json"), ("megatron_interleaved_crlf.log", "config-nvd.json"),
+    ("megatron_truncated.log", "config-nvd.json"), ("megatron_nan.log", "config-nvd.json"),
+    ("megatron_two_runs.log", "config-nvd.json"), ("primus.log", "config-amd.json"),
+    ("primus_old_spelling.log", "config-amd.json"), ("primus_new_spelling.log", "config-amd.json"),
+    ("primus_mock.log", "config-amd.json"), ("nemo.log", "config-nemo.json"),
+    ("nemo_new_spelling.log", "config-nemo.json"),
+])
+def test_every_fixture_log_gives_its_golden_result(tmp_path, log, config):
+    code, result = run_extract(tmp_path, log, config)
+    assert code == 0
+    golden = json.loads((GOLDEN / log.replace(".log", ".json")).read_text())
+    assert comparable(result) == comparable(golden)
+
+
+@pytest.mark.parametrize("log, config, framework", [
+    ("megatron.log", "config-nvd.json", "mega"), ("megatron_old_spelling.log", "config-nvd.json", "mega"),
+    ("megatron_new_spelling.log", "config-nvd.json", "mega"), ("primus.log", "config-amd.json", "prim"),
+    ("primus_old_spelling.log", "config-amd.json", "prim"), ("primus_new_spelling.log", "config-amd.json", "prim"),
+    ("nemo.log", "config-nemo.json", "nemo"), ("nemo_new_spelling.log", "config-nemo.json", "nemo"),
+])
+def test_older_and_newer_spellings_give_the_same_figures(tmp_path, log, config, framework):
+    code, result = run_extract(tmp_path, log, config, "--framework", "auto")
+    assert code == 0
+    assert logs.parse_logs([FIXTURES / log]).framework == framework
+    assert result["run"]["status"] == "ok"
+    assert result["series"]["step"] == list(range(1, 13))
+    assert result["performance"]["step_time_s"]["median"] == pytest.approx(9.3)
+    assert result["performance"]["tokens_per_s_per_gpu"] == pytest.approx(TOKENS_PER_S_PER_GPU)
+    assert result["series"]["loss"][0] == pytest.approx(10.8)
+    assert result["series"]["lr"][-1] == pytest.approx(3.6e-4)
+
+
+def test_framework_figures_are_kept_apart_as_raw(tmp_path):
+    _, result = run_extract(tmp_path, "primus.log", "config-amd.json")
+    raw = result["raw_framework"]
+    assert raw["tokens_per_s_per_gpu_avg_last"] == 3520.0  # Primus's running average, as printed
+    assert raw["tflop_per_s_per_gpu_avg_last"] == 561.0
+    # TPrimat's own TFLOP/s comes from the formula, not from Primus's counter
+    assert result["performance"]["tflop_per_s_per_gpu"] == pytest.approx(46.64e9 * TOKENS_PER_S_PER_GPU / 1e12, rel=1e-3)
+    assert result["memory"]["peak_device_used_gib"] == pytest.approx(150.32)
+
+
+def test_megatron_memory_report_gives_peak_memory_in_gib(tmp_path):
+    _, result = run_extract(tmp_path, "megatron.log")
+    assert result["memory"] == {"peak_allocated_gib": pytest.approx(61234.25 / 1024),
+                                "peak_reserved_gib": pytest.approx(65000.0 / 1024)}
+
+
+def test_nemo_counts_from_zero_and_reports_bytes(tmp_path):
+    _, result = run_extract(tmp_path, "nemo.log", "config-nemo.json")
+    assert result["framework"] == "nemo"
+    assert result["run"]["steps_completed"] == 12
+    assert result["memory"]["peak_reserved_gib"] == pytest.approx((70833405952 + 12000) / 2 ** 30)
+
+
+def test_nemo_effective_settings_line_is_read_back(tmp_path):
+    _, result = run_extract(tmp_path, "nemo.log", "config-nemo.json")
+    assert result["effective"]["tp"] == 1 and result["effective"]["seq_len"] == 2048
+    assert result["features"] == {"apply_rope_fusion": True, "bias_activation_fusion": True}
+
+
+def test_megatron_argument_dump_is_read_back_as_effective_settings():
+    effective = logs.effective_settings([FIXTURES / "megatron.log"])
+    assert {k: effective[k] for k in ("tp", "pp", "dp", "ga", "mbs", "gbs", "seq_len", "steps", "precision")} == \
+        {"tp": 1, "pp": 1, "dp": 8, "ga": 16, "mbs": 1, "gbs": 128, "seq_len": 2048, "steps": 12, "precision": "bf16"}
+    assert effective["mock_data"] is False
+
+
+def test_ansi_codes_and_carriage_returns_do_not_hide_steps(tmp_path):
+    assert b"\x1b[" in (FIXTURES / "primus.log").read_bytes()
+    assert b"\r" in (FIXTURES / "nemo.log").read_bytes()
+    for log, config in (("primus.log", "config-amd.json"), ("nemo.log", "config-nemo.json")):
+        _, result = run_extract(tmp_path, log, config)
+        assert len(result["series"]["step"]) == 12
+
+
+def test_interleaved_ranks_and_crlf_keep_every_step_and_null_the_broken_fields(tmp_path):
+    _, result = run_extract(tmp_path, "megatron_interleaved_crlf.log")
+    assert result["series"]["step"] == list(range(1, 13))
+    assert result["series"]["loss"][5] is None  # step 6's line was split by another rank's output
+    assert result["series"]["step_time_s"][5] == pytest.approx(9.305)
+    assert any(w.startswith("step 6 lacks grad_norm, loss, lr") for w in result["warnings"])
+
+
+def test_a_log_cut_mid_line_is_incomplete_with_every_step_kept(tmp_path):
+    code, result = run_extract(tmp_path, "megatron_truncated.log")
+    assert code == 0
+    assert result["run"]["status"] == "incomplete"
+    assert result["run"]["steps_completed"] == 8
+    assert result["series"]["step_time_s"][7] is None  # "93" of "9300.0" is not taken as a step time
+    assert result["series"]["step_time_s"][6] == pytest.approx(9.295)
+    assert result["run"]["error_excerpt"]
+
+
+def test_nan_and_inf_become_flagged_nulls(tmp_path):
+    _, result = run_extract(tmp_path, "megatron_nan.log")
+    assert result["series"]["loss"][6] is None
+    assert result["series"]["grad_norm"][6:8] == [None, None]
+    assert result["health"]["nonfinite"] == [{"step": 7, "field": "loss"}, {"step": 7, "field": "grad_norm"},
+                                             {"step": 8, "field": "grad_norm"}]
+    assert result["health"]["nan_iterations"] == 1
+
+
+def test_two_runs_in_one_file_keep_the_last(tmp_path):
+    _, result = run_extract(tmp_path, "megatron_two_runs.log")
+    assert result["series"]["step_time_s"][0] == 15.0  # the first run's steps took 20 s
+    assert result["run"]["status"] == "ok"
+    assert any("holds 2 runs" in w for w in result["warnings"])
+
+
+def test_primus_mock_data_is_detected_and_flagged(tmp_path):
+    evidence = logs.mock_data_evidence([FIXTURES / "primus_mock.log"])
+    assert evidence and "mock_data" in evidence
+    assert logs.mock_data_evidence([FIXTURES / "primus.log"]) is None
+    _, result = run_extract(tmp_path, "primus_mock.log", "config-amd.json")
+    assert result["effective"]["mock_data"] is True
+    assert any(w.startswith("MOCK DATA") for w in result["warnings"])
+
+
+def test_no_iteration_line_is_a_clear_error(tmp_path, capsys):
+    code, result = run_extract(tmp_path, "no_iterations.log")
+    assert code == 1 and result is None
+    assert "no training iteration line" in capsys.readouterr().err
+
+
+def test_no_iteration_line_with_a_failed_exit_code_still_records_the_failure(tmp_path):
+    code, result = run_extract(tmp_path, "no_iterations.log", "config-nvd.json", "--exit-code", "3")
+    assert code == 1
+    assert result["run"]["status"] == "failed" and result["run"]["exit_code"] == 3
+    assert "NCCL error" in result["run"]["error_excerpt"]
+
+
+def test_a_non_zero_exit_code_marks_the_run_failed(tmp_path):
+    _, result = run_extract(tmp_path, "megatron.log", "config-nvd.json", "--exit-code", "137")
+    assert result["run"]["status"] == "failed"
+
+
+def test_missing_settings_are_bad_input_naming_the_flags(tmp_path, capsys):
+    code = extract.main([str(FIXTURES / "megatron.log"), "-o", str(tmp_path / "r.json"), "--platform", "nvd"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--variant" in err and "--train-iters" in err
+
+
+def test_tokens_in_secrets_never_reach_the_excerpt():
+    assert extract.redact("HF_TOKEN=hf_abcdefghijklmnopqrstuvwx fails") == "HF_TOKEN=*** fails"
+    assert "hf_abc" not in extract.redact("token hf_abcdefghijklmnopqrstuvwx")
