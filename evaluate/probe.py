@@ -1,0 +1,261 @@
+"""Describe the machine a benchmark runs on: system.json (MLPerf-style system description).
+
+    python3 -m evaluate.probe -o system.json     # or without -o: print it
+
+Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers), else from torch when it sees
+a device; software versions from the installed distributions; host facts from /proc, /etc and
+/sys. Whatever cannot be read stays null: on a CPU-only machine the GPU fields are empty, never
+invented.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+PROBE_VERSION = 1
+TIMEOUT_S = 20
+NVIDIA_FIELDS = ("name", "memory.total", "driver_version", "clocks.sm", "clocks.max.sm", "power.limit")
+DISTRIBUTIONS = {"torch": ("torch",), "megatron_core": ("megatron-core", "megatron_core"),
+                 "transformer_engine": ("transformer-engine", "transformer_engine", "transformer_engine_torch"),
+                 "nemo": ("nemo-toolkit", "nemo_toolkit"), "primus": ("primus",), "primus_turbo": ("primus-turbo",),
+                 "numpy": ("numpy",)}
+
+
+def _run(*command: str) -> str | None:
+    """stdout of a tool, or None when it is missing, fails or hangs."""
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def _number(text: str | None) -> float | None:
+    match = re.search(r"[-+]?\d+(?:\.\d+)?", text or "")
+    return float(match.group()) if match else None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _empty_gpu() -> dict:
+    return {"vendor": None, "name": None, "count": 0, "memory_gib": None, "driver": None, "cuda": None,
+            "rocm": None, "devices": []}
+
+
+def nvidia_gpus() -> dict | None:
+    """nvidia-smi's view: names, memory, driver, clocks and power cap per GPU."""
+    out = _run("nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_FIELDS), "--format=csv,noheader,nounits")
+    if not out or not out.strip():
+        return None
+    devices, drivers = [], []
+    for index, line in enumerate(l for l in out.splitlines() if l.strip()):
+        values = [v.strip() for v in line.split(",")]
+        row = dict(zip(NVIDIA_FIELDS, values + [""] * (len(NVIDIA_FIELDS) - len(values))))
+        memory = _number(row["memory.total"])
+        drivers.append(row["driver_version"] or None)
+        devices.append({"index": index, "name": row["name"] or None,
+                        "memory_gib": round(memory / 1024, 2) if memory else None,
+                        "clock_sm_mhz": _number(row["clocks.sm"]), "clock_sm_max_mhz": _number(row["clocks.max.sm"]),
+                        "power_cap_w": _number(row["power.limit"])})
+    header = _run("nvidia-smi") or ""
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
+    return {**_empty_gpu(), "vendor": "nvidia", "name": devices[0]["name"], "count": len(devices),
+            "memory_gib": devices[0]["memory_gib"], "driver": drivers[0],
+            "cuda": cuda.group(1) if cuda else None, "devices": devices}
+
+
+def _key(card: dict, *needles: str) -> str | None:
+    """The value of the first key containing any needle (rocm-smi's key spellings vary by version)."""
+    for needle in needles:
+        for key, value in card.items():
+            if needle in key.lower():
+                return str(value)
+    return None
+
+
+def amd_gpus() -> dict | None:
+    """rocm-smi's view (JSON), else amd-smi's; ROCm version from /opt/rocm."""
+    rocm = (_read("/opt/rocm/.info/version") or "").strip() or None
+    out = _run("rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion", "--showmaxpower",
+               "--showclocks", "--json")
+    devices, driver = [], None
+    if out:
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError:
+            data = {}
+        for name, card in data.items():
+            if not name.startswith("card") or not isinstance(card, dict):
+                continue
+            memory = _number(_key(card, "vram total memory (b)"))
+            devices.append({"index": len(devices), "name": _key(card, "card series", "market", "card sku"),
+                            "memory_gib": round(memory / 2 ** 30, 2) if memory else None,
+                            "gfx": _key(card, "gfx version"), "clock_sm_mhz": _number(_key(card, "sclk")),
+                            "clock_sm_max_mhz": None, "power_cap_w": _number(_key(card, "max graphics package power"))})
+        driver = _key(data.get("system", {}), "driver version")
+    if not devices:
+        listing = _run("amd-smi", "list") or ""
+        static = _run("amd-smi", "static") or ""
+        names = re.findall(r"MARKET_NAME:\s*(.+)", static)
+        count = len(re.findall(r"^GPU:\s*\d+", listing, re.MULTILINE))
+        if not count:
+            return None
+        devices = [{"index": i, "name": (names[i] if i < len(names) else names[0] if names else None)}
+                   for i in range(count)]
+        devices = [{**d, "name": d["name"].strip() if d["name"] else None} for d in devices]
+    return {**_empty_gpu(), "vendor": "amd", "name": devices[0]["name"], "count": len(devices),
+            "memory_gib": devices[0].get("memory_gib"), "driver": driver, "rocm": rocm, "devices": devices}
+
+
+def torch_gpus() -> dict | None:
+    """torch's view, for machines where the vendor tool is absent but a device is visible."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        devices.append({"index": index, "name": props.name, "memory_gib": round(props.total_memory / 2 ** 30, 2)})
+    vendor = "amd" if torch.version.hip else "nvidia"
+    return {**_empty_gpu(), "vendor": vendor, "name": devices[0]["name"], "count": len(devices),
+            "memory_gib": devices[0]["memory_gib"], "cuda": torch.version.cuda, "rocm": torch.version.hip,
+            "devices": devices}
+
+
+def gpu_info() -> dict:
+    return nvidia_gpus() or amd_gpus() or torch_gpus() or _empty_gpu()
+
+
+def _distribution_version(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _megatron_from_source() -> str | None:
+    """megatron-core checked out rather than installed (Primus's third_party): read package_info.py."""
+    spec = importlib.util.find_spec("megatron")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        text = _read(os.path.join(location, "core", "package_info.py")) or ""
+        parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.MULTILINE) for k in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            return ".".join(p.group(1) for p in parts)
+    return None
+
+
+def software_info() -> dict:
+    """Python, framework and communication library versions (null where not installed)."""
+    info = {key: _distribution_version(names) for key, names in DISTRIBUTIONS.items()}
+    info["megatron_core"] = info["megatron_core"] or _megatron_from_source()
+    info["python"] = platform.python_version()
+    info.update(torch_cuda=None, torch_hip=None, nccl=None, rccl=None)
+    if info["torch"]:
+        import torch
+
+        info["torch_cuda"], info["torch_hip"] = torch.version.cuda, torch.version.hip
+        if torch.version.cuda or torch.version.hip:
+            try:
+                version = ".".join(map(str, torch.cuda.nccl.version()))
+                info["rccl" if torch.version.hip else "nccl"] = version
+            except (RuntimeError, AttributeError, TypeError):
+                pass
+    return info
+
+
+def host_info() -> dict:
+    cpuinfo = _read("/proc/cpuinfo") or ""
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+    meminfo = _read("/proc/meminfo") or ""
+    memory_kib = re.search(r"^MemTotal:\s*(\d+)", meminfo, re.MULTILINE)
+    os_release = _read("/etc/os-release") or ""
+    pretty = re.search(r'^PRETTY_NAME="?([^"\n]+)"?', os_release, re.MULTILINE)
+    physical = None
+    if importlib.util.find_spec("psutil") is not None:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False)
+    return {"hostname": socket.gethostname(), "cpu_model": model.group(1).strip() if model else platform.processor() or None,
+            "cpu_cores": physical, "cpu_threads": os.cpu_count(),
+            "memory_gib": round(int(memory_kib.group(1)) / 2 ** 20, 1) if memory_kib else None,
+            "os": pretty.group(1) if pretty else platform.system(), "kernel": platform.release(),
+            "architecture": platform.machine()}
+
+
+def interconnect_info(sys_root: Path = Path("/sys/class/infiniband")) -> dict:
+    """InfiniBand / RoCE adapters and their port rates, where /sys shows them."""
+    adapters = []
+    if sys_root.is_dir():
+        for device in sorted(sys_root.iterdir()):
+            rates = sorted({(_read(str(port / "rate")) or "").strip() for port in (device / "ports").glob("*")} - {""})
+            adapters.append({"device": device.name, "rates": rates})
+    return {"infiniband": adapters}
+
+
+def probe(env: dict | None = None) -> dict:
+    """The whole system description."""
+    env = os.environ if env is None else env
+    nodes = env.get("NNODES")
+    return {"probe_version": PROBE_VERSION, "collected_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "nodes": int(nodes) if nodes and nodes.isdigit() else None, "gpu": gpu_info(), "host": host_info(),
+            "software": software_info(), "interconnect": interconnect_info()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m evaluate.probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-o", "--output", type=Path, help="system.json to write (default: print)")
+    args = parser.parse_args(argv)
+    text = json.dumps(probe(), indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{args.output.name}.", dir=args.output.parent)
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, args.output)
+    print(f"{args.output}: {describe(json.loads(text))}")
+    return 0
+
+
+def describe(system: dict) -> str:
+    """One line: "8 x NVIDIA H100 80GB HBM3, driver 550.54.15, CUDA 12.8" or "no GPU (CPU only)"."""
+    gpu = system.get("gpu") or {}
+    if not gpu.get("count"):
+        host = system.get("host") or {}
+        return f"no GPU (CPU only: {host.get('cpu_model') or 'unknown CPU'}, {host.get('cpu_threads') or '?'} threads)"
+    extras = [f"driver {gpu['driver']}" if gpu.get("driver") else "", f"CUDA {gpu['cuda']}" if gpu.get("cuda") else "",
+              f"ROCm {gpu['rocm']}" if gpu.get("rocm") else ""]
+    return ", ".join([f"{gpu['count']} x {gpu.get('name') or 'unknown GPU'}"] + [e for e in extras if e])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

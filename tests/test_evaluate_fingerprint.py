@@ -1,0 +1,55 @@
+"""evaluate.fingerprint: what proves that two runs trained on the same data with the same code."""
+
+import hashlib
+import json
+import re
+
+import pytest
+
+from evaluate import fingerprint
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    prefix = tmp_path / "sample_llama_text_document"
+    prefix.with_name(prefix.name + ".bin").write_bytes(b"\x01\x00\x00\x00" * 10)
+    prefix.with_name(prefix.name + ".idx").write_bytes(b"MMIDIDX\x00\x00")
+    return prefix
+
+
+def test_manifest_fingerprints_are_used_when_present(dataset):
+    manifest = dataset.with_name(dataset.name + ".manifest.json")
+    manifest.write_text(json.dumps({"fingerprint": "f" * 64, "tokenizer": {"sha256": "t" * 64}, "verified": True}))
+    assert fingerprint.dataset_fingerprint(dataset) == {"fingerprint": "f" * 64, "tokenizer_fingerprint": "t" * 64,
+                                                        "source": "manifest", "verified": True}
+
+
+def test_without_a_manifest_the_fingerprint_is_computed_from_both_files(dataset):
+    bin_hash = hashlib.sha256(b"\x01\x00\x00\x00" * 10).hexdigest()
+    idx_hash = hashlib.sha256(b"MMIDIDX\x00\x00").hexdigest()
+    found = fingerprint.dataset_fingerprint(dataset)
+    assert found["fingerprint"] == hashlib.sha256(f"{bin_hash}\n{idx_hash}".encode()).hexdigest()
+    assert found["source"] == "computed" and found["tokenizer_fingerprint"] is None
+
+
+def test_missing_data_names_the_files_and_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"\.bin.*run_data\.sh"):
+        fingerprint.dataset_fingerprint(tmp_path / "bc_qwen_text_document")
+
+
+def test_config_fingerprint_covers_the_workload_not_the_layout():
+    base = {"SL": 2048, "GBS": 128, "PRECISION": "bf16", "TP": 1, "DATA_DIR": "/a"}
+    same = fingerprint.config_fingerprint({**base, "TP": 4, "DATA_DIR": "/b"})
+    assert fingerprint.config_fingerprint(base) == same
+    assert fingerprint.config_fingerprint({**base, "SL": 4096}) != same
+
+
+def test_project_commit_is_the_checkout_head():
+    commit = fingerprint.project_commit()
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit)
+
+
+def test_cli_prints_the_fingerprints_of_given_prefixes(dataset, capsys):
+    assert fingerprint.main(["--data-prefix", str(dataset)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["datasets"][str(dataset)]["source"] == "computed"
