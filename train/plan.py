@@ -162,17 +162,17 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
              f"{cfg['RUNS']} repeat(s); GBS {cfg.gbs}, SL {cfg['SL']}, {cfg['TRAIN_ITERS']} steps, "
              f"{cfg['PRECISION']}, {cfg.num_gpus} GPU(s)"]
     lines += [f"note: {note}" for note in cfg.notes]
-    lines.append(f"{'#':>3}  {'run':<36} {'framework':<9} {'model':<18} {'strategy':<22} layout"
-                 f"{'':<17} estimate")
+    width = max([len(run.name) for run in runs] + [3])
+    lines.append(f"{'#':>3}  {'run':<{width}}  {'framework':<9} {'model':<18} {'strategy':<22} {'layout':<20} estimate")
     known: list[float] = []
     for index, run in enumerate(runs, 1):
         lay = run.layout
         guess = estimate_s(Path(cfg["OUTPUT_DIR"]), request(cfg, run))
         if guess is not None:
             known.append(guess)
-        lines.append(f"{index:>3}  {run.name:<36} {run.framework:<9} {cfg.model(run.model).variant:<18} "
-                     f"{run.strategy:<22} TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga:<6} "
-                     f"{_duration(guess) if guess is not None else '-'}")
+        layout = f"TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga}"
+        lines.append(f"{index:>3}  {run.name:<{width}}  {run.framework:<9} {cfg.model(run.model).variant:<18} "
+                     f"{run.strategy:<22} {layout:<20} {_duration(guess) if guess is not None else '-'}")
     if known and len(known) == len(runs):
         lines.append(f"estimated total: {_duration(sum(known))} (median of earlier identical runs)")
     elif known:

@@ -160,8 +160,9 @@ class Command:
     cwd: str
 
 
-def command(req: dict, primus_path: Path, exp_path: Path, run_dir: str) -> Command:
-    """Primus's examples/run_pretrain.sh with the experiment and this node's rendezvous settings."""
+def command(req: dict, primus_path: Path, exp_path: Path, log_dir: str) -> Command:
+    """Primus's examples/run_pretrain.sh with the experiment and this node's rendezvous settings
+    (run_pretrain.sh tees its own copy of the console into log_dir)."""
     cfg = req["config"]
     env = {
         "EXP": str(exp_path),
@@ -172,7 +173,7 @@ def command(req: dict, primus_path: Path, exp_path: Path, run_dir: str) -> Comma
         "MASTER_PORT": str(cfg["MASTER_PORT"]),
         "DATA_PATH": str(cfg["DATA_DIR"]),
         "HF_HOME": str(cfg["HF_HOME"]),
-        "TRAIN_LOG": f"{run_dir}/primus/run_pretrain.log",
+        "TRAIN_LOG": f"{log_dir}/run_pretrain.log",
         "HF_HUB_OFFLINE": "1",
     }
     return Command(["bash", "./examples/run_pretrain.sh"], env, str(primus_path))

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Stage script of ./shell/run_train.sh: the benchmark matrix (strategy x framework x model x repeat)
+# in the chosen runtime. Prints the run list, checks the data, probes the system, runs each run
+# into its own directory of a new run set, then summarises, validates and compares.
+# DRY_RUN=1: every run's command and generated configuration, no training.
+# Exit: 0 every run ok, 1 a run failed, 2 bad configuration or missing data, 130 interrupted.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CHILD=""         # process id of the run in progress
+INTERRUPTED=0
+
+# Ctrl-C or SIGTERM (docker stop, scancel): pass it to the run in progress, which stops cleanly.
+on_signal() {
+  INTERRUPTED=1
+  [[ -n "${CHILD}" ]] && kill -TERM "${CHILD}" 2>/dev/null
+  return 0
+}
+
+# Run a command in the background and wait for it, so that a signal reaches on_signal at once.
+run_child() {
+  local rc=0
+  "$@" &
+  CHILD=$!
+  while true; do
+    rc=0
+    wait "${CHILD}" || rc=$?
+    kill -0 "${CHILD}" 2>/dev/null || break
+  done
+  CHILD=""
+  return "${rc}"
+}
+
+# Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here.
+check_data() {
+  tp_python -m train.plan --check-data && return 0
+  if [[ "${PLATFORM}" == cpu && "${DATASET}" == sample && "${DRY_RUN}" != 1 ]]; then
+    tp_log "preparing the bundled sample corpus (DATASET=sample on the CPU)"
+    bash "${TPRIMAT_ROOT}/shell/data.sh" || tp_die 1 "preparing the sample data failed (see above)"
+    tp_python -m train.plan --check-data || tp_die 1 "the sample data is still missing after shell/data.sh"
+  elif [[ "${DRY_RUN}" == 1 ]]; then
+    tp_warn "dry run: a real run would stop here until the data is prepared with ./shell/run_data.sh"
+  elif [[ "${MOCK_DATA}" != 1 ]]; then
+    tp_die 2 "prepare the data first: ./shell/run_data.sh"
+  fi
+}
+
+# A new run-set directory (RUN_SET_DIR when a launcher such as Slurm created it for every node).
+make_run_set() {
+  local dir="${RUN_SET_DIR:-}"
+  if [[ -z "${dir}" ]]; then
+    dir="${OUTPUT_DIR}/$(date +%Y%m%d-%H%M%S)-${PLATFORM}"
+    while [[ -e "${dir}" ]]; do dir="${dir}+"; done
+  fi
+  mkdir -p "${dir}"
+  (cd "${dir}" && pwd)
+}
+
+# DRY_RUN in a container: how to start the same run from the host.
+print_container_command() {
+  local script="$1"
+  shift
+  [[ "${TPRIMAT_RUNTIME:-}" == docker ]] || return 0
+  local -a words
+  mapfile -t words < <(tp_docker_run_words "${PLATFORM}" "tprimat-train" bash "${script}" "$@")
+  tp_log "from the host: $(printf '%q ' "${words[@]}")"
+}
+
+main() {
+  tp_load_config --quiet
+  trap 'on_signal' INT TERM
+  local -a runs=()
+  tp_python -m train.plan
+  mapfile -t runs < <(tp_python -m train.plan --tsv)
+  ((${#runs[@]} > 0)) || tp_die 2 "the run list is empty; check FRAMEWORK and MODELS"
+  check_data
+
+  local run_set
+  run_set="$(make_run_set)"
+  export RUN_SET_DIR="${run_set}"
+  tp_log "run set: ${run_set}"
+  if [[ "${NODE_RANK}" == 0 ]]; then
+    tp_python -m evaluate.probe -o "${run_set}/system.json" \
+      || tp_warn "the system probe failed: results will have no system description"
+  fi
+
+  local line name framework model strategy repeat script index=0 rc failed=0
+  local -a names=()
+  for line in "${runs[@]}"; do
+    IFS=$'\t' read -r name framework model strategy repeat <<<"${line}"
+    index=$((index + 1))
+    names+=("${name}")
+    script="train/train_${PLATFORM}_${framework}_${model}.sh"
+    [[ "${strategy}" == custom ]] && strategy=""
+    tp_log "run ${index}/${#runs[@]}: ${name}"
+    [[ "${DRY_RUN}" == 1 ]] && print_container_command "${script}" --run-dir "${run_set}/${name}" --repeat "${repeat}"
+    rc=0
+    STRATEGY="${strategy}" run_child bash "${TPRIMAT_ROOT}/${script}" --run-dir "${run_set}/${name}" \
+      --repeat "${repeat}" || rc=$?
+    if ((INTERRUPTED)) || ((rc == 130)); then
+      INTERRUPTED=1
+      tp_warn "interrupted during ${name}; stopping the matrix (finished runs are kept)"
+      break
+    fi
+    ((rc == 0)) || failed=1
+  done
+
+  [[ "${NODE_RANK}" == 0 ]] || { tp_log "node ${NODE_RANK}: done; node 0 writes the summary"; return "${failed}"; }
+  tp_python -m train.summary "${run_set}" "${names[@]}" || failed=1
+  if ((INTERRUPTED)); then
+    tp_log "to evaluate what finished: python3 -m evaluate.validate ${run_set} && python3 -m evaluate.compare ${run_set} -o ${run_set}"
+    return 130
+  fi
+  if [[ "${DRY_RUN}" == 1 ]]; then
+    tp_log "dry run: commands and generated configurations are in ${run_set}; nothing was trained"
+    return 0
+  fi
+  tp_python -m evaluate.validate "${run_set}" || tp_warn "validation found problems (listed above)"
+  tp_python -m evaluate.compare "${run_set}" -o "${run_set}" || { tp_warn "the comparison failed"; failed=1; }
+  tp_log "results: ${run_set}"
+  return "${failed}"
+}
+
+main "$@"

@@ -1,0 +1,399 @@
+"""Run one training run: the single launcher behind every train/train_<platform>_<framework>_<model>.sh.
+
+    python3 -m train.launch --platform amd --framework prim --model llama [--run-dir DIR] [--repeat N]
+
+The configuration comes from config.env and the environment (utils.config); the run's identity
+from the flags. Into the run directory go: config.json (the request, train/plan.py), the
+framework's generated configuration (nemo_settings.json or primus_experiment.yaml), launch.json
+(the exact command, then its outcome), train.log (the whole console, also shown on the terminal)
+and result.json. After the run, the settings the framework reports in its log are compared with
+the request; a mismatch, or synthetic data where real data was requested, fails the run.
+DRY_RUN=1 writes the files and prints the command without training.
+
+Exit: 0 ok, 1 the run failed, 2 bad input, 130 interrupted (Ctrl-C or SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from train import settle
+from train.nemo_recipe import recipe_settings
+from train.plan import Run, request, run_name
+from train.primus_config import DEFAULT_PRIMUS_PATH, ShippedConfigMissing, command as primus_command
+from train.primus_config import write_experiment
+from utils.config import ROOT, ConfigError, load_config
+from utils.platform_env import platform_env
+from utils.strategies import CUSTOM
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+LEFTOVER_GRACE_S = 30.0  # a finished run's processes get this long to exit before they are killed
+GPU_IDLE_TIMEOUT_S = 120.0
+STOP_GRACE_S = 20.0  # after Ctrl-C: SIGTERM to the run, SIGKILL after this long
+NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
+# evaluate.validate's checks that fail a run at once: settings read back from the framework's log
+# differ from the request, or it trained on synthetic data although real data was requested.
+READBACK_CHECKS = ("effective settings", "real data")
+# What a framework's log must report for its layout and batch to count as applied.
+REQUIRED_READBACK = ("tp", "pp", "mbs", "gbs", "seq_len", "precision")
+
+
+class InputError(Exception):
+    """Bad input: one line naming the problem and the fix (exit 2)."""
+
+
+@dataclass
+class Launch:
+    """The exact command of one run and the files generated for it."""
+
+    argv: list[str]
+    env: dict[str, str]  # only what TPrimat sets on top of the inherited environment
+    cwd: str
+    generated: list[str] = field(default_factory=list)
+
+    def shell(self) -> str:
+        """The command as one line a user can paste."""
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return f"cd {shlex.quote(self.cwd)} && {assignments} {shlex.join(self.argv)}"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def torchrun(req: dict) -> list[str]:
+    """torchrun for this node: standalone on one node, the configured rendezvous across nodes."""
+    base = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={req['gpus_per_node']}"]
+    cfg = req["config"]
+    if req["nnodes"] == 1:
+        return base + ["--standalone", "--nnodes=1"]
+    return base + [f"--nnodes={req['nnodes']}", f"--node_rank={cfg['NODE_RANK']}",
+                   f"--master_addr={cfg['MASTER_ADDR']}", f"--master_port={cfg['MASTER_PORT']}"]
+
+
+def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
+    """The framework's command and generated configuration (written into work_dir) for the run."""
+    framework = req["framework"]
+    selection = {"PLATFORM": req["platform"], "FRAMEWORK": framework, "MODELS": req["model"],
+                 "STRATEGY": "" if req["strategy"] == CUSTOM else req["strategy"]}
+    if framework == "mega":
+        argv = torchrun(req) + ["train/train_mega.py", "--model", req["model"], "--run-dir", str(run_dir)]
+        return Launch(argv, {**platform_env(req["platform"]), **selection}, str(ROOT))
+    if framework == "nemo":
+        settings = recipe_settings(req, str(run_dir))
+        path = work_dir / "nemo_settings.json"
+        write_json(path, settings)
+        argv = torchrun(req) + ["--module", "train.train_nemo", "--settings", str(path)]
+        return Launch(argv, {**platform_env(req["platform"]), **settings["env"]}, str(ROOT), [path.name])
+    primus = Path(os.environ.get("PRIMUS_PATH") or DEFAULT_PRIMUS_PATH)
+    exp_path = work_dir / "primus_experiment.yaml"
+    try:
+        base = write_experiment(req, primus, exp_path, str(run_dir))
+    except ShippedConfigMissing as err:
+        raise InputError(str(err)) from None
+    cmd = primus_command(req, primus, exp_path, str(work_dir))
+    print(f"[tprimat] Primus experiment {exp_path} derived from {base}", flush=True)
+    return Launch(cmd.argv, {**platform_env(req["platform"]), **cmd.env}, cmd.cwd, [exp_path.name])
+
+
+# --- Running, with the console teed to train.log and clean stops -------------------------------------
+
+@dataclass
+class Outcome:
+    exit_code: int
+    interrupted: bool
+    started_at: str
+    ended_at: str
+    wall_s: float
+    warnings: list[str]
+
+
+def _copy_output(source, log_file) -> None:
+    """Raw bytes to the log and the terminal as they come (progress bars keep their carriage returns)."""
+    out = sys.stdout.buffer
+    while chunk := source.read1(65536):
+        log_file.write(chunk)
+        log_file.flush()
+        out.write(chunk)
+        out.flush()
+
+
+def execute(launch: Launch, log_path: Path, platform: str) -> Outcome:
+    """Run the command in its own session; Ctrl-C/SIGTERM stop the whole session, twice kills it."""
+    baseline = settle.gpu_memory_used_mib(platform)
+    env = {**os.environ, **launch.env}
+    started, t0 = now_iso(), time.monotonic()
+    with open(log_path, "ab") as log_file:
+        child = subprocess.Popen(launch.argv, cwd=launch.cwd, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        stops: list[float] = []
+
+        def stop(_signum, _frame) -> None:
+            # One Ctrl-C can arrive twice (from the terminal and forwarded by shell/train.sh): only a
+            # signal a second or more after the first escalates to SIGKILL.
+            stops.append(time.monotonic())
+            escalate = stops[-1] - stops[0] >= 1.0
+            try:
+                os.killpg(child.pid, signal.SIGKILL if escalate else signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        copier = threading.Thread(target=_copy_output, args=(child.stdout, log_file), daemon=True)
+        copier.start()
+        try:
+            while True:
+                try:
+                    code = child.wait(timeout=STOP_GRACE_S if stops else None)
+                    break
+                except subprocess.TimeoutExpired:
+                    os.killpg(child.pid, signal.SIGKILL)
+            warnings = []
+            survivors = settle.end_session(child.pid, 2.0 if stops else LEFTOVER_GRACE_S)
+            if survivors:
+                warnings.append("processes of the run still alive after SIGKILL: " + "; ".join(map(str, survivors)))
+            copier.join(timeout=10)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    ended, wall = now_iso(), time.monotonic() - t0
+    busy = settle.wait_gpu_idle(platform, baseline, GPU_IDLE_TIMEOUT_S)
+    if busy:
+        warnings.append(busy)
+    for note in warnings:
+        print(f"[tprimat] warning: {note}", file=sys.stderr, flush=True)
+    return Outcome(128 - code if code < 0 else code, bool(stops), started, ended, wall, warnings)
+
+
+# --- The result: written by the trainer (mega) or extracted from the log, then checked ----------------
+
+def log_tail(log_path: Path, lines: int = 20) -> str:
+    from evaluate.extract import redact
+
+    try:
+        text = log_path.read_bytes()[-20000:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return redact("\n".join(text.replace("\r\n", "\n").splitlines()[-lines:]))
+
+
+def _system(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir.parent / "system.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def start_failure_result(req: dict, run_dir: Path, outcome: Outcome, why: str) -> dict:
+    """The result of a run that never reached its first step: no figures, the reason and the log's end."""
+    from utils.result import build_result
+
+    tail = log_tail(run_dir / "train.log")
+    system = _system(run_dir)
+    return build_result(
+        run={"id": req["run_id"], "started_at": outcome.started_at, "ended_at": outcome.ended_at,
+             "status": "incomplete" if outcome.interrupted else "failed", "exit_code": outcome.exit_code,
+             "error_excerpt": f"{why}\n{tail}".strip(), "commit": None, "source": "extract",
+             "log_files": [str(run_dir / "train.log")]},
+        platform=req["platform"], framework=req["framework"], variant=req["variant"], system=system,
+        parallelism={"strategy": req["strategy"], "tp": req["tp"], "pp": req["pp"], "dp": req["dp"], "ga": req["ga"],
+                     "sequence_parallel": req["sequence_parallel"],
+                     "distributed_optimizer": req["fairness"]["use_distributed_optimizer"]},
+        training={"steps": req["train_iters"], "mbs": req["mbs"], "gbs": req["gbs"], "seq_len": req["sl"],
+                  "precision": req["precision"], "lr": req["lr"], "min_lr": req["min_lr"],
+                  "warmup_steps": req["warmup_steps"], "seed": req["seed"], "dataset": req["dataset"],
+                  "dataset_fingerprint": None, "tokenizer_fingerprint": None, "mock_data": req["mock_data"]},
+        steps=[], warmup_skip=req["config"]["WARMUP_SKIP"], num_gpus=req["num_gpus"],
+        device_name=(system.get("gpu") or {}).get("name"), warnings=outcome.warnings)
+
+
+def collect_result(req: dict, run_dir: Path, outcome: Outcome, logs: list[Path]) -> dict:
+    """result.json of the run: the trainer's own (mega), else extracted from the nodes' logs."""
+    from evaluate import extract
+    from utils.result import load_result, write_result
+
+    path = run_dir / "result.json"
+    if req["framework"] != "mega" or not path.exists():
+        code = extract.main([*map(str, logs), "--framework", req["framework"], "--run-dir", str(run_dir),
+                             "--exit-code", str(outcome.exit_code), "--started-at", outcome.started_at,
+                             "--ended-at", outcome.ended_at, "-o", str(path)])
+        if code != 0:
+            why = (f"exit code {outcome.exit_code}; " if outcome.exit_code else "") + \
+                  "no training step in the log (see evaluate.extract's message above)"
+            write_result(path, start_failure_result(req, run_dir, outcome, why))
+    return load_result(path)
+
+
+def readback_problems(req: dict, result: dict) -> list[str]:
+    """Where the framework's own report differs from the request (one line per setting), synthetic data
+    where real data was requested, or a log that does not report the layout at all."""
+    from evaluate.collect import Loaded
+    from evaluate.validate import check_result
+
+    effective = result.get("effective") or {}
+    problems = []
+    if req["framework"] != "mega" and result["run"]["steps_completed"] > 0:
+        missing = [key for key in REQUIRED_READBACK if effective.get(key) is None]
+        if missing:
+            problems.append(f"the {req['framework']} log does not report {', '.join(missing)}: "
+                            "cannot confirm the requested settings were applied")
+    problems += [f"{finding.check}: {finding.message}" for finding in check_result(Loaded("", result, {}))
+                 if finding.fatal and finding.check in READBACK_CHECKS]
+    path = effective.get("data_path")
+    if not req["mock_data"] and path is not None and req["data_prefix"] not in str(path):
+        problems.append(f"data_path: the framework read {path!r}, requested {req['data_prefix']!r}")
+    return problems
+
+
+def other_node_logs(run_dir: Path, nnodes: int, timeout_s: float = NODE_WAIT_S) -> list[Path]:
+    """The other nodes' train.log once each has recorded its end (Megatron and Primus print their
+    iteration lines on the last rank, which lives on the last node); waits at most timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    pending = {rank: run_dir / f"node{rank}" for rank in range(1, nnodes)}
+    while pending and time.monotonic() < deadline:
+        for rank, node_dir in list(pending.items()):
+            try:
+                if "exit_code" in json.loads((node_dir / "launch.json").read_text()):
+                    del pending[rank]
+            except (OSError, json.JSONDecodeError):
+                pass
+        if pending:
+            time.sleep(2.0)
+    if pending:
+        print(f"[tprimat] warning: node(s) {', '.join(map(str, pending))} did not record the end of the run "
+              f"within {timeout_s:.0f} s; extracting from the logs there are", file=sys.stderr, flush=True)
+    return [run_dir / f"node{rank}" / "train.log" for rank in range(1, nnodes)
+            if (run_dir / f"node{rank}" / "train.log").exists()]
+
+
+def judge(req: dict, run_dir: Path, outcome: Outcome) -> str:
+    """Final status of the run (ok | failed | incomplete | interrupted), written into result.json."""
+    from utils.result import write_result
+
+    logs = [run_dir / "train.log"] + other_node_logs(run_dir, req["nnodes"])
+    result = collect_result(req, run_dir, outcome, logs)
+    run = result["run"]
+    problems = readback_problems(req, result)
+    if outcome.exit_code != 0 and not outcome.interrupted and run["status"] == "ok":
+        problems.append(f"the training process exited with code {outcome.exit_code}")
+    if outcome.interrupted:
+        run["status"] = "incomplete"
+        run["error_excerpt"] = (f"interrupted by the user after step {run['steps_completed']} of "
+                                f"{req['train_iters']}\n{run['error_excerpt'] or ''}").strip()
+    elif problems:
+        run["status"] = "failed"
+        run["error_excerpt"] = "\n".join(problems + ([run["error_excerpt"]] if run["error_excerpt"] else []))
+    result["warnings"] = list(dict.fromkeys(result["warnings"] + problems + outcome.warnings))
+    write_result(run_dir / "result.json", result)
+    for problem in problems:
+        print(f"[tprimat] {req['run_id']}: {problem}", file=sys.stderr, flush=True)
+    return "interrupted" if outcome.interrupted else run["status"]
+
+
+# --- One run, from the command line -------------------------------------------------------------------
+
+def node_dir(run_dir: Path, node_rank: int) -> Path:
+    """Where a node keeps its log and command: the run directory on node 0, node<N>/ inside it elsewhere."""
+    return run_dir if node_rank == 0 else run_dir / f"node{node_rank}"
+
+
+def resolve(args: argparse.Namespace) -> tuple[dict, Path]:
+    """The run's request and directory (created) from the configuration and the flags."""
+    env = {**os.environ, "PLATFORM": args.platform, "FRAMEWORK": args.framework, "MODELS": args.model}
+    try:
+        cfg = load_config(env)
+    except ConfigError as err:
+        raise InputError("; ".join(err.problems)) from None
+    if cfg.frameworks != [args.framework]:
+        raise InputError(f"{args.framework} does not run on {args.platform} "
+                         f"({'; '.join(cfg.notes)}); use train/train_{args.platform}_<framework>_{args.model}.sh")
+    if len(cfg.strategies) != 1:
+        raise InputError(f"STRATEGY={cfg['STRATEGY']} names {len(cfg.strategies)} strategies; one run takes one "
+                         "(a sweep is ./shell/run_train.sh)")
+    strategy = cfg.strategies[0]
+    if args.run_dir:
+        run_dir = Path(args.run_dir).resolve()
+    else:
+        name = run_name(args.framework, args.model, strategy, args.repeat, named_strategy=strategy != CUSTOM,
+                        repeats=1)
+        run_set = os.environ.get("RUN_SET_DIR") or str(
+            Path(cfg["OUTPUT_DIR"]) / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{cfg.platform}")
+        run_dir = Path(run_set) / name
+    marker = run_dir / "config.json" if cfg["NODE_RANK"] == 0 else node_dir(run_dir, cfg["NODE_RANK"]) / "launch.json"
+    if marker.exists():
+        raise InputError(f"{marker.parent} already holds a run; nothing is overwritten: choose a new --run-dir")
+    node_dir(run_dir, cfg["NODE_RANK"]).mkdir(parents=True, exist_ok=True)
+    run = Run(run_dir.name, args.framework, args.model, strategy, args.repeat, cfg.layout(args.model, strategy))
+    return request(cfg, run), run_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m train.launch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--platform", required=True, choices=("amd", "nvd", "cpu"))
+    parser.add_argument("--framework", required=True, choices=("mega", "nemo", "prim"))
+    parser.add_argument("--model", required=True, choices=("llama", "qwen"))
+    parser.add_argument("--run-dir", help="directory of this run (default: a new one under OUTPUT_DIR or RUN_SET_DIR)")
+    parser.add_argument("--repeat", type=int, default=1, help="repeat number of this run (1-based)")
+    args = parser.parse_args(argv)
+    try:
+        req, run_dir = resolve(args)
+    except InputError as err:
+        print(f"[tprimat] error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    node_rank = req["config"]["NODE_RANK"]
+    work_dir = node_dir(run_dir, node_rank)
+    try:
+        launch = prepare(req, run_dir, work_dir)
+    except InputError as err:
+        if not any(work_dir.iterdir()):
+            work_dir.rmdir()
+        print(f"[tprimat] error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    if node_rank == 0:
+        write_json(run_dir / "config.json", req)
+    dry_run = req["config"]["DRY_RUN"]
+    record = {"run_id": req["run_id"], "command": launch.argv, "env": launch.env, "cwd": launch.cwd,
+              "shell": launch.shell(), "generated": launch.generated, "dry_run": dry_run}
+    write_json(work_dir / "launch.json", record)
+    print(f"[tprimat] {req['run_id']}: {req['framework']} {req['variant']} {req['strategy']} "
+          f"TP{req['tp']} PP{req['pp']} DP{req['dp']} GA{req['ga']} node {node_rank}/{req['nnodes']} -> {work_dir}",
+          flush=True)
+    print(f"[tprimat] command: {launch.shell()}", flush=True)
+    if dry_run:
+        print(f"[tprimat] dry run: wrote {', '.join(['config.json', 'launch.json'] + launch.generated)}; "
+              "nothing trained", flush=True)
+        return EXIT_OK
+    outcome = execute(launch, work_dir / "train.log", req["platform"])
+    if node_rank == 0:
+        status = judge(req, run_dir, outcome)
+    else:  # node 0 judges the run from every node's log
+        status = "interrupted" if outcome.interrupted else ("ok" if outcome.exit_code == 0 else "failed")
+    record.update(status=status, exit_code=outcome.exit_code, started_at=outcome.started_at,
+                  ended_at=outcome.ended_at, wall_s=round(outcome.wall_s, 1), warnings=outcome.warnings)
+    write_json(work_dir / "launch.json", record)
+    print(f"[tprimat] {req['run_id']}: {status} (exit code {outcome.exit_code}, {outcome.wall_s:.0f} s)", flush=True)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if status == "ok" else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Llama 3.1 8B with megatron-core (train/train_mega.py) on NVIDIA GPUs: one run into a new run directory.
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch.sh" nvd mega llama "$@"

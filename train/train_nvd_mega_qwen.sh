@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Qwen 2.5 7B with megatron-core (train/train_mega.py) on NVIDIA GPUs: one run into a new run directory.
+exec bash "$(dirname "${BASH_SOURCE[0]}")/launch.sh" nvd mega qwen "$@"
