@@ -1,0 +1,1 @@
+"""TPrimat's data pipeline: fetch -> clean -> encode -> verify, into Megatron .bin/.idx files."""
