@@ -1,0 +1,105 @@
+"""evaluate.compare: two fixture result sets, an NVIDIA node and an AMD node, become one comparison.
+
+tests/fixtures/results/{nvd,amd}/ hold run sets as the trainer and extract write them (system.json
+at the top, one directory per run); Llama ran twice per framework, Qwen once.
+"""
+
+import json
+import shutil
+import statistics
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from evaluate import compare
+from evaluate.collect import load
+
+RESULTS = Path(__file__).parent / "fixtures" / "results"
+SETS = [RESULTS / "nvd", RESULTS / "amd"]
+
+
+def fixture_tokens(platform, run_prefix):
+    values = [json.loads(p.read_text())["performance"]["tokens_per_s_per_gpu"]
+              for p in sorted((RESULTS / platform).glob(f"{run_prefix}-r*/result.json"))]
+    return values
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    text = compare.compare(SETS, out)
+    return out, text
+
+
+def test_plot_has_six_non_empty_panels(tmp_path):
+    items = load(SETS)
+    drawn = compare.plot(items, compare.rows_of(items), tmp_path / "compare.png")
+    assert list(drawn) == ["tokens/s/GPU (higher is better; median, min-max bars)", "TFLOP/s/GPU (TPrimat's formula)",
+                           "Peak memory per GPU", "Training loss", "Learning rate", "Step time"]
+    assert all(count > 0 for count in drawn.values())
+    assert drawn["tokens/s/GPU (higher is better; median, min-max bars)"] == 8  # one bar per configuration
+    assert drawn["Training loss"] == 12  # one line per run
+    assert (tmp_path / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_table_numbers_equal_the_fixtures(made):
+    _, text = made
+    values = fixture_tokens("amd", "prim-llama")
+    expected = f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+    llama = text.split("### Llama 3.1 8B")[1].split("###")[0]
+    row = next(line for line in llama.splitlines() if line.startswith("| AMD MI300X | Primus"))
+    assert f"| {expected} |" in row
+    assert row.endswith("| 2 ok |")
+
+
+def test_report_states_amd_vs_nvidia_speedups_per_model_and_framework(made):
+    _, text = made
+    prim = statistics.median(fixture_tokens("amd", "prim-llama"))
+    nemo = statistics.median(fixture_tokens("nvd", "nemo-llama"))
+    assert f"AMD MI300X + Primus is **{prim / nemo:.2f}x** NVIDIA H100 SXM + NeMo on Llama 3.1 8B" in text
+    assert text.count("is **") == 8  # 2 AMD x 2 NVIDIA frameworks, 2 models
+
+
+def test_report_names_workload_systems_and_flops_convention(made):
+    out, text = made
+    assert "SL 2048 | GBS 128 | BF16 | 20 steps" in text
+    assert "8 x AMD Instinct MI300X" in text and "8 x NVIDIA H100 80GB HBM3" in text
+    assert "Llama 3.1 8B, SL 2048: 46.64 GFLOP per token" in text
+    assert "every compared run shares" in text and "MOCK DATA" not in text
+    assert (out / "report.md").read_text() == text
+
+
+def test_reading_a_zip_equals_reading_the_directory(tmp_path, made):
+    _, text = made
+    archive = tmp_path / "output.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in sorted(RESULTS.glob("nvd/**/*.json")):
+            zf.write(path, Path("output") / path.relative_to(RESULTS))
+    assert compare.compare([archive, SETS[1]], tmp_path / "from-zip") == text
+
+
+def test_unfair_sets_and_mock_data_are_stated_loudly(tmp_path):
+    amd = tmp_path / "amd"
+    shutil.copytree(SETS[1], amd)
+    result_path = amd / "prim-llama-r1" / "result.json"
+    result = json.loads(result_path.read_text())
+    result["training"]["seq_len"] = 4096
+    result["training"]["mock_data"] = True
+    result_path.write_text(json.dumps(result))
+    text = compare.compare([SETS[0], amd], tmp_path / "out")
+    assert "**UNFAIR COMPARISON**" in text
+    assert "llama: sequence length differs: 2048 in" in text
+    assert "**MOCK DATA**: amd/prim-llama-r1" in text
+
+
+def test_console_prints_the_report(tmp_path, capsys):
+    assert compare.main([*map(str, SETS), "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# TPrimat comparison") and "## AMD vs NVIDIA" in out
+    assert (tmp_path / "compare.png").stat().st_size > 50_000
+
+
+def test_no_results_is_bad_input(tmp_path, capsys):
+    assert compare.main([str(tmp_path), "-o", str(tmp_path / "out")]) == 2
+    assert "no result.json" in capsys.readouterr().err
