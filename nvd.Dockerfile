@@ -11,4 +11,6 @@ RUN pip freeze | grep -iE '^(torch|transformer[-_]engine|megatron[-_]core|nemo[-
 
 # Vendor environment every run needs (the same values as utils/platform_env.py; a test keeps them equal).
 ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
+    NVTE_FLASH_ATTN=1 \
+    NVTE_FUSED_ATTN=1 \
     TPRIMAT_RUNTIME=docker

@@ -1,0 +1,48 @@
+"""The images: vendor bases, only what the base lacks, the vendor environment of utils/platform_env."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.shell_harness import REPO
+from utils.platform_env import platform_env
+
+BASES = {"amd": "rocm/primus:v25.11", "nvd": "nvcr.io/nvidia/nemo:25.04"}
+
+
+def instructions(platform: str) -> list[str]:
+    text = (REPO / f"{platform}.Dockerfile").read_text().replace("\\\n", " ")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def env_of(platform: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for line in instructions(platform):
+        if line.startswith("ENV "):
+            found.update(re.findall(r"(\w+)=(\S+)", line))
+    return found
+
+
+@pytest.mark.parametrize("platform", ["amd", "nvd"])
+def test_image_builds_on_the_vendor_base(platform):
+    assert instructions(platform)[0] == f"FROM {BASES[platform]}"
+
+
+@pytest.mark.parametrize("platform", ["amd", "nvd"])
+def test_image_sets_exactly_the_platform_environment(platform):
+    env = env_of(platform)
+    for key, value in platform_env(platform).items():
+        assert env.get(key) == value, key
+
+
+@pytest.mark.parametrize("platform", ["amd", "nvd"])
+def test_image_installs_its_requirements_keeping_the_base_stack(platform):
+    steps = " ".join(instructions(platform))
+    assert f"COPY requirements/{platform}.txt" in steps
+    assert "-c /tmp/tprimat-keep.txt" in steps and "torch" in steps
+    pins = [line for line in (REPO / "requirements" / f"{platform}.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert pins and all("==" in pin for pin in pins)
+    assert not any(pin.lower().startswith(("torch==", "megatron", "transformer-engine")) for pin in pins)
