@@ -1,0 +1,193 @@
+"""The run matrix from the shell: wrappers, the launcher and shell/train.sh on faked GPU nodes.
+
+GPU training itself cannot run here, so Primus is replaced by a stand-in checkout
+(tests/fixtures/train_matrix/primus: the shipped configs' facts and a run_pretrain.sh that prints
+Primus-style logs); everything of TPrimat's around it runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.shell_harness import REPO, FakeMachine
+
+PRIMUS = REPO / "tests" / "fixtures" / "train_matrix" / "primus"
+WRAPPERS = sorted(p.name for p in (REPO / "train").glob("train_*_*_*.sh"))
+FRAMEWORK_COMMAND = {"mega": "train/train_mega.py", "nemo": "train.train_nemo", "prim": "./examples/run_pretrain.sh"}
+SHORT_RUN = {"TRAIN_ITERS": "6", "WARMUP_STEPS": "1", "WARMUP_SKIP": "2"}
+
+
+def machine(tmp_path: Path, **gpus: int) -> FakeMachine:
+    """A repository copy with the training code, on a faked node."""
+    fake = FakeMachine(tmp_path, **gpus)
+    for name in ("train", "evaluate", "data"):
+        shutil.copytree(REPO / name, fake.root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    fake.env.update(PRIMUS_PATH=str(PRIMUS), FAKE_PRIMUS_PYTHON=sys.executable, TPRIMAT_PYTHON=sys.executable)
+    return fake
+
+
+def prepared_data(data_dir: Path, dataset: str, models=("llama", "qwen")) -> None:
+    """What data.verify leaves behind (the stand-in trainer never reads the tokens)."""
+    for model in models:
+        prefix = data_dir / f"{dataset}_{model}_text_document"
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        for suffix in (".bin", ".idx"):
+            Path(f"{prefix}{suffix}").write_bytes(b"\0" * 16)
+        Path(f"{prefix}.manifest.json").write_text(json.dumps(
+            {"verified": True, "fingerprint": "f" * 64, "tokenizer": {"name": model, "sha256": "a" * 64}}))
+        (data_dir / "tokenizers" / model).mkdir(parents=True, exist_ok=True)
+        (data_dir / "tokenizers" / model / "tokenizer.json").write_text("{}")
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def run_dirs(output: Path) -> list[Path]:
+    return sorted(p.parent for p in output.glob("*/*/config.json"))
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("script", WRAPPERS)
+def test_each_wrapper_launches_its_platform_framework_and_model(tmp_path, script):
+    platform, framework, model = script.removesuffix(".sh").split("_")[1:]
+    fake = machine(tmp_path)
+    result = fake.run(f"train/{script}", DRY_RUN="1")
+    assert result.returncode == 0, result.output
+    (run_dir,) = run_dirs(tmp_path / "output")
+    config = read(run_dir / "config.json")
+    assert (config["platform"], config["framework"], config["model"]) == (platform, framework, model)
+    assert FRAMEWORK_COMMAND[framework] in read(run_dir / "launch.json")["command"]
+    assert not (run_dir / "train.log").exists()
+
+
+def test_wrappers_are_thin_and_share_one_launcher():
+    for script in WRAPPERS:
+        code = [line for line in (REPO / "train" / script).read_text().splitlines() if not line.startswith("#")]
+        assert len(code) == 1 and "launch.sh" in code[0], script
+
+
+def test_a_wrapper_refuses_a_machine_of_another_platform(tmp_path):
+    fake = machine(tmp_path)
+    result = fake.run("train/train_nvd_nemo_llama.sh")
+    assert result.returncode == 2
+    assert "PLATFORM=nvd" in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "output").exists() or run_dirs(tmp_path / "output") == []
+
+
+@pytest.mark.parametrize("platform, vendor_file", [("nvd", "nemo_settings.json"), ("amd", "primus_experiment.yaml")])
+def test_dry_run_sweep_lists_every_run_and_writes_its_configuration(tmp_path, platform, vendor_file):
+    fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})
+    result = fake.run("shell/train.sh", DRY_RUN="1", STRATEGY="all")
+    assert result.returncode == 0, result.output
+    dirs = run_dirs(tmp_path / "output")
+    assert len(dirs) == 20 and len({d.parent for d in dirs}) == 1
+    assert (dirs[0].parent / "system.json").exists()
+    for run_dir in dirs:
+        config = read(run_dir / "config.json")
+        layout = f"TP{config['tp']} PP{config['pp']} DP{config['dp']} GA{config['ga']}"
+        assert f"{run_dir.name}  " in result.stdout and layout in result.stdout
+        assert f"command: " in result.stdout
+        assert not (run_dir / "train.log").exists()
+    assert sum((d / vendor_file).exists() for d in dirs) == 10
+    assert "nothing was trained" in result.stderr
+
+
+def test_dry_run_in_the_container_prints_the_docker_invocation(tmp_path):
+    fake = machine(tmp_path, nvidia=8)
+    result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="nemo", MODELS="qwen", TPRIMAT_RUNTIME="docker")
+    assert result.returncode == 0, result.output
+    line = next(l for l in result.stderr.splitlines() if "from the host:" in l)
+    assert "docker run" in line and "--gpus all" in line and "tprimat:nvd" in line
+    assert "train/train_nvd_nemo_qwen.sh" in line
+
+
+def test_a_primus_run_ends_with_its_log_result_and_read_back_settings(tmp_path):
+    fake = machine(tmp_path, amd=8)
+    prepared_data(tmp_path / "data", "bc", ["llama"])
+    result = fake.run("train/train_amd_prim_llama.sh", STRATEGY="balanced", **SHORT_RUN)
+    assert result.returncode == 0, result.output
+    (run_dir,) = run_dirs(tmp_path / "output")
+    assert "iteration        6/       6" in (run_dir / "train.log").read_text()
+    outcome = read(run_dir / "result.json")
+    assert outcome["run"]["status"] == "ok" and outcome["run"]["steps_completed"] == 6
+    assert (outcome["effective"]["tp"], outcome["effective"]["mock_data"]) == (2, False)
+    assert read(run_dir / "launch.json")["status"] == "ok"
+
+
+def test_mock_data_in_the_primus_log_fails_the_run(tmp_path):
+    fake = machine(tmp_path, amd=8)
+    prepared_data(tmp_path / "data", "bc", ["llama"])
+    result = fake.run("train/train_amd_prim_llama.sh", FAKE_PRIMUS_MOCK="1", **SHORT_RUN)
+    assert result.returncode == 1
+    (run_dir,) = run_dirs(tmp_path / "output")
+    outcome = read(run_dir / "result.json")
+    assert outcome["run"]["status"] == "failed" and "MOCK DATA" in outcome["run"]["error_excerpt"]
+    assert "MOCK DATA" in result.stderr
+
+
+def test_a_setting_that_did_not_apply_fails_the_run_naming_it(tmp_path):
+    fake = machine(tmp_path, amd=8)
+    prepared_data(tmp_path / "data", "bc", ["qwen"])
+    result = fake.run("train/train_amd_prim_qwen.sh", STRATEGY="balanced", FAKE_PRIMUS_TP="1", **SHORT_RUN)
+    assert result.returncode == 1
+    (run_dir,) = run_dirs(tmp_path / "output")
+    excerpt = read(run_dir / "result.json")["run"]["error_excerpt"]
+    assert "tp is 1 in the framework, 2 requested" in excerpt
+
+
+def test_a_failed_run_is_recorded_and_the_matrix_goes_on(tmp_path):
+    fake = machine(tmp_path, amd=8)
+    prepared_data(tmp_path / "data", "bc")
+    result = fake.run("shell/train.sh", FRAMEWORK="prim", FAKE_PRIMUS_FAIL="llama", **SHORT_RUN)
+    assert result.returncode == 1
+    llama, qwen = run_dirs(tmp_path / "output")
+    failed = read(llama / "result.json")
+    assert failed["run"]["status"] == "failed" and failed["run"]["exit_code"] == 1
+    assert "out of memory" in failed["run"]["error_excerpt"]
+    assert read(qwen / "result.json")["run"]["status"] == "ok"
+    summary = [line.split() for line in result.stdout.splitlines() if line.startswith(("prim-llama", "prim-qwen"))]
+    assert [row[:2] for row in summary] == [["prim-llama", "failed"], ["prim-qwen", "ok"]]
+
+
+def test_ctrl_c_stops_the_run_and_its_children_and_keeps_what_finished(tmp_path):
+    fake = machine(tmp_path, amd=8)
+    prepared_data(tmp_path / "data", "bc")
+    env = {**fake.env, "FRAMEWORK": "prim", "MODELS": "qwen,llama", "FAKE_PRIMUS_HANG": "llama", **SHORT_RUN}
+    proc = subprocess.Popen(["bash", str(fake.root / "shell/train.sh")], cwd=fake.root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    log = None
+    deadline = time.monotonic() + 120
+    while log is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        log = next((p for p in (tmp_path / "output").glob("*/prim-llama/train.log") if "fake worker" in p.read_text()),
+                   None)
+    assert log is not None, "the second run never reached its second step"
+    worker = int(log.read_text().split("fake worker ")[1].split()[0])
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
+    output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130, output
+    qwen, llama = log.parent.parent / "prim-qwen", log.parent
+    assert read(qwen / "result.json")["run"]["status"] == "ok"
+    assert read(llama / "launch.json")["status"] == "interrupted"
+    outcome = read(llama / "result.json")
+    assert outcome["run"]["status"] == "incomplete" and outcome["run"]["steps_completed"] == 2
+    assert not alive(worker)
+    assert "prim-llama" in output and "interrupted" in output

@@ -1,0 +1,140 @@
+"""train.plan: the run list (strategy x framework x model x repeat) and each run's request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.train_matrix.requests import node
+from train.fairness import FAIRNESS
+from train.plan import build_plan, data_problems, estimate_s, request, table
+from utils.config import ROOT, load_config
+
+
+def names(platform: str, **env: str) -> list[str]:
+    return [run.name for run in build_plan(node(platform, **env))]
+
+
+@pytest.mark.parametrize("platform, framework, expected", [
+    ("nvd", "all", ["mega-llama", "mega-qwen", "nemo-llama", "nemo-qwen"]),
+    ("amd", "all", ["mega-llama", "mega-qwen", "prim-llama", "prim-qwen"]),
+    ("nvd", "mega", ["mega-llama", "mega-qwen"]),
+    ("nvd", "nemo", ["nemo-llama", "nemo-qwen"]),
+    ("nvd", "prim", ["nemo-llama", "nemo-qwen"]),  # Primus is AMD's: NeMo is its NVIDIA counterpart
+    ("amd", "nemo", ["prim-llama", "prim-qwen"]),
+    ("amd", "prim,mega", ["prim-llama", "prim-qwen", "mega-llama", "mega-qwen"]),
+])
+def test_run_list_per_gpu_platform_and_framework(platform, framework, expected):
+    assert names(platform, FRAMEWORK=framework) == expected
+
+
+@pytest.mark.parametrize("framework", ["all", "mega", "prim", "nemo"])
+def test_the_cpu_runs_megatron_only_whatever_is_asked(framework):
+    cfg = node("cpu", 0, FRAMEWORK=framework)
+    assert [run.name for run in build_plan(cfg)] == ["mega-llama", "mega-qwen"]
+    assert all(run.layout.gpus == 2 for run in build_plan(cfg))
+
+
+def test_mapping_notes_are_printed_with_the_list():
+    lines = table(node("nvd", FRAMEWORK="prim"), build_plan(node("nvd", FRAMEWORK="prim")))
+    assert any("prim does not run on nvd" in line and "nemo runs instead" in line for line in lines)
+
+
+def test_repeats_are_outermost_and_named():
+    assert names("nvd", FRAMEWORK="mega", MODELS="llama", RUNS="3") == ["mega-llama-r1", "mega-llama-r2", "mega-llama-r3"]
+    assert [r.repeat for r in build_plan(node("nvd", FRAMEWORK="mega", RUNS="2"))] == [1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("platform, llama_qwen", [
+    ("nvd", [(4, 1, 2, 32), (4, 2, 1, 64)]),
+    ("amd", [(1, 1, 8, 8), (1, 1, 8, 8)]),  # the MI300X holds a whole replica per GPU
+])
+def test_a_sweep_names_each_strategy_and_keeps_the_global_batch(platform, llama_qwen):
+    runs = build_plan(node(platform, STRATEGY="all"))
+    assert len(runs) == 5 * 2 * 2
+    best = [r for r in runs if r.strategy == "maximum_performance" and r.framework == "mega"]
+    assert [r.name for r in best] == ["mega-llama-maximum_performance", "mega-qwen-maximum_performance"]
+    assert [(r.layout.tp, r.layout.pp, r.layout.dp, r.layout.ga) for r in best] == llama_qwen
+    assert {r.layout.dp * r.layout.ga for r in runs} == {64}  # MBS 1: GBS = DP x GA everywhere
+
+
+def test_the_cpu_sweep_runs_strategies_that_fit_two_processes():
+    runs = build_plan(node("cpu", 0, STRATEGY="balanced,memory_optimized", MODELS="llama"))
+    assert [(r.name, r.layout.tp, r.layout.pp, r.layout.dp) for r in runs] == [
+        ("mega-llama-balanced", 2, 1, 1), ("mega-llama-memory_optimized", 1, 2, 1)]
+
+
+def test_request_holds_identity_layout_workload_data_and_every_knob():
+    cfg = node("amd", STRATEGY="balanced", MODELS="qwen", FRAMEWORK="prim")
+    req = request(cfg, build_plan(cfg)[0])
+    assert {k: req[k] for k in ("run_id", "platform", "framework", "model", "variant", "strategy", "repeat")} == \
+        {"run_id": "prim-qwen-balanced", "platform": "amd", "framework": "prim", "model": "qwen",
+         "variant": "qwen2.5-7b", "strategy": "balanced", "repeat": 1}
+    assert (req["tp"], req["pp"], req["dp"], req["ga"], req["gbs"], req["num_gpus"]) == (2, 2, 2, 32, 64, 8)
+    assert req["sequence_parallel"] is True and req["fairness"] == FAIRNESS
+    assert req["data_prefix"] == "/data/bc_qwen_text_document" and req["tokenizer_dir"] == "/data/tokenizers/qwen"
+    assert set(cfg.values) <= set(req["config"]) and req["config"]["GBS"] == 64
+    assert json.loads(json.dumps(req)) == req
+
+
+def prepare(data_dir: Path, model: str, *, verified: bool = True, tokenizer: bool = True) -> None:
+    prefix = data_dir / f"sample_{model}_text_document"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for suffix in (".bin", ".idx"):
+        prefix.with_name(prefix.name + suffix).write_bytes(b"x")
+    prefix.with_name(prefix.name + ".manifest.json").write_text(json.dumps({"verified": verified}))
+    if tokenizer:
+        (data_dir / "tokenizers" / model).mkdir(parents=True, exist_ok=True)
+        (data_dir / "tokenizers" / model / "tokenizer.json").write_text("{}")
+
+
+def test_data_check_names_what_is_missing_or_unverified(tmp_path):
+    prepare(tmp_path, "llama")
+    prepare(tmp_path, "qwen", verified=False)
+    problems = data_problems(node("cpu", 0, DATA_DIR=str(tmp_path)))
+    assert len(problems) == 1 and problems[0].startswith("qwen:") and "verified" in problems[0]
+    prepare(tmp_path, "qwen")
+    assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path))) == []
+    (tmp_path / "sample_llama_text_document.idx").unlink()
+    assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path))) == \
+        [f"llama: sample_llama_text_document.idx missing in {tmp_path}"]
+    assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path), MOCK_DATA="1")) == []
+
+
+def test_estimate_comes_from_earlier_identical_runs_only(tmp_path):
+    cfg = node("nvd", FRAMEWORK="mega", MODELS="llama", OUTPUT_DIR=str(tmp_path))
+    req = request(cfg, build_plan(cfg)[0])
+    assert estimate_s(tmp_path, req) is None
+    for index, (wall, tp) in enumerate([(100.0, 1), (140.0, 1), (900.0, 1), (5.0, 2)]):
+        run_dir = tmp_path / f"set{index}" / "mega-llama"
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text(json.dumps({**req, "tp": tp}))
+        (run_dir / "launch.json").write_text(json.dumps({"status": "ok", "wall_s": wall}))
+    assert estimate_s(tmp_path, req) == 140.0  # median of the three identical runs; TP2 is other work
+    assert any("estimated total: 2m20s" in line for line in table(cfg, build_plan(cfg)))
+
+
+def test_tsv_lists_runs_for_the_shell(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "TPRIMAT_DETECTED_PLATFORM": "nvd", "TPRIMAT_DETECTED_GPUS": "8",
+           "FRAMEWORK": "nemo", "STRATEGY": "balanced", "HOME": str(tmp_path), "OUTPUT_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "train.plan", "--tsv"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.splitlines() == ["nemo-llama-balanced\tnemo\tllama\tbalanced\t1",
+                                "nemo-qwen-balanced\tnemo\tqwen\tbalanced\t1"]
+
+
+def test_a_bad_configuration_exits_2_naming_it(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "TPRIMAT_DETECTED_PLATFORM": "nvd", "TPRIMAT_DETECTED_GPUS": "8",
+           "TP": "3", "STRATEGY": "", "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "train.plan"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "TP=3" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_request_config_is_the_loaded_configuration():
+    cfg = load_config({"TPRIMAT_DETECTED_PLATFORM": "cpu", "TPRIMAT_DETECTED_GPUS": "0", "HOME": "/h"})
+    req = request(cfg, build_plan(cfg)[0])
+    assert req["config"]["TRAIN_ITERS"] == cfg["TRAIN_ITERS"] and req["variant"] == "llama3.1-8b-tiny"
