@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import deque
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -36,6 +36,8 @@ MOCK_CLASSES = ("MockGPTDataset", "MockDataModule")
 MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), b"Traceback", b"out of memory",
            b"OutOfMemoryError")
 TAIL_LINES = 20
+TAIL_BYTES = 64 << 10
+BLOCK = 8 << 20
 GIB = 2.0 ** 30
 
 # Megatron's argument dump (also printed by Primus) -> result field names (parallelism/training).
@@ -84,11 +86,51 @@ class _Run:
     mock_evidence: str | None = None
 
 
+# Field names (lower case, single spaces) -> what they are; names not listed are not parsed at all.
+MEGATRON_FIELDS = {"elapsed time per iteration (ms)": "step_time_ms", "learning rate": "lr", "lm loss": "loss",
+                   "grad norm": "grad_norm", "number of skipped iterations": "skipped",
+                   "number of nan iterations": "nan", "global batch size": "gbs"}
+MEMORY_FIELDS = {"max allocated": "allocated", "max reserved": "reserved"}
+NEMO_FIELDS = {"global_step": "global_step", "lr": "lr", "reduced_train_loss": "loss", "train_loss": "loss",
+               "train_step_timing in s": "step_time_s", "grad_norm": "grad_norm", "grad norm": "grad_norm",
+               "global_batch_size": "gbs", "peak_memory_usage": "reserved_bytes", "max_memory_reserved": "reserved_bytes",
+               "memory_allocated": "allocated_bytes", "max_memory_allocated": "allocated_bytes",
+               "tflops_per_gpu": "fw_tflops"}
+
+
+@lru_cache(maxsize=512)
+def _megatron_kind(raw_name: str) -> str | None:
+    name = " ".join(raw_name.lower().split())
+    if name in MEGATRON_FIELDS:
+        return MEGATRON_FIELDS[name]
+    if "tflop" in name:  # "throughput per GPU (TFLOP/s/GPU)", later "compute per GPU (TFLOP/s/GPU)"
+        return "fw_tflops"
+    if "tokens" in name and "gpu" in name:  # "tokens per GPU (tokens/s/GPU)", "tokens/s/GPU inst/harmonic mean"
+        return "fw_tokens"
+    if name.startswith(("hip mem usage", "rocm mem usage")):  # Primus: GiB (older builds spell it "GB")
+        return "device_mem"
+    return None
+
+
+@lru_cache(maxsize=64)
+def _memory_kind(raw_name: str) -> str | None:
+    return MEMORY_FIELDS.get(" ".join(raw_name.lower().split()))
+
+
+@lru_cache(maxsize=512)
+def _nemo_kind(raw_name: str) -> str | None:
+    return NEMO_FIELDS.get(" ".join(raw_name.lower().split()))
+
+
 def _value(text: str) -> list[float] | None:
     """A field's numbers: "9.1E+00" -> [9.1]; "9004.1/9010.7" -> [9004.1, 9010.7]; units dropped.
 
     None unless every piece is a whole number, so a value cut or glued to other output is refused.
     """
+    try:
+        return [float(text)]
+    except ValueError:
+        pass
     numbers = []
     for piece in text.split("/"):
         match = NUMBER.match(piece.strip())
@@ -102,8 +144,8 @@ def _count(value: float) -> int:
     return int(value) if math.isfinite(value) else 1
 
 
-def _fields(rest: str, complete: bool) -> Iterable[tuple[str, list[float]]]:
-    """(normalised name, numbers) for each `name: value` between | separators.
+def _fields(rest: str, complete: bool, kind_of) -> Iterable[tuple[str, list[float]]]:
+    """(kind, numbers) for each known `name: value` between | separators.
 
     A line that was cut off (complete=False) loses its last field: its value may be partial.
     """
@@ -114,9 +156,12 @@ def _fields(rest: str, complete: bool) -> Iterable[tuple[str, list[float]]]:
         name, sep, value = segment.rpartition(":")
         if not sep:
             continue
+        kind = kind_of(name)
+        if kind is None:
+            continue
         numbers = _value(value)
         if numbers is not None:
-            yield " ".join(name.lower().split()), numbers
+            yield kind, numbers
 
 
 def _new_record(step: int) -> dict:
@@ -127,35 +172,25 @@ def _new_record(step: int) -> dict:
 def _megatron_record(step: int, rest: str, complete: bool) -> tuple[dict, int | None, bool]:
     """One Megatron/Primus iteration line -> (record, global batch size, shows Primus fields)."""
     record, gbs, primus = _new_record(step), None, False
-    for name, numbers in _fields(rest, complete):
+    for kind, numbers in _fields(rest, complete, _megatron_kind):
         first = numbers[0]
         average = numbers[1] if len(numbers) > 1 else None
-        if name == "elapsed time per iteration (ms)":
+        if kind == "step_time_ms":
             record["step_time_s"] = first / 1000.0
             if average is not None:
                 record["fw_step_time_avg_s"] = average / 1000.0
-        elif name == "learning rate":
-            record["lr"] = first
-        elif name == "lm loss":
-            record["loss"] = first
-        elif name == "grad norm":
-            record["grad_norm"] = first
-        elif name == "number of skipped iterations":
-            record["skipped"] = _count(first)
-        elif name == "number of nan iterations":
-            record["nan"] = _count(first)
-        elif name == "global batch size":
+        elif kind in ("lr", "loss", "grad_norm"):
+            record[kind] = first
+        elif kind in ("skipped", "nan"):
+            record[kind] = _count(first)
+        elif kind == "gbs":
             gbs = int(first) if math.isfinite(first) else None
-        elif "tflop" in name:  # "throughput per GPU (TFLOP/s/GPU)", later "compute per GPU (...)"
-            record["fw_tflop_per_s_per_gpu"] = first
+        elif kind in ("fw_tflops", "fw_tokens"):
+            key = "fw_tflop_per_s_per_gpu" if kind == "fw_tflops" else "fw_tokens_per_s_per_gpu"
+            record[key] = first
             if average is not None:
-                record["fw_tflop_per_s_per_gpu_avg"] = average
-        elif "tokens" in name and "gpu" in name:  # "tokens per GPU (tokens/s/GPU)", "tokens/s/GPU inst/harmonic mean"
-            record["fw_tokens_per_s_per_gpu"] = first
-            if average is not None:
-                record["fw_tokens_per_s_per_gpu_avg"] = average
-        elif name.startswith(("hip mem usage", "rocm mem usage")):
-            # Primus prints GiB (older builds spell the same figure "GB")
+                record[key + "_avg"] = average
+        elif kind == "device_mem":
             record.setdefault("mem_device_used_gib", first)
             primus = True
     return record, gbs, primus
@@ -164,25 +199,19 @@ def _megatron_record(step: int, rest: str, complete: bool) -> tuple[dict, int | 
 def _nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int | None]:
     """One NeMo progress line -> (record, global batch size); NeMo counts from zero."""
     record, gbs = _new_record(iteration + 1), None
-    for name, numbers in _fields(rest, complete):
+    for kind, numbers in _fields(rest, complete, _nemo_kind):
         first = numbers[0]
-        if name == "global_step" and math.isfinite(first):
+        if kind == "global_step" and math.isfinite(first):
             record["step"] = int(first) + 1
-        elif name == "lr":
-            record["lr"] = first
-        elif name in ("reduced_train_loss", "train_loss"):
-            record["loss"] = first
-        elif name == "train_step_timing in s":
-            record["step_time_s"] = first
-        elif name in ("grad_norm", "grad norm"):
-            record["grad_norm"] = first
-        elif name == "global_batch_size":
+        elif kind in ("lr", "loss", "grad_norm", "step_time_s"):
+            record[kind] = first
+        elif kind == "gbs":
             gbs = int(first) if math.isfinite(first) else None
-        elif name in ("peak_memory_usage", "max_memory_reserved"):  # bytes
+        elif kind == "reserved_bytes":
             record["mem_reserved_gib"] = first / GIB
-        elif name in ("memory_allocated", "max_memory_allocated"):  # bytes
+        elif kind == "allocated_bytes":
             record["mem_allocated_gib"] = first / GIB
-        elif name == "tflops_per_gpu":  # NeMo's FLOPs callback: its own (non-causal) convention
+        elif kind == "fw_tflops":  # NeMo's FLOPs callback: its own (non-causal) convention
             record["fw_tflop_per_s_per_gpu"] = first
     return record, gbs
 
@@ -259,8 +288,8 @@ class _Stream:
             self._target().declared.update(values)
 
     def _memory(self, step: int, rest: str, complete: bool) -> None:
-        values = dict(_fields(rest, complete))
-        allocated, reserved = values.get("max allocated"), values.get("max reserved")
+        values = dict(_fields(rest, complete, _memory_kind))
+        allocated, reserved = values.get("allocated"), values.get("reserved")
         if allocated and reserved:
             self.run.memory[step] = (allocated[0] / 1024.0, reserved[0] / 1024.0)
 
@@ -311,35 +340,66 @@ def _effective(run: _Run) -> dict:
     return values
 
 
-def _iterate(paths: Sequence[Path], stream: _Stream, tail: deque) -> tuple[int, bool]:
-    """Feed every line of every log to the stream; returns (lines read, any line cut off)."""
-    lines, truncated = 0, False
+def _candidate_starts(block: bytes) -> list[int]:
+    """Offsets of the lines in a block that contain a marker (found with bytes.find, not per line)."""
+    starts = set()
+    for marker in MARKERS:
+        position = block.find(marker)
+        while position != -1:
+            starts.add(block.rfind(b"\n", 0, position) + 1)
+            position = block.find(marker, block.find(b"\n", position))
+    return sorted(starts)
+
+
+def _feed(stream: _Stream, raw: bytes, number: int, complete: bool) -> None:
+    text = raw.decode("utf-8", "replace")
+    if "\x1b" in text:
+        text = ANSI.sub("", text)
+    pieces = text.split("\r")
+    last = len(pieces) - 1
+    for index, piece in enumerate(pieces):
+        stream.line(number, piece, complete or index < last)
+
+
+def _iterate(paths: Sequence[Path], stream: _Stream) -> tuple[int, bool, bytes]:
+    """Feed every marked line of every log to the stream, block by block (memory stays bounded).
+
+    Returns (lines read, whether a log ended mid-line, the last bytes of the last log).
+    """
+    lines, truncated, tail = 0, False, b""
     for path in paths:
-        tail.clear()
+        carry, tail = b"", b""
         with open(path, "rb") as handle:
-            for raw in handle:
-                lines += 1
-                tail.append(raw)
-                complete = raw.endswith(b"\n")
-                truncated = truncated or not complete
-                if not any(marker in raw for marker in MARKERS):
-                    continue
-                text = raw.decode("utf-8", "replace").rstrip("\n")
-                if "\x1b" in text:
-                    text = ANSI.sub("", text)
-                pieces = text.split("\r")
-                for index, piece in enumerate(pieces):
-                    stream.line(lines, piece, complete or index < len(pieces) - 1)
-    return lines, truncated
+            while block := handle.read(BLOCK):
+                block = carry + block
+                cut = block.rfind(b"\n") + 1
+                block, carry = block[:cut], block[cut:]
+                counted = 0
+                for start in _candidate_starts(block):
+                    end = block.find(b"\n", start)
+                    lines += block.count(b"\n", counted, start)
+                    counted = start
+                    _feed(stream, block[start:end], lines + 1, True)
+                lines += block.count(b"\n", counted)
+                tail = (tail + block)[-TAIL_BYTES:]
+        if carry:  # the last line has no line end: the log was cut off
+            lines += 1
+            truncated = True
+            if any(marker in carry for marker in MARKERS):
+                _feed(stream, carry, lines, False)
+            tail = (tail + carry)[-TAIL_BYTES:]
+    return lines, truncated, tail
 
 
-def _clean_tail(tail: Iterable[bytes]) -> list[str]:
+def _clean_tail(tail: bytes) -> list[str]:
+    """The last non-empty lines, without colours or progress-bar rewrites (for error excerpts)."""
     out = []
-    for raw in tail:
-        text = ANSI.sub("", raw.decode("utf-8", "replace")).replace("\r\n", "\n").split("\r")[-1].rstrip()
-        if text.strip():
-            out.append(text)
-    return out
+    for raw in tail.split(b"\n")[-TAIL_LINES - 1:]:
+        text = ANSI.sub("", raw.decode("utf-8", "replace")).split("\r")
+        kept = next((piece.rstrip() for piece in reversed(text) if piece.strip()), "")
+        if kept:
+            out.append(kept)
+    return out[-TAIL_LINES:]
 
 
 def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> ParsedLog:
@@ -351,8 +411,8 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
     """
     if framework is not None and framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}")
-    stream, tail = _Stream(), deque(maxlen=TAIL_LINES)
-    lines, truncated = _iterate([Path(p) for p in paths], stream, tail)
+    stream = _Stream()
+    lines, truncated, tail = _iterate([Path(p) for p in paths], stream)
     run = stream.run if stream.run.records else stream.pending
     records = [run.records[step] for step in sorted(run.records)]
     for step, (allocated, reserved) in run.memory.items():
