@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from evaluate import strategy_view
 from evaluate.collect import CollectError, Loaded, load
 from evaluate.validate import check_result, fairness
 from utils.hardware import lookup_device
@@ -237,7 +238,8 @@ def mock_lines(items: Sequence[Loaded]) -> list[str]:
     return lines
 
 
-def report(items: Sequence[Loaded], rows: Sequence[Row], png_name: str | None) -> str:
+def report(items: Sequence[Loaded], rows: Sequence[Row], png_name: str | None,
+           strategies_png: str | None = None) -> str:
     out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""]
     mocks, unfair = mock_lines(items), fairness(items)
     if mocks:
@@ -254,6 +256,9 @@ def report(items: Sequence[Loaded], rows: Sequence[Row], png_name: str | None) -
             "driver reports it (Primus), allocated = peak tensor allocation.", ""]
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
+    entries = strategy_view.entries(rows, tokens, memory, FRAMEWORK_NAMES)
+    if strategy_view.has_strategies(entries):
+        out += strategy_view.section(entries, strategies_png)
     out += ["## Fairness", ""]
     out += ([f"- {f.message}" for f in unfair] + ["", "The comparison above is UNFAIR where these differ."]
             if unfair else ["- every compared run shares model, sequence length, global batch, precision, steps, "
@@ -393,14 +398,19 @@ def write_text(path: Path, text: str) -> None:
 
 
 def compare(inputs: Sequence[str | Path], outdir: Path) -> str:
-    """Write compare.png and report.md into outdir; returns the report text."""
+    """Write compare.png, report.md (and compare-strategies.png with several strategies); returns the report."""
     items = load(inputs)
     if not items:
         raise CollectError(f"no result.json under {', '.join(map(str, inputs))}; run a benchmark or extract first")
     rows = rows_of(items)
     outdir.mkdir(parents=True, exist_ok=True)
     plot(items, rows, outdir / "compare.png")
-    text = report(items, rows, "compare.png")
+    entries = strategy_view.entries(rows, tokens, memory, FRAMEWORK_NAMES)
+    strategies_png = None
+    if strategy_view.has_strategies(entries):
+        strategies_png = "compare-strategies.png"
+        strategy_view.plot(entries, outdir / strategies_png, PALETTES, _save)
+    text = report(items, rows, "compare.png", strategies_png)
     write_text(outdir / "report.md", text)
     return text
 

@@ -103,3 +103,48 @@ def test_console_prints_the_report(tmp_path, capsys):
 def test_no_results_is_bad_input(tmp_path, capsys):
     assert compare.main([str(tmp_path), "-o", str(tmp_path / "out")]) == 2
     assert "no result.json" in capsys.readouterr().err
+
+
+STRATEGIES = (("minimal_communication", (1, 1, 8, 16)), ("balanced", (2, 1, 4, 32)), ("truly_identical", (4, 1, 2, 64)))
+
+
+def sweep(tmp_path, factors):
+    """Llama results re-labelled as a strategy sweep; factors[platform][strategy] scales tokens/s/GPU."""
+    root = tmp_path / "sweep"
+    for platform, framework in (("nvd", "nemo"), ("amd", "prim")):
+        (root / platform).mkdir(parents=True)
+        shutil.copy(RESULTS / platform / "system.json", root / platform / "system.json")
+        for strategy, layout in STRATEGIES:
+            data = json.loads((RESULTS / platform / f"{framework}-llama-r1" / "result.json").read_text())
+            data["parallelism"].update(strategy=strategy, tp=layout[0], pp=layout[1], dp=layout[2], ga=layout[3])
+            data["performance"]["tokens_per_s_per_gpu"] = factors[platform][strategy]
+            data["run"]["id"] = f"{framework}-llama-{strategy}"
+            (root / platform / data["run"]["id"]).mkdir()
+            (root / platform / data["run"]["id"] / "result.json").write_text(json.dumps(data))
+    return [root / "nvd", root / "amd"]
+
+
+def test_strategy_sweep_marks_the_best_and_compares_best_and_identical_layouts(tmp_path):
+    factors = {"nvd": {"minimal_communication": 3000.0, "balanced": 2900.0, "truly_identical": 3300.0},
+               "amd": {"minimal_communication": 4000.0, "balanced": 3500.0, "truly_identical": 3100.0}}
+    text = compare.compare(sweep(tmp_path, factors), tmp_path / "out")
+    amd_table = text.split("### Llama 3.1 8B on AMD MI300X")[1].split("###")[0]
+    assert "| minimal_communication **best** | Primus | 1/1/8/16 | 4,000 |" in amd_table
+    assert amd_table.count("**best**") == 1
+    assert f"best vs best: AMD MI300X + Primus (minimal_communication, 4,000) is **{4000 / 3300:.2f}x**" in text
+    assert f"identical vs identical: AMD MI300X + Primus (truly_identical, 3,100) is **{3100 / 3300:.2f}x**" in text
+    assert (tmp_path / "out" / "compare-strategies.png").stat().st_size > 20_000
+
+
+def test_strategy_plot_draws_every_strategy_of_every_configuration(tmp_path):
+    factors = {p: {s: 1000.0 + i for i, (s, _) in enumerate(STRATEGIES)} for p in ("nvd", "amd")}
+    items = load(sweep(tmp_path, factors))
+    entries = compare.strategy_view.entries(compare.rows_of(items), compare.tokens, compare.memory,
+                                            compare.FRAMEWORK_NAMES)
+    drawn = compare.strategy_view.plot(entries, tmp_path / "s.png", compare.PALETTES, compare._save)
+    assert drawn == {"Llama 3.1 8B: tokens/s/GPU": 6, "Llama 3.1 8B: peak memory per GPU": 6}
+
+
+def test_a_single_strategy_has_no_strategy_view(made):
+    out, text = made
+    assert "## Strategies" not in text and not (out / "compare-strategies.png").exists()

@@ -1,0 +1,147 @@
+"""The cross-strategy view: which TP/PP/DP split is fastest on each platform, and how vendors compare
+at their best and at identical layouts. Used by evaluate.compare when results hold several strategies.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from utils.strategies import IDENTICAL
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One strategy of one framework on one platform for one model (repeats folded)."""
+
+    model: str  # display name
+    platform: str
+    device: str
+    framework: str  # display name
+    strategy: str
+    layout: tuple[int, int, int, int]
+    tokens: float | None  # median tokens/s/GPU over successful repeats
+    memory: float | None  # median peak memory per GPU (GiB)
+    status: str
+
+    @property
+    def config(self) -> str:
+        return f"{self.device} + {self.framework}"
+
+
+def entries(rows, tokens, memory, framework_names) -> list[Entry]:
+    """Fold compare.Row objects into entries (the getters are compare's)."""
+    out = []
+    for row in rows:
+        t, m = row.figures(tokens), row.figures(memory)
+        out.append(Entry(row.model_name, row.platform, row.device, framework_names[row.framework], row.strategy,
+                         row.layout, statistics.median(t) if t else None, statistics.median(m) if m else None,
+                         row.status()))
+    return out
+
+
+def has_strategies(items: Sequence[Entry]) -> bool:
+    return len({e.strategy for e in items}) > 1
+
+
+def best(items: Sequence[Entry]) -> Entry | None:
+    measured = [e for e in items if e.tokens is not None]
+    return max(measured, key=lambda e: e.tokens) if measured else None
+
+
+def groups(items: Sequence[Entry]) -> dict[tuple[str, str], list[Entry]]:
+    """(model, platform) -> its entries, strategies in first-seen order."""
+    out: dict[tuple[str, str], list[Entry]] = {}
+    for entry in items:
+        out.setdefault((entry.model, entry.platform), []).append(entry)
+    return out
+
+
+def vendor_speedups(items: Sequence[Entry]) -> list[str]:
+    """Per model: AMD's best over NVIDIA's best, and the same under the truly_identical layout."""
+    lines = []
+    for model in dict.fromkeys(e.model for e in items):
+        amd = [e for e in items if e.model == model and e.platform == "amd"]
+        nvd = [e for e in items if e.model == model and e.platform == "nvd"]
+        for label, pick in (("best vs best", lambda group: group),
+                            ("identical vs identical", lambda group: [e for e in group if e.strategy == IDENTICAL])):
+            a, n = best(pick(amd)), best(pick(nvd))
+            if a is None or n is None:
+                continue
+            lines.append(f"- {model}, {label}: {a.config} ({a.strategy}, {a.tokens:,.0f}) is **{a.tokens / n.tokens:.2f}x** "
+                         f"{n.config} ({n.strategy}, {n.tokens:,.0f} tokens/s/GPU)")
+    return lines
+
+
+def section(items: Sequence[Entry], png_name: str | None) -> list[str]:
+    """The report's cross-strategy section (markdown lines)."""
+    out = ["## Strategies", "", "tokens/s/GPU and peak memory per strategy; the fastest of each model and platform "
+           "is marked **best**.", ""]
+    for (model, platform), group in groups(items).items():
+        top = best(group)
+        out += [f"### {model} on {group[0].device}", "",
+                "| Strategy | Framework | TP/PP/DP/GA | tokens/s/GPU | Peak memory (GiB) | Runs |",
+                "|---|---|---|---|---|---|"]
+        for e in group:
+            mark = " **best**" if e is top else ""
+            out.append(f"| {e.strategy}{mark} | {e.framework} | {'/'.join(map(str, e.layout))} | "
+                       f"{'-' if e.tokens is None else format(e.tokens, ',.0f')} | "
+                       f"{'-' if e.memory is None else format(e.memory, '.1f')} | {e.status} |")
+        out.append("")
+    speedups = vendor_speedups(items)
+    out += ["### AMD vs NVIDIA across strategies", ""] + (speedups or ["- needs AMD and NVIDIA runs of the same model"])
+    out += [""] + ([f"![strategies]({png_name})", ""] if png_name else [])
+    return out
+
+
+def plot(items: Sequence[Entry], path: Path, palettes: dict[str, Sequence[str]], save) -> dict[str, int]:
+    """compare-strategies.png: per model, tokens/s/GPU and peak memory per strategy, grouped bars per
+    platform + framework, the best of each model and platform starred. Returns panel title -> bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(e.model for e in items))
+    fig, axes = plt.subplots(len(models), 2, figsize=(17, 5.2 * len(models) + 1), dpi=100, squeeze=False)
+    fig.suptitle("TPrimat: parallelism strategies (star: fastest per model and platform)", fontsize=14,
+                 fontweight="bold")
+    drawn = {}
+    for row_axes, model in zip(axes, models):
+        group = [e for e in items if e.model == model]
+        strategies = list(dict.fromkeys(e.strategy for e in group))
+        configs = list(dict.fromkeys((e.platform, e.config) for e in group))
+        width = 0.8 / len(configs)
+        shade = {config: sum(1 for p, _ in configs[:k] if p == platform) for k, (platform, config) in enumerate(configs)}
+        stars = {id(best([e for e in group if e.platform == p])) for p in {e.platform for e in group}}
+        for ax, attr, title, unit in ((row_axes[0], "tokens", f"{model}: tokens/s/GPU", "tokens/s per GPU"),
+                                      (row_axes[1], "memory", f"{model}: peak memory per GPU", "GiB")):
+            bars, labelled = 0, set()
+            for k, (platform, config) in enumerate(configs):
+                colour = palettes[platform][shade[config] % len(palettes[platform])]
+                for x, strategy in enumerate(strategies):
+                    entry = next((e for e in group if e.config == config and e.strategy == strategy), None)
+                    value = getattr(entry, attr) if entry else None
+                    if value is None:
+                        continue
+                    position = x - 0.4 + width * (k + 0.5)
+                    ax.bar(position, value, width * 0.95, color=colour, edgecolor="black", linewidth=0.5,
+                           label=None if config in labelled else config)
+                    labelled.add(config)
+                    bars += 1
+                    if attr == "tokens" and id(entry) in stars:
+                        ax.annotate("★", (position, value), textcoords="offset points", xytext=(0, 2), ha="center",
+                                    fontsize=14, color="goldenrod")
+            ax.set_xticks(range(len(strategies)), [s.replace("_", "\n") for s in strategies], fontsize=9)
+            ax.set_title(title, fontsize=12)
+            ax.set_ylabel(unit)
+            ax.margins(y=0.15)
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend(fontsize=8, loc="upper right")
+            drawn[title] = bars
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    save(fig, path)
+    plt.close(fig)
+    return drawn
