@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The in-job half of shell/slurm.sh.
+#   sourced by the job script on the first node:  tp_job_prepare  (checks, MASTER_ADDR, slurm.json)
+#   run by srun once per node:  bash shell/slurm_job.sh node host|pyxis  -> shell/train.sh as node
+#     NODE_RANK=$SLURM_NODEID of NNODES=$SLURM_NNODES, every node walking the same matrix in lockstep
+#     (each run is one torchrun rendezvous across the nodes); node 0 writes the results and report.
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+
+# The IPv4 address other nodes reach NODE at: its NodeAddr in Slurm (a name there is resolved here,
+# where Slurm itself resolves it; node names often resolve nowhere).
+tp_job_node_addr() {
+  local node="$1" record addr word ip
+  record="$(scontrol show node -o "${node}")" || tp_die 1 "scontrol show node ${node} failed"
+  for word in ${record}; do
+    [[ "${word}" != NodeAddr=* ]] || addr="${word#NodeAddr=}"
+  done
+  [[ -n "${addr:-}" ]] || tp_die 1 "scontrol show node ${node} gives no NodeAddr"
+  if [[ "${addr}" =~ ^[0-9]+(\.[0-9]+){3}$ ]]; then
+    echo "${addr}"
+    return 0
+  fi
+  ip="$(getent ahostsv4 "${addr}" | awk 'NR == 1 { print $1 }')"
+  [[ -n "${ip}" ]] || tp_die 1 "node ${node}: its NodeAddr ${addr} does not resolve on $(hostname); set NodeAddr to an IP address in slurm.conf or fix name resolution"
+  echo "${ip}"
+}
+
+# Run on the first node of the allocation, before srun: the nodes are what the job was submitted
+# for, MASTER_ADDR is the first node's address, and the allocation is recorded in slurm.json.
+tp_job_prepare() {
+  local detected first nodes
+  detected="$(tp_detect_platform)"
+  [[ "${detected}" == "${PLATFORM}" ]] \
+    || tp_die 2 "PLATFORM=${PLATFORM}, but node $(hostname) has ${detected} $([[ "${detected}" == cpu ]] && echo "(no GPU)" || echo GPUs); submit with PLATFORM=${detected} (a login node cannot see the compute nodes' GPUs)"
+  [[ "${SLURM_JOB_NUM_NODES}" == "${NNODES}" ]] \
+    || tp_die 2 "the job got ${SLURM_JOB_NUM_NODES} nodes, NNODES=${NNODES}"
+  mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+  first="${nodes[0]}"
+  MASTER_ADDR="$(tp_job_node_addr "${first}")"
+  export MASTER_ADDR MASTER_PORT
+  tp_log "job ${SLURM_JOB_ID}: nodes ${nodes[*]}; rendezvous ${MASTER_ADDR}:${MASTER_PORT} (${first})"
+  python3 - "${RUN_SET_DIR}/slurm.json" "${SLURM_JOB_ID}" "${SLURM_JOB_PARTITION:-}" "${MASTER_ADDR}" \
+    "${MASTER_PORT}" "${SLURM_CONTAINER}" "${nodes[@]}" <<'EOF'
+"""slurm.json: the allocation the run set ran on (nodes in node-rank order)."""
+import json, os, sys
+path, job, partition, addr, port, container, *nodes = sys.argv[1:]
+record = {"job_id": int(job), "partition": partition or None, "nnodes": len(nodes), "nodes": nodes,
+          "master_addr": addr, "master_port": int(port), "container": container}
+with open(path + ".tmp", "w") as out:
+    json.dump(record, out, indent=1)
+os.replace(path + ".tmp", path)
+EOF
+}
+
+# Run by srun on every node: this node's rank, the runtime, then the matrix.
+tp_job_node() {
+  local runtime="$1"
+  export NODE_RANK="${SLURM_NODEID}" NNODES="${SLURM_NNODES}"
+  case "${runtime}" in
+    pyxis) export TPRIMAT_RUNTIME=pyxis TPRIMAT_PYTHON=python3 ;;  # the image's Python
+    host) export TPRIMAT_RUNTIME=host ;;
+    *) tp_die 2 "slurm_job.sh node: runtime ${runtime} is not one of host, pyxis" ;;
+  esac
+  tp_log "node ${NODE_RANK}/${NNODES} ($(hostname), ${runtime}): shell/train.sh"
+  exec bash "${TPRIMAT_ROOT}/shell/train.sh"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  case "${1:-}" in
+    node) tp_job_node "${2:-}" ;;
+    *) tp_die 2 "usage: shell/slurm_job.sh node host|pyxis (run by the job script's srun; see shell/slurm.sh)" ;;
+  esac
+fi

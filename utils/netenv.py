@@ -1,0 +1,86 @@
+"""Multi-node network settings: the one place per vendor where the collective library learns which
+network to use between nodes.
+
+NCCL (NVIDIA) and RCCL (AMD; it reads the same NCCL_* names) find InfiniBand/RoCE adapters and a
+socket interface by themselves, but clusters often need them named: several Ethernet interfaces
+(the bootstrap picks a wrong one and hangs), a RoCE fabric whose GID index is not NCCL's default,
+or only some HCAs wired to the GPU fabric. gloo (the CPU platform, and Megatron's CPU-side groups
+on every platform) needs the same socket interface. The configuration names these once, vendor
+neutrally (NET_* knobs); this module turns them into each vendor's variables, on top of the
+vendor's defaults. Only non-empty values are ever set: an empty NCCL_IB_GID_INDEX would be read
+as 0, not as "unset".
+
+Precedence, low to high: the vendor's default, a variable already in the environment (a cluster's
+module or the user's own export), a non-empty NET_* knob.
+
+    python3 -m utils.netenv amd|nvd|cpu   # export lines for the shell (reads NET_* from the environment)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """One vendor's collective library: what each knob sets, and the defaults it needs."""
+
+    library: str
+    knobs: dict[str, tuple[str, ...]]  # NET_* knob -> the variables it sets
+    defaults: dict[str, str] = field(default_factory=dict)
+
+
+_SOCKET = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+_GPU_KNOBS = {
+    "NET_SOCKET_IFNAME": _SOCKET,  # bootstrap and TCP fallback (NCCL/RCCL) and gloo: e.g. eth0, ^docker,lo
+    "NET_IB_HCA": ("NCCL_IB_HCA",),  # InfiniBand/RoCE adapters to use: e.g. mlx5_0,mlx5_1 or ^mlx5_4
+    "NET_IB_GID_INDEX": ("NCCL_IB_GID_INDEX",),  # RoCE GID index (3 = RoCE v2 over IPv4 on most fabrics)
+    "NET_DEBUG": ("NCCL_DEBUG",),  # WARN | INFO (INFO prints the transport chosen: NET/IB or NET/Socket)
+}
+
+VENDORS: dict[str, Vendor] = {
+    "nvd": Vendor("NCCL", _GPU_KNOBS),
+    # AMD's own launcher (Primus examples/run_pretrain.sh) sets these for every multi-node run on its
+    # RoCE fabrics; TPrimat's Megatron runs on AMD get the same, so mega and prim see one network.
+    "amd": Vendor("RCCL", _GPU_KNOBS, {"NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0"}),
+    "cpu": Vendor("gloo", {"NET_SOCKET_IFNAME": ("GLOO_SOCKET_IFNAME",)}),
+}
+
+KNOBS = tuple(_GPU_KNOBS)
+
+
+def network_env(platform: str, knobs: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a multi-node run of the platform gets (only those with a value)."""
+    try:
+        vendor = VENDORS[platform]
+    except KeyError:
+        raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(VENDORS)}") from None
+    environ = os.environ if environ is None else environ
+    settings = dict(vendor.defaults)
+    names = set(settings).union(*vendor.knobs.values())
+    settings.update({name: environ[name] for name in names if environ.get(name)})
+    for knob, variables in vendor.knobs.items():
+        value = (knobs.get(knob) or "").strip()
+        if value:
+            settings.update(dict.fromkeys(variables, value))
+    return dict(sorted(settings.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m utils.netenv",
+                                     description="Print the export lines of a multi-node run's network settings "
+                                                 f"(from {', '.join(KNOBS)} in the environment).")
+    parser.add_argument("platform", choices=list(VENDORS))
+    args = parser.parse_args(argv)
+    for key, value in network_env(args.platform, os.environ).items():
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
