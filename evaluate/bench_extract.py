@@ -7,7 +7,8 @@ The log is written to a temporary folder (deleted afterwards): Megatron iteratio
 noise of a real run (NCCL INFO lines, warnings from other ranks, ANSI colours, progress bars with
 carriage returns), with the iteration counter restarting every 500 steps as when runs are appended.
 --dense writes iteration lines only (the parser's worst case). Each size is parsed in a fresh
-child process so that its peak resident memory (ru_maxrss) is its own.
+child process so that its peak resident memory (ru_maxrss) is its own; CPU seconds are shown beside
+wall seconds because a shared machine's load inflates the latter.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def child(path: str) -> None:
     """Parse one log and print its figures as JSON (run in a fresh process)."""
     from evaluate.logs import parse_logs
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     parsed = parse_logs([path])
-    seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "lines": parsed.lines_read, "steps_kept": len(parsed.records),
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "lines": parsed.lines_read, "steps_kept": len(parsed.records),
                       "runs": parsed.runs_found, "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         for size in (args.small_mb, args.size_mb):
             r = measure(size, args.dense, Path(folder))
             print(f"  {r['size_mib']:8.0f} MiB, {r['lines']:>10,} lines, {r['iteration_lines']:>9,} iteration lines: "
-                  f"parsed in {r['seconds']:6.1f} s ({r['size_mib'] / r['seconds']:5.0f} MiB/s), "
+                  f"parsed in {r['seconds']:6.1f} s wall, {r['cpu_seconds']:6.1f} s CPU "
+                  f"({r['size_mib'] / r['cpu_seconds']:4.0f} MiB per CPU second), "
                   f"peak RSS {r['max_rss_mib']:6.1f} MiB, {r['runs']} runs found, {r['steps_kept']} steps kept")
     return 0
 
