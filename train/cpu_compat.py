@@ -1,0 +1,124 @@
+"""Let megatron-core train on a machine without an accelerator: the CPU stands in for CUDA device 0.
+
+megatron-core (0.16) assumes a CUDA device in a handful of places, listed in
+../shared/reference/frameworks.md ("megatron-core on a CPU"):
+
+1. the model-parallel RNG tracker saves, seeds and restores CUDA RNG states;
+2. ``torch.cuda.current_device()`` places RoPE frequencies, DDP grad buffers and pipeline buffers;
+3. tensors are created with ``device="cuda"`` in the optimizer, gradient clipping and the schedules;
+4. gradient clipping and the distributed optimizer assert ``param.type() == "torch.cuda.FloatTensor"``;
+5. ``torch.cuda.synchronize()`` / ``set_device()`` / ``empty_cache()`` are called unconditionally;
+6. the causal mask built when no attention mask is passed goes to the CUDA device (covered by 2/3);
+7. without Apex (which the CPU stack lacks), the local layer spec's norm is megatron-core's torch
+   fallback, which refuses sequence parallelism: it becomes torch's norm with its weight marked
+   ``sequence_parallel``, as Apex's FusedLayerNorm marks it, so that finalize_model_grads sums the
+   weight's gradient over the TP ranks that each normalised a slice of the sequence.
+
+The RNG tracker also warns "CPU RNG state changed within GPU RNG context" whenever it forks: here
+the two generators are one, so that is expected, and apply() filters exactly that message.
+
+``apply()`` adapts exactly these and nothing else, and only when torch sees no accelerator: the
+CUDA RNG functions use the CPU generator (so the tracker forks the generator the CPU really
+draws from), device-placement calls resolve to the CPU, and CPU tensors report CUDA type names.
+Everything else in the trainer is the GPU code path, unchanged. The patches act process-wide
+and cannot be undone; call ``apply()`` once, before megatron-core builds anything.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_applied = False
+
+
+def needed() -> bool:
+    """True on a machine where torch has no CUDA/ROCm device."""
+    return not torch.cuda.is_available()
+
+
+def _is_cuda(device: object) -> bool:
+    """A device argument that means the (absent) CUDA device: "cuda", "cuda:0", 0, torch.device("cuda")."""
+    if isinstance(device, bool):
+        return False
+    if isinstance(device, int):
+        return True  # a bare index means the current accelerator
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+class _CudaIsCpu(TorchFunctionMode):
+    """Resolve CUDA placement to the CPU and give CPU tensors CUDA type names (assumptions 2-4)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if _is_cuda(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False  # pinned host memory needs an accelerator
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.to and len(args) > 1 and _is_cuda(args[1]):
+            args = (args[0], "cpu", *args[2:])
+        result = func(*args, **kwargs)
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs and result.startswith("torch."):
+            return "torch.cuda." + result[len("torch."):]
+        return result
+
+
+def _cpu_rng_state(*_args, **_kwargs) -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def _set_cpu_rng_state(state: torch.Tensor, *_args, **_kwargs) -> None:
+    torch.set_rng_state(state)
+
+
+def _stand_in(name: str, body):
+    """A distinct function per patched name: torch.compile's rule table rejects one object under two names."""
+    def stand_in(*args, **kwargs):
+        return body(*args, **kwargs)
+    stand_in.__name__ = stand_in.__qualname__ = f"cpu_{name}"
+    return stand_in
+
+
+def _sequence_parallel_torch_norm(_cls, config, hidden_size: int, eps: float = 1e-5, **_unused):
+    """megatron-core's WrappedTorchNorm, with sequence parallelism handled as Apex's norm handles it (7)."""
+    norm_class = {"RMSNorm": torch.nn.RMSNorm, "LayerNorm": torch.nn.LayerNorm}[config.normalization]
+    norm = norm_class(hidden_size, eps=eps)
+    for param in norm.parameters():
+        param.sequence_parallel = config.sequence_parallel
+    return norm
+
+
+def apply() -> bool:
+    """Install the adaptations when no accelerator is present; returns whether they are active."""
+    global _applied
+    if _applied or not needed():
+        return _applied
+    from megatron.core.tensor_parallel import random as megatron_random
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    # 1. RNG: the tracker's CUDA states become CPU generator states.
+    for module in (torch.cuda, torch.cuda.random):
+        module.get_rng_state = _stand_in("get_rng_state", _cpu_rng_state)
+        module.set_rng_state = _stand_in("set_rng_state", _set_cpu_rng_state)
+        module.manual_seed = _stand_in("manual_seed", torch.default_generator.manual_seed)
+        module.manual_seed_all = _stand_in("manual_seed_all", torch.default_generator.manual_seed)
+    megatron_random._get_cuda_rng_state = _stand_in("megatron_get_rng_state", _cpu_rng_state)
+    megatron_random._set_cuda_rng_state = _stand_in("megatron_set_rng_state", _set_cpu_rng_state)
+    logging.getLogger(megatron_random.__name__).addFilter(
+        lambda record: record.getMessage() != "CPU RNG state changed within GPU RNG context")
+    # 2. and 5. device queries and device-wide calls.
+    torch.cuda.current_device = _stand_in("current_device", lambda: 0)
+    for name in ("set_device", "synchronize", "empty_cache"):
+        setattr(torch.cuda, name, _stand_in(name, lambda *args, **kwargs: None))
+    # 7. sequence parallelism with torch's norm (the local spec without Apex).
+    WrappedTorchNorm.__new__ = _sequence_parallel_torch_norm
+    # 3. and 4. tensor placement and type names, for every torch call from here on.
+    _CudaIsCpu().__enter__()
+    _applied = True
+    return True

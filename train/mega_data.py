@@ -1,0 +1,140 @@
+"""The trainer's data: the prepared dataset (checked before anything is built), or mock tokens on request.
+
+Real data is megatron-core's GPTDataset over DATA_DIR/<dataset>_<model>_text_document through
+BlendedMegatronDatasetBuilder, as Megatron-LM reads it. A run refuses to start when that prefix
+has no manifest saying `verified: true` (data.verify writes it), and copies the manifest's
+dataset and tokenizer fingerprints into its result. MOCK_DATA=1 is the only way to synthetic
+tokens (megatron-core's MockGPTDataset), and the result then says so.
+
+Sample order follows Megatron-LM's pretraining sampler: step i takes the GBS samples after the
+first i x GBS; each microbatch is the next MBS x DP of them, and DP rank r takes the r-th MBS.
+So a layout change (DP, GA, MBS) regroups the same samples but never changes which ones a step sees.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
+
+from evaluate.fingerprint import dataset_fingerprint, manifest_path
+from train.plan import PREPARE_COMMAND, data_prefix, tokenizer_dir
+
+BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
+
+
+class DataError(Exception):
+    """The dataset is not ready: one line naming what is missing and the command that prepares it."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """What a run trains on, with the fingerprints that prove it."""
+
+    mock: bool
+    dataset: str | None  # DATASET, None with mock data
+    prefix: Path | None
+    fingerprint: str | None
+    tokenizer_fingerprint: str | None
+    eod: int  # end-of-document id, read from the tokenizer (mock data: the last vocabulary row)
+    tokenizer_vocab: int
+
+
+@dataclass(frozen=True)
+class DatasetTokenizer:
+    """The two tokenizer facts GPTDataset uses (no pad attribute: megatron-core then uses its own pad id)."""
+
+    eod: int
+    vocab_size: int
+    fingerprint: str | None
+
+    @property
+    def unique_identifiers(self) -> dict:
+        """What megatron-core hashes into the name of its cached sample index."""
+        return {"class": type(self).__name__, "eod": self.eod, "vocab_size": self.vocab_size,
+                "fingerprint": self.fingerprint}
+
+
+def read_tokenizer(directory: Path) -> tuple[int, int]:
+    """(end-of-document id, vocabulary size incl. special tokens) of a Hugging Face tokenizer directory."""
+    from tokenizers import Tokenizer
+
+    try:
+        config = json.loads((directory / "tokenizer_config.json").read_text())
+        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    except Exception as err:  # noqa: BLE001 - tokenizers raises plain Exception subclasses
+        raise DataError(f"{directory}: not a readable tokenizer directory ({err}); prepare it with {PREPARE_COMMAND}") \
+            from None
+    eos = config.get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    eod = tokenizer.token_to_id(eos) if eos else None
+    if eod is None:
+        raise DataError(f"{directory}: tokenizer_config.json names no end-of-document token (eos_token) the "
+                        f"tokenizer knows; prepare the tokenizer again with {PREPARE_COMMAND}")
+    return eod, tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def locate(data_dir: str, dataset: str, model: str, vocab_size: int, mock: bool) -> DataSource:
+    """Check the prepared data of one model (before any model is built); raises DataError."""
+    if mock:
+        return DataSource(mock=True, dataset=None, prefix=None, fingerprint=None, tokenizer_fingerprint=None,
+                          eod=vocab_size - 1, tokenizer_vocab=vocab_size)
+    prefix = data_prefix(data_dir, dataset, model)
+    manifest = manifest_path(prefix)
+    how = f"prepare it with {PREPARE_COMMAND} (DATASET={dataset}), or set MOCK_DATA=1 for synthetic tokens"
+    if not manifest.is_file():
+        raise DataError(f"{manifest}: no data manifest, the dataset is not prepared; {how}")
+    try:
+        found = dataset_fingerprint(prefix)
+    except (OSError, ValueError) as err:
+        raise DataError(f"{manifest}: unreadable ({err}); {how}") from None
+    if not found["verified"]:
+        raise DataError(f"{manifest}: the dataset is not verified (data.verify did not pass); {how}")
+    missing = [p.name for p in (prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx"))
+               if not p.is_file()]
+    if missing:
+        raise DataError(f"{prefix.parent}: {', '.join(missing)} missing although the manifest exists; {how}")
+    eod, tokenizer_vocab = read_tokenizer(tokenizer_dir(data_dir, model))
+    if tokenizer_vocab > vocab_size:
+        raise DataError(f"{tokenizer_dir(data_dir, model)}: {tokenizer_vocab} tokens do not fit the model's "
+                        f"{vocab_size} embedding rows; this is not the {model} tokenizer, {how}")
+    return DataSource(mock=False, dataset=dataset, prefix=prefix, fingerprint=found["fingerprint"],
+                      tokenizer_fingerprint=found["tokenizer_fingerprint"], eod=eod, tokenizer_vocab=tokenizer_vocab)
+
+
+def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int, cache_dir: Path) -> GPTDataset:
+    """The training split (all of the data) with at least num_samples samples; call on every rank."""
+    config = GPTDatasetConfig(
+        random_seed=seed,
+        sequence_length=seq_len,
+        blend=None if source.mock else ([str(source.prefix)], None),
+        split="100,0,0",
+        path_to_cache=None if source.mock else str(cache_dir),
+        tokenizer=DatasetTokenizer(source.eod, source.tokenizer_vocab, source.tokenizer_fingerprint),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,  # causal attention needs no mask tensor
+    )
+    cls = MockGPTDataset if source.mock else GPTDataset
+    train, _, _ = BlendedMegatronDatasetBuilder(cls, [num_samples, 0, 0], lambda: True, config).build()
+    if train is None or len(train) < num_samples:
+        raise DataError(f"{source.prefix}: could not build {num_samples} training samples of {seq_len} tokens")
+    return train
+
+
+def microbatches(dataset: GPTDataset, *, steps: int, mbs: int, dp: int, dp_rank: int, ga: int,
+                 device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
+    """This DP rank's microbatches, step after step, in Megatron-LM's sample order, on the device."""
+    gbs = mbs * dp * ga
+    for step in range(steps):
+        for micro in range(ga):
+            first = step * gbs + micro * mbs * dp + dp_rank * mbs
+            samples = [dataset[index] for index in range(first, first + mbs)]
+            yield {key: torch.stack([torch.as_tensor(s[key]) for s in samples]).to(device, non_blocking=True)
+                   for key in BATCH_KEYS}

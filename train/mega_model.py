@@ -1,0 +1,259 @@
+"""Llama 3.1 and Qwen 2.5 as megatron-core GPT models, built from utils.models specs.
+
+Everything here sticks to the megatron-core API shared by 0.12 (nemo:25.04), Primus's Megatron-LM
+and 0.16 (the host). The choices a benchmark must be able to prove are made in one place each:
+
+- the layer spec: Transformer Engine's when TE and a GPU are present, the local spec otherwise;
+- the fused kernels: what train.fairness asks for, where the installed stack has the kernel
+  (each recorded on or off in the result, with a warning for every one the table wanted);
+- the initial weights: drawn per logical parameter, so every TP/PP/DP layout of one seed starts
+  from the same model (megatron-core's own initialisation depends on the layout).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import math
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_layer_local_spec,
+                                                      get_gpt_layer_with_transformer_engine_spec)
+from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+from megatron.core.transformer.module import Float16Module
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from train.fairness import FAIRNESS, sequence_parallel
+from utils.models import ModelSpec
+
+INIT_METHOD_STD = 0.02  # both models' initializer_range
+# Megatron initialises the attention output and second MLP projections with std / sqrt(2 L).
+OUTPUT_PROJECTIONS = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
+GATED_FC1 = "mlp.linear_fc1.weight"
+LAYER_INDEX = re.compile(r"decoder\.layers\.(\d+)\.")
+
+
+class ModelError(ValueError):
+    """A model or precision request this stack cannot build faithfully."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What the installed software offers on this machine: decides the layer spec and fused kernels."""
+
+    gpu: bool
+    transformer_engine: bool
+    rope_kernel: bool  # a fused RoPE kernel megatron-core can call (TE >= 1.4 or Apex)
+    softmax_kernel: bool  # Megatron's fused masked-softmax CUDA extension (shipped with Apex)
+
+    @classmethod
+    def detect(cls) -> "Stack":
+        gpu = torch.cuda.is_available()
+        from megatron.core.models.common.embeddings import rope_utils
+        rope = getattr(rope_utils, "fused_apply_rotary_pos_emb", None) is not None
+        return cls(gpu=gpu,
+                   transformer_engine=gpu and importlib.util.find_spec("transformer_engine") is not None,
+                   rope_kernel=gpu and rope,
+                   softmax_kernel=gpu and importlib.util.find_spec("scaled_masked_softmax_cuda") is not None)
+
+    @property
+    def layer_spec(self) -> str:
+        return "transformer_engine" if self.transformer_engine else "local"
+
+
+def choose_fusions(stack: Stack) -> tuple[dict[str, bool], list[str]]:
+    """TransformerConfig fusion flags: the fairness table's wish where the stack has the kernel.
+
+    The jit fusions (bias-SwiGLU, bias-dropout-add, cross entropy) are torch.compile'd GPU kernels;
+    persist_layer_norm is Apex's LayerNorm kernel and does not apply to RMSNorm. Returns the flags
+    and one warning per fusion the table wanted but the stack cannot give.
+    """
+    wanted = {
+        "bias_activation_fusion": (FAIRNESS["bias_swiglu_fusion"], stack.gpu),
+        "bias_dropout_fusion": (FAIRNESS["bias_dropout_fusion"], stack.gpu),
+        "masked_softmax_fusion": (True, stack.softmax_kernel),
+        "apply_rope_fusion": (FAIRNESS["apply_rope_fusion"], stack.rope_kernel),
+        "cross_entropy_loss_fusion": (FAIRNESS["cross_entropy_loss_fusion"], stack.gpu),
+        "gradient_accumulation_fusion": (FAIRNESS["gradient_accumulation_fusion"], stack.transformer_engine),
+    }
+    flags = {name: want and have for name, (want, have) in wanted.items()}
+    missing = [name for name, (want, have) in wanted.items() if want and not have]
+    notes = [f"fused kernels unavailable on this stack, running without: {', '.join(missing)}"] if missing else []
+    return {**flags, "persist_layer_norm": False}, notes
+
+
+def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack: Stack,
+                       fusions: dict[str, bool]) -> TransformerConfig:
+    """The megatron-core configuration of one model variant under one layout."""
+    if precision == "fp8" and not stack.transformer_engine:
+        raise ModelError("PRECISION=fp8 needs Transformer Engine on a GPU; this stack has none. Use PRECISION=bf16")
+    return TransformerConfig(
+        num_layers=spec.num_layers,
+        hidden_size=spec.hidden_size,
+        ffn_hidden_size=spec.ffn_hidden_size,
+        num_attention_heads=spec.num_attention_heads,
+        num_query_groups=spec.num_kv_heads,
+        kv_channels=spec.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=spec.norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=spec.qkv_bias,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        init_method_std=INIT_METHOD_STD,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        sequence_parallel=sequence_parallel(tp),
+        bf16=True,
+        params_dtype=torch.bfloat16,
+        pipeline_dtype=torch.bfloat16,
+        fp8="hybrid" if precision == "fp8" else None,
+        deallocate_pipeline_outputs=True,
+        cross_entropy_fusion_impl=FAIRNESS["cross_entropy_fusion_impl"],
+        **fusions,
+    )
+
+
+def _check_rope_scaling(spec: ModelSpec) -> None:
+    """megatron-core fixes Llama 3's low/high frequency factors and original context: they must match."""
+    if not spec.rope_scaling:
+        return
+    fixed = {name: p.default for name, p in inspect.signature(RotaryEmbedding._apply_scaling).parameters.items()
+             if p.default is not inspect.Parameter.empty}
+    for name in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        if float(spec.rope_scaling[name]) != float(fixed[name]):
+            raise ModelError(f"{spec.variant}: rope_scaling {name}={spec.rope_scaling[name]}, but megatron-core "
+                             f"fixes it at {fixed[name]}")
+
+
+def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len: int) -> GPTModel:
+    """This pipeline stage's part of the model (untied embeddings, RoPE with the spec's base and scaling)."""
+    _check_rope_scaling(spec)
+    if stack.transformer_engine:
+        layer_spec = get_gpt_layer_with_transformer_engine_spec(num_experts=None, moe_grouped_gemm=False,
+                                                                qk_layernorm=False)
+    else:
+        layer_spec = get_gpt_layer_local_spec(num_experts=None, moe_grouped_gemm=False, qk_layernorm=False,
+                                              normalization="RMSNorm")
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=layer_spec,
+        vocab_size=spec.vocab_size,
+        max_sequence_length=seq_len,
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
+        parallel_output=True,
+        share_embeddings_and_output_weights=False,
+        position_embedding_type="rope",
+        rotary_percent=1.0,
+        rotary_base=int(spec.rope_theta),
+        rope_scaling=bool(spec.rope_scaling),
+        rope_scaling_factor=float(spec.rope_scaling.get("factor", 8.0)),
+    )
+
+
+def _logical_name(model: GPTModel, name: str) -> str:
+    """The parameter's name in the whole (TP=1, PP=1) model: local layer indices become global ones."""
+    match = LAYER_INDEX.match(name)
+    if not match:
+        return name
+    global_index = model.decoder.layers[int(match.group(1))].layer_number - 1
+    return f"decoder.layers.{global_index}.{name[match.end():]}"
+
+
+def _shard(full: torch.Tensor, dim: int, stride: int, rank: int, world: int) -> torch.Tensor:
+    """This TP rank's part of a full tensor (stride > 1: interleaved blocks, e.g. SwiGLU's [gate_r; up_r])."""
+    if world == 1:
+        return full
+    blocks = torch.chunk(full, world * stride, dim=dim)
+    return torch.cat(blocks[rank::world], dim=dim)
+
+
+def initialise_layout_invariant(model: GPTModel, seed: int) -> None:
+    """Redraw every weight matrix from a generator seeded by (seed, logical name), then take this rank's shard.
+
+    Norm weights (ones) and biases (zeros) keep megatron-core's deterministic values. The
+    distributions are megatron-core's: N(0, 0.02), and N(0, 0.02 / sqrt(2 L)) for the output projections.
+    """
+    config = model.config
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    tp_size = parallel_state.get_tensor_model_parallel_world_size()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() < 2:
+                continue
+            logical = _logical_name(model, name)
+            std = config.init_method_std
+            if logical.endswith(OUTPUT_PROJECTIONS):
+                std /= math.sqrt(2.0 * config.num_layers)
+            shape, dim, stride = list(param.shape), 0, 1
+            if getattr(param, "tensor_model_parallel", False):
+                dim = param.partition_dim
+                shape[dim] *= tp_size
+                # megatron-core < 0.16 marks SwiGLU's fc1 with stride 1 although each rank holds [gate_r; up_r]
+                stride = 2 if logical.endswith(GATED_FC1) and config.gated_linear_unit else getattr(param, "partition_stride", 1)
+            digest = hashlib.sha256(f"{seed}:{logical}".encode()).digest()
+            generator = torch.Generator(device=param.device).manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+            full = torch.empty(shape, dtype=torch.float32, device=param.device).normal_(0.0, std, generator=generator)
+            param.copy_(_shard(full, dim, stride, tp_rank, tp_size))
+
+
+def count_parameters(model: GPTModel) -> int:
+    """Parameters of the whole model: this stage's, without TP duplicates, summed over TP and PP ranks."""
+    local = sum(p.numel() for p in model.parameters() if param_is_not_tensor_parallel_duplicate(p))
+    total = torch.tensor([local], dtype=torch.float64, device=torch.cuda.current_device())
+    torch.distributed.all_reduce(total, group=parallel_state.get_model_parallel_group())
+    return int(total.item())
+
+
+def replicas_identical(model: torch.nn.Module) -> bool:
+    """Whether every data-parallel replica holds bit-identical weights (fp64 sum and norm of each parameter)."""
+    group = parallel_state.get_data_parallel_group()
+    summary = torch.stack([torch.stack([torch.sum(p, dtype=torch.float64),
+                                        torch.linalg.vector_norm(p, dtype=torch.float64)])
+                           for p in model.parameters()]).flatten()
+    gathered = [torch.empty_like(summary) for _ in range(torch.distributed.get_world_size(group))]
+    torch.distributed.all_gather(gathered, summary, group=group)
+    return all(torch.equal(other, gathered[0]) for other in gathered)
+
+
+def wrap(model: GPTModel, config: TransformerConfig) -> DistributedDataParallel:
+    """BF16 module under megatron-core's DDP with the distributed optimizer's grad buffers and overlap."""
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True,  # as Megatron-LM does for BF16
+        overlap_grad_reduce=FAIRNESS["overlap_grad_reduce"],
+        overlap_param_gather=FAIRNESS["overlap_param_gather"],
+        use_distributed_optimizer=FAIRNESS["use_distributed_optimizer"],
+        check_for_nan_in_grad=False,  # the trainer checks loss and grad norm itself and fails the run
+    )
+    return DistributedDataParallel(config=config, ddp_config=ddp_config, module=Float16Module(config, model))
+
+
+def features(config: TransformerConfig, stack: Stack) -> dict[str, bool | str]:
+    """Fused kernels and attention implementation, read back from the built model's configuration."""
+    out: dict[str, bool | str] = {name: bool(getattr(config, name)) for name in (
+        "bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "apply_rope_fusion",
+        "cross_entropy_loss_fusion", "gradient_accumulation_fusion")}
+    out["persist_layer_norm"] = "not applicable (RMSNorm)" if config.normalization == "RMSNorm" \
+        else bool(config.persist_layer_norm)
+    out["layer_spec"] = stack.layer_spec
+    if stack.transformer_engine:
+        switches = {key: os.environ.get(key, "unset") for key in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN")}
+        out["attention"] = "transformer_engine " + " ".join(f"{k}={v}" for k, v in switches.items())
+        out["flash_attention"] = switches["NVTE_FLASH_ATTN"] != "0"
+    else:
+        out["attention"] = "local (unfused softmax)" if not config.masked_softmax_fusion else "local (fused softmax)"
+        out["flash_attention"] = False
+    out["attention_backend"] = str(getattr(config, "attention_backend", "n/a"))
+    return out

@@ -1,0 +1,95 @@
+"""The per-step record of a mega run: one JSON line in steps.jsonl and one Megatron-LM log line.
+
+steps.jsonl is appended and flushed at every step, so a killed run keeps every step it finished.
+The console line copies Megatron-LM's training_log format (../shared/reference/log-formats.md),
+so evaluate.extract's Megatron parser and a Megatron user read it alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TextIO
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimizer step, in the shared per-step shape (utils/result.py's steps)."""
+
+    step: int  # 1-based
+    step_time_s: float
+    loss: float | None  # mean over microbatches and data-parallel ranks
+    lr: float | None  # the learning rate this step applied
+    grad_norm: float | None
+    skipped: int
+    nan: int
+    tokens: int  # GBS x SL
+    mem_allocated_gib: float | None  # peak since start, the largest over all ranks
+    mem_reserved_gib: float | None
+
+    def as_json(self) -> str:
+        """One line; nan/inf become null (JSON has no nan) and the nan count says so."""
+        values = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
+                  for key, value in asdict(self).items()}
+        return json.dumps(values, allow_nan=False)
+
+
+def _number(value: float | None, spec: str) -> str:
+    if value is None:
+        return "nan"
+    return format(value, spec)
+
+
+def megatron_line(record: StepRecord, total_steps: int, gbs: int, tflops_per_gpu: float | None) -> str:
+    """Megatron-LM's iteration line (printed by the last rank), with a timestamp prefix."""
+    fields = [
+        f" [{time.strftime('%Y-%m-%d %H:%M:%S')}] iteration {record.step:8d}/{total_steps:8d}",
+        f" consumed samples: {record.step * gbs:12d}",
+        f" elapsed time per iteration (ms): {record.step_time_s * 1000.0:.1f}",
+    ]
+    if tflops_per_gpu is not None:
+        fields.append(f" throughput per GPU (TFLOP/s/GPU): {tflops_per_gpu:.1f}")
+    fields += [
+        f" learning rate: {_number(record.lr, '.6E')}",
+        f" global batch size: {gbs:5d}",
+    ]
+    if record.loss is None or not math.isfinite(record.loss) or record.loss > 0:
+        fields.append(f" lm loss: {_number(record.loss, '.6E')}")
+    fields += [
+        " loss scale: 1.0",
+        f" grad norm: {_number(record.grad_norm, '.3f')}",
+        f" number of skipped iterations: {record.skipped:3d}",
+        f" number of nan iterations: {record.nan:3d}",
+    ]
+    return " |".join(fields) + " |"
+
+
+def memory_line(rank: int, step: int, allocated_gib: float, max_allocated_gib: float, reserved_gib: float,
+                max_reserved_gib: float) -> str:
+    """Megatron-LM's memory report (MB), printed once after the first step."""
+    return (f"[Rank {rank}] (after {step} iterations) memory (MB) | allocated: {allocated_gib * GIB / MIB:.1f} | "
+            f"max allocated: {max_allocated_gib * GIB / MIB:.1f} | reserved: {reserved_gib * GIB / MIB:.1f} | "
+            f"max reserved: {max_reserved_gib * GIB / MIB:.1f}")
+
+
+class StepLog:
+    """Appends records to steps.jsonl (flushed per step) and keeps them for the result."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records: list[StepRecord] = []
+        self._file: TextIO = open(path, "a", encoding="utf-8")
+
+    def write(self, record: StepRecord) -> None:
+        self._file.write(record.as_json() + "\n")
+        self._file.flush()
+        self.records.append(record)
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,69 @@
+"""The process environment each platform's training runs need: the one place it is written down.
+
+Every launcher exports these before torchrun (`python3 -m utils.platform_env amd` prints the
+`export` lines), the Dockerfiles' documentation points here, and train/train_mega.py fills in any
+that are missing, so a torchrun started by hand gets the same environment. A value already set
+in the environment wins (a user's deliberate override stays visible in the result, which records
+the effective values). Standard library only.
+
+    python3 -m utils.platform_env amd|nvd|cpu   # export lines for the shell
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from typing import MutableMapping
+
+PLATFORM_ENV: dict[str, dict[str, str]] = {
+    "amd": {
+        # ROCm: keep scratch memory between kernels instead of reclaiming it (Primus's default; avoids
+        # a slowdown and allocation failures in long runs).
+        "HSA_NO_SCRATCH_RECLAIM": "1",
+        # One hardware queue: communication kernels are issued in program order, which Megatron's
+        # sequence-parallel and gradient-reduce overlap rely on.
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        # Transformer Engine (ROCm): the CK flash-attention backward kernel v3, as Primus uses it.
+        "NVTE_CK_USES_BWD_V3": "1",
+    },
+    "nvd": {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        # Transformer Engine attention backends: flash attention and cuDNN fused attention both allowed,
+        # TE picks per shape (written out so that a run with one switched off says so in its result).
+        "NVTE_FLASH_ATTN": "1",
+        "NVTE_FUSED_ATTN": "1",
+    },
+    "cpu": {},
+}
+
+
+def platform_env(platform: str) -> dict[str, str]:
+    """The variables a platform's training processes need (a copy)."""
+    try:
+        return dict(PLATFORM_ENV[platform])
+    except KeyError:
+        raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORM_ENV)}") from None
+
+
+def apply(platform: str, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set the platform's variables that are not set yet; return the effective values of all of them."""
+    environ = os.environ if environ is None else environ
+    for key, value in platform_env(platform).items():
+        environ.setdefault(key, value)
+    return {key: environ[key] for key in platform_env(platform)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m utils.platform_env",
+                                     description="Print the export lines of a platform's training environment.")
+    parser.add_argument("platform", choices=list(PLATFORM_ENV))
+    args = parser.parse_args(argv)
+    for key, value in platform_env(args.platform).items():
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
