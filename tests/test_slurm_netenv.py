@@ -1,0 +1,58 @@
+"""Multi-node network settings (utils.netenv): vendor defaults, what the user already exported, and
+the NET_* knobs, in that order of precedence; never an empty value."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from utils.config import ROOT
+from utils.netenv import network_env
+
+
+def test_amd_gets_the_roce_settings_amds_own_launcher_uses():
+    assert network_env("amd", {}, {}) == {"NCCL_CROSS_NIC": "0", "NCCL_IB_GID_INDEX": "3"}
+
+
+def test_nvidia_and_cpu_leave_everything_to_the_library_by_default():
+    assert network_env("nvd", {}, {}) == {}
+    assert network_env("cpu", {}, {}) == {}
+
+
+def test_socket_interface_knob_sets_the_bootstrap_and_gloo_interface():
+    assert network_env("nvd", {"NET_SOCKET_IFNAME": "ens1f0"}, {}) == {
+        "NCCL_SOCKET_IFNAME": "ens1f0", "GLOO_SOCKET_IFNAME": "ens1f0"}
+
+
+def test_cpu_runs_only_need_gloos_interface():
+    assert network_env("cpu", {"NET_SOCKET_IFNAME": "eth1", "NET_IB_HCA": "mlx5_0"}, {}) == {
+        "GLOO_SOCKET_IFNAME": "eth1"}
+
+
+def test_a_variable_already_exported_beats_the_vendor_default():
+    assert network_env("amd", {}, {"NCCL_IB_GID_INDEX": "1"})["NCCL_IB_GID_INDEX"] == "1"
+
+
+def test_a_knob_beats_what_is_exported():
+    env = network_env("amd", {"NET_IB_GID_INDEX": "5"}, {"NCCL_IB_GID_INDEX": "1"})
+    assert env["NCCL_IB_GID_INDEX"] == "5"
+
+
+def test_empty_knobs_and_variables_set_nothing():
+    """An empty NCCL_IB_GID_INDEX reads as index 0 in NCCL, so empty never reaches the environment."""
+    env = network_env("nvd", {"NET_SOCKET_IFNAME": " ", "NET_IB_GID_INDEX": ""}, {"NCCL_IB_HCA": ""})
+    assert env == {}
+
+
+def test_unknown_platform_is_an_error():
+    with pytest.raises(ValueError, match="valid: nvd, amd, cpu"):
+        network_env("tpu", {}, {})
+
+
+def test_command_line_prints_shell_exports_from_the_environment():
+    out = subprocess.run([sys.executable, "-m", "utils.netenv", "amd"], cwd=ROOT, capture_output=True, text=True,
+                         env={"NET_SOCKET_IFNAME": "eth 0", "PATH": "/usr/bin:/bin"}, check=True).stdout
+    assert out.splitlines() == ["export GLOO_SOCKET_IFNAME='eth 0'", "export NCCL_CROSS_NIC=0",
+                                "export NCCL_IB_GID_INDEX=3", "export NCCL_SOCKET_IFNAME='eth 0'"]
