@@ -45,7 +45,7 @@ def device_label(item: Loaded) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spec = lookup_device(name)
-    return spec.name if spec else (name or "unknown GPU")
+    return spec.name if spec else (name or f"unknown {PLATFORM_NAMES[item.result['platform']]} GPU")
 
 
 @dataclass
@@ -201,7 +201,7 @@ def results_table(rows: Sequence[Row]) -> list[str]:
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:
         first = row.items[0].result
-        kinds = sorted({memory_kind(i.result) for i in row.ok}) or ["-"]
+        kinds = sorted({memory_kind(i.result) for i in row.ok} - {"-"}) or ["-"]
         lines.append(
             f"| {row.device} | {FRAMEWORK_NAMES[row.framework]} | {row.strategy} | "
             f"{first['parallelism']['num_gpus']} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens), ',.0f')} | "

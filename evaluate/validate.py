@@ -30,7 +30,7 @@ FAIRNESS_FIELDS = (("model variant", "model", "variant"), ("sequence length", "t
 # Effective settings compared with the request: effective key -> (section, key).
 REQUESTED = {key: ("parallelism", key) for key in ("tp", "pp", "dp", "ga", "sequence_parallel", "distributed_optimizer")}
 REQUESTED.update({key: ("training", key) for key in ("mbs", "gbs", "seq_len", "steps", "precision", "seed", "lr",
-                                                     "min_lr", "warmup_steps", "mock_data")})
+                                                     "min_lr", "warmup_steps")})  # mock_data: the real-data check
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,12 @@ def check_result(item: Loaded) -> list[Finding]:
     return found
 
 
+def _names(names: list[str], limit: int = 6) -> str:
+    unique = list(dict.fromkeys(names))
+    more = f" and {len(unique) - limit} more" if len(unique) > limit else ""
+    return ", ".join(unique[:limit]) + more
+
+
 def fairness(items: Sequence[Loaded]) -> list[Finding]:
     """Differences between results of the same model that make their comparison unfair, each listed."""
     by_model: dict[str, list[Loaded]] = defaultdict(list)
@@ -117,10 +123,10 @@ def fairness(items: Sequence[Loaded]) -> list[Finding]:
                 values[repr(item.result.get(section, {}).get(key))].append(item.name)
             unknown = values.pop("None", None)
             if unknown:
-                found.append(Finding("set", "fairness", f"{model}: {label} unknown in {', '.join(unknown)}: "
+                found.append(Finding("set", "fairness", f"{model}: {label} unknown in {_names(unknown)}: "
                                      "cannot show the runs did the same work"))
             if len(values) > 1:
-                spread = "; ".join(f"{value} in {', '.join(names)}" for value, names in values.items())
+                spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
                 found.append(Finding("set", "fairness", f"{model}: {label} differs: {spread}"))
     return found
 

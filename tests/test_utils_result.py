@@ -68,6 +68,12 @@ def test_nan_values_become_null_and_are_flagged():
     assert schema_errors(result) == []
 
 
+def test_free_form_sections_become_strict_json():
+    result = build(raw_framework={"tflop_per_s_per_gpu_avg_last": float("nan")}, effective={"lr": float("inf")})
+    assert result["raw_framework"] == {"tflop_per_s_per_gpu_avg_last": None}
+    assert result["effective"] == {"lr": None}
+
+
 def test_unknown_device_leaves_mfu_empty_with_a_warning():
     result = build(device_name="Tesla V100-SXM2-32GB")
     assert result["performance"]["mfu"] is None

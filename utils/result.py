@@ -108,6 +108,17 @@ def _normalise_steps(steps: Iterable[Mapping], health: dict) -> list[dict]:
     return records
 
 
+def _json_safe(value: Any) -> Any:
+    """A copy with nan/inf floats replaced by null (results are strict JSON)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def _peak(records: Sequence[dict], key: str) -> float | None:
     values = [r[key] for r in records if r.get(key) is not None]
     return max(values) if values else None
@@ -144,7 +155,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
       num_gpus: GPUs of the job (TP x PP x DP); tokens/s/GPU divides by it.
       device_name: the accelerator's reported name (e.g. "NVIDIA H100 80GB HBM3") for the MFU peak;
             None or an unknown name leaves mfu null with a warning.
-      raw_framework: the framework's own figures (its TFLOP/s, running averages), kept apart verbatim.
+      raw_framework: the framework's own figures (its TFLOP/s, running averages), kept apart (nan/inf -> null).
       effective: settings read back from the framework, keyed like parallelism/training fields.
       features: fused kernels / attention implementation -> True|False|str.
       warnings: notes from the caller, kept in the result's warnings.
@@ -194,7 +205,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                   "hidden_size": spec.hidden_size, "ffn_hidden_size": spec.ffn_hidden_size,
                   "num_attention_heads": spec.num_attention_heads, "num_kv_heads": spec.num_kv_heads,
                   "head_dim": spec.head_dim, "vocab_size": spec.vocab_size, "qkv_bias": spec.qkv_bias},
-        "system": dict(system),
+        "system": _json_safe(system),
         "parallelism": {**par, "num_gpus": num_gpus},
         "training": train,
         "performance": performance,
@@ -202,9 +213,9 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         "series": {"step": [r["step"] for r in records],
                    **{key: [r[key] for r in records] for key in STEP_VALUE_KEYS}},
         "health": health,
-        "raw_framework": dict(raw_framework or {}),
-        "effective": dict(effective or {}),
-        "features": dict(features or {}),
+        "raw_framework": _json_safe(raw_framework or {}),
+        "effective": _json_safe(effective or {}),
+        "features": _json_safe(features or {}),
         "warnings": notes,
     }
 
