@@ -7,62 +7,20 @@ Primus-style logs); everything of TPrimat's around it runs for real.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.shell_harness import REPO, FakeMachine
+from tests.fixtures.train_matrix.shell import alive, machine, prepared_data, read, run_dirs
+from tests.shell_harness import REPO
 
-PRIMUS = REPO / "tests" / "fixtures" / "train_matrix" / "primus"
 WRAPPERS = sorted(p.name for p in (REPO / "train").glob("train_*_*_*.sh"))
 FRAMEWORK_COMMAND = {"mega": "train/train_mega.py", "nemo": "train.train_nemo", "prim": "./examples/run_pretrain.sh"}
 SHORT_RUN = {"TRAIN_ITERS": "6", "WARMUP_STEPS": "1", "WARMUP_SKIP": "2"}
-
-
-def machine(tmp_path: Path, **gpus: int) -> FakeMachine:
-    """A repository copy with the training code, on a faked node."""
-    fake = FakeMachine(tmp_path, **gpus)
-    for name in ("train", "evaluate", "data"):
-        shutil.copytree(REPO / name, fake.root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    fake.env.update(PRIMUS_PATH=str(PRIMUS), FAKE_PRIMUS_PYTHON=sys.executable, TPRIMAT_PYTHON=sys.executable)
-    return fake
-
-
-def prepared_data(data_dir: Path, dataset: str, models=("llama", "qwen")) -> None:
-    """What data.verify leaves behind (the stand-in trainer never reads the tokens)."""
-    for model in models:
-        prefix = data_dir / f"{dataset}_{model}_text_document"
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        for suffix in (".bin", ".idx"):
-            Path(f"{prefix}{suffix}").write_bytes(b"\0" * 16)
-        Path(f"{prefix}.manifest.json").write_text(json.dumps(
-            {"verified": True, "fingerprint": "f" * 64, "tokenizer": {"name": model, "sha256": "a" * 64}}))
-        (data_dir / "tokenizers" / model).mkdir(parents=True, exist_ok=True)
-        (data_dir / "tokenizers" / model / "tokenizer.json").write_text("{}")
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for init to reap it is not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-def run_dirs(output: Path) -> list[Path]:
-    return sorted(p.parent for p in output.glob("*/*/config.json"))
-
-
-def read(path: Path) -> dict:
-    return json.loads(path.read_text())
 
 
 @pytest.mark.parametrize("script", WRAPPERS)
