@@ -241,7 +241,7 @@ class _Stream:
 
     def line(self, number: int, text: str, complete: bool) -> None:
         if "iteration" in text:
-            nemo = NEMO_ITERATION.search(text)
+            nemo = NEMO_ITERATION.search(text) if "Training epoch" in text else None
             if nemo:
                 record, gbs = _nemo_record(int(nemo.group(2)), text[nemo.end():], complete)
                 self._step(number, record, int(nemo.group(3)) + 1, gbs, "nemo", complete)
