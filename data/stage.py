@@ -1,0 +1,92 @@
+"""Run one pipeline stage only when its outputs are missing or stale (shell/data.sh calls this).
+
+    python3 -m data.stage --name NAME [--input PATH]... [--output PATH]... [--param KEY=VALUE]... \\
+        [--force] -- MODULE ARG...
+
+A stage is current when its stamp (DATA_DIR/stamps/NAME.json) records the same parameters, the
+same sha256 of every input (files, or directories hashed file by file; the stage's own code is
+passed as inputs too) and outputs that still exist with the sha256 recorded. Otherwise
+`python -m MODULE ARG...` runs and, on success, the stamp is rewritten; on failure the stamp is
+removed so a rerun starts the stage again. --force (FORCE=1) reruns regardless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from data.cli import UsageError, run
+from data.files import read_json, sha256_file, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def digest(path: Path) -> str | None:
+    """sha256 of a file, of a directory's files (names and hashes), or None if absent."""
+    if path.is_file():
+        return sha256_file(path)
+    if path.is_dir():
+        lines = [f"{p.relative_to(path)}\0{sha256_file(p)}\n" for p in sorted(path.rglob("*")) if p.is_file()]
+        return hashlib.sha256("".join(lines).encode()).hexdigest()
+    return None
+
+
+def is_current(stamp: Path, params: dict, inputs: list[Path], outputs: list[Path]) -> tuple[bool, str]:
+    """(current?, why not) for a stage."""
+    if not stamp.is_file():
+        return False, "never run"
+    recorded = read_json(stamp)
+    if recorded.get("params") != params:
+        return False, "parameters changed"
+    for path in inputs:
+        if recorded.get("inputs", {}).get(str(path)) != digest(path):
+            return False, f"input {path} changed"
+    if set(recorded.get("outputs", {})) != {str(p) for p in outputs}:
+        return False, "outputs changed"
+    for path in outputs:
+        if recorded["outputs"][str(path)] != digest(path):
+            return False, f"output {path} is missing or was modified"
+    return True, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        raise UsageError("expected -- MODULE ARG... after the stage options")
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="python3 -m data.stage", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", required=True, help="stage name, unique within DATA_DIR")
+    parser.add_argument("--stamps", type=Path, required=True, help="directory of stamps (DATA_DIR/stamps)")
+    parser.add_argument("--input", type=Path, action="append", default=[], dest="inputs")
+    parser.add_argument("--output", type=Path, action="append", default=[], dest="outputs")
+    parser.add_argument("--param", action="append", default=[], dest="params", help="KEY=VALUE")
+    parser.add_argument("--force", action="store_true", help="rerun even when current (FORCE=1)")
+    args = parser.parse_args(argv[:split])
+    command = argv[split + 1:]
+    if not command:
+        raise UsageError("no MODULE after --")
+    params = dict(p.split("=", 1) for p in args.params if "=" in p)
+    stamp = args.stamps / f"{args.name}.json"
+    current, why = is_current(stamp, params, args.inputs, args.outputs)
+    if current and not args.force:
+        print(f"[tprimat] {args.name}: up to date, skipped (FORCE=1 redoes it)", file=sys.stderr)
+        return 0
+    print(f"[tprimat] {args.name}: running ({'FORCE=1' if args.force else why})", file=sys.stderr)
+    stamp.unlink(missing_ok=True)
+    code = subprocess.call([sys.executable, "-m", *command], cwd=ROOT)
+    if code != 0:
+        return code
+    missing = [str(p) for p in args.outputs if digest(p) is None]
+    if missing:
+        print(f"[tprimat] {args.name}: error: finished without writing {', '.join(missing)}", file=sys.stderr)
+        return 1
+    write_json(stamp, {"params": params, "inputs": {str(p): digest(p) for p in args.inputs},
+                       "outputs": {str(p): digest(p) for p in args.outputs}})
+    return 0
+
+
+if __name__ == "__main__":
+    run(main, "data.stage")

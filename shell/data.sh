@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Stage script, run by ./shell/run_data.sh in the chosen runtime: prepares DATASET for every model of
+# MODELS in DATA_DIR through data.fetch -> data.clean -> data.encode -> data.verify. Each stage is
+# skipped when its stamp (DATA_DIR/stamps) shows its outputs complete and made from the same inputs,
+# code and parameters; FORCE=1 redoes everything.
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+
+# data_stage NAME [--input P | --output P | --param K=V]... -- MODULE ARG...
+data_stage() {
+  local name="$1" code=0
+  shift
+  local -a rerun=()
+  [[ "${FORCE}" == 1 ]] && rerun=(--force)
+  tp_python -m data.stage --name "${name}" --stamps "${DATA_DIR}/stamps" "${rerun[@]}" "$@" || code=$?
+  (( code == 0 )) || tp_die "${code}" "data stage ${name} failed (see above); fix it and rerun ./shell/run_data.sh"
+}
+
+# The tokenizer of one model into DATA_DIR/tokenizers/<model>.
+prepare_tokenizer() {
+  local model="$1" dir="$2"
+  local -a allow=()
+  [[ "${ALLOW_FALLBACK_TOKENIZER}" == 1 ]] && allow=(--allow-fallback)
+  data_stage "tokenizer-${model}" --input data/tokenizer.py --output "${dir}" \
+    --param "platform=${PLATFORM}" --param "allow_fallback=${ALLOW_FALLBACK_TOKENIZER}" \
+    -- data.fetch tokenizer --model "${model}" --output-dir "${dir}" --platform "${PLATFORM}" "${allow[@]}"
+}
+
+# Encode the cleaned corpus with one model's tokenizer, then verify it and write its manifest.
+prepare_model() {
+  local model="$1" clean="$2" report="$3" workers="$4"
+  local tokenizer="${DATA_DIR}/tokenizers/${model}"
+  local prefix="${DATA_DIR}/${DATASET}_${model}"
+  local pair="${prefix}_text_document"
+  prepare_tokenizer "${model}" "${tokenizer}"
+  data_stage "encode-${DATASET}-${model}" --input "${clean}" --input "${tokenizer}" \
+    --input data/encode.py --input data/bpe.py --input data/indexed.py \
+    --output "${pair}.bin" --output "${pair}.idx" \
+    -- data.encode --input "${clean}" --tokenizer-model "${tokenizer}" --output-prefix "${prefix}" \
+    --workers "${workers}" --append-eod
+  data_stage "verify-${DATASET}-${model}" --input "${pair}.bin" --input "${pair}.idx" --input "${tokenizer}" \
+    --input "${report}" --input data/verify.py --output "${pair}.manifest.json" \
+    --param "seq_length=${SL}" --param "samples=$((TRAIN_ITERS * GBS))" --param "seed=${SEED}" \
+    -- data.verify --prefix "${pair}" --tokenizer "${tokenizer}" --clean-report "${report}" \
+    --seq-length "${SL}" --samples "$((TRAIN_ITERS * GBS))" --seed "${SEED}"
+}
+
+main() {
+  tp_load_config --quiet
+  local raw="${DATA_DIR}/raw/${DATASET}.jsonl" clean="${DATA_DIR}/clean/${DATASET}.jsonl"
+  local workers model
+  workers="$(nproc)"
+  local -a bundled=()
+  [[ "${DATASET}" == sample ]] && bundled=(--input data/sample/sample.jsonl.gz)
+  tp_log "data: ${DATASET} (${DATA_SAMPLES} records, seed ${SEED}) for ${MODELS} into ${DATA_DIR}"
+  data_stage "fetch-${DATASET}" --input data/fetch.py "${bundled[@]}" \
+    --output "${raw}" --output "${DATA_DIR}/raw/${DATASET}.source.json" \
+    --param "samples=${DATA_SAMPLES}" --param "seed=${SEED}" \
+    -- data.fetch dataset --dataset "${DATASET}" --samples "${DATA_SAMPLES}" --seed "${SEED}" --output "${raw}"
+  data_stage "clean-${DATASET}" --input "${raw}" --input data/clean.py --input data/quality.py \
+    --output "${clean}" --output "${DATA_DIR}/clean/${DATASET}.report.json" \
+    -- data.clean --input "${raw}" --output "${clean}" --workers "${workers}"
+  for model in ${MODELS//,/ }; do
+    prepare_model "${model}" "${clean}" "${DATA_DIR}/clean/${DATASET}.report.json" "${workers}"
+  done
+  tp_log "data ready: $(for model in ${MODELS//,/ }; do printf '%s ' "${DATA_DIR}/${DATASET}_${model}_text_document"; done)"
+}
+
+main "$@"
