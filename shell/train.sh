@@ -86,6 +86,7 @@ main() {
   local line name framework model strategy repeat script index=0 rc failed=0
   local -a names=()
   for line in "${runs[@]}"; do
+    ((INTERRUPTED)) && break
     IFS=$'\t' read -r name framework model strategy repeat <<<"${line}"
     index=$((index + 1))
     names+=("${name}")

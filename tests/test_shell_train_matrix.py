@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -62,7 +61,7 @@ def test_dry_run_sweep_lists_every_run_and_writes_its_configuration(tmp_path, pl
         config = read(run_dir / "config.json")
         layout = f"TP{config['tp']} PP{config['pp']} DP{config['dp']} GA{config['ga']}"
         assert f"{run_dir.name}  " in result.stdout and layout in result.stdout
-        assert f"command: " in result.stdout
+        assert "command: " in result.stdout
         assert not (run_dir / "train.log").exists()
     assert sum((d / vendor_file).exists() for d in dirs) == 10
     assert "nothing was trained" in result.stderr

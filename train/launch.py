@@ -88,6 +88,11 @@ def torchrun(req: dict) -> list[str]:
                    f"--master_addr={cfg['MASTER_ADDR']}", f"--master_port={cfg['MASTER_PORT']}"]
 
 
+def vendor_env(platform: str) -> dict[str, str]:
+    """utils/platform_env's variables, where the user has not set them otherwise (theirs win)."""
+    return {key: os.environ.get(key, value) for key, value in platform_env(platform).items()}
+
+
 def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
     """The framework's command and generated configuration (written into work_dir) for the run."""
     framework = req["framework"]
@@ -95,13 +100,13 @@ def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
                  "STRATEGY": "" if req["strategy"] == CUSTOM else req["strategy"]}
     if framework == "mega":
         argv = torchrun(req) + ["train/train_mega.py", "--model", req["model"], "--run-dir", str(run_dir)]
-        return Launch(argv, {**platform_env(req["platform"]), **selection}, str(ROOT))
+        return Launch(argv, {**vendor_env(req["platform"]), **selection}, str(ROOT))
     if framework == "nemo":
         settings = recipe_settings(req, str(run_dir))
         path = work_dir / "nemo_settings.json"
         write_json(path, settings)
         argv = torchrun(req) + ["--module", "train.train_nemo", "--settings", str(path)]
-        return Launch(argv, {**platform_env(req["platform"]), **settings["env"]}, str(ROOT), [path.name])
+        return Launch(argv, {**vendor_env(req["platform"]), **settings["env"]}, str(ROOT), [path.name])
     primus = Path(os.environ.get("PRIMUS_PATH") or DEFAULT_PRIMUS_PATH)
     exp_path = work_dir / "primus_experiment.yaml"
     try:
@@ -110,7 +115,7 @@ def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
         raise InputError(str(err)) from None
     cmd = primus_command(req, primus, exp_path, str(work_dir))
     print(f"[tprimat] Primus experiment {exp_path} derived from {base}", flush=True)
-    return Launch(cmd.argv, {**platform_env(req["platform"]), **cmd.env}, cmd.cwd, [exp_path.name])
+    return Launch(cmd.argv, {**vendor_env(req["platform"]), **cmd.env}, cmd.cwd, [exp_path.name])
 
 
 # --- Running, with the console teed to train.log and clean stops -------------------------------------
@@ -141,8 +146,14 @@ def execute(launch: Launch, log_path: Path, platform: str) -> Outcome:
     env = {**os.environ, **launch.env}
     started, t0 = now_iso(), time.monotonic()
     with open(log_path, "ab") as log_file:
-        child = subprocess.Popen(launch.argv, cwd=launch.cwd, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            child = subprocess.Popen(launch.argv, cwd=launch.cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as err:
+            message = f"cannot start {launch.argv[0]} in {launch.cwd}: {err.strerror}"
+            log_file.write(f"[tprimat] {message}\n".encode())
+            print(f"[tprimat] error: {message}", file=sys.stderr, flush=True)
+            return Outcome(127, False, started, now_iso(), time.monotonic() - t0, [message])
         stops: list[float] = []
 
         def stop(_signum, _frame) -> None:
@@ -309,6 +320,15 @@ def judge(req: dict, run_dir: Path, outcome: Outcome) -> str:
 
 # --- One run, from the command line -------------------------------------------------------------------
 
+def probe_system(path: Path) -> None:
+    """system.json for a run started alone (shell/train.sh writes it once per run set)."""
+    from evaluate import probe
+
+    if probe.main(["-o", str(path)]) != 0:
+        print("[tprimat] warning: the system probe failed: the result will have no system description",
+              file=sys.stderr, flush=True)
+
+
 def node_dir(run_dir: Path, node_rank: int) -> Path:
     """Where a node keeps its log and command: the run directory on node 0, node<N>/ inside it elsewhere."""
     return run_dir if node_rank == 0 else run_dir / f"node{node_rank}"
@@ -381,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[tprimat] dry run: wrote {', '.join(['config.json', 'launch.json'] + launch.generated)}; "
               "nothing trained", flush=True)
         return EXIT_OK
+    if node_rank == 0 and not (run_dir.parent / "system.json").exists():
+        probe_system(run_dir.parent / "system.json")
     outcome = execute(launch, work_dir / "train.log", req["platform"])
     if node_rank == 0:
         status = judge(req, run_dir, outcome)
