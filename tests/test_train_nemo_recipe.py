@@ -56,6 +56,7 @@ def test_every_fairness_setting_is_applied(model):
     s = settings_for(model)
     applied = {name: s["set"][path] for name, path in FAIRNESS_PATHS.items()}
     applied |= {name: s["ddp"][name] for name in DDP_KEYS}
+    assert s["ddp"]["use_distributed_optimizer"] == s["set"]["optim.config.use_distributed_optimizer"]
     applied["attention_backend"] = s["attention_backend"]
     applied["use_flash_attn"] = platform_env("nvd")["NVTE_FLASH_ATTN"] == "1"
     applied["fp8_param_gather"] = s["precision"]["set"]["fp8_param_gather"]

@@ -21,7 +21,7 @@ from megatron.core.num_microbatches_calculator import get_current_global_batch_s
 MARKER = "TPRIMAT_EFFECTIVE"
 
 
-def _data_paths(datamodule) -> list[str] | None:
+def _data_path(datamodule) -> list[str] | None:
     blend = getattr(datamodule, "build_kwargs", {}).get("blend")
     return [str(p) for p in blend[0]] if blend else None
 
@@ -44,7 +44,8 @@ class EffectiveSettings(Callback):
             "precision": "fp8" if getattr(config, "fp8", None) else ("bf16" if config.bf16 else "other"),
             "sequence_parallel": config.sequence_parallel,
             "mock_data": type(datamodule).__name__ == "MockDataModule",
-            "data_paths": _data_paths(datamodule),
+            "data_path": _data_path(datamodule),
+            "distributed_optimizer": pl_module.optim.config.use_distributed_optimizer,
             "num_layers": config.num_layers,
             "hidden_size": config.hidden_size,
             "bias_activation_fusion": config.bias_activation_fusion,

@@ -28,7 +28,7 @@ FAIRNESS_PATHS = {
 # Fairness settings NeMo takes elsewhere: DDP overlap in the DDP config, the attention backend as
 # megatron-core's AttnBackend enum (built by train_nemo.py), flash attention through the
 # environment (NVTE_FLASH_ATTN in utils/platform_env.py).
-DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather")
+DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer")
 
 
 def _architecture(model: str, variant: str) -> dict[str, object]:
