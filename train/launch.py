@@ -10,6 +10,12 @@ and result.json. After the run, the settings the framework reports in its log ar
 the request; a mismatch, or synthetic data where real data was requested, fails the run.
 DRY_RUN=1 writes the files and prints the command without training.
 
+Frameworks: mega runs torchrun on train/train_mega.py; nemo runs torchrun on train/train_nemo.py
+with the recipe settings of train/nemo_recipe.py; prim runs Primus's examples/run_pretrain.sh from
+PRIMUS_PATH (default /workspace/Primus) with the experiment of train/primus_config.py. Multi-node:
+every node runs this with its NODE_RANK; nodes other than 0 keep their log and command in
+node<N>/ of the run directory, and node 0 extracts the result from every node's log.
+
 Exit: 0 ok, 1 the run failed, 2 bad input, 130 interrupted (Ctrl-C or SIGTERM).
 """
 
