@@ -27,10 +27,10 @@ HUB_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-LLAMA3_NAMED_SPECIALS = [
+LLAMA3_NAMED_SPECIALS = [  # Llama 3.1's names for ids 128000-128010; 128011-128255 are reserved_3..reserved_247
     "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
-    "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
-    "<|eot_id|>", "<|python_tag|>", "<|image|>",
+    "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|eom_id|>", "<|eot_id|>", "<|python_tag|>",
 ]
 LLAMA3_SPECIAL_COUNT = 256
 QWEN25_VOCAB_SIZE = 151665  # Qwen 3 adds 151665-151668 (<tool_response>, </tool_response>, <think>, </think>)
@@ -115,14 +115,14 @@ def _package_file(distribution: str, relative: str) -> Path:
 
 
 def build_llama_fallback(out: Path) -> str:
-    """Llama 3 from llama-models' tiktoken ranks with Llama 3's 256 special tokens; BOS added as Meta's does."""
+    """Llama 3 from llama-models' tiktoken ranks with Llama 3.1's 256 special tokens; BOS added as Meta's does."""
     from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     ranks = _package_file("llama-models", "llama_models/llama3/tokenizer.model")
     specials = LLAMA3_NAMED_SPECIALS + [f"<|reserved_special_token_{i}|>"
-                                        for i in range(2, 2 + LLAMA3_SPECIAL_COUNT - len(LLAMA3_NAMED_SPECIALS))]
+                                        for i in range(3, 3 + LLAMA3_SPECIAL_COUNT - len(LLAMA3_NAMED_SPECIALS))]
     backend = TikTokenConverter(vocab_file=str(ranks), pattern=LLAMA3_PATTERN,
                                 extra_special_tokens=specials).converted()
     bos = "<|begin_of_text|>"
