@@ -89,6 +89,22 @@ def test_a_primus_run_ends_with_its_log_result_and_read_back_settings(tmp_path):
     assert read(run_dir / "launch.json")["status"] == "ok"
 
 
+def test_a_two_node_run_keeps_each_nodes_log_and_extracts_from_all(tmp_path):
+    fake = machine(tmp_path, amd=8)
+    prepared_data(tmp_path / "data", "bc", ["llama"])
+    run_dir = tmp_path / "output" / "set" / "prim-llama"
+    env = {**fake.env, "NNODES": "2", "DP": "16", "GA": "4", "RUN_SET_DIR": str(run_dir.parent), **SHORT_RUN}
+    script = ["bash", str(fake.root / "train/train_amd_prim_llama.sh"), "--run-dir", str(run_dir)]
+    other = subprocess.Popen(script, env={**env, "NODE_RANK": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    first = subprocess.run(script, env={**env, "NODE_RANK": "0"}, capture_output=True, text=True, timeout=300)
+    assert other.wait(timeout=300) == 0 and first.returncode == 0, first.stdout + first.stderr
+    assert read(run_dir / "node1" / "launch.json")["status"] == "ok"
+    assert not (run_dir / "node1" / "config.json").exists() and not (run_dir / "node1" / "result.json").exists()
+    outcome = read(run_dir / "result.json")
+    assert outcome["run"]["log_files"] == [str(run_dir / "train.log"), str(run_dir / "node1" / "train.log")]
+    assert outcome["parallelism"]["num_gpus"] == 16 and outcome["run"]["status"] == "ok"
+
+
 def test_mock_data_in_the_primus_log_fails_the_run(tmp_path):
     fake = machine(tmp_path, amd=8)
     prepared_data(tmp_path / "data", "bc", ["llama"])

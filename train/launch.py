@@ -367,7 +367,9 @@ def resolve(args: argparse.Namespace) -> tuple[dict, Path]:
         raise InputError(f"{marker.parent} already holds a run; nothing is overwritten: choose a new --run-dir")
     node_dir(run_dir, cfg["NODE_RANK"]).mkdir(parents=True, exist_ok=True)
     run = Run(run_dir.name, args.framework, args.model, strategy, args.repeat, cfg.layout(args.model, strategy))
-    return request(cfg, run), run_dir
+    from evaluate.fingerprint import project_commit
+
+    return {**request(cfg, run), "commit": project_commit()}, run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
