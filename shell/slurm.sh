@@ -98,7 +98,7 @@ tp_slurm_job_script() {
     [[ "${option}" == '--cpus-per-task="${SLURM_CPUS_ON_NODE}"' ]] || option="$(tp_slurm_quote "${option}")"
     printf ' \\\n  %s' "${option}"
   done < <(tp_slurm_srun_options)
-  printf ' \\\n  bash %s node %s\n' "$(tp_slurm_quote "${TPRIMAT_ROOT}/shell/slurm_job.sh")" \
+  printf ' \\\n  bash %s node %s || tp_job_failed "$?"\n' "$(tp_slurm_quote "${TPRIMAT_ROOT}/shell/slurm_job.sh")" \
     "$([[ "${SLURM_CONTAINER}" == pyxis ]] && echo pyxis || echo host)"
 }
 

@@ -4,6 +4,8 @@
 #   run by srun once per node:  bash shell/slurm_job.sh node host|pyxis  -> shell/train.sh as node
 #     NODE_RANK=$SLURM_NODEID of NNODES=$SLURM_NNODES, every node walking the same matrix in lockstep
 #     (each run is one torchrun rendezvous across the nodes); node 0 writes the results and report.
+#   after srun fails:  tp_job_failed CODE  -> the job's exit code is that of the node that failed
+#     by itself, not srun's (the largest, often 143 from a node Slurm stopped because another failed).
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 # The IPv4 address other nodes reach NODE at: its NodeAddr in Slurm (a name there is resolved here,
@@ -51,7 +53,26 @@ os.replace(path + ".tmp", path)
 EOF
 }
 
-# Run by srun on every node: this node's rank, the runtime, then the matrix.
+# Where a node that ended by itself (not stopped by Slurm) records its exit code.
+tp_job_exit_file() {
+  echo "${RUN_SET_DIR}/slurm-node$1.exit"
+}
+
+# The job's exit code after srun returned CODE: the first node that failed by itself, else CODE.
+tp_job_failed() {
+  local code="$1" rank recorded
+  for ((rank = 0; rank < NNODES; rank++)); do
+    recorded="$(cat "$(tp_job_exit_file "${rank}")" 2>/dev/null || true)"
+    if [[ "${recorded}" =~ ^[0-9]+$ ]] && ((recorded != 0)); then
+      tp_log "node ${rank} failed with exit code ${recorded}; the other nodes were stopped"
+      exit "${recorded}"
+    fi
+  done
+  exit "${code}"
+}
+
+# Run by srun on every node: this node's rank, the runtime, then the matrix. A node stopped by a
+# signal (Slurm ending the step) records nothing.
 tp_job_node() {
   local runtime="$1"
   export NODE_RANK="${SLURM_NODEID}" NNODES="${SLURM_NNODES}"
@@ -61,7 +82,10 @@ tp_job_node() {
     *) tp_die 2 "slurm_job.sh node: runtime ${runtime} is not one of host, pyxis" ;;
   esac
   tp_log "node ${NODE_RANK}/${NNODES} ($(hostname), ${runtime}): shell/train.sh"
-  exec bash "${TPRIMAT_ROOT}/shell/train.sh"
+  local code=0
+  bash "${TPRIMAT_ROOT}/shell/train.sh" || code=$?
+  echo "${code}" >"$(tp_job_exit_file "${NODE_RANK}")"
+  return "${code}"
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

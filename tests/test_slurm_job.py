@@ -81,17 +81,33 @@ def node_with_recording_matrix(tmp_path) -> FakeMachine:
 
 
 @pytest.mark.parametrize("runtime, python", [("host", "venv"), ("pyxis", "python3")])
-def test_each_node_runs_the_matrix_as_its_slurm_node_id(node_with_recording_matrix, runtime, python):
+def test_each_node_runs_the_matrix_as_its_slurm_node_id(node_with_recording_matrix, tmp_path, runtime, python):
     result = node_with_recording_matrix.run("shell/slurm_job.sh", "node", runtime, SLURM_NODEID="1",
-                                            SLURM_NNODES="2", NODE_RANK="0", NNODES="2")
+                                            SLURM_NNODES="2", NODE_RANK="0", NNODES="2", RUN_SET_DIR=str(tmp_path))
     assert result.returncode == 0, result.output
     assert f"rank=1 of 2 runtime={runtime} python={python}" in result.stdout
+    assert (tmp_path / "slurm-node1.exit").read_text() == "0\n"
 
 
-def test_node_mode_refuses_an_unknown_runtime(node_with_recording_matrix):
+def test_node_mode_refuses_an_unknown_runtime(node_with_recording_matrix, tmp_path):
     result = node_with_recording_matrix.run("shell/slurm_job.sh", "node", "docker", SLURM_NODEID="0",
-                                            SLURM_NNODES="2")
+                                            SLURM_NNODES="2", RUN_SET_DIR=str(tmp_path))
     assert result.returncode == 2 and "host, pyxis" in result.stderr
+
+
+@pytest.mark.parametrize("recorded, srun_code, job_code", [
+    ({1: "2"}, 143, 2),  # node 1 failed by itself, node 0 was stopped by Slurm (SIGTERM)
+    ({0: "0", 1: "0"}, 1, 1),  # no node failed by itself: srun's code stands
+    ({}, 137, 137),  # nothing recorded (both stopped): srun's code stands
+])
+def test_the_job_exits_with_the_code_of_the_node_that_failed_by_itself(tmp_path, recorded, srun_code, job_code):
+    node = FakeMachine(tmp_path)
+    for rank, code in recorded.items():
+        (tmp_path / f"slurm-node{rank}.exit").write_text(f"{code}\n")
+    script = tmp_path / "after-srun.sh"
+    script.write_text(f'source {node.root}/shell/slurm_job.sh\n(exit {srun_code}) || tp_job_failed "$?"\n')
+    result = node.run(str(script), RUN_SET_DIR=str(tmp_path), NNODES="2")
+    assert result.returncode == job_code, result.output
 
 
 def test_the_job_script_is_not_meant_to_be_run_by_hand(tmp_path):

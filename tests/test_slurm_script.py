@@ -35,8 +35,13 @@ class JobScript:
 
     @property
     def srun(self) -> list[str]:
-        command = self.text[self.text.index("\nsrun ") + 1:]
-        return shlex.split(command.replace("\\\n", " "))
+        """The srun command line (up to the failure handler after ||)."""
+        words = shlex.split(self.text[self.text.index("\nsrun ") + 1:].replace("\\\n", " "))
+        return words[:words.index("||")]
+
+    @property
+    def on_failure(self) -> str:
+        return self.text.rstrip().rsplit("|| ", 1)[1]
 
     def srun_option(self, name: str) -> str | None:
         found = [word.split("=", 1)[1] for word in self.srun if word.startswith(f"--{name}=")]
@@ -82,6 +87,7 @@ def test_script_is_valid_bash_that_prepares_the_rendezvous_before_srun(tmp_path)
     subprocess.run(["bash", "-n", f"{run_set}/job.sbatch"], check=True)
     assert job.text.index("tp_job_prepare") < job.text.index("\nsrun ")
     assert f"source {node.root}/shell/slurm_job.sh" in job.text
+    assert job.on_failure == 'tp_job_failed "$?"'  # the failing node's exit code becomes the job's
 
 
 @pytest.mark.parametrize("platform, nodes", [("cpu", TWO_CPU_NODES), ("nvd", TWO_GPU_NODES), ("amd", TWO_GPU_NODES)])
