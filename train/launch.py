@@ -95,8 +95,10 @@ def torchrun(req: dict) -> list[str]:
 
 
 def vendor_env(platform: str) -> dict[str, str]:
-    """utils/platform_env's variables, where the user has not set them otherwise (theirs win)."""
-    return {key: os.environ.get(key, value) for key, value in platform_env(platform).items()}
+    """utils/platform_env's variables where the user has not set them otherwise (theirs win), and
+    unbuffered Python so that the console streams into train.log and the terminal as it happens."""
+    return {**{key: os.environ.get(key, value) for key, value in platform_env(platform).items()},
+            "PYTHONUNBUFFERED": "1"}
 
 
 def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
