@@ -36,7 +36,7 @@ from data.cli import UsageError, WorkError, run
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
 
 BLOCK_BYTES = 1 << 22  # 4 MiB of JSON lines per task
-CHECK_BYTES = 1 << 20  # the first MiB is also tokenized by the HF tokenizer to prove tiktoken's ids
+CHECK_BYTES = 1 << 18  # the first 256 KiB are also tokenized by the HF tokenizer to check tiktoken's ids
 
 
 @dataclass
@@ -80,19 +80,17 @@ class BadLine(ValueError):
 _ENCODER: Encoder | None = None  # set in the parent before the pool forks
 
 
-def encode_block(raw: bytes) -> Block:
-    """Parse and tokenize the JSON lines of one block (runs in a worker)."""
-    encoder = _ENCODER
-    assert encoder is not None
+def parse_block(raw: bytes, keys: list[str]) -> tuple[dict[str, list[str]], dict[str, list[int]], int]:
+    """Per key, every text (a list-valued field gives several) and the number of texts of each document."""
     lines = raw.split(b"\n")
     if lines and not lines[-1].strip():
         lines.pop()
-    sentences: dict[str, list[str]] = {k: [] for k in encoder.keys}
-    counts: dict[str, list[int]] = {k: [] for k in encoder.keys}
+    sentences: dict[str, list[str]] = {k: [] for k in keys}
+    counts: dict[str, list[int]] = {k: [] for k in keys}
     for number, line in enumerate(lines):
         try:
             record = json.loads(line)
-            for key in encoder.keys:
+            for key in keys:
                 value = record[key]
                 parts = value if isinstance(value, list) else [value]
                 if not all(isinstance(p, str) for p in parts):
@@ -102,7 +100,15 @@ def encode_block(raw: bytes) -> Block:
         except (ValueError, KeyError, TypeError) as err:
             reason = f"no field {err}" if isinstance(err, KeyError) else str(err)
             raise BadLine(number, reason) from None
-    block = Block(documents=len(lines))
+    return sentences, counts, len(lines)
+
+
+def encode_block(raw: bytes) -> Block:
+    """Parse and tokenize the JSON lines of one block (runs in a worker)."""
+    encoder = _ENCODER
+    assert encoder is not None
+    sentences, counts, documents = parse_block(raw, encoder.keys)
+    block = Block(documents=documents)
     for key in encoder.keys:
         block.tokens[key], block.lengths[key], block.per_doc[key] = _assemble(
             encoder.ids(sentences[key]), counts[key], encoder.append_eod, encoder.eod)
@@ -165,18 +171,13 @@ def load_encoder(tokenizer_dir: Path, keys: list[str], append_eod: bool, backend
 
 
 def cross_check(encoder: Encoder, path: Path, limit: int = CHECK_BYTES) -> str:
-    """Compare tiktoken's ids with the HF tokenizer's on the input's first `limit` bytes; '' when identical."""
+    """Compare tiktoken's ids with the HF tokenizer's on the input's first block; '' when identical."""
     assert encoder.twin is not None
-    texts: list[str] = []
-    seen = 0
-    with open(path, "rb") as handle:
-        for line in handle:
-            seen += len(line)
-            if line.strip():
-                value = json.loads(line)[encoder.keys[0]]
-                texts.extend(value if isinstance(value, list) else [value])
-            if seen >= limit:
-                break
+    try:
+        sentences, _, _ = parse_block(next(read_blocks(path, limit), b""), encoder.keys)
+    except BadLine:
+        return ""  # the encode loop reports the line
+    texts = [t for key in encoder.keys for t in sentences[key]]
     for text, fast, slow in zip(texts, (encoder.twin.encode(t) for t in texts), encoder.hf_ids(texts)):
         if fast is not None and not np.array_equal(fast, slow):
             return f"tiktoken and the HF tokenizer disagree on {text[:40]!r}"
