@@ -312,7 +312,7 @@ def plot(items: Sequence[Loaded], rows: Sequence[Row], path: Path) -> dict[str, 
     devices = " vs ".join(dict.fromkeys(r.device for r in rows))
     fig.suptitle(f"TPrimat: {devices}\n{title(items)}", fontsize=14, fontweight="bold")
     bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f"),
-                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".1f"),
+                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".3g"),
                   (axes[0, 2], memory, "Peak memory per GPU", "GiB", ".1f"))
     labels = [f"{r.device.removeprefix('AMD ').removeprefix('NVIDIA ')}\n{FRAMEWORK_NAMES[r.framework]}\n"
               f"{r.short_model}" + ("" if r.strategy == "custom" else f"\n{r.strategy}") for r in rows]
@@ -320,7 +320,8 @@ def plot(items: Sequence[Loaded], rows: Sequence[Row], path: Path) -> dict[str, 
         for x, row in enumerate(rows):
             values = row.figures(getter)
             if not values:
-                ax.text(x, 0, "no data", ha="center", va="bottom", fontsize=8, rotation=90)
+                ax.text(x, 0, "not measured" if row.device != "CPU" else "no GPU memory (CPU)",
+                        ha="center", va="bottom", fontsize=8, rotation=90)
                 continue
             mid = statistics.median(values)
             ax.bar(x, mid, color=colour[x], hatch=MODEL_HATCHES[variants.index(row.variant) % len(MODEL_HATCHES)],
