@@ -46,10 +46,11 @@ check_data() {
 
 # A new run-set directory (RUN_SET_DIR when a launcher such as Slurm created it for every node).
 make_run_set() {
-  local dir="${RUN_SET_DIR:-}"
+  local dir="${RUN_SET_DIR:-}" base n=1
   if [[ -z "${dir}" ]]; then
-    dir="${OUTPUT_DIR}/$(date +%Y%m%d-%H%M%S)-${PLATFORM}"
-    while [[ -e "${dir}" ]]; do dir="${dir}+"; done
+    base="${OUTPUT_DIR}/$(date +%Y%m%d-%H%M%S)-${PLATFORM}"
+    dir="${base}"
+    while [[ -e "${dir}" ]]; do n=$((n + 1)); dir="${base}-${n}"; done
   fi
   mkdir -p "${dir}"
   (cd "${dir}" && pwd)
