@@ -9,6 +9,7 @@ the real CPU benchmark across both nodes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -16,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.shell_harness import FakeMachine, Result
+from tests.shell_harness import REPO, FakeMachine, Result
 from tests.slurm.cluster import SlurmCluster, free_ports, unavailable_reason
 
 SLURM_KNOBS = {"SLURM_PARTITION": "", "SLURM_ACCOUNT": "", "SLURM_QOS": "", "SLURM_TIME": "00:10:00",
                "SLURM_CONTAINER": "none", "SLURM_CONTAINER_IMAGE": "", "SLURM_PENDING_TIMEOUT": "60",
                "TPRIMAT_SLURM_POLL_S": "1"}
+ENTRY = "shell/slurm.sh"
 TWO_NODES = {"PLATFORM": "cpu", "RUNTIME": "host", "NNODES": "2", "GPUS_PER_NODE": "1", "DP": "2", "GA": "1"}
 # The stand-in matrix: says where it runs, leaves a mark in the run set, exits as told.
 RECORDING_MATRIX = """#!/bin/bash
@@ -91,8 +93,9 @@ def test_a_job_larger_than_the_cluster_fails_at_once_with_the_schedulers_reason(
     assert queue(cluster) == ""  # cancelled, not left waiting
 
 
-def test_a_job_that_waits_longer_than_the_pending_limit_is_cancelled_with_the_reason(login_node, cluster):
-    blocker = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--exclusive", "--wrap", "sleep 120"],
+def test_a_job_that_waits_longer_than_the_pending_limit_is_cancelled_with_the_reason(login_node, cluster, tmp_path):
+    blocker = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--exclusive", f"--output={tmp_path}/blocker.out",
+                              "--wrap", "sleep 120"],
                              env=cluster.env(), capture_output=True, text=True, check=True).stdout.strip()
     try:
         started = time.monotonic()
@@ -136,3 +139,40 @@ def test_a_node_that_dies_ends_the_command_with_node_fail(login_node, cluster):
         if proc.poll() is None:
             proc.kill()
         cluster.revive_node("n2")
+
+
+# --- The real benchmark across both nodes ----------------------------------------------------------
+
+TINY_RUN = {"MODELS": "llama", "TRAIN_ITERS": "3", "WARMUP_STEPS": "1", "WARMUP_SKIP": "1", "SEED": "42",
+            "MBS": "2", "SL": "128", "HF_HUB_OFFLINE": "1"}
+
+
+def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with_two_workers(cluster, tmp_path):
+    from tests.fixtures.train.data_dir import make_data_dir
+
+    data = make_data_dir(tmp_path / "data", ("llama",))
+    env = cluster.env({**os.environ, **SLURM_KNOBS, **TWO_NODES, **TINY_RUN, "DATA_DIR": str(data),
+                       "OUTPUT_DIR": str(tmp_path / "output"), "MASTER_PORT": str(free_ports(1)[0])})
+    result = subprocess.run([str(REPO / ENTRY)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [run_set] = (tmp_path / "output").glob("*-cpu")
+
+    run = json.loads((run_set / "mega-llama" / "result.json").read_text())
+    assert run["run"]["status"] == "ok" and run["system"]["nodes"] == 2
+    assert run["effective"]["dp"] == 2 and run["parallelism"]["num_gpus"] == 2  # one process group over both nodes
+    commands = {rank: json.loads((run_set / "mega-llama" / where / "launch.json").read_text())["command"]
+                for rank, where in ((0, "."), (1, "node1"))}
+    for rank, command in commands.items():
+        assert {"--nnodes=2", f"--node_rank={rank}", "--master_addr=127.0.0.1"} <= set(command)
+    assert json.loads((run_set / "slurm.json").read_text())["nodes"] == ["n1", "n2"]
+    assert (run_set / "report.md").exists() and (run_set / "compare.png").exists()
+    assert (run_set / "system.json").exists()
+
+    single_env = {**os.environ, **TINY_RUN, "PLATFORM": "cpu", "NNODES": "1", "GPUS_PER_NODE": "2", "DP": "2",
+                  "GA": "1", "DATA_DIR": str(data), "OUTPUT_DIR": str(tmp_path / "single"),
+                  "MASTER_PORT": str(free_ports(1)[0])}
+    single = subprocess.run(["bash", "train/train_cpu_mega_llama.sh", "--run-dir", str(tmp_path / "single" / "run")],
+                            cwd=REPO, env=single_env, capture_output=True, text=True, timeout=900)
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    reference = json.loads((tmp_path / "single" / "run" / "result.json").read_text())
+    assert run["series"]["loss"] == reference["series"]["loss"]

@@ -90,7 +90,7 @@ def slurm_conf(base: Path, ctld_port: int, node_ports: dict[str, int], munge_soc
         "SelectTypeParameters=CR_Core",
         "MpiDefault=none",
         "ReturnToService=2",
-        "SlurmdTimeout=10",  # a node that stops answering goes DOWN quickly (tests of a dying node)
+        "SlurmdTimeout=10",  # a node that stops answering is DOWN within about 30 s (slurmctld checks periodically)
         "KillWait=5",
         "MinJobAge=600",  # finished jobs stay visible to scontrol long enough to read their exit code
     ]
