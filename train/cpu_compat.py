@@ -12,7 +12,10 @@ megatron-core (0.16) assumes a CUDA device in a handful of places, listed in
 7. without Apex (which the CPU stack lacks), the local layer spec's norm is megatron-core's torch
    fallback, which refuses sequence parallelism: it becomes torch's norm with its weight marked
    ``sequence_parallel``, as Apex's FusedLayerNorm marks it, so that finalize_model_grads sums the
-   weight's gradient over the TP ranks that each normalised a slice of the sequence.
+   weight's gradient over the TP ranks that each normalised a slice of the sequence;
+8. megatron-core wraps its fusion kernels in ``torch.compile`` when it is imported, which loads the
+   inductor compiler (seconds of start-up per process) for GPU kernels the CPU never runs (every
+   fusion is off here): ``torch.compile`` returns the function unchanged instead.
 
 The RNG tracker also warns "CPU RNG state changed within GPU RNG context" whenever it forks: here
 the two generators are one, so that is expected, and apply() filters exactly that message.
@@ -21,7 +24,7 @@ the two generators are one, so that is expected, and apply() filters exactly tha
 CUDA RNG functions use the CPU generator (so the tracker forks the generator the CPU really
 draws from), device-placement calls resolve to the CPU, and CPU tensors report CUDA type names.
 Everything else in the trainer is the GPU code path, unchanged. The patches act process-wide
-and cannot be undone; call ``apply()`` once, before megatron-core builds anything.
+and cannot be undone; call ``apply()`` once, before megatron-core is imported.
 """
 
 from __future__ import annotations
@@ -94,11 +97,17 @@ def _sequence_parallel_torch_norm(_cls, config, hidden_size: int, eps: float = 1
     return norm
 
 
+def _no_compile(model=None, **_options):
+    """torch.compile's signature, compiling nothing (8): as a decorator, with or without options."""
+    return model if model is not None else (lambda function: function)
+
+
 def apply() -> bool:
     """Install the adaptations when no accelerator is present; returns whether they are active."""
     global _applied
     if _applied or not needed():
         return _applied
+    torch.compile = _no_compile  # 8. first: megatron-core applies it while being imported
     from megatron.core.tensor_parallel import random as megatron_random
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 

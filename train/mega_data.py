@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
 
 from evaluate.fingerprint import dataset_fingerprint, manifest_path
 from train.plan import PREPARE_COMMAND, data_prefix, tokenizer_dir
@@ -107,8 +105,14 @@ def locate(data_dir: str, dataset: str, model: str, vocab_size: int, mock: bool)
                       tokenizer_fingerprint=found["tokenizer_fingerprint"], eod=eod, tokenizer_vocab=tokenizer_vocab)
 
 
-def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int, cache_dir: Path) -> GPTDataset:
-    """The training split (all of the data) with at least num_samples samples; call on every rank."""
+def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int, cache_dir: Path):
+    """The training split (all of the data) with at least num_samples samples; call on every rank.
+
+    megatron-core is imported here, not at the top, so that a missing dataset is reported in a second.
+    """
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
+
     config = GPTDatasetConfig(
         random_seed=seed,
         sequence_length=seq_len,
@@ -128,7 +132,7 @@ def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int,
     return train
 
 
-def microbatches(dataset: GPTDataset, *, steps: int, mbs: int, dp: int, dp_rank: int, ga: int,
+def microbatches(dataset, *, steps: int, mbs: int, dp: int, dp_rank: int, ga: int,
                  device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
     """This DP rank's microbatches, step after step, in Megatron-LM's sample order, on the device."""
     gbs = mbs * dp * ga

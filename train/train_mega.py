@@ -151,7 +151,12 @@ def init_distributed(settings: Settings) -> None:
         raise SettingsError(f"{world} processes started, but TP x PP x DP = {settings.tp} x {settings.pp} x "
                             f"{settings.dp} = {settings.world_size}; start torchrun with that many processes")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if "WORLD_SIZE" in os.environ:  # started by torchrun
+        torch.distributed.init_process_group(backend=backend)
+    else:  # one process started by hand: a group of one, no rendezvous
+        torch.distributed.init_process_group(backend=backend, store=torch.distributed.HashStore(), rank=0,
+                                             world_size=1)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=settings.tp,
                                              pipeline_model_parallel_size=settings.pp)
 
@@ -330,33 +335,44 @@ class Trainer:
                           mem_reserved_gib=reserved if reserved >= 0 else None)
 
     def train(self) -> None:
-        """Every step, timed between device synchronisations, recorded, and checked for nan."""
-        s = self.settings
-        last = torch.distributed.get_rank() == torch.distributed.get_world_size() - 1
+        """Every step in order (the profiler follows along on rank 0), then the end-of-run checks."""
         profiler = self._profiler()
         with profiler or nullcontext():
-            for step in range(1, s.steps + 1):
-                if self.instrumented:
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                losses, grad_norm, success, lr = self.run_step(step)
+            for step in range(1, self.settings.steps + 1):
+                self.step(step)
                 if profiler is not None:
                     profiler.step()
-                if not self.instrumented:
-                    continue
-                torch.cuda.synchronize()
-                elapsed = time.perf_counter() - start
-                record = self.measure(step, elapsed, losses, grad_norm, success, lr)
-                if step == 1:
-                    self._read_back_batch()
-                if last:
-                    self._report(record)
-                if record.nan:
-                    raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not "
-                                        "finite; training stopped")
+        self.finish()
+
+    def step(self, step: int) -> float:
+        """One step, timed between device synchronisations, recorded (last rank) and checked for nan.
+
+        Returns the seconds the recording itself took (0 when not instrumented): bench_instrumentation's figure.
+        """
+        if not self.instrumented:
+            self.run_step(step)
+            return 0.0
         torch.cuda.synchronize()
-        self.model.disable_forward_pre_hook(param_sync=True)  # finish the last overlapped parameter gather
+        start = time.perf_counter()
+        losses, grad_norm, success, lr = self.run_step(step)
+        torch.cuda.synchronize()
+        end = time.perf_counter()
+        record = self.measure(step, end - start, losses, grad_norm, success, lr)
+        if step == 1:
+            self._read_back_batch()
+        if self.log is not None:
+            self._report(record)
+        if record.nan:
+            raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not finite; "
+                                "training stopped")
+        return time.perf_counter() - end
+
+    def finish(self) -> None:
+        """Complete the last overlapped parameter gather, then check that the DP replicas agree."""
         from train.mega_model import replicas_identical
+
+        torch.cuda.synchronize()
+        self.model.disable_forward_pre_hook(param_sync=True)
         self.effective["dp_replicas_identical"] = replicas_identical(self.model)
         if not self.effective["dp_replicas_identical"]:
             self.notes.append("data-parallel replicas ended with different weights: the gradient or parameter "
@@ -496,9 +512,10 @@ def execute(settings: Settings, run_dir: Path, inject_nan_step: int | None = Non
             trainer.log = StepLog(run_dir / "steps.jsonl")
             print(f"TPRIMAT_EFFECTIVE {json.dumps(trainer.effective, default=str)}", flush=True)
         trainer.train()
-    except (DataError, SettingsError) as err:
-        status, code, error = "failed", 2, str(err)
-        print(f"train_mega: {err}", file=sys.stderr)
+    except (DataError, SettingsError, NonFiniteLoss) as err:  # the same on every rank: reported once
+        status, code, error = "failed", 1 if isinstance(err, NonFiniteLoss) else 2, str(err)
+        if last:
+            print(f"train_mega: {err}", file=sys.stderr, flush=True)
     except Stopped as stop:
         peers = _peer_errors(run_dir, rank, wait=True, own="")
         status, code = ("failed" if peers else "incomplete"), 128 + stop.signum

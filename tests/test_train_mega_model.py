@@ -1,0 +1,92 @@
+"""The mega trainer's pieces that need no training run: model size, step lines, platform environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluate.logs import parse_logs
+from train.mega_steps import StepRecord, megatron_line, memory_line
+from utils import platform_env
+from utils.models import get_model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def full_models() -> dict:
+    """Llama 3.1 8B and Qwen 2.5 7B as train.mega_model builds them with megatron-core (meta device)."""
+    out = subprocess.run([sys.executable, "-m", "tests.fixtures.train.full_models"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("key, billions", [("llama", 8.030), ("qwen", 7.616)])
+def test_megatron_builds_the_published_parameter_count(full_models, key, billions):
+    assert round(full_models[key]["parameters"] / 1e9, 3) == billions
+    assert full_models[key]["parameters"] == get_model(key).param_count()
+
+
+@pytest.mark.parametrize("key, seq_len, gflops", [
+    ("llama", 2048, 46.64), ("llama", 4096, 48.25), ("llama", 8192, 51.47),
+    ("qwen", 2048, 43.65), ("qwen", 4096, 44.89), ("qwen", 8192, 47.35),
+])
+def test_flops_per_token_of_the_built_model_matches_the_worked_values(full_models, key, seq_len, gflops):
+    built = full_models[key]
+    dims = {name: built[name] for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                                           "num_kv_heads", "vocab_size")}
+    as_built = dataclasses.replace(get_model(key), **dims)
+    assert round(as_built.flops_per_token(seq_len) / 1e9, 2) == gflops
+
+
+def _record(**changes) -> StepRecord:
+    values = dict(step=7, step_time_s=1.2345, loss=2.5, lr=3e-4, grad_norm=0.75, skipped=0, nan=0, tokens=8192,
+                  mem_allocated_gib=10.5, mem_reserved_gib=12.0)
+    return StepRecord(**{**values, **changes})
+
+
+def test_the_step_line_reads_back_through_the_megatron_log_parser(tmp_path):
+    record = _record()
+    log = tmp_path / "train.log"
+    log.write_text(megatron_line(record, total_steps=20, gbs=4, tflops_per_gpu=1.5) + "\n"
+                   + memory_line(0, 7, 9.0, 10.5, 11.0, 12.0) + "\n")
+    parsed = parse_logs([log])
+    assert parsed.framework == "mega" and parsed.total_steps == 20
+    [got] = parsed.records
+    assert got["step"] == 7 and got["loss"] == pytest.approx(2.5) and got["lr"] == pytest.approx(3e-4)
+    assert got["grad_norm"] == pytest.approx(0.75) and got["step_time_s"] == pytest.approx(1.2345, abs=1e-4)
+    assert (got["skipped"], got["nan"]) == (0, 0)
+    assert got["mem_allocated_gib"] == pytest.approx(10.5) and got["mem_reserved_gib"] == pytest.approx(12.0)
+
+
+def test_a_nan_step_is_null_in_json_and_flagged_in_the_log_line(tmp_path):
+    record = _record(loss=math.nan, grad_norm=math.nan, nan=1)
+    assert json.loads(record.as_json())["loss"] is None
+    log = tmp_path / "train.log"
+    log.write_text(megatron_line(record, total_steps=20, gbs=4, tflops_per_gpu=None) + "\n")
+    [got] = parse_logs([log]).records
+    assert got["nan"] == 1 and math.isnan(got["loss"])
+
+
+def test_platform_environment_is_set_once_and_never_overrides_the_user():
+    assert platform_env.platform_env("amd")["HSA_NO_SCRATCH_RECLAIM"] == "1"
+    assert platform_env.platform_env("nvd")["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    environ = {"NVTE_FLASH_ATTN": "0"}
+    effective = platform_env.apply("nvd", environ)
+    assert effective["NVTE_FLASH_ATTN"] == "0" and environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert platform_env.apply("cpu", {}) == {}
+
+
+def test_platform_environment_prints_export_lines_for_the_shell():
+    out = subprocess.run([sys.executable, "-m", "utils.platform_env", "amd"], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    assert "export HSA_NO_SCRATCH_RECLAIM=1" in out.stdout.splitlines()
+    bad = subprocess.run([sys.executable, "-m", "utils.platform_env", "tpu"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr

@@ -1,0 +1,218 @@
+"""The mega trainer, trained for real on the CPU (torchrun, gloo, tiny models, a small prepared dataset).
+
+Each run is a few steps of SL 64, so the layouts can be compared step by step: every layout of one
+seed starts from the same weights and sees the same samples, so TP, PP and GA change the losses
+only by BF16 rounding, and a rerun repeats them bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from evaluate.logs import parse_logs
+from tests.fixtures.train.data_dir import make_data_dir
+from utils.config import KNOBS
+from utils.result import schema_errors
+
+ROOT = Path(__file__).resolve().parent.parent
+LR, MIN_LR = 1e-3, 1e-4
+# Every layout of a 4-step run: SL 64, warm-up 2 steps, GBS 2.
+BASE = dict(SL=64, TRAIN_ITERS=4, WARMUP_STEPS=2, WARMUP_SKIP=1, LR=LR, MIN_LR=MIN_LR, MBS=2, TP=1, PP=1, DP=1, GA=1)
+LAYOUT_TOLERANCE = 2e-3  # absolute, on losses near 11.7: BF16 rounding of a different split of the same sums
+
+
+@dataclass
+class Run:
+    """A finished trainer run: its exit status, console output and run directory."""
+
+    directory: Path
+    returncode: int
+    console: str
+
+    @property
+    def steps(self) -> list[dict]:
+        path = self.directory / "steps.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    @property
+    def result(self) -> dict:
+        return json.loads((self.directory / "result.json").read_text())
+
+    def series(self, key: str) -> list:
+        return [step[key] for step in self.steps]
+
+
+def trainer_env(data_dir: Path, knobs: dict) -> dict:
+    """The caller's environment without configuration knobs, plus the run's knobs on the CPU platform."""
+    env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith(("CPU_", "TPRIMAT_"))}
+    env.update(PLATFORM="cpu", TPRIMAT_DETECTED_PLATFORM="cpu", TPRIMAT_DETECTED_GPUS="0", HF_HUB_OFFLINE="1",
+               DATA_DIR=str(data_dir), NNODES="1", PYTHONWARNINGS="ignore")
+    env.update({key: str(value) for key, value in knobs.items()})
+    env["GPUS_PER_NODE"] = str(int(env["TP"]) * int(env["PP"]) * int(env["DP"]))
+    return env
+
+
+def train(directory: Path, data_dir: Path, *, model: str = "llama", args: tuple[str, ...] = (),
+          torchrun: bool = True, **knobs) -> Run:
+    """Run train/train_mega.py as the launcher does (torchrun, one process per rank) and wait for it."""
+    settings = {**BASE, **knobs}
+    nproc = settings["TP"] * settings["PP"] * settings["DP"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
+        if torchrun else [sys.executable]
+    out = subprocess.run([*launcher, "train/train_mega.py", "--model", model, "--run-dir", str(directory), *args],
+                         cwd=ROOT, env=trainer_env(data_dir, settings), capture_output=True, text=True, timeout=900)
+    return Run(directory, out.returncode, out.stdout + out.stderr)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return make_data_dir(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data_dir):
+    """Each named run trained once, on first use."""
+    layouts = {
+        "base": {},
+        "rerun_profiled": dict(PROFILING="true", PROFILE_START_STEP=2, PROFILE_END_STEP=3),
+        "tp2": dict(TP=2),
+        "pp2": dict(PP=2),
+        "ga2": dict(MBS=1, GA=2),
+        "learn_llama": dict(DP=2, SL=64, TRAIN_ITERS=10),
+        "learn_qwen": dict(DP=2, SL=64, TRAIN_ITERS=10, model="qwen"),
+        "nan": dict(TRAIN_ITERS=3, model="qwen", args=("--inject-nan-at-step", "2")),
+    }
+    done: dict[str, Run] = {}
+
+    def get(name: str) -> Run:
+        if name not in done:
+            done[name] = train(tmp_path_factory.mktemp(name) / "run", data_dir, **layouts[name])
+        return done[name]
+
+    return get
+
+
+def assert_trained(run: Run, steps: int) -> None:
+    assert run.returncode == 0, run.console[-3000:]
+    assert run.result["run"]["status"] == "ok" and len(run.steps) == steps
+
+
+@pytest.mark.parametrize("name", ["learn_llama", "learn_qwen"])
+def test_tiny_models_learn_and_data_parallel_replicas_stay_identical(runs, name):
+    run = runs(name)
+    assert_trained(run, 10)
+    losses = run.series("loss")
+    assert sum(losses[-3:]) / 3 < losses[0] - 0.3, losses
+    assert run.result["effective"]["dp"] == 2
+    assert run.result["effective"]["dp_replicas_identical"] is True
+
+
+def test_a_rerun_with_the_same_seed_repeats_every_loss_exactly(runs):
+    base, rerun = runs("base"), runs("rerun_profiled")
+    assert_trained(base, 4)
+    assert_trained(rerun, 4)
+    assert rerun.series("loss") == base.series("loss")
+    assert rerun.series("grad_norm") == base.series("grad_norm")
+
+
+@pytest.mark.parametrize("name, readback", [
+    ("tp2", {"tp": 2, "sequence_parallel": True}),
+    ("pp2", {"pp": 2}),
+    ("ga2", {"ga": 2, "mbs": 1, "gbs": 2}),
+])
+def test_other_layouts_give_the_same_losses(runs, name, readback):
+    base, other = runs("base"), runs(name)
+    assert_trained(other, 4)
+    assert other.series("loss") == pytest.approx(base.series("loss"), abs=LAYOUT_TOLERANCE)
+    effective = other.result["effective"]
+    assert {key: effective[key] for key in readback} == readback
+
+
+def test_learning_rate_follows_linear_warmup_then_cosine_to_min_lr(runs):
+    lrs = runs("base").series("lr")  # 4 steps, warm-up 2
+    assert lrs[0] == pytest.approx(LR / 2) and lrs[1] == pytest.approx(LR)  # end of the warm-up
+    assert lrs[2] == pytest.approx(MIN_LR + (LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * 1 / 2)))
+    assert lrs[3] == pytest.approx(MIN_LR)  # the last step
+
+
+def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_settings(runs, data_dir):
+    run = runs("base")
+    result = run.result
+    assert schema_errors(result) == []
+    manifest = json.loads((data_dir / "sample_llama_text_document.manifest.json").read_text())
+    training = result["training"]
+    assert training["dataset_fingerprint"] == manifest["fingerprint"]
+    assert training["tokenizer_fingerprint"] == manifest["tokenizer"]["sha256"]
+    assert training["mock_data"] is False and result["effective"]["mock_data"] is False
+    effective = result["effective"]
+    assert (effective["tp"], effective["pp"], effective["dp"], effective["ga"], effective["mbs"],
+            effective["seq_len"]) == (1, 1, 1, 1, 2, 64)
+    assert effective["parameters"] == result["model"]["parameters"]
+    assert result["features"]["layer_spec"] == "local"
+    assert result["series"]["loss"] == run.series("loss")
+    assert result["performance"]["tokens_per_step"] == 2 * 64 == run.steps[0]["tokens"]
+
+
+def test_console_shows_megatron_lines_that_parse_to_the_recorded_steps(runs):
+    run = runs("base")
+    parsed = parse_logs([_write(run.directory.parent / "console.log", run.console)])
+    assert parsed.framework == "mega"
+    assert [r["step"] for r in parsed.records] == [1, 2, 3, 4]
+    assert [r["loss"] for r in parsed.records] == pytest.approx(run.series("loss"), rel=1e-6)
+
+
+def test_profiling_writes_a_chrome_trace_and_a_top_kernels_table(runs):
+    profile = runs("rerun_profiled").directory / "profile"
+    assert "traceEvents" in json.loads((profile / "trace_rank0.json").read_text())
+    assert "steps 2-3" in (profile / "top_kernels.txt").read_text()
+
+
+def test_a_nan_loss_fails_the_run_and_keeps_the_steps_before_it(runs):
+    run = runs("nan")
+    assert run.returncode != 0
+    assert [s["nan"] for s in run.steps] == [0, 1] and run.steps[1]["loss"] is None
+    assert math.isfinite(run.steps[0]["loss"])
+    result = run.result
+    assert result["run"]["status"] == "failed" and result["run"]["exit_code"] == 1
+    assert result["run"]["steps_completed"] == 2 and "not finite" in result["run"]["error_excerpt"]
+
+
+@pytest.mark.parametrize("verified", [None, False])
+def test_missing_or_unverified_data_stops_before_the_model_is_built(tmp_path, verified):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    if verified is not None:
+        make_data_dir(data_dir, model_keys=("llama",), documents=5, verified=verified)
+    run = train(tmp_path / "run", data_dir, torchrun=False)
+    assert run.returncode == 2
+    assert "./shell/run_data.sh" in run.console and "Traceback" not in run.console
+    assert run.result["run"]["status"] == "failed" and run.steps == []
+
+
+def test_mock_data_is_only_used_when_asked_for_and_says_so(tmp_path):
+    run = train(tmp_path / "run", tmp_path / "no-data", torchrun=False, MOCK_DATA=1, TRAIN_ITERS=2, WARMUP_STEPS=1)
+    assert_trained(run, 2)
+    result = run.result
+    assert result["training"]["mock_data"] is True and result["training"]["dataset"] is None
+    assert result["effective"]["dataset_class"] == "MockGPTDataset"
+    assert any("MOCK DATA" in warning for warning in result["warnings"])
+
+
+def test_a_run_directory_is_never_reused(tmp_path, data_dir):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "steps.jsonl").write_text("")
+    run = train(tmp_path / "run", data_dir, torchrun=False)
+    assert run.returncode == 2 and "already holds a run" in run.console
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
