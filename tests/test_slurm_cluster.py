@@ -23,7 +23,6 @@ from tests.slurm.cluster import SlurmCluster, free_ports, unavailable_reason
 SLURM_KNOBS = {"SLURM_PARTITION": "", "SLURM_ACCOUNT": "", "SLURM_QOS": "", "SLURM_TIME": "00:10:00",
                "SLURM_CONTAINER": "none", "SLURM_CONTAINER_IMAGE": "", "SLURM_PENDING_TIMEOUT": "60",
                "TPRIMAT_SLURM_POLL_S": "1"}
-ENTRY = "shell/slurm.sh"
 TWO_NODES = {"PLATFORM": "cpu", "RUNTIME": "host", "NNODES": "2", "GPUS_PER_NODE": "1", "DP": "2", "GA": "1"}
 # The stand-in matrix: says where it runs, leaves a mark in the run set, exits as told.
 RECORDING_MATRIX = """#!/bin/bash
@@ -153,7 +152,11 @@ def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with
     data = make_data_dir(tmp_path / "data", ("llama",))
     env = cluster.env({**os.environ, **SLURM_KNOBS, **TWO_NODES, **TINY_RUN, "DATA_DIR": str(data),
                        "OUTPUT_DIR": str(tmp_path / "output"), "MASTER_PORT": str(free_ports(1)[0])})
-    result = subprocess.run([str(REPO / ENTRY)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    dry = subprocess.run([str(REPO / "shell/run_train.sh")], cwd=REPO, env={**env, "DRY_RUN": "1", "OUTPUT_DIR": str(
+        tmp_path / "dry")}, capture_output=True, text=True, timeout=120)
+    assert "would submit: sbatch" in dry.stderr, "run_train.sh does not hand NNODES>1 to shell/slurm.sh: " + dry.stderr
+    result = subprocess.run([str(REPO / "shell/run_train.sh")], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [run_set] = (tmp_path / "output").glob("*-cpu")
 

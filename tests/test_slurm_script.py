@@ -190,3 +190,24 @@ def test_a_bad_configuration_stops_before_a_run_set_is_made(tmp_path):
                                            "GPUS_PER_NODE": "8", "DP": "8"})
     assert result.returncode == 2 and "NNODES x GPUS_PER_NODE = 16" in result.stderr
     assert not Path(node.env["OUTPUT_DIR"]).exists()
+
+
+# --- ./shell/run_train.sh hands multi-node runs to Slurm ----------------------------------------------
+
+def login_path(tmp_path: Path, node: FakeMachine) -> str:
+    """PATH of a login node: an sbatch that must not be called in a dry run."""
+    bin_dir = tmp_path / "login-bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'sbatch must not run in a dry run' >&2\nexit 99\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    return f"{bin_dir}:{node.env['PATH']}"
+
+
+@pytest.mark.parametrize("launcher", ["slurm", "auto"])
+def test_run_train_on_a_login_node_submits_multi_node_runs_to_slurm(tmp_path, launcher):
+    node = FakeMachine(tmp_path)
+    result = node.run("shell/run_train.sh", **{**SLURM_KNOBS, "DRY_RUN": "1", "PLATFORM": "nvd", "LAUNCHER": launcher,
+                                               "PATH": login_path(tmp_path, node), **TWO_GPU_NODES})
+    assert result.returncode == 0, result.output
+    assert "dry run: would submit: sbatch" in result.stderr
+    assert len(list(Path(node.env["OUTPUT_DIR"]).glob("*-nvd/job.sbatch"))) == 1
