@@ -99,6 +99,7 @@ def test_a_killed_encode_leaves_no_finished_looking_pair_and_a_rerun_starts_clea
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not bin_path.exists() and not idx_path.exists()
+    command[command.index("--input") + 1] = str(CORPUS)  # a short rerun: it must clear the partial files
     assert subprocess.run(command, cwd=REPO).returncode == 0
     assert bin_path.exists() and idx_path.exists()
     assert not partial(bin_path).exists() and not partial(idx_path).exists()

@@ -62,3 +62,9 @@ def test_data_sh_prepares_the_sample_offline_and_skips_it_the_second_time(tmp_pa
 def test_the_sample_corpus_states_its_licence():
     note = (REPO / "data" / "sample" / "README.md").read_text()
     assert "public domain" in note and "sha256" in note
+
+
+def test_the_data_package_is_this_repository_s():
+    """`data` is a generic name: it must resolve to TPrimat's package, not an installed one."""
+    import data
+    assert Path(data.__file__).resolve().parent == REPO / "data"
