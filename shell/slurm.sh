@@ -138,8 +138,14 @@ tp_slurm_run_set() {
 # --- Following a job ----------------------------------------------------------------------------
 
 # `scontrol show job -o` of the job as KEY=value words; empty when the controller does not answer.
+# A job the controller does not know (never submitted, or ended longer ago than its MinJobAge) stops.
 tp_slurm_job_fields() {
-  scontrol show job -o "$1" 2>/dev/null || true
+  local answer
+  if answer="$(scontrol show job -o "$1" 2>&1)"; then
+    echo "${answer}"
+  elif [[ "${answer}" == *"Invalid job id"* ]]; then
+    tp_die 1 "job $1: Slurm does not know it (${answer}); a finished job is forgotten after MinJobAge; its output is in the run set's slurm-$1.out"
+  fi
 }
 
 # One field of the job record given in $1.
@@ -189,7 +195,7 @@ tp_slurm_follow() {
   silent_since="${pending_since}"
   while true; do
     now="$(date +%s)"
-    fields="$(tp_slurm_job_fields "${job}")"
+    fields="$(tp_slurm_job_fields "${job}")" || exit
     if [[ -z "${fields}" ]]; then
       ((now - silent_since < SLURM_UNREACHABLE_S)) \
         || tp_die 1 "job ${job}: slurmctld has not answered for ${SLURM_UNREACHABLE_S} s (scontrol show job ${job} fails); the job may still run: check with squeue -j ${job}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -116,6 +117,30 @@ def test_detach_returns_with_the_job_id_and_follow_picks_the_job_up_again(login_
     followed = login_node.run("shell/slurm.sh", "--follow", job_id)
     assert followed.returncode == 4, followed.output
     assert "1: rank=1 of 2" in followed.stdout
+
+
+def test_ctrl_c_cancels_the_job_it_submitted(login_node, cluster):
+    proc = subprocess.Popen(["bash", str(login_node.root / "shell/slurm.sh")], cwd=login_node.root,
+                            env={**login_node.env, "STANDIN_SLEEP": "300"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not any(run_set.joinpath("ran-on-node1").exists() for run_set in run_sets(login_node)):
+        assert time.monotonic() < deadline and proc.poll() is None, "the job never started"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted: cancelled job" in stderr
+    deadline = time.monotonic() + 30
+    while queue(cluster) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert queue(cluster) == ""
+
+
+def test_following_a_job_slurm_does_not_know_fails_at_once(login_node):
+    started = time.monotonic()
+    result = login_node.run("shell/slurm.sh", "--follow", "987654")
+    assert result.returncode == 1 and "job 987654: Slurm does not know it" in result.stderr
+    assert time.monotonic() - started < 20
 
 
 def test_a_node_that_dies_ends_the_command_with_node_fail(login_node, cluster):
