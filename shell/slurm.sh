@@ -126,12 +126,15 @@ tp_slurm_check() {
   fi
 }
 
-# A new, empty run-set directory (never an existing one: nothing is overwritten).
+# A new, empty run-set directory, named as shell/train.sh names it (nothing is overwritten).
 tp_slurm_run_set() {
   local dir
   dir="${OUTPUT_DIR}/$(date +%Y%m%d-%H%M%S)-${PLATFORM}"
   mkdir -p "${OUTPUT_DIR}"
-  mkdir "${dir}" 2>/dev/null || tp_die 1 "${dir} exists already (two submissions in one second?); submit again"
+  until mkdir "${dir}" 2>/dev/null; do
+    [[ -d "${OUTPUT_DIR}" && -w "${OUTPUT_DIR}" ]] || tp_die 1 "cannot create a run set in ${OUTPUT_DIR}"
+    dir="${dir}+"
+  done
   echo "${dir}"
 }
 
