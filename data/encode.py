@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from data.bpe import TiktokenTwin, build_twin
-from data.cli import UsageError, WorkError, run
+from data.cli import UsageError, run
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
 
 BLOCK_BYTES = 1 << 22  # 4 MiB of JSON lines per task

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -67,11 +67,17 @@ def _hub_revision(repo: str, revision: str | None, token: str | None) -> str:
                         "(cp secrets.env.example secrets.env)") from None
     except RepositoryNotFoundError:
         raise WorkError(f"dataset {repo} was not found on the Hub: check the repository id (or --repo)") from None
-    except (OfflineModeIsEnabled, LocalEntryNotFoundError, ConnectionError, OSError) as err:
-        if isinstance(err, OSError) and not isinstance(err, ConnectionError) and "offline" not in str(err).lower():
+    except Exception as err:  # noqa: BLE001 - the HTTP client's own transport errors have no common import
+        if not isinstance(err, (OfflineModeIsEnabled, LocalEntryNotFoundError)) and not _is_network_error(err):
             raise
         raise WorkError(f"the Hub is unreachable (or HF_HUB_OFFLINE=1) and {repo} can only be streamed from it: "
                         "connect to the Hub, or use DATASET=sample (bundled, offline)") from None
+
+
+def _is_network_error(err: BaseException) -> bool:
+    """No connection: the OS's errors or the HTTP client's transport errors (httpx and its forks)."""
+    return isinstance(err, (ConnectionError, TimeoutError)) or any(
+        cls.__name__ == "TransportError" for cls in type(err).__mro__)
 
 
 def _local_revision(path: Path) -> str:
@@ -128,7 +134,7 @@ def fetch_dataset(name: str, output: Path, *, samples: int, seed: int, repo: str
     source = SOURCES[name]
     repo = repo or source.repo
     local = Path(repo).exists()
-    if not local and (repo.startswith((".", "/")) or os.sep in repo.strip("/").replace("/", "", 1)):
+    if not local and (repo.startswith((".", "/", "~")) or repo.count("/") != 1):
         raise UsageError(f"--repo {repo}: no such file or directory")
     resolved = _local_revision(Path(repo)) if local else _hub_revision(repo, revision, token)
     count = 0

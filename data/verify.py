@@ -26,7 +26,7 @@ import numpy as np
 
 from data.cli import UsageError, WorkError, run
 from data.files import read_json, sha256_file, write_json
-from data.indexed import DTYPE_CODES, HEADER_SIZE, MAGIC, VERSION, optimal_dtype, read_header
+from data.indexed import CODE_OF, DTYPE_CODES, HEADER_SIZE, MAGIC, VERSION, optimal_dtype, read_header
 from data.tokenizer import read_identity
 
 MANIFEST_SCHEMA = "tprimat.data-manifest/1"
@@ -81,7 +81,7 @@ def check_pair(bin_path: Path, idx_path: Path, vocab_size: int, eod: int | None)
         raise Broken(idx_path, "wrong version", f"{head.version}, expected {VERSION}")
     expected = optimal_dtype(vocab_size)
     if DTYPE_CODES.get(head.dtype_code) is None or np.dtype(DTYPE_CODES[head.dtype_code]) != expected:
-        raise Broken(idx_path, "wrong dtype code", f"{head.dtype_code}, expected {list(DTYPE_CODES)[list(map(np.dtype, DTYPE_CODES.values())).index(expected)]} "
+        raise Broken(idx_path, "wrong dtype code", f"{head.dtype_code}, expected {CODE_OF[expected]} "
                      f"({expected.name} for a vocabulary of {vocab_size})")
     s, d = head.sequences, head.documents
     size = HEADER_SIZE + 12 * s + 8 * d
@@ -197,13 +197,14 @@ def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_
                                               samples, seed)
     summary.seq_length = seq_length
     bin_sha, idx_sha = sha256_file(bin_path), sha256_file(idx_path)
-    report = read_json(clean_report) if clean_report else None
+    report = read_json(clean_report) if clean_report else {}
+    source = report.get("source") or {}
     manifest = {
         "schema": MANIFEST_SCHEMA,
         "prefix": str(prefix),
-        "dataset": (report or {}).get("source", {}) and report["source"].get("dataset"),
-        "source": (report or {}).get("source"),
-        "cleaning": {k: v for k, v in (report or {}).items() if k != "source"} or None,
+        "dataset": source.get("dataset"),
+        "source": source or None,
+        "cleaning": {k: v for k, v in report.items() if k != "source"} or None,
         "tokenizer": {"name": identity.name, "model": identity.model, "source": identity.source,
                       "fallback": identity.fallback, "sha256": identity.sha256},
         "counts": {"documents": summary.documents, "sequences": summary.sequences, "tokens": summary.tokens},
@@ -220,14 +221,14 @@ def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_
 def render(manifest: dict) -> str:
     """The one-screen summary."""
     c, s, t = manifest["counts"], manifest["statistics"], manifest["tokenizer"]
-    source = manifest["source"] or {}
+    origin = manifest["source"] or {}
     return "\n".join([
         f"data.verify: OK {manifest['prefix']}",
         f"  documents {c['documents']:,}   tokens {c['tokens']:,}   mean/max document "
         f"{s['mean_document_tokens']:,.1f}/{s['max_document_tokens']:,} tokens",
         f"  token ids {s['min_token_id']}..{s['max_token_id']} ({s['dtype']}), EOD {s['eod']}, "
         f"GPTDataset {s['gpt_samples']:,} samples of {s['seq_length']} tokens",
-        f"  source {source.get('repo', '?')} @ {source.get('revision', '?')}",
+        f"  source {origin.get('repo', '?')} @ {origin.get('revision', '?')}",
         f"  tokenizer {t['source']}{'  [OFFLINE FALLBACK]' if t['fallback'] else ''}",
         f"  tokenizer sha256 {t['sha256']}",
         f"  .bin sha256 {manifest['files']['bin']['sha256']}",

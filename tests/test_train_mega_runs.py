@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LR, MIN_LR = 1e-3, 1e-4
 # Every layout of a 4-step run: SL 64, warm-up 2 steps, GBS 2.
 BASE = dict(SL=64, TRAIN_ITERS=4, WARMUP_STEPS=2, WARMUP_SKIP=1, LR=LR, MIN_LR=MIN_LR, MBS=2, TP=1, PP=1, DP=1, GA=1)
+LEARN_STEPS = 8
 LAYOUT_TOLERANCE = 2e-3  # absolute, on losses near 11.7: BF16 rounding of a different split of the same sums
 
 
@@ -60,13 +61,13 @@ def trainer_env(data_dir: Path, knobs: dict) -> dict:
     return env
 
 
-def train(directory: Path, data_dir: Path, *, model: str = "llama", args: tuple[str, ...] = (),
-          torchrun: bool = True, **knobs) -> Run:
-    """Run train/train_mega.py as the launcher does (torchrun, one process per rank) and wait for it."""
+def train(directory: Path, data_dir: Path, *, model: str = "llama", args: tuple[str, ...] = (), **knobs) -> Run:
+    """Run train/train_mega.py as the launcher does (torchrun, one process per rank; a single process
+    is started directly, which the trainer supports too) and wait for it."""
     settings = {**BASE, **knobs}
     nproc = settings["TP"] * settings["PP"] * settings["DP"]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
-        if torchrun else [sys.executable]
+        if nproc > 1 else [sys.executable]
     out = subprocess.run([*launcher, "train/train_mega.py", "--model", model, "--run-dir", str(directory), *args],
                          cwd=ROOT, env=trainer_env(data_dir, settings), capture_output=True, text=True, timeout=900)
     return Run(directory, out.returncode, out.stdout + out.stderr)
@@ -86,9 +87,9 @@ def runs(tmp_path_factory, data_dir):
         "tp2": dict(TP=2),
         "pp2": dict(PP=2),
         "ga2": dict(MBS=1, GA=2),
-        "learn_llama": dict(DP=2, SL=64, TRAIN_ITERS=10),
-        "learn_qwen": dict(DP=2, SL=64, TRAIN_ITERS=10, model="qwen"),
-        "nan": dict(TRAIN_ITERS=3, model="qwen", args=("--inject-nan-at-step", "2")),
+        "learn_llama": dict(DP=2, TRAIN_ITERS=LEARN_STEPS),
+        "learn_qwen": dict(TRAIN_ITERS=LEARN_STEPS, model="qwen"),
+        "nan": dict(DP=2, MBS=1, TRAIN_ITERS=3, model="qwen", args=("--inject-nan-at-step", "2")),
     }
     done: dict[str, Run] = {}
 
@@ -106,13 +107,16 @@ def assert_trained(run: Run, steps: int) -> None:
 
 
 @pytest.mark.parametrize("name", ["learn_llama", "learn_qwen"])
-def test_tiny_models_learn_and_data_parallel_replicas_stay_identical(runs, name):
+def test_tiny_models_learn_on_the_sample_data(runs, name):
     run = runs(name)
-    assert_trained(run, 10)
+    assert_trained(run, LEARN_STEPS)
     losses = run.series("loss")
     assert sum(losses[-3:]) / 3 < losses[0] - 0.3, losses
-    assert run.result["effective"]["dp"] == 2
-    assert run.result["effective"]["dp_replicas_identical"] is True
+
+
+def test_data_parallel_replicas_stay_identical(runs):
+    effective = runs("learn_llama").result["effective"]
+    assert effective["dp"] == 2 and effective["dp_replicas_identical"] is True
 
 
 def test_a_rerun_with_the_same_seed_repeats_every_loss_exactly(runs):
@@ -178,7 +182,7 @@ def test_profiling_writes_a_chrome_trace_and_a_top_kernels_table(runs):
 def test_a_nan_loss_fails_the_run_and_keeps_the_steps_before_it(runs):
     run = runs("nan")
     assert run.returncode != 0
-    assert [s["nan"] for s in run.steps] == [0, 1] and run.steps[1]["loss"] is None
+    assert [s["nan"] for s in run.steps] == [0, 1] and run.steps[1]["loss"] is None  # both ranks stopped
     assert math.isfinite(run.steps[0]["loss"])
     result = run.result
     assert result["run"]["status"] == "failed" and result["run"]["exit_code"] == 1
@@ -191,14 +195,14 @@ def test_missing_or_unverified_data_stops_before_the_model_is_built(tmp_path, ve
     data_dir.mkdir()
     if verified is not None:
         make_data_dir(data_dir, model_keys=("llama",), documents=5, verified=verified)
-    run = train(tmp_path / "run", data_dir, torchrun=False)
+    run = train(tmp_path / "run", data_dir)
     assert run.returncode == 2
     assert "./shell/run_data.sh" in run.console and "Traceback" not in run.console
     assert run.result["run"]["status"] == "failed" and run.steps == []
 
 
 def test_mock_data_is_only_used_when_asked_for_and_says_so(tmp_path):
-    run = train(tmp_path / "run", tmp_path / "no-data", torchrun=False, MOCK_DATA=1, TRAIN_ITERS=2, WARMUP_STEPS=1)
+    run = train(tmp_path / "run", tmp_path / "no-data", MOCK_DATA=1, TRAIN_ITERS=2, WARMUP_STEPS=1)
     assert_trained(run, 2)
     result = run.result
     assert result["training"]["mock_data"] is True and result["training"]["dataset"] is None
@@ -209,7 +213,7 @@ def test_mock_data_is_only_used_when_asked_for_and_says_so(tmp_path):
 def test_a_run_directory_is_never_reused(tmp_path, data_dir):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "steps.jsonl").write_text("")
-    run = train(tmp_path / "run", data_dir, torchrun=False)
+    run = train(tmp_path / "run", data_dir)
     assert run.returncode == 2 and "already holds a run" in run.console
 
 
