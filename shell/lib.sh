@@ -224,7 +224,7 @@ tp_docker_run_words() {
 # Names of the configuration variables passed into containers (the knobs of config.env).
 tp_config_knobs() {
   sed -n 's/^\([A-Z][A-Z0-9_]*\)=.*/\1/p' "${TPRIMAT_ROOT}/config.env" | grep -v '^CPU_'
-  printf '%s\n' LAUNCHER RUN_SET_DIR
+  printf '%s\n' RUN_SET_DIR
 }
 
 # Run COMMAND... in a container; DETACH=1 refuses a second start and says how to follow and stop.
@@ -258,9 +258,20 @@ tp_check_data_secrets() {
   tp_require_token "the Llama 3.1 tokenizer (meta-llama/Llama-3.1-8B, gated)"
 }
 
+# Multi-node training from a login node goes to Slurm (shell/slurm.sh): LAUNCHER=slurm, or auto with
+# NNODES>1 and sbatch on PATH, as utils.config resolves it (environment over config.env).
+tp_slurm_wanted() {
+  local mode
+  mode="$(cd "${TPRIMAT_ROOT}" && python3 -m utils.config get LAUNCH_MODE --quiet)" || exit 2
+  [[ "${mode}" == slurm ]]
+}
+
 tp_run_stage() {
   local stage="$1"
   shift
+  if [[ "${stage}" == train ]] && tp_slurm_wanted; then
+    exec bash "${TPRIMAT_ROOT}/shell/slurm.sh" "$@"
+  fi
   tp_load_config
   [[ "${stage}" != data ]] || tp_check_data_secrets
   local runtime

@@ -17,7 +17,9 @@ import difflib
 import json
 import math
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -85,6 +87,18 @@ KNOBS: dict[str, Knob] = {
     "NODE_RANK": Knob("int"),
     "MASTER_ADDR": Knob("str"),
     "MASTER_PORT": Knob("posint"),
+    "LAUNCHER": Knob("enum", ("auto", "local", "slurm")),
+    "SLURM_PARTITION": Knob("str"),
+    "SLURM_ACCOUNT": Knob("str"),
+    "SLURM_QOS": Knob("str"),
+    "SLURM_TIME": Knob("str"),
+    "SLURM_CONTAINER": Knob("enum", ("none", "pyxis")),
+    "SLURM_CONTAINER_IMAGE": Knob("str"),
+    "SLURM_PENDING_TIMEOUT": Knob("posint"),
+    "NET_SOCKET_IFNAME": Knob("str"),
+    "NET_IB_HCA": Knob("str"),
+    "NET_IB_GID_INDEX": Knob("str"),
+    "NET_DEBUG": Knob("enum", ("", "VERSION", "WARN", "INFO", "TRACE")),
     "RUNS": Knob("posint"),
     "WARMUP_SKIP": Knob("int"),
     "PROFILING": Knob("bool"),
@@ -110,6 +124,7 @@ class Config:
 
     values: dict
     sources: dict[str, str]
+    launch: str  # local | slurm (resolved LAUNCHER)
     models: list[ModelSpec]
     frameworks: list[str]
     strategies: list[str]
@@ -154,6 +169,7 @@ class Config:
             **self.values,
             "GBS": self.gbs,
             "NUM_GPUS": self.num_gpus,
+            "LAUNCH_MODE": self.launch,
             "FRAMEWORKS": self.frameworks,
             "STRATEGIES": self.strategies,
             "MODEL_VARIANTS": {m.key: m.variant for m in self.models},
@@ -337,7 +353,11 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     if problems or values["PLATFORM"] is None:
         raise ConfigError(problems)
 
-    dry_run, slurm = values["DRY_RUN"], env.get("LAUNCHER") == "slurm"
+    dry_run, slurm = values["DRY_RUN"], launch_mode(values, env) == "slurm"
+    if not re.fullmatch(r"([0-9]+-)?[0-9]{1,2}(:[0-9]{2}){0,2}", values["SLURM_TIME"]):
+        problems.append(f"SLURM_TIME={values['SLURM_TIME']}: not a Slurm time limit; use [D-]HH:MM:SS, e.g. 04:00:00")
+    if values["NET_IB_GID_INDEX"] and not values["NET_IB_GID_INDEX"].isdigit():
+        problems.append(f"NET_IB_GID_INDEX={values['NET_IB_GID_INDEX']}: must be empty or a non-negative integer")
     if platform != "cpu" and platform != detected and not (dry_run or slurm):
         vendor = {"amd": "AMD GPU (no /dev/kfd; rocm-smi and amd-smi list none)", "nvd": "NVIDIA GPU (nvidia-smi -L lists none)"}
         problems.append(f"PLATFORM={platform}: this machine has no {vendor[platform]}; detected {detected}. "
@@ -384,7 +404,8 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     strategies = _resolve_strategies(values["STRATEGY"], table, unknown)
     if unknown:
         raise ConfigError(problems + unknown)
-    config = Config(values, sources, models, frameworks, strategies, detected_gpus, notes, table)
+    config = Config(values, sources, launch_mode(values, env), models, frameworks, strategies, detected_gpus,
+                    notes, table)
     gpus, mbs, gbs = config.num_gpus, values["MBS"], config.gbs
     for name in strategies:
         label = "" if name == CUSTOM else f"STRATEGY={name}: "
@@ -397,6 +418,14 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def launch_mode(values: dict, env: dict) -> str:
+    """slurm: submit from a login node (LAUNCHER=slurm, or auto with NNODES>1 and sbatch on PATH)."""
+    if values["LAUNCHER"] == "auto":
+        wanted = values["NNODES"] > 1 and shutil.which("sbatch", path=env.get("PATH")) is not None
+        return "slurm" if wanted else "local"
+    return values["LAUNCHER"]
 
 
 def _resolve_strategies(value: str, table: dict, problems: list[str]) -> list[str]:
