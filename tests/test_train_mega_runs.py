@@ -20,6 +20,7 @@ import pytest
 from evaluate.logs import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
 from utils.config import KNOBS
+from utils.platform_env import platform_env
 from utils.result import schema_errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,8 +53,10 @@ class Run:
 
 
 def trainer_env(data_dir: Path, knobs: dict) -> dict:
-    """The caller's environment without configuration knobs, plus the run's knobs on the CPU platform."""
+    """The caller's environment without configuration knobs, plus the CPU platform's environment (as the
+    launcher exports it) and the run's knobs."""
     env = {k: v for k, v in os.environ.items() if k not in KNOBS and not k.startswith(("CPU_", "TPRIMAT_"))}
+    env.update(platform_env("cpu"))
     env.update(PLATFORM="cpu", TPRIMAT_DETECTED_PLATFORM="cpu", TPRIMAT_DETECTED_GPUS="0", HF_HUB_OFFLINE="1",
                DATA_DIR=str(data_dir), NNODES="1", PYTHONWARNINGS="ignore")
     env.update({key: str(value) for key, value in knobs.items()})

@@ -1,7 +1,9 @@
 """TPrimat's pretraining loop on megatron-core (framework `mega`): the same code on AMD, NVIDIA and the CPU.
 
+    eval "$(python3 -m utils.platform_env "$PLATFORM")"      # the platform's environment, exported first
     torchrun --nproc_per_node=N [--nnodes=M --node_rank=R --master_addr=A --master_port=P] \\
         train/train_mega.py --model llama|qwen --run-dir DIR [--strategy NAME]
+    python3 train/train_mega.py --model llama --run-dir DIR  # one process (TP x PP x DP = 1), no torchrun
 
 Every other setting comes from the configuration (config.env + environment, utils.config): the
 layout (TP, PP, DP, GA) of the run's strategy, MBS, SL, the optimizer and LR schedule, SEED, DATASET,
@@ -11,8 +13,10 @@ The loop is Megatron-LM's: megatron-core's GPTModel (train/mega_model.py) under 
 distributed optimizer (AdamW), linear warm-up then cosine decay to MIN_LR, and the forward-backward
 schedule of the layout (no pipelining, or 1F1B). Each step is timed between device synchronisations
 and written to DIR/steps.jsonl and the console (train/mega_steps.py); the last rank then writes
-DIR/result.json through utils.result. A crash, an out-of-memory error or a NaN loss still ends in
-a result with status failed; the exit status is then non-zero.
+DIR/result.json through utils.result. PROFILING=true adds DIR/profile/ (rank 0's Chrome trace and
+top-kernels table). A crash, an out-of-memory error or a NaN loss still ends in a result with
+status failed (a failing rank leaves its traceback in DIR/error_rank<N>.txt); the exit status is
+then non-zero.
 
 Exit status: 0 trained every step; 1 the training failed; 2 bad input (configuration, missing data).
 On a machine without an accelerator train/cpu_compat.py adapts megatron-core (gloo, the CPU as device).
@@ -270,6 +274,7 @@ class Trainer:
             "optimizer": type(inner).__name__,
             "precision": "fp8" if config.fp8 else ("bf16" if config.bf16 else str(config.params_dtype)),
             "fp8_recipe": str(config.fp8) if config.fp8 else None,
+            "steps": scheduler.lr_decay_steps,
             "lr": scheduler.max_lr, "min_lr": scheduler.min_lr, "warmup_steps": scheduler.lr_warmup_steps,
             "lr_decay_steps": scheduler.lr_decay_steps, "lr_decay_style": scheduler.lr_decay_style,
             "weight_decay": decayed[0]["weight_decay"] if decayed else 0.0,

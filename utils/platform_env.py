@@ -2,7 +2,7 @@
 
 Every launcher exports these before torchrun (`python3 -m utils.platform_env amd` prints the
 `export` lines), the Dockerfiles' documentation points here, and train/train_mega.py fills in any
-that are missing, so a torchrun started by hand gets the same environment. A value already set
+that are missing and still take effect, so a torchrun started by hand gets the same environment. A value already set
 in the environment wins (a user's deliberate override stays visible in the result, which records
 the effective values). Standard library only.
 
@@ -35,8 +35,15 @@ PLATFORM_ENV: dict[str, dict[str, str]] = {
         "NVTE_FLASH_ATTN": "1",
         "NVTE_FUSED_ATTN": "1",
     },
-    "cpu": {},
+    "cpu": {
+        # glibc: serve large tensors from the heap and keep freed memory in the process, as a GPU
+        # allocator caches device memory. Otherwise every step maps and unmaps its big activations
+        # and logits, which costs about a fifth of a tiny model's CPU step in page faults.
+        "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296",
+    },
 }
+# Read once when a process starts: only an environment exported before the launch can set these.
+AT_PROCESS_START = frozenset({"GLIBC_TUNABLES"})
 
 
 def platform_env(platform: str) -> dict[str, str]:
@@ -48,11 +55,13 @@ def platform_env(platform: str) -> dict[str, str]:
 
 
 def apply(platform: str, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Set the platform's variables that are not set yet; return the effective values of all of them."""
+    """Set the platform's variables that are not set yet and can still take effect; return the
+    effective values (a variable read at process start that the launch did not export is left out)."""
     environ = os.environ if environ is None else environ
     for key, value in platform_env(platform).items():
-        environ.setdefault(key, value)
-    return {key: environ[key] for key in platform_env(platform)}
+        if key not in AT_PROCESS_START:
+            environ.setdefault(key, value)
+    return {key: environ[key] for key in platform_env(platform) if key in environ}
 
 
 def main(argv: list[str] | None = None) -> int:
