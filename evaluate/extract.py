@@ -153,7 +153,7 @@ def extract(logs: list[Path], request: dict, *, framework: str | None, system: d
     return build_result(
         run=run, platform=request["platform"], framework=framework, variant=request["variant"], system=system,
         parallelism={"strategy": request.get("strategy") or "custom", "tp": request["tp"], "pp": request["pp"],
-                     "dp": request["dp"], "ga": request["ga"],
+                     "dp": request["dp"], "ga": request["ga"], "nnodes": request.get("nnodes"),
                      "sequence_parallel": request.get("sequence_parallel", request["tp"] > 1),
                      "distributed_optimizer": fairness.get("use_distributed_optimizer")},
         training={"steps": request["train_iters"], "mbs": request["mbs"], "gbs": request["gbs"], "seq_len": seq_len,

@@ -6,6 +6,12 @@ Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers), else from
 a device; software versions from the installed distributions; host facts from /proc, /etc and
 /sys. Whatever cannot be read stays null: on a CPU-only machine the GPU fields are empty, never
 invented.
+
+Nodes: the node count (NNODES) and the nodes' names in node-rank order, from the Slurm allocation
+(RUN_SET_DIR/slurm.json written by the job, else SLURM_JOB_NODELIST expanded by scontrol), else
+this host alone on one node; empty for a multi-node run started by hand (each node's launch.json
+names its host). Interconnect: the InfiniBand/RoCE adapters /sys shows, else the network
+interfaces; empty where /sys cannot be read.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Mapping
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
 TIMEOUT_S = 20
 NVIDIA_FIELDS = ("name", "memory.total", "driver_version", "clocks.sm", "clocks.max.sm", "power.limit")
 DISTRIBUTIONS = {"torch": ("torch",), "megatron_core": ("megatron-core", "megatron_core"),
@@ -209,22 +216,72 @@ def host_info() -> dict:
             "architecture": platform.machine()}
 
 
-def interconnect_info(sys_root: Path = Path("/sys/class/infiniband")) -> dict:
-    """InfiniBand / RoCE adapters and their port rates, where /sys shows them."""
-    adapters = []
-    if sys_root.is_dir():
-        for device in sorted(sys_root.iterdir()):
-            rates = sorted({(_read(str(port / "rate")) or "").strip() for port in (device / "ports").glob("*")} - {""})
-            adapters.append({"device": device.name, "rates": rates})
-    return {"infiniband": adapters}
+def _rdma_adapter(device: Path) -> dict:
+    """One InfiniBand/RoCE adapter: its ports' rates and link layers (InfiniBand, or Ethernet for RoCE)."""
+    ports = sorted(device.glob("ports/*"))
+    values = {key: sorted({(_read(str(port / key)) or "").strip() for port in ports} - {""})
+              for key in ("rate", "link_layer")}
+    return {"device": device.name, "rates": values["rate"], "link_layers": values["link_layer"]}
 
 
-def probe(env: dict | None = None) -> dict:
+def _interface(path: Path) -> dict:
+    speed = _number(_read(str(path / "speed")))  # Mb/s; -1 or unreadable when the link is down or virtual
+    return {"name": path.name, "state": (_read(str(path / "operstate")) or "").strip() or None,
+            "speed_mbps": int(speed) if speed and speed > 0 else None, "physical": (path / "device").exists()}
+
+
+def _children(root: Path) -> list[Path]:
+    try:
+        return sorted(root.iterdir())
+    except OSError:
+        return []
+
+
+def interconnect_info(ib_root: Path = Path("/sys/class/infiniband"), net_root: Path = Path("/sys/class/net")) -> dict:
+    """What the nodes can talk over: the InfiniBand/RoCE adapters, else the network interfaces
+    (the physical ones when there are any, else every one but loopback, as a container sees them)."""
+    adapters = [_rdma_adapter(device) for device in _children(ib_root)]
+    interfaces: list[dict] = []
+    if not adapters:
+        interfaces = [_interface(path) for path in _children(net_root) if path.name != "lo"]
+        physical = [i for i in interfaces if i["physical"]]
+        interfaces = physical or interfaces
+    return {"infiniband": adapters, "interfaces": interfaces}
+
+
+def _nodes_of_slurm_json(run_set: str | None) -> list[str] | None:
+    if not run_set:
+        return None
+    try:
+        nodes = json.loads((Path(run_set) / "slurm.json").read_text()).get("nodes")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return nodes if isinstance(nodes, list) and nodes and all(isinstance(n, str) for n in nodes) else None
+
+
+def node_names(env: Mapping[str, str], nnodes: int | None) -> list[str]:
+    """The run set's nodes in node-rank order: Slurm's allocation, else this host for one node; [] unknown.
+
+    The job's node list counts only when it has as many nodes as the run (a one-node run inside a
+    larger allocation ran on this host alone)."""
+    recorded = _nodes_of_slurm_json(env.get("RUN_SET_DIR"))
+    if recorded:
+        return recorded
+    nodelist = env.get("SLURM_JOB_NODELIST")
+    if nodelist:
+        expanded = (_run("scontrol", "show", "hostnames", nodelist) or "").split()
+        if expanded and len(expanded) == (nnodes or len(expanded)):
+            return expanded
+    return [socket.gethostname()] if nnodes in (None, 1) else []
+
+
+def probe(env: Mapping[str, str] | None = None) -> dict:
     """The whole system description."""
     env = os.environ if env is None else env
-    nodes = env.get("NNODES")
+    count = env.get("NNODES")
+    nodes = int(count) if count and count.isdigit() else None
     return {"probe_version": PROBE_VERSION, "collected_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "nodes": int(nodes) if nodes and nodes.isdigit() else None, "gpu": gpu_info(), "host": host_info(),
+            "nodes": nodes, "node_names": node_names(env, nodes), "gpu": gpu_info(), "host": host_info(),
             "software": software_info(), "interconnect": interconnect_info()}
 
 

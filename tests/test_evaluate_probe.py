@@ -1,6 +1,7 @@
 """evaluate.probe: the system description, from vendor tools when present and empty when not."""
 
 import json
+import socket
 import stat
 import textwrap
 
@@ -84,12 +85,69 @@ def test_cpu_only_machine_leaves_gpu_fields_empty(fake_path, tmp_path, capsys):
     assert "no GPU (CPU only" in capsys.readouterr().out
 
 
-def test_infiniband_adapters_are_read_from_sys(tmp_path):
-    port = tmp_path / "mlx5_0" / "ports" / "1"
-    port.mkdir(parents=True)
-    (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
-    assert probe.interconnect_info(tmp_path) == {"infiniband": [{"device": "mlx5_0", "rates": ["400 Gb/sec (4X NDR)"]}]}
+def sys_file(root, relative, text):
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_infiniband_and_roce_adapters_are_read_from_sys(tmp_path):
+    sys_file(tmp_path, "ib/mlx5_0/ports/1/rate", "400 Gb/sec (4X NDR)\n")
+    sys_file(tmp_path, "ib/mlx5_0/ports/1/link_layer", "InfiniBand\n")
+    sys_file(tmp_path, "ib/mlx5_1/ports/1/rate", "200 Gb/sec (4X HDR)\n")
+    sys_file(tmp_path, "ib/mlx5_1/ports/1/link_layer", "Ethernet\n")  # RoCE
+    sys_file(tmp_path, "net/eth0/speed", "25000\n")
+    assert probe.interconnect_info(tmp_path / "ib", tmp_path / "net") == {
+        "infiniband": [{"device": "mlx5_0", "rates": ["400 Gb/sec (4X NDR)"], "link_layers": ["InfiniBand"]},
+                       {"device": "mlx5_1", "rates": ["200 Gb/sec (4X HDR)"], "link_layers": ["Ethernet"]}],
+        "interfaces": []}
+
+
+def test_without_rdma_adapters_the_physical_network_interfaces_are_the_interconnect(tmp_path):
+    for name, speed, state in (("ens1f0", "100000", "up"), ("eno1", "-1", "down"), ("docker0", "-1", "up")):
+        sys_file(tmp_path, f"net/{name}/speed", speed + "\n")
+        sys_file(tmp_path, f"net/{name}/operstate", state + "\n")
+    for name in ("ens1f0", "eno1"):
+        (tmp_path / "net" / name / "device").mkdir()
+    (tmp_path / "net" / "lo").mkdir()
+    assert probe.interconnect_info(tmp_path / "no-ib", tmp_path / "net")["interfaces"] == [
+        {"name": "eno1", "state": "down", "speed_mbps": None, "physical": True},
+        {"name": "ens1f0", "state": "up", "speed_mbps": 100000, "physical": True}]
+
+
+def test_a_container_sees_its_virtual_interfaces_but_never_loopback(tmp_path):
+    sys_file(tmp_path, "net/eth0/operstate", "up\n")  # a veth: no device link, speed unreadable
+    (tmp_path / "net" / "lo").mkdir()
+    assert probe.interconnect_info(tmp_path / "no-ib", tmp_path / "net")["interfaces"] == [
+        {"name": "eth0", "state": "up", "speed_mbps": None, "physical": False}]
+
+
+def test_unreadable_sys_leaves_the_interconnect_empty(tmp_path):
+    assert probe.interconnect_info(tmp_path / "missing", tmp_path / "missing") == {"infiniband": [], "interfaces": []}
 
 
 def test_node_count_comes_from_nnodes():
     assert probe.probe({"NNODES": "2"})["nodes"] == 2
+
+
+def test_node_names_come_from_the_slurm_jobs_record_in_node_rank_order(tmp_path, fake_path):
+    fake_path("scontrol", "#!/bin/sh\nprintf 'wrong\\n'\n")
+    (tmp_path / "slurm.json").write_text(json.dumps({"job_id": 7, "nnodes": 2, "nodes": ["gpu-b7", "gpu-a3"]}))
+    env = {"NNODES": "2", "RUN_SET_DIR": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-a3,gpu-b7"}
+    assert probe.node_names(env, 2) == ["gpu-b7", "gpu-a3"]
+
+
+def test_node_names_are_expanded_from_the_jobs_node_list_by_scontrol(tmp_path, fake_path):
+    fake_path("scontrol", """\
+        #!/bin/sh
+        [ "$*" = "show hostnames gpu-[01-02]" ] && printf 'gpu-01\\ngpu-02\\n'
+        """)
+    env = {"RUN_SET_DIR": str(tmp_path), "SLURM_JOB_NODELIST": "gpu-[01-02]"}
+    assert probe.node_names(env, 2) == ["gpu-01", "gpu-02"]
+    # a one-node run inside the two-node allocation ran on this host alone
+    assert probe.node_names(env, 1) == [socket.gethostname()]
+
+
+def test_one_node_is_this_host_and_a_multi_node_run_started_by_hand_names_none(fake_path):
+    assert probe.probe({"NNODES": "1"})["node_names"] == [socket.gethostname()]
+    assert probe.node_names({"SLURM_JOB_NODELIST": "gpu-[01-02]"}, 2) == []  # no scontrol on PATH

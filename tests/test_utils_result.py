@@ -102,7 +102,7 @@ def test_typos_in_input_sections_fail_loudly():
 def test_write_result_validates_and_writes_atomically(tmp_path):
     target = tmp_path / "run" / "result.json"
     write_result(target, build())
-    assert json.loads(target.read_text())["schema_version"] == "1.0"
+    assert json.loads(target.read_text())["schema_version"] == "1.1"
     assert [p.name for p in target.parent.iterdir()] == ["result.json"]
 
     broken = build()
@@ -110,3 +110,23 @@ def test_write_result_validates_and_writes_atomically(tmp_path):
     with pytest.raises(ResultError, match="run/status"):
         write_result(tmp_path / "bad.json", broken)
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_nodes_their_names_and_the_interconnect_reach_the_result():
+    system = {"nodes": 2, "node_names": ["gpu-01", "gpu-02"],
+              "interconnect": {"infiniband": [{"device": "mlx5_0", "rates": ["400 Gb/sec (4X NDR)"],
+                                               "link_layers": ["InfiniBand"]}], "interfaces": []}}
+    result = build(system=system, parallelism={**PARALLELISM, "dp": 16}, num_gpus=16)
+    assert result["parallelism"]["nnodes"] == 2  # the run set's node count, from the probe
+    assert result["system"]["node_names"] == ["gpu-01", "gpu-02"]
+    assert schema_errors(result) == []
+    assert build(system=system, parallelism={**PARALLELISM, "nnodes": 1})["parallelism"]["nnodes"] == 1
+    assert "nnodes" not in build(system={})["parallelism"]  # unknown stays out, never guessed
+
+
+def test_results_of_schema_1_0_stay_valid():
+    result = build()
+    result["schema_version"] = "1.0"
+    assert schema_errors(result) == []
+    result["schema_version"] = "0.9"
+    assert schema_errors(result)

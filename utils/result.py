@@ -23,11 +23,12 @@ from utils.hardware import peak_tflops
 from utils.models import by_variant
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
 PARALLELISM_KEYS = {"strategy", "tp", "pp", "dp", "ga", "sequence_parallel", "distributed_optimizer"}
+PARALLELISM_OPTIONAL = {"nnodes"}
 TRAINING_KEYS = {"steps", "mbs", "gbs", "seq_len", "precision", "lr", "min_lr", "warmup_steps", "seed",
                  "dataset", "dataset_fingerprint", "tokenizer_fingerprint", "mock_data"}
 TRAINING_OPTIONAL = {"lr_decay_style": "cosine", "weight_decay": None, "beta1": None, "beta2": None,
@@ -140,7 +141,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
             parameter count and architecture numbers.
       system: the probe's system.json as a dict ({} when there is none, e.g. a failed start).
       parallelism: {"strategy": str ("custom" or a utils.strategies name), "tp", "pp", "dp", "ga": int,
-            "sequence_parallel": bool|None, "distributed_optimizer": bool|None}.
+            "sequence_parallel": bool|None, "distributed_optimizer": bool|None} plus optionally
+            "nnodes": int (default: system's "nodes", the run set's node count; left out when unknown).
       training: {"steps": requested TRAIN_ITERS, "mbs", "gbs", "seq_len": int, "precision": "bf16"|"fp8",
             "lr", "min_lr": float, "warmup_steps": int, "seed": int|None, "dataset": str|None,
             "dataset_fingerprint": str|None, "tokenizer_fingerprint": str|None,
@@ -167,7 +169,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
     run_section = _checked("run", run, RUN_KEYS, RUN_OPTIONAL)
     for key in ("started_at", "ended_at"):
         _iso_or_none(key, run_section[key])
-    par = _checked("parallelism", parallelism, PARALLELISM_KEYS)
+    par = _checked("parallelism", parallelism, PARALLELISM_KEYS, PARALLELISM_OPTIONAL)
+    nnodes = par.pop("nnodes", None) or system.get("nodes")
     train = _checked("training", training, TRAINING_KEYS, TRAINING_OPTIONAL)
     try:
         spec = by_variant(variant)
@@ -206,7 +209,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                   "num_attention_heads": spec.num_attention_heads, "num_kv_heads": spec.num_kv_heads,
                   "head_dim": spec.head_dim, "vocab_size": spec.vocab_size, "qkv_bias": spec.qkv_bias},
         "system": _json_safe(system),
-        "parallelism": {**par, "num_gpus": num_gpus},
+        "parallelism": {**par, "num_gpus": num_gpus, **({"nnodes": nnodes} if nnodes else {})},
         "training": train,
         "performance": performance,
         "memory": memory,
