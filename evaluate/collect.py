@@ -30,6 +30,11 @@ class Loaded:
         run = self.result.get("run") or {}
         return f"{self.result.get('platform', '?')}/{run.get('id', '?')}"
 
+    @property
+    def nodes(self) -> int | None:
+        """Nodes the run used: its parallelism.nnodes (schema 1.1), else its system's node count; None unknown."""
+        return (self.result.get("parallelism") or {}).get("nnodes") or self.system.get("nodes")
+
 
 class CollectError(Exception):
     """An input that cannot be read (one line, naming it)."""

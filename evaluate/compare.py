@@ -3,9 +3,10 @@
     python3 -m evaluate.compare DIR_OR_ZIP... -o OUTDIR
 
 Inputs are run directories, run-set directories, output.zip files or result JSON files, from one
-machine or several. Runs of the same platform, device, framework, model, strategy and layout are
-repeats: their figures are shown as median [min-max]. Fairness problems (different workload, data
-or tokenizer) and mock data are stated in the report, never hidden.
+machine or several. Runs of the same platform, device, framework, model, strategy, layout and node
+count are repeats: their figures are shown as median [min-max]. Fairness problems (different
+workload, data or tokenizer) and mock data are stated in the report, never hidden. Results of one
+workload on several node counts also get a Scaling section (evaluate/scaling.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from evaluate import strategy_view
+from evaluate import scaling, strategy_view
 from evaluate.collect import CollectError, Loaded, load
 from evaluate.validate import check_result, fairness
 from utils.hardware import lookup_device
@@ -50,7 +51,7 @@ def device_label(item: Loaded) -> str:
 
 @dataclass
 class Row:
-    """Repeats of one configuration: platform, device, framework, model, strategy and layout."""
+    """Repeats of one configuration: platform, device, framework, model, strategy, layout and nodes."""
 
     platform: str
     device: str
@@ -58,6 +59,7 @@ class Row:
     variant: str
     strategy: str
     layout: tuple[int, int, int, int]
+    nodes: int | None  # None: unknown (a result without a node count)
     items: list[Loaded] = field(default_factory=list)
 
     @property
@@ -76,7 +78,8 @@ class Row:
     @property
     def label(self) -> str:
         strategy = "" if self.strategy == "custom" else f" [{self.strategy}]"
-        return f"{self.device} + {FRAMEWORK_NAMES[self.framework]} - {self.model_name}{strategy}"
+        nodes = f", {self.nodes} nodes" if self.nodes and self.nodes > 1 else ""
+        return f"{self.device} + {FRAMEWORK_NAMES[self.framework]} - {self.model_name}{strategy}{nodes}"
 
     def figures(self, getter: Callable[[dict], float | None]) -> list[float]:
         """One figure per successful repeat (repeats without the figure are left out)."""
@@ -121,13 +124,15 @@ def final_loss(r: dict) -> float | None:
 
 
 def rows_of(items: Sequence[Loaded]) -> list[Row]:
-    """Group repeats; rows ordered by model, platform, framework, strategy."""
+    """Group repeats; rows ordered by model, platform, framework, strategy, layout, nodes."""
     rows: dict[tuple, Row] = {}
     for item in items:
         r, p = item.result, item.result["parallelism"]
         layout = (p["tp"], p["pp"], p["dp"], p["ga"])
-        key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], layout)
-        rows.setdefault(key, Row(r["platform"], key[2], r["framework"], key[0], p["strategy"], layout)).items.append(item)
+        key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], layout,
+               item.nodes or 0)
+        rows.setdefault(key, Row(r["platform"], key[2], r["framework"], key[0], p["strategy"], layout,
+                                 item.nodes)).items.append(item)
     return [rows[k] for k in sorted(rows)]
 
 
@@ -170,40 +175,67 @@ def title(items: Sequence[Loaded]) -> str:
 
 
 def systems_section(items: Sequence[Loaded]) -> list[str]:
-    """One line per distinct system (platform and host)."""
+    """One line per distinct system (platform, host and nodes)."""
     lines, seen = [], set()
     for item in items:
         s = item.system
         host, gpu, sw = s.get("host") or {}, s.get("gpu") or {}, s.get("software") or {}
-        key = (item.result["platform"], host.get("hostname"), gpu.get("name"))
+        key = (item.result["platform"], host.get("hostname"), gpu.get("name"), tuple(s.get("node_names") or ()),
+               item.nodes)
         if key in seen:
             continue
         seen.add(key)
         if not s:
             lines.append(f"- {PLATFORM_NAMES[item.result['platform']]}: no system.json (run python3 -m evaluate.probe)")
             continue
-        accel = f"{gpu.get('count')} x {gpu.get('name')}, {gpu.get('memory_gib')} GiB each" if gpu.get("count") else "no GPU"
+        accel = (f"{gpu.get('count')} x {gpu.get('name')} per node, {gpu.get('memory_gib')} GiB each" if gpu.get("count")
+                 else "no GPU")
         stack = ", ".join(f"{label} {sw[key]}" for label, key in (
             ("CUDA", "torch_cuda"), ("ROCm", "torch_hip"), ("torch", "torch"),
             ("megatron-core", "megatron_core"), ("Transformer Engine", "transformer_engine"), ("NeMo", "nemo"),
             ("Primus", "primus"), ("NCCL", "nccl"), ("RCCL", "rccl")) if sw.get(key))
         driver = f"driver {gpu['driver']}, " if gpu.get("driver") else ""
-        lines.append(f"- **{PLATFORM_NAMES[item.result['platform']]}** ({host.get('hostname') or '?'}, "
-                     f"{s.get('nodes') or 1} node(s)): {accel}; {driver}{stack}; CPU {host.get('cpu_model')} "
+        lines.append(f"- **{PLATFORM_NAMES[item.result['platform']]}** ({nodes_text(item.nodes, s, host)}): "
+                     f"{accel}; {driver}{stack}; CPU {host.get('cpu_model')} "
                      f"({host.get('cpu_cores')} cores), {host.get('memory_gib')} GiB RAM; {host.get('os')}, "
-                     f"kernel {host.get('kernel')}")
+                     f"kernel {host.get('kernel')}; interconnect: {interconnect_text(s.get('interconnect'))}")
     return lines
 
 
+def nodes_text(nodes: int | None, system: dict, host: dict) -> str:
+    """"2 nodes: gpu-01, gpu-02" (names from the probe), or the probing host's name with the count."""
+    names = system.get("node_names") or []
+    count = f"{nodes} node{'s' if nodes != 1 else ''}" if nodes else "nodes unknown"
+    return f"{count}: {', '.join(names)}" if names else f"{host.get('hostname') or '?'}, {count}"
+
+
+def interconnect_text(interconnect: dict | None) -> str:
+    """The probe's adapters (InfiniBand, or RoCE where the link layer is Ethernet), else its interfaces."""
+    if not interconnect:
+        return "not recorded"
+    adapters = interconnect.get("infiniband") or []
+    if adapters:
+        described = []
+        for adapter in adapters:
+            facts = [{"Ethernet": "RoCE"}.get(k, k) for k in adapter.get("link_layers") or []] + (adapter.get("rates") or [])
+            described.append(adapter["device"] + (f" ({', '.join(facts)})" if facts else ""))
+        return ", ".join(described)
+    interfaces = interconnect.get("interfaces") or []
+    if interfaces:
+        return "no InfiniBand/RoCE adapter; " + ", ".join(
+            f"{i['name']} ({i['speed_mbps'] / 1000:g} Gb/s)" if i.get("speed_mbps") else i["name"] for i in interfaces)
+    return "no InfiniBand/RoCE adapter seen"
+
+
 def results_table(rows: Sequence[Row]) -> list[str]:
-    header = ("| Device | Framework | Strategy | GPUs | TP/PP/DP/GA | tokens/s/GPU | TFLOP/s/GPU | MFU | "
+    header = ("| Device | Framework | Strategy | Nodes | GPUs | TP/PP/DP/GA | tokens/s/GPU | TFLOP/s/GPU | MFU | "
               "Peak memory (GiB) | Final loss | Runs |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:
         first = row.items[0].result
         kinds = sorted({memory_kind(i.result) for i in row.ok} - {"-"}) or ["-"]
         lines.append(
-            f"| {row.device} | {FRAMEWORK_NAMES[row.framework]} | {row.strategy} | "
+            f"| {row.device} | {FRAMEWORK_NAMES[row.framework]} | {row.strategy} | {row.nodes or '?'} | "
             f"{first['parallelism']['num_gpus']} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens), ',.0f')} | "
             f"{spread(row.figures(tflops), '.1f')} | {spread([100 * v for v in row.figures(mfu)], '.1f')}"
             f"{'%' if row.figures(mfu) else ''} | {spread(row.figures(memory), '.1f')} ({'/'.join(kinds)}) | "
@@ -216,7 +248,7 @@ def speedups(rows: Sequence[Row]) -> list[str]:
     lines = []
     for amd in (r for r in rows if r.platform == "amd"):
         for nvd in (r for r in rows if r.platform == "nvd"):
-            if (amd.variant, amd.strategy, amd.layout) != (nvd.variant, nvd.strategy, nvd.layout):
+            if (amd.variant, amd.strategy, amd.layout, amd.nodes) != (nvd.variant, nvd.strategy, nvd.layout, nvd.nodes):
                 continue
             a, n = median_or_none(amd.figures(tokens)), median_or_none(nvd.figures(tokens))
             if a is None or n is None:
@@ -246,6 +278,9 @@ def report(items: Sequence[Loaded], rows: Sequence[Row], png_name: str | None,
         out += ["**MOCK DATA IN THIS COMPARISON** - see below.", ""]
     if unfair:
         out += ["**UNFAIR COMPARISON**: the runs did not all do the same work - see Fairness.", ""]
+    scaled = scaling.groups(items, device_label)
+    if scaled:
+        out += [f"- {line}." for line in scaling.headlines(scaled, FRAMEWORK_NAMES)] + [""]
     out += ["## Workload", ""] + [f"- {k}: {v}" for k, v in workload(items).items()] + [""]
     out += ["## Systems", ""] + systems_section(items) + [""]
     out += ["## Results", "", "Figures are over the steady-state steps (after the warm-up steps) of each successful "
@@ -259,10 +294,12 @@ def report(items: Sequence[Loaded], rows: Sequence[Row], png_name: str | None,
     entries = strategy_view.entries(rows, tokens, memory, FRAMEWORK_NAMES)
     if strategy_view.has_strategies(entries):
         out += strategy_view.section(entries, strategies_png)
+    out += scaling.section(scaled, FRAMEWORK_NAMES)
     out += ["## Fairness", ""]
     out += ([f"- {f.message}" for f in unfair] + ["", "The comparison above is UNFAIR where these differ."]
-            if unfair else ["- every compared run shares model, sequence length, global batch, precision, steps, "
-                            "dataset fingerprint and tokenizer fingerprint"])
+            if unfair else ["- every compared run shares model, sequence length, precision, steps, dataset "
+                            "fingerprint and tokenizer fingerprint, and runs on the same number of nodes share the "
+                            "global batch"])
     out += [""]
     if mocks:
         out += ["## MOCK DATA", ""] + mocks + [""]

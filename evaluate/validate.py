@@ -5,7 +5,8 @@
 Each result: schema-valid, status ok, every requested step ran, losses finite, loss lower at the
 end than at the start, no NaN or skipped iterations, real data unless mock data was requested,
 effective settings equal to the requested ones. The set: results of the same model must share
-variant, sequence length, global batch, precision, steps, dataset and tokenizer fingerprints.
+variant, sequence length, precision, steps, dataset and tokenizer fingerprints, and results on the
+same number of nodes the global batch (it grows with data parallelism across nodes: weak scaling).
 Prints one line per problem naming the result and the check; exit 1 when any check fails.
 """
 
@@ -22,11 +23,14 @@ from evaluate.collect import CollectError, Loaded, load
 from utils.result import schema_errors
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
-# Fields that compared runs must share: (label, section, key).
-FAIRNESS_FIELDS = (("model variant", "model", "variant"), ("sequence length", "training", "seq_len"),
-                   ("global batch size", "training", "gbs"), ("precision", "training", "precision"),
-                   ("steps", "training", "steps"), ("dataset fingerprint", "training", "dataset_fingerprint"),
-                   ("tokenizer fingerprint", "training", "tokenizer_fingerprint"))
+# Fields that compared runs must share: (label, section, key, per node count). The global batch is
+# compared only among runs on the same number of nodes: more nodes add data-parallel ranks, and each
+# brings its own micro-batches (weak scaling), so per-GPU throughput still compares.
+FAIRNESS_FIELDS = (("model variant", "model", "variant", False), ("sequence length", "training", "seq_len", False),
+                   ("global batch size", "training", "gbs", True), ("precision", "training", "precision", False),
+                   ("steps", "training", "steps", False),
+                   ("dataset fingerprint", "training", "dataset_fingerprint", False),
+                   ("tokenizer fingerprint", "training", "tokenizer_fingerprint", False))
 # Effective settings compared with the request: effective key -> (section, key).
 REQUESTED = {key: ("parallelism", key) for key in ("tp", "pp", "dp", "ga", "sequence_parallel", "distributed_optimizer")}
 REQUESTED.update({key: ("training", key) for key in ("mbs", "gbs", "seq_len", "steps", "precision", "seed", "lr",
@@ -117,17 +121,28 @@ def fairness(items: Sequence[Loaded]) -> list[Finding]:
         by_model[model].append(item)
     found = []
     for model, group in by_model.items():
-        for label, section, key in FAIRNESS_FIELDS:
-            values: dict[str, list[str]] = defaultdict(list)
+        for label, section, key, per_nodes in FAIRNESS_FIELDS:
+            parts: dict[int | None, list[Loaded]] = defaultdict(list)
             for item in group:
-                values[repr(item.result.get(section, {}).get(key))].append(item.name)
-            unknown = values.pop("None", None)
-            if unknown:
-                found.append(Finding("set", "fairness", f"{model}: {label} unknown in {_names(unknown)}: "
-                                     "cannot show the runs did the same work"))
-            if len(values) > 1:
-                spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
-                found.append(Finding("set", "fairness", f"{model}: {label} differs: {spread}"))
+                parts[item.nodes if per_nodes else None].append(item)
+            for nodes, part in parts.items():
+                where = f"{model}{f' on {nodes} node(s)' if per_nodes and len(parts) > 1 else ''}"
+                found += _differences(where, label, section, key, part)
+    return found
+
+
+def _differences(where: str, label: str, section: str, key: str, items: Sequence[Loaded]) -> list[Finding]:
+    values: dict[str, list[str]] = defaultdict(list)
+    for item in items:
+        values[repr(item.result.get(section, {}).get(key))].append(item.name)
+    found = []
+    unknown = values.pop("None", None)
+    if unknown:
+        found.append(Finding("set", "fairness", f"{where}: {label} unknown in {_names(unknown)}: "
+                             "cannot show the runs did the same work"))
+    if len(values) > 1:
+        spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
+        found.append(Finding("set", "fairness", f"{where}: {label} differs: {spread}"))
     return found
 
 

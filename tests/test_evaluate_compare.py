@@ -148,3 +148,62 @@ def test_strategy_plot_draws_every_strategy_of_every_configuration(tmp_path):
 def test_a_single_strategy_has_no_strategy_view(made):
     out, text = made
     assert "## Strategies" not in text and not (out / "compare-strategies.png").exists()
+
+
+def two_nodes(tmp_path, per_gpu_factor):
+    """The NVIDIA run set as if rerun on two such nodes: DP, GPUs and global batch doubled, each GPU
+    per_gpu_factor as fast as on one node."""
+    root = tmp_path / "nvd-2nodes"
+    shutil.copytree(RESULTS / "nvd", root)
+    system = json.loads((root / "system.json").read_text())
+    system.update(nodes=2, node_names=["h100-node", "h100-node-2"])
+    (root / "system.json").write_text(json.dumps(system))
+    for path in root.glob("*/result.json"):
+        data = json.loads(path.read_text())
+        par, perf = data["parallelism"], data["performance"]
+        par.update(dp=par["dp"] * 2, num_gpus=par["num_gpus"] * 2, nnodes=2)
+        data["training"]["gbs"] *= 2
+        perf["tokens_per_s_per_gpu"] *= per_gpu_factor
+        perf["tokens_per_s"] = perf["tokens_per_s_per_gpu"] * par["num_gpus"]
+        data["system"] = system
+        path.write_text(json.dumps(data))
+    return root
+
+
+def test_scaling_reports_efficiency_and_speedup_of_each_workload_from_one_to_two_nodes(tmp_path):
+    text = compare.compare([RESULTS / "nvd", two_nodes(tmp_path, 0.9)], tmp_path / "out")
+    one = statistics.median(fixture_tokens("nvd", "mega-llama"))
+    scaling = text.split("## Scaling")[1].split("\n## ")[0]
+    assert scaling.count("**Llama 3.1 8B** on NVIDIA H100 SXM + ") == 2  # Megatron and NeMo
+    megatron = scaling.split("**Llama 3.1 8B** on NVIDIA H100 SXM + Megatron (TP 1, PP 1, SL 2048, MBS 1, BF16, "
+                             "8 GPUs per node)")[1].split("**")[0]
+    assert f"| 1 | 8 | 128 | {one:,.0f} | {one * 8:,.0f} | 1.00 | 1.00x (ideal 1x) | 2 |" in megatron
+    assert f"| 2 | 16 | 256 | {one * 0.9:,.0f} | {one * 0.9 * 16:,.0f} | 0.90 | 1.80x (ideal 2x) | 2 |" in megatron
+    assert "weak scaling" in scaling and "the global batch grows" in scaling
+    assert ("**Scaling**: Llama 3.1 8B on NVIDIA H100 SXM + Megatron keeps 90% of its 1-node tokens/s/GPU on 2 nodes "
+            "(1.80x the total tokens/s, ideal 2x).") in text.split("## Workload")[0]
+    assert "UNFAIR" not in text  # the global batch differs only between node counts
+
+
+def test_one_and_two_node_runs_are_separate_rows_and_systems(tmp_path):
+    text = compare.compare([RESULTS / "nvd", two_nodes(tmp_path, 0.95)], tmp_path / "out")
+    llama = text.split("### Llama 3.1 8B")[1].split("###")[0]
+    assert llama.count("| NVIDIA H100 SXM | Megatron | custom | 1 | 8 | 1/1/8/16 |") == 1
+    assert llama.count("| NVIDIA H100 SXM | Megatron | custom | 2 | 16 | 1/1/16/16 |") == 1
+    assert "(2 nodes: h100-node, h100-node-2)" in text and "(h100-node, 1 node)" in text
+    assert "interconnect: mlx5_0 (400 Gb/sec (4X NDR))" in text
+
+
+def test_results_of_a_single_node_count_have_no_scaling_section(made):
+    _, text = made
+    assert "## Scaling" not in text and "**Scaling**" not in text
+
+
+def test_the_interconnect_is_described_as_the_probe_saw_it():
+    roce = {"infiniband": [{"device": "mlx5_0", "rates": ["200 Gb/sec (4X HDR)"], "link_layers": ["Ethernet"]},
+                           {"device": "efa_0", "rates": [], "link_layers": []}], "interfaces": []}
+    assert compare.interconnect_text(roce) == "mlx5_0 (RoCE, 200 Gb/sec (4X HDR)), efa_0"
+    tcp = {"infiniband": [], "interfaces": [{"name": "eth0", "speed_mbps": 25000}, {"name": "eth1", "speed_mbps": None}]}
+    assert compare.interconnect_text(tcp) == "no InfiniBand/RoCE adapter; eth0 (25 Gb/s), eth1"
+    assert compare.interconnect_text({"infiniband": [], "interfaces": []}) == "no InfiniBand/RoCE adapter seen"
+    assert compare.interconnect_text(None) == "not recorded"

@@ -95,6 +95,29 @@ def test_results_of_different_models_are_not_compared_with_each_other():
     assert validate.fairness([Loaded("a", llama, {}), Loaded("b", qwen, {})]) == []
 
 
+def on_nodes(name, nodes, gbs, run_id):
+    data = result(name, gbs=gbs)
+    data["parallelism"]["nnodes"], data["run"]["id"] = nodes, run_id
+    return Loaded(run_id, data, {})
+
+
+def test_a_global_batch_that_grows_with_the_nodes_is_weak_scaling_not_unfair():
+    one, two = on_nodes("megatron", 1, 128, "one-node"), on_nodes("megatron", 2, 256, "two-nodes")
+    assert validate.fairness([one, two]) == []
+
+
+def test_runs_on_the_same_number_of_nodes_must_share_the_global_batch():
+    found = validate.fairness([on_nodes("megatron", 1, 128, "a"), on_nodes("megatron", 2, 256, "b"),
+                               on_nodes("primus", 2, 512, "c")])
+    assert [f.message.split(":")[:2] for f in found] == [["llama on 2 node(s)", " global batch size differs"]]
+
+
+def test_the_node_count_of_a_schema_1_0_result_comes_from_its_system():
+    data = result("megatron")
+    del data["parallelism"]["nnodes"]
+    assert Loaded("a", data, {"nodes": 4}).nodes == 4 and Loaded("a", data, {}).nodes is None
+
+
 def test_cli_prints_one_line_per_problem_and_exits_1(capsys):
     code = validate.main([str(GOLDEN / "megatron_truncated.json"), str(GOLDEN / "megatron.json")])
     out = capsys.readouterr().out.splitlines()
