@@ -14,7 +14,10 @@ Frameworks: mega runs torchrun on train/train_mega.py; nemo runs torchrun on tra
 with the recipe settings of train/nemo_recipe.py; prim runs Primus's examples/run_pretrain.sh from
 PRIMUS_PATH (default /workspace/Primus) with the experiment of train/primus_config.py. Multi-node:
 every node runs this with its NODE_RANK; nodes other than 0 keep their log and command in
-node<N>/ of the run directory, and node 0 extracts the result from every node's log.
+node<N>/ of the run directory, and node 0 extracts the result from every node's log. A multi-node
+run gets the network settings of utils/netenv.py (NET_* knobs, the vendor's defaults), also when
+started by hand; each node's launch.json records its host name (and Slurm's name for it) and the
+collective libraries' variables the run was started with.
 
 Exit: 0 ok, 1 the run failed, 2 bad input, 130 interrupted (Ctrl-C or SIGTERM).
 """
@@ -26,6 +29,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +44,7 @@ from train.plan import Run, request, run_name
 from train.primus_config import DEFAULT_PRIMUS_PATH, ShippedConfigMissing, command as primus_command
 from train.primus_config import write_experiment
 from utils.config import ROOT, ConfigError, load_config
+from utils.netenv import network_env
 from utils.platform_env import platform_env
 from utils.strategies import CUSTOM
 
@@ -53,6 +58,8 @@ NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a mul
 READBACK_CHECKS = ("effective settings", "real data")
 # What a framework's log must report for its layout and batch to count as applied.
 REQUIRED_READBACK = ("tp", "pp", "mbs", "gbs", "seq_len", "precision")
+# Variables of the collective libraries (NCCL, RCCL, gloo) recorded in launch.json as the run is started with them.
+NETWORK_PREFIXES = ("NCCL_", "RCCL_", "GLOO_")
 
 
 class InputError(Exception):
@@ -94,11 +101,24 @@ def torchrun(req: dict) -> list[str]:
                    f"--master_addr={cfg['MASTER_ADDR']}", f"--master_port={cfg['MASTER_PORT']}"]
 
 
-def vendor_env(platform: str) -> dict[str, str]:
-    """utils/platform_env's variables where the user has not set them otherwise (theirs win), and
-    unbuffered Python so that the console streams into train.log and the terminal as it happens."""
-    return {**{key: os.environ.get(key, value) for key, value in platform_env(platform).items()},
+def vendor_env(req: dict) -> dict[str, str]:
+    """utils/platform_env's variables where the user has not set them otherwise (theirs win), the
+    multi-node network settings of utils/netenv (NET_* knobs beat what is exported, which beats the
+    vendor's defaults), and unbuffered Python so that the console streams into train.log and the
+    terminal as it happens."""
+    platform = req["platform"]
+    network = network_env(platform, req["config"]) if req["nnodes"] > 1 else {}
+    return {**{key: os.environ.get(key, value) for key, value in platform_env(platform).items()}, **network,
             "PYTHONUNBUFFERED": "1"}
+
+
+def node_identity(launch: Launch) -> dict:
+    """This node as launch.json records it: host name, Slurm's node name, and the collective libraries'
+    variables the run is started with (the inherited ones with the launch's on top)."""
+    env = {**os.environ, **launch.env}
+    return {"hostname": socket.gethostname(),
+            **({"slurm_node": os.environ["SLURMD_NODENAME"]} if os.environ.get("SLURMD_NODENAME") else {}),
+            "network": {key: env[key] for key in sorted(env) if key.startswith(NETWORK_PREFIXES)}}
 
 
 def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
@@ -108,13 +128,13 @@ def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
                  "STRATEGY": "" if req["strategy"] == CUSTOM else req["strategy"]}
     if framework == "mega":
         argv = torchrun(req) + ["train/train_mega.py", "--model", req["model"], "--run-dir", str(run_dir)]
-        return Launch(argv, {**vendor_env(req["platform"]), **selection}, str(ROOT))
+        return Launch(argv, {**vendor_env(req), **selection}, str(ROOT))
     if framework == "nemo":
         settings = recipe_settings(req, str(run_dir))
         path = work_dir / "nemo_settings.json"
         write_json(path, settings)
         argv = torchrun(req) + ["--module", "train.train_nemo", "--settings", str(path)]
-        return Launch(argv, {**vendor_env(req["platform"]), **settings["env"]}, str(ROOT), [path.name])
+        return Launch(argv, {**vendor_env(req), **settings["env"]}, str(ROOT), [path.name])
     primus = Path(os.environ.get("PRIMUS_PATH") or DEFAULT_PRIMUS_PATH)
     exp_path = work_dir / "primus_experiment.yaml"
     try:
@@ -123,7 +143,7 @@ def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
         raise InputError(str(err)) from None
     cmd = primus_command(req, primus, exp_path, str(work_dir))
     print(f"[tprimat] Primus experiment {exp_path} derived from {base}", flush=True)
-    return Launch(cmd.argv, {**vendor_env(req["platform"]), **cmd.env}, cmd.cwd, [exp_path.name])
+    return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd, [exp_path.name])
 
 
 # --- Running, with the console teed to train.log and clean stops -------------------------------------
@@ -233,7 +253,7 @@ def start_failure_result(req: dict, run_dir: Path, outcome: Outcome, why: str) -
              "log_files": [str(run_dir / "train.log")]},
         platform=req["platform"], framework=req["framework"], variant=req["variant"], system=system,
         parallelism={"strategy": req["strategy"], "tp": req["tp"], "pp": req["pp"], "dp": req["dp"], "ga": req["ga"],
-                     "sequence_parallel": req["sequence_parallel"],
+                     "nnodes": req["nnodes"], "sequence_parallel": req["sequence_parallel"],
                      "distributed_optimizer": req["fairness"]["use_distributed_optimizer"]},
         training={"steps": req["train_iters"], "mbs": req["mbs"], "gbs": req["gbs"], "seq_len": req["sl"],
                   "precision": req["precision"], "lr": req["lr"], "min_lr": req["min_lr"],
@@ -400,8 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     if node_rank == 0:
         write_json(run_dir / "config.json", req)
     dry_run = req["config"]["DRY_RUN"]
-    record = {"run_id": req["run_id"], "command": launch.argv, "env": launch.env, "cwd": launch.cwd,
-              "shell": launch.shell(), "generated": launch.generated, "dry_run": dry_run}
+    record = {"run_id": req["run_id"], "node_rank": node_rank, **node_identity(launch), "command": launch.argv,
+              "env": launch.env, "cwd": launch.cwd, "shell": launch.shell(), "generated": launch.generated,
+              "dry_run": dry_run}
     write_json(work_dir / "launch.json", record)
     print(f"[tprimat] {req['run_id']}: {req['framework']} {req['variant']} {req['strategy']} "
           f"TP{req['tp']} PP{req['pp']} DP{req['dp']} GA{req['ga']} node {node_rank}/{req['nnodes']} -> {work_dir}",

@@ -1,0 +1,50 @@
+"""train.launch: what one node of a run is started with and records (the launcher runs for real;
+DRY_RUN stops it before training)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+
+from train import launch
+
+
+@pytest.fixture
+def amd_node(tmp_path, monkeypatch):
+    """An 8-GPU AMD node (detection faked) whose environment has no network variables of its own."""
+    for key in [k for k in os.environ if k.startswith(launch.NETWORK_PREFIXES + ("NET_", "SLURM"))]:
+        monkeypatch.delenv(key)
+    for key, value in {"TPRIMAT_DETECTED_PLATFORM": "amd", "TPRIMAT_DETECTED_GPUS": "8", "DATA_DIR": "/data",
+                       "OUTPUT_DIR": str(tmp_path / "output"), "DRY_RUN": "1"}.items():
+        monkeypatch.setenv(key, value)
+    return monkeypatch
+
+
+def dry_run(tmp_path, node_rank: int) -> dict:
+    """One node's launch.json of a dry run."""
+    run_dir = tmp_path / "set" / "mega-llama"
+    assert launch.main(["--platform", "amd", "--framework", "mega", "--model", "llama", "--run-dir", str(run_dir)]) == 0
+    return json.loads((launch.node_dir(run_dir, node_rank) / "launch.json").read_text())
+
+
+def test_each_node_of_a_multi_node_run_gets_and_records_the_network_settings(tmp_path, amd_node):
+    for key, value in {"NNODES": "2", "DP": "16", "GA": "4", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1",
+                       "NET_SOCKET_IFNAME": "ens1f0", "SLURMD_NODENAME": "gpu-02"}.items():
+        amd_node.setenv(key, value)
+    amd_node.setenv("NCCL_IB_GID_INDEX", "5")  # a cluster module's export beats AMD's default of 3
+    record = dry_run(tmp_path, 1)
+    expected = {"GLOO_SOCKET_IFNAME": "ens1f0", "NCCL_CROSS_NIC": "0", "NCCL_IB_GID_INDEX": "5",
+                "NCCL_SOCKET_IFNAME": "ens1f0"}
+    assert record["network"] == expected
+    assert expected.items() <= record["env"].items()  # set on the command itself, so a pasted command has them
+    assert (record["node_rank"], record["hostname"], record["slurm_node"]) == (1, socket.gethostname(), "gpu-02")
+
+
+def test_a_one_node_run_leaves_the_network_to_the_library(tmp_path, amd_node):
+    record = dry_run(tmp_path, 0)
+    assert record["network"] == {} and "slurm_node" not in record
+    assert not any(key.startswith(("NCCL_", "GLOO_")) for key in record["env"])
+    assert record["hostname"] == socket.gethostname()
