@@ -324,7 +324,11 @@ class _Stream:
 
 def _effective(run: _Run) -> dict:
     """Settings the framework itself reports, keyed like the result's parallelism/training fields."""
-    values = {ARGUMENT_FIELDS[k]: v for k, v in run.arguments.items() if k in ARGUMENT_FIELDS}
+    values: dict = {}
+    for key, value in run.arguments.items():
+        # data_path and train_data_path both name the data: the one that is set wins over a None
+        if key in ARGUMENT_FIELDS and (value is not None or values.get(ARGUMENT_FIELDS[key]) is None):
+            values[ARGUMENT_FIELDS[key]] = value
     if "bf16" in run.arguments or "fp8" in run.arguments:
         values["precision"] = "fp8" if run.arguments.get("fp8") not in (None, False) else (
             "bf16" if run.arguments.get("bf16") else "other")

@@ -105,6 +105,18 @@ def test_megatron_argument_dump_is_read_back_as_effective_settings():
     assert effective["mock_data"] is False
 
 
+@pytest.mark.parametrize("data_path, train_data_path", [("['/data/bc_llama_text_document']", "None"),
+                                                         ("None", "['/data/bc_llama_text_document']")])
+def test_the_data_path_is_read_back_whichever_argument_names_it(tmp_path, data_path, train_data_path):
+    """Megatron and Primus print both data_path and train_data_path; the one that is set counts."""
+    text = (FIXTURES / "megatron.log").read_text()
+    dump = (f"  data_path {'.' * 44} {data_path}\n  train_data_path {'.' * 38} {train_data_path}\n"
+            "  use_distributed_optimizer")
+    log = tmp_path / "megatron.log"
+    log.write_text(text.replace("  use_distributed_optimizer", dump, 1))
+    assert logs.effective_settings([log])["data_path"] == "['/data/bc_llama_text_document']"
+
+
 def test_ansi_codes_and_carriage_returns_do_not_hide_steps(tmp_path):
     assert b"\x1b[" in (FIXTURES / "primus.log").read_bytes()
     assert b"\r" in (FIXTURES / "nemo.log").read_bytes()

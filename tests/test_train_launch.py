@@ -1,15 +1,20 @@
-"""train.launch: what one node of a run is started with and records (the launcher runs for real;
-DRY_RUN stops it before training)."""
+"""train.launch: what one node of a run is started with and records, and the read-back of the data it
+trained on (the launcher runs for real; DRY_RUN stops it before training)."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
+from tests.fixtures.train_matrix.requests import run_request
 from train import launch
+
+GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
+PREFIX = "/data/bc_llama_text_document"  # the request's data prefix (DATA_DIR=/data)
 
 
 @pytest.fixture
@@ -48,3 +53,31 @@ def test_a_one_node_run_leaves_the_network_to_the_library(tmp_path, amd_node):
     assert record["network"] == {} and "slurm_node" not in record
     assert not any(key.startswith(("NCCL_", "GLOO_")) for key in record["env"])
     assert record["hostname"] == socket.gethostname()
+
+
+def readback(reported, mock_data=False) -> list[str]:
+    """launch.readback_problems about the data path of a sound NeMo result reporting `reported`."""
+    req = {**run_request("nvd", "nemo", "llama"), "mock_data": mock_data}
+    assert req["data_prefix"] == PREFIX
+    result = json.loads((GOLDEN / "nemo.json").read_text())
+    result["training"].update(dataset_fingerprint="d" * 64, tokenizer_fingerprint="t" * 64)
+    result["effective"]["data_path"] = reported
+    return [p for p in launch.readback_problems(req, result) if p.startswith("data_path")]
+
+
+def test_nemos_data_path_list_is_compared_with_the_request():
+    """train/nemo_readback.py prints data_path as the list of the blend's prefixes."""
+    assert readback([PREFIX]) == []
+    assert readback(["/data/c4_llama_text_document"]) == [
+        f"data_path: the framework read /data/c4_llama_text_document, requested {PREFIX}"]
+    assert readback([PREFIX, "/data/c4_llama_text_document"])  # a blend with other data is other data
+
+
+def test_megatron_and_primus_printed_lists_are_compared_without_their_blend_weights():
+    assert readback(f"['{PREFIX}']") == []
+    assert readback(f"['1.0', '{PREFIX}']") == []
+    assert readback(f"{PREFIX}_v2") == [f"data_path: the framework read {PREFIX}_v2, requested {PREFIX}"]
+
+
+def test_a_mock_data_run_has_no_data_path_to_compare():
+    assert readback(None) == [] and readback(["/elsewhere"], mock_data=True) == []

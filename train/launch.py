@@ -25,6 +25,7 @@ Exit: 0 ok, 1 the run failed, 2 bad input, 130 interrupted (Ctrl-C or SIGTERM).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shlex
@@ -295,10 +296,33 @@ def readback_problems(req: dict, result: dict) -> list[str]:
                             "cannot confirm the requested settings were applied")
     problems += [f"{finding.check}: {finding.message}" for finding in check_result(Loaded("", result, {}))
                  if finding.fatal and finding.check in READBACK_CHECKS]
-    path = effective.get("data_path")
-    if not req["mock_data"] and path is not None and req["data_prefix"] not in str(path):
-        problems.append(f"data_path: the framework read {path!r}, requested {req['data_prefix']!r}")
+    reported = effective.get("data_path")
+    if not req["mock_data"] and reported is not None:
+        paths = data_paths(reported)
+        if {os.path.normpath(p) for p in paths} != {os.path.normpath(req["data_prefix"])}:
+            problems.append(f"data_path: the framework read {', '.join(paths) or repr(reported)}, "
+                            f"requested {req['data_prefix']}")
     return problems
+
+
+def data_paths(reported: object) -> list[str]:
+    """The dataset prefixes in a framework's read-back data_path, blend weights left out: NeMo's list,
+    Megatron's and Primus's printed Python list ("['1.0', '/data/x']"), or one space-separated string."""
+    if isinstance(reported, str):
+        try:
+            reported = ast.literal_eval(reported)
+        except (ValueError, SyntaxError):
+            reported = reported.split()
+    items = reported if isinstance(reported, (list, tuple)) else [reported]
+    return [str(item) for item in items if not _is_number(item)]
+
+
+def _is_number(item: object) -> bool:
+    try:
+        float(str(item))
+    except ValueError:
+        return False
+    return True
 
 
 def other_node_logs(run_dir: Path, nnodes: int, timeout_s: float = NODE_WAIT_S) -> list[Path]:
