@@ -553,7 +553,8 @@ def _raise_stopped(signum: int, _frame) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="train/train_mega.py", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="train/train_mega.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="Settings come from config.env and the environment (utils.config).")
     parser.add_argument("--model", required=True, choices=("llama", "qwen"), help="model key")
     parser.add_argument("--run-dir", required=True, type=Path, help="run directory (created if missing)")
