@@ -414,7 +414,7 @@ class Trainer:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        sort_key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+        sort_key = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
 
         def save(prof: torch.profiler.profile) -> None:
             prof.export_chrome_trace(str(out / "trace_rank0.json"))
