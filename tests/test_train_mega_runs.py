@@ -159,6 +159,7 @@ def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_set
     assert training["dataset_fingerprint"] == manifest["fingerprint"]
     assert training["tokenizer_fingerprint"] == manifest["tokenizer"]["sha256"]
     assert training["mock_data"] is False and result["effective"]["mock_data"] is False
+    assert result["effective"]["data_path"] == str(data_dir / "sample_llama_text_document")
     effective = result["effective"]
     assert (effective["tp"], effective["pp"], effective["dp"], effective["ga"], effective["mbs"],
             effective["seq_len"]) == (1, 1, 1, 1, 2, 64)

@@ -283,6 +283,7 @@ class Trainer:
             "seed": self.settings.seed,
             "mock_data": type(dataset).__name__ == "MockGPTDataset",
             "dataset_class": type(dataset).__name__, "dataset_samples": len(dataset),
+            "data_path": getattr(dataset, "dataset_path", None),  # the prefix GPTDataset read (None: mock)
             "parameters": parameters,
             "num_layers": config.num_layers, "hidden_size": config.hidden_size,
             "ffn_hidden_size": config.ffn_hidden_size, "num_attention_heads": config.num_attention_heads,
