@@ -3,6 +3,8 @@
 # in the chosen runtime. Prints the run list, checks the data, probes the system, runs each run
 # into its own directory of a new run set, then summarises, validates and compares.
 # DRY_RUN=1: every run's command and generated configuration, no training.
+# Multi-node (NODE_RANK/NNODES): every node walks the same matrix; node 0 probes, prepares the CPU
+# sample data when it is missing (the others wait for it) and writes the summary and report.
 # Exit: 0 every run ok, 1 a run failed, 2 bad configuration or missing data, 130 interrupted.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -30,10 +32,13 @@ run_child() {
   return "${rc}"
 }
 
-# Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here.
+# Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here (in a
+# multi-node run only node 0 does; the other nodes wait for it).
 check_data() {
   tp_python -m train.plan --check-data && return 0
-  if [[ "${PLATFORM}" == cpu && "${DATASET}" == sample && "${DRY_RUN}" != 1 ]]; then
+  if [[ "${PLATFORM}" == cpu && "${DATASET}" == sample && "${DRY_RUN}" != 1 && "${NODE_RANK}" != 0 ]]; then
+    wait_for_sample_data
+  elif [[ "${PLATFORM}" == cpu && "${DATASET}" == sample && "${DRY_RUN}" != 1 ]]; then
     tp_log "preparing the bundled sample corpus (DATASET=sample on the CPU)"
     bash "${TPRIMAT_ROOT}/shell/data.sh" || tp_die 1 "preparing the sample data failed (see above)"
     tp_python -m train.plan --check-data || tp_die 1 "the sample data is still missing after shell/data.sh"
@@ -42,6 +47,22 @@ check_data() {
   elif [[ "${MOCK_DATA}" != 1 ]]; then
     tp_die 2 "prepare the data first: ./shell/run_data.sh"
   fi
+}
+
+# Nodes other than 0: wait, for at most TPRIMAT_DATA_WAIT_S seconds (default 1800), until node 0 has
+# prepared the sample corpus and data.verify has written its manifests into the shared DATA_DIR.
+wait_for_sample_data() {
+  local limit="${TPRIMAT_DATA_WAIT_S:-1800}" deadline
+  [[ "${limit}" =~ ^[0-9]+$ ]] || tp_die 2 "TPRIMAT_DATA_WAIT_S=${limit}: must be a number of seconds"
+  deadline=$((SECONDS + limit))
+  tp_log "node ${NODE_RANK}: waiting up to ${limit} s for node 0 to prepare the sample corpus in ${DATA_DIR}"
+  until tp_python -m train.plan --check-data 2>/dev/null; do
+    ((SECONDS < deadline)) \
+      || tp_die 1 "node ${NODE_RANK}: node 0's verified sample data did not appear in ${DATA_DIR} within ${limit} s; DATA_DIR must be on a filesystem every node shares (or prepare the data on every node first: ./shell/run_data.sh)"
+    sleep 5
+    ((INTERRUPTED == 0)) || tp_die 130 "node ${NODE_RANK}: interrupted while waiting for the sample data"
+  done
+  tp_log "node ${NODE_RANK}: the sample corpus is ready"
 }
 
 # A new run-set directory (RUN_SET_DIR when a launcher such as Slurm created it for every node).
