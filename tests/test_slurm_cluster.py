@@ -186,12 +186,14 @@ def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with
     [run_set] = (tmp_path / "output").glob("*-cpu")
 
     run = json.loads((run_set / "mega-llama" / "result.json").read_text())
-    assert run["run"]["status"] == "ok" and run["system"]["nodes"] == 2
+    assert run["run"]["status"] == "ok" and run["system"]["nodes"] == 2 and run["parallelism"]["nnodes"] == 2
+    assert run["system"]["node_names"] == ["n1", "n2"]  # in node-rank order, from the job's slurm.json
     assert run["effective"]["dp"] == 2 and run["parallelism"]["num_gpus"] == 2  # one process group over both nodes
-    commands = {rank: json.loads((run_set / "mega-llama" / where / "launch.json").read_text())["command"]
-                for rank, where in ((0, "."), (1, "node1"))}
-    for rank, command in commands.items():
-        assert {"--nnodes=2", f"--node_rank={rank}", "--master_addr=127.0.0.1"} <= set(command)
+    records = {rank: json.loads((run_set / "mega-llama" / where / "launch.json").read_text())
+               for rank, where in ((0, "."), (1, "node1"))}
+    for rank, record in records.items():
+        assert {"--nnodes=2", f"--node_rank={rank}", "--master_addr=127.0.0.1"} <= set(record["command"])
+        assert (record["node_rank"], record["slurm_node"]) == (rank, ["n1", "n2"][rank])
     assert json.loads((run_set / "slurm.json").read_text())["nodes"] == ["n1", "n2"]
     assert (run_set / "report.md").exists() and (run_set / "compare.png").exists()
     assert (run_set / "system.json").exists()
