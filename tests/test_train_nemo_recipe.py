@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
-from train.fairness import FAIRNESS
+from utils.fairness import FAIRNESS
 from train.nemo_recipe import DDP_KEYS, FAIRNESS_PATHS, recipe_settings
 from train.train_nemo import assign
 from utils.platform_env import platform_env

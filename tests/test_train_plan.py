@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.train_matrix.requests import node
-from train.fairness import FAIRNESS
+from utils.fairness import FAIRNESS
 from train.plan import build_plan, data_problems, estimate_s, request, table
 from utils.config import ROOT, load_config
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
-from train.fairness import FAIRNESS
+from utils.fairness import FAIRNESS
 from train.primus_config import (ShippedConfigMissing, command, experiment, render, shipped_config, turbo_settings,
                                  write_experiment)
 

@@ -4,7 +4,7 @@ Everything here sticks to the megatron-core API shared by 0.12 (nemo:25.04), Pri
 and 0.16 (the host). The choices a benchmark must be able to prove are made in one place each:
 
 - the layer spec: Transformer Engine's when TE and a GPU are present, the local spec otherwise;
-- the fused kernels: what train.fairness asks for, where the installed stack has the kernel
+- the fused kernels: what utils.fairness asks for, where the installed stack has the kernel
   (each recorded on or off in the result, with a warning for every one the table wanted);
 - the initial weights: drawn per logical parameter, so every TP/PP/DP layout of one seed starts
   from the same model (megatron-core's own initialisation depends on the layout).
@@ -32,7 +32,7 @@ from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from train.fairness import FAIRNESS, sequence_parallel
+from utils.fairness import FAIRNESS, sequence_parallel
 from utils.models import ModelSpec
 
 INIT_METHOD_STD = 0.02  # both models' initializer_range

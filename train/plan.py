@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from train.fairness import FAIRNESS, sequence_parallel
+from utils.fairness import FAIRNESS, sequence_parallel
 from utils.config import ConfigError, Config, load_config
 from utils.strategies import CUSTOM, Layout
 

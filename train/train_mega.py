@@ -212,7 +212,7 @@ class Trainer:
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         from train import mega_model
-        from train.fairness import FAIRNESS
+        from utils.fairness import FAIRNESS
 
         s = self.settings
         seed_everything(s.seed)
