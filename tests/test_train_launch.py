@@ -79,5 +79,12 @@ def test_megatron_and_primus_printed_lists_are_compared_without_their_blend_weig
     assert readback(f"{PREFIX}_v2") == [f"data_path: the framework read {PREFIX}_v2, requested {PREFIX}"]
 
 
+def test_the_trainers_single_path_is_compared_whole():
+    """train/train_mega.py reports the one prefix GPTDataset opened, which may contain spaces."""
+    assert readback(PREFIX) == []
+    spaced = "/my data/bc_llama_text_document"
+    assert readback(spaced) == [f"data_path: the framework read {spaced}, requested {PREFIX}"]
+
+
 def test_a_mock_data_run_has_no_data_path_to_compare():
     assert readback(None) == [] and readback(["/elsewhere"], mock_data=True) == []

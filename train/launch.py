@@ -307,12 +307,12 @@ def readback_problems(req: dict, result: dict) -> list[str]:
 
 def data_paths(reported: object) -> list[str]:
     """The dataset prefixes in a framework's read-back data_path, blend weights left out: NeMo's list,
-    Megatron's and Primus's printed Python list ("['1.0', '/data/x']"), or one space-separated string."""
+    Megatron's and Primus's printed Python list ("['1.0', '/data/x']"), or one path (TPrimat's trainer)."""
     if isinstance(reported, str):
         try:
             reported = ast.literal_eval(reported)
         except (ValueError, SyntaxError):
-            reported = reported.split()
+            reported = [reported]
     items = reported if isinstance(reported, (list, tuple)) else [reported]
     return [str(item) for item in items if not _is_number(item)]
 
