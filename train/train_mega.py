@@ -38,11 +38,20 @@ import random
 import signal
 import time
 import traceback
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from typing import Iterator
+
+# Import-time and per-collective notices of megatron-core and torch that would bury the per-step log:
+# which optional kernels are missing is recorded in the result's features instead.
+QUIET_WARNINGS = (r"Transformer Engine and Apex are not installed", r"Apex is not installed",
+                  r"full scope is deprecated",
+                  r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
+for _pattern in QUIET_WARNINGS:
+    warnings.filterwarnings("ignore", message=_pattern)
 
 import numpy
 import torch
