@@ -27,7 +27,7 @@ from typing import Iterator
 
 from data.cli import UsageError, run
 from data.fetch import source_meta_path
-from data.files import atomic_open, read_json, write_json
+from utils.files import atomic_open, read_json, write_json
 from data.quality import RULES, failed_rule
 
 TARGET_WORDS = 512  # BookCorpus: sentences per document until this many words

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from data.cli import UsageError, WorkError, run
-from data.files import atomic_open, sha256_file, write_json
+from utils.files import atomic_open, sha256_file, write_json
 from data.tokenizer import prepare_tokenizer
 from utils.models import MODEL_KEYS
 

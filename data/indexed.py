@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.files import tmp_path
+from utils.files import tmp_path
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from data.cli import UsageError, run
-from data.files import read_json, sha256_file, write_json
+from utils.files import read_json, sha256_file, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 

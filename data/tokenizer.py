@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 from data.cli import UsageError, WorkError
-from data.files import sha256_file, write_json
+from utils.files import sha256_file, write_json
 from utils.models import get_model
 
 IDENTITY_FILE = "tprimat_tokenizer.json"

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from data.cli import UsageError, WorkError, run
-from data.files import read_json, sha256_file, write_json
+from utils.files import read_json, sha256_file, write_json
 from data.indexed import CODE_OF, DTYPE_CODES, HEADER_SIZE, MAGIC, VERSION, optimal_dtype, read_header
 from data.tokenizer import read_identity
 

@@ -18,21 +18,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from utils.files import sha256_file
+
 ROOT = Path(__file__).resolve().parent.parent
-CHUNK = 8 << 20
 # Knobs that define the workload (the same on every platform); layouts and paths are left out, so
 # an AMD and an NVIDIA run of the same benchmark share this fingerprint.
 WORKLOAD_KEYS = ("MODELS", "MODEL_SIZE", "DATASET", "DATA_SAMPLES", "MOCK_DATA", "SEED", "MBS", "SL", "GBS", "LR",
                  "MIN_LR", "WARMUP_STEPS", "TRAIN_ITERS", "WEIGHT_DECAY", "BETA1", "BETA2", "GRAD_CLIP",
                  "PRECISION", "WARMUP_SKIP")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def manifest_path(prefix: Path) -> Path:
@@ -55,7 +48,7 @@ def dataset_fingerprint(prefix: Path, compute: bool = False) -> dict:
     if missing:
         raise FileNotFoundError(f"{', '.join(missing)} missing and no manifest {manifest.name}; "
                                 "prepare the data with ./shell/run_data.sh")
-    combined = hashlib.sha256("\n".join(file_sha256(p) for p in files).encode()).hexdigest()
+    combined = hashlib.sha256("\n".join(sha256_file(p) for p in files).encode()).hexdigest()
     tokenizer = None
     if manifest.is_file():
         tokenizer = (json.loads(manifest.read_text()).get("tokenizer") or {}).get("sha256")

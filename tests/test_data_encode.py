@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from data.encode import encode_file, load_encoder
-from data.files import tmp_path as partial
+from utils.files import tmp_path as partial
 from tests.test_data_tokenizer import offline_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Small file helpers: hashing, and writing under a temporary name renamed when complete."""
+"""Small file helpers shared by every tool: hashing, and writing under a temporary name renamed when complete."""
 
 from __future__ import annotations
 
