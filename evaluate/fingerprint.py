@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cfg = load_config()
         except ConfigError as err:
-            print("\n".join(f"evaluate.fingerprint: {p}" for p in err.problems), file=sys.stderr)
+            err.report("evaluate.fingerprint")
             return 2
         values = cfg.as_dict()
         out["config"] = config_fingerprint(values)

@@ -193,8 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config()
     except ConfigError as err:
-        for problem in err.problems:
-            print(f"config error: {problem}", file=sys.stderr)
+        err.report("train.plan")
         return 2
     runs = build_plan(cfg)
     if args.tsv:

@@ -579,8 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = settings_from_config(args.model, args.strategy)
     except ConfigError as err:
-        for problem in err.problems:
-            print(f"train_mega: config error: {problem}", file=sys.stderr)
+        err.report("train_mega")
         return 2
     except KeyError as err:
         print(f"train_mega: {err.args[0]}", file=sys.stderr)

@@ -117,6 +117,11 @@ class ConfigError(Exception):
         super().__init__("\n".join(problems))
         self.problems = problems
 
+    def report(self, tool: str = "") -> None:
+        """Every problem on stderr, one line each, the way every tool shows a bad configuration."""
+        for problem in self.problems:
+            print(f"{tool + ': ' if tool else ''}config error: {problem}", file=sys.stderr)
+
 
 @dataclass
 class Config:
@@ -489,8 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config()
     except ConfigError as err:
-        for problem in err.problems:
-            print(f"config error: {problem}", file=sys.stderr)
+        err.report()
         print(f"config: {len(err.problems)} problem(s) in {CONFIG_FILE.name} or the environment; "
               "nothing was started", file=sys.stderr)
         return 2
