@@ -12,10 +12,8 @@ workload on several node counts also get a Scaling section (evaluate/scaling.py)
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Callable, Sequence
 from evaluate import scaling, strategy_view
 from evaluate.collect import CollectError, Loaded, load
 from evaluate.validate import check_result, fairness
+from utils.files import atomic_open
 from utils.hardware import lookup_device
 from utils.metrics import FLOPS_CONVENTION
 from utils.models import by_variant
@@ -416,23 +415,13 @@ def _clip_spikes(ax, items: Sequence[Loaded]) -> None:
 
 
 def _save(fig, path: Path) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(handle)
-    try:
-        fig.savefig(temporary, format="png")
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as out:
+        fig.savefig(out, format="png")
 
 
 def write_text(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "w") as out:
+    with atomic_open(path, encoding="utf-8") as out:
         out.write(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
 
 
 def compare(inputs: Sequence[str | Path], outdir: Path) -> str:

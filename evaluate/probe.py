@@ -27,10 +27,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
+
+from utils.files import atomic_open
 
 PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
 TIMEOUT_S = 20
@@ -293,12 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{args.output.name}.", dir=args.output.parent)
-    with os.fdopen(handle, "w") as out:
+    with atomic_open(args.output, encoding="utf-8") as out:
         out.write(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, args.output)
     print(f"{args.output}: {describe(json.loads(text))}")
     return 0
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 from utils.config import load_secrets
+from utils.files import atomic_open
 
 EXCLUDED_NAMES = {"secrets.env", "__pycache__", ".cache", ".venv", "venv", ".git", ".pytest_cache",
                   "index-cache", "cache"}
@@ -83,18 +83,9 @@ def wrap(root: Path, output: Path, secrets: list[str]) -> tuple[list[Path], list
         for value in secrets:
             if _contains(path, value.encode()):
                 raise SecretFound(f"{path} contains the value of a secret (HF_TOKEN): remove it, then wrap again")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    os.close(handle)
-    try:
-        with zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for path in files:
-                archive.write(path, Path(root.name) / path.relative_to(root))
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, output)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_open(output, "wb") as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in files:
+            archive.write(path, Path(root.name) / path.relative_to(root))
     return files, left_out
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import warnings as warnings_module
 from datetime import datetime
 from functools import lru_cache
@@ -19,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 
 from utils import metrics
+from utils.files import atomic_open
 from utils.hardware import peak_tflops
 from utils.models import by_variant
 
@@ -261,17 +261,9 @@ def write_result(path: str | os.PathLike, result: Mapping) -> Path:
     if problems:
         raise ResultError("result does not match utils/result.schema.json:\n" + "\n".join(problems))
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.chmod(temporary, 0o644)
-        with os.fdopen(handle, "w") as out:
-            json.dump(result, out, indent=1, allow_nan=False)
-            out.write("\n")
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_open(target, encoding="utf-8") as out:
+        json.dump(result, out, indent=1, allow_nan=False)
+        out.write("\n")
     return target
 
 
