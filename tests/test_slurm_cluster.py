@@ -205,4 +205,8 @@ def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with
                             cwd=REPO, env=single_env, capture_output=True, text=True, timeout=900)
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     reference = json.loads((tmp_path / "single" / "run" / "result.json").read_text())
-    assert run["series"]["loss"] == reference["series"]["loss"]
+    # The same data in the same order from the same weights. Not compared to the last digit: kernels'
+    # rounding may differ between the job's processes and these (seen once on a CI machine: 4e-5 at step
+    # 2 while this machine gives equal digits; AVX2 against AVX-512 kernels moves them 6e-5), whereas
+    # another data order moves them 3e-3 at step 1 and 2e-2 at step 2, other initial weights 8e-3.
+    assert run["series"]["loss"] == pytest.approx(reference["series"]["loss"], rel=0, abs=2e-4)

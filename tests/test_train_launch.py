@@ -28,10 +28,11 @@ def amd_node(tmp_path, monkeypatch):
     return monkeypatch
 
 
-def dry_run(tmp_path, node_rank: int) -> dict:
+def dry_run(tmp_path, node_rank: int, platform: str = "amd") -> dict:
     """One node's launch.json of a dry run."""
     run_dir = tmp_path / "set" / "mega-llama"
-    assert launch.main(["--platform", "amd", "--framework", "mega", "--model", "llama", "--run-dir", str(run_dir)]) == 0
+    assert launch.main(["--platform", platform, "--framework", "mega", "--model", "llama", "--run-dir",
+                        str(run_dir)]) == 0
     return json.loads((launch.node_dir(run_dir, node_rank) / "launch.json").read_text())
 
 
@@ -53,6 +54,18 @@ def test_a_one_node_run_leaves_the_network_to_the_library(tmp_path, amd_node):
     assert record["network"] == {} and "slurm_node" not in record
     assert not any(key.startswith(("NCCL_", "GLOO_")) for key in record["env"])
     assert record["hostname"] == socket.gethostname()
+
+
+def test_cpu_workers_compute_on_one_thread_each_however_they_are_spread_over_nodes(tmp_path, amd_node):
+    """torchrun pins one thread per worker only when a node runs several; a two-node CPU run (one worker
+    per node) would otherwise compute on every core, and bf16 kernels round differently by thread count."""
+    for key, value in {"TPRIMAT_DETECTED_PLATFORM": "cpu", "TPRIMAT_DETECTED_GPUS": "0", "NNODES": "2",
+                       "GPUS_PER_NODE": "1", "DP": "2", "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        amd_node.setenv(key, value)
+    amd_node.delenv("OMP_NUM_THREADS", raising=False)
+    assert dry_run(tmp_path / "default", 0, "cpu")["env"]["OMP_NUM_THREADS"] == "1"
+    amd_node.setenv("OMP_NUM_THREADS", "4")  # a user's deliberate choice wins, and is recorded
+    assert dry_run(tmp_path / "chosen", 0, "cpu")["env"]["OMP_NUM_THREADS"] == "4"
 
 
 def readback(reported, mock_data=False) -> list[str]:

@@ -82,7 +82,7 @@ def test_platform_environment_is_set_once_and_never_overrides_the_user():
     effective = platform_env.apply("nvd", environ)
     assert effective["NVTE_FLASH_ATTN"] == "0" and environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     cpu = {}
-    assert platform_env.apply("cpu", cpu) == {} == cpu  # glibc reads its tunables at start only: not faked
+    assert platform_env.apply("cpu", cpu) == {} == cpu  # read at process start only (glibc, OpenMP): not faked
     assert "GLIBC_TUNABLES" in platform_env.apply("cpu", {"GLIBC_TUNABLES": "x"})
 
 

@@ -40,10 +40,15 @@ PLATFORM_ENV: dict[str, dict[str, str]] = {
         # allocator caches device memory. Otherwise every step maps and unmaps its big activations
         # and logits, which costs about a fifth of a tiny model's CPU step in page faults.
         "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296",
+        # One compute thread per worker process, however the workers are spread over nodes. torchrun
+        # sets this only when a node runs several workers, and on CPUs with bf16 instructions the
+        # kernels' rounding depends on the thread count: without it a two-node run (one worker per
+        # node, every core each) gives different losses from the same run on one node.
+        "OMP_NUM_THREADS": "1",
     },
 }
 # Read once when a process starts: only an environment exported before the launch can set these.
-AT_PROCESS_START = frozenset({"GLIBC_TUNABLES"})
+AT_PROCESS_START = frozenset({"GLIBC_TUNABLES", "OMP_NUM_THREADS"})
 
 
 def platform_env(platform: str) -> dict[str, str]:
