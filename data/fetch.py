@@ -15,7 +15,6 @@ and the commit used are written to RAW.source.json for the manifest.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from data.cli import UsageError, WorkError, run
-from utils.files import atomic_open, sha256_file, write_json
+from utils.files import atomic_open, sha256_file, sha256_listing, write_json
 from data.tokenizer import prepare_tokenizer
 from utils.models import MODEL_KEYS
 
@@ -83,10 +82,8 @@ def _is_network_error(err: BaseException) -> bool:
 def _local_revision(path: Path) -> str:
     """A local stand-in's revision: sha256 over its data files' names and hashes."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(f"{file.relative_to(path) if path.is_dir() else file.name}\0{sha256_file(file)}\n".encode())
-    return "local-sha256:" + digest.hexdigest()
+    return "local-sha256:" + sha256_listing(
+        (str(file.relative_to(path)) if path.is_dir() else file.name, sha256_file(file)) for file in files)
 
 
 def _stream(source: Source, repo: str, revision: str | None, token: str | None):

@@ -10,7 +10,6 @@ so that manifests and results can say exactly which tokenizer produced their dat
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from data.cli import UsageError, WorkError
-from utils.files import sha256_file, write_json
+from utils.files import sha256_file, sha256_listing, write_json
 from utils.models import get_model
 
 IDENTITY_FILE = "tprimat_tokenizer.json"
@@ -55,8 +54,7 @@ def tokenizer_sha256(directory: Path) -> tuple[str, dict[str, str]]:
     """sha256 over the sorted (name, sha256) of every file of the directory but the identity file."""
     files = {p.name: sha256_file(p) for p in sorted(directory.iterdir())
              if p.is_file() and p.name != IDENTITY_FILE}
-    digest = hashlib.sha256("".join(f"{name}\0{sha}\n" for name, sha in files.items()).encode())
-    return digest.hexdigest(), files
+    return sha256_listing(files.items()), files
 
 
 def read_identity(directory: Path) -> TokenizerIdentity:

@@ -7,7 +7,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
 
 TMP_SUFFIX = ".tmp"  # fixed, so that a rerun finds and removes what a killed run left behind
 
@@ -19,6 +19,12 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_listing(entries: Iterable[tuple[str, str]]) -> str:
+    """One fingerprint for a set of files: sha256 over a "name NUL sha256 LF" line per (name, file hash), in
+    the order given (callers sort), so that renaming, adding or changing any file changes it."""
+    return hashlib.sha256("".join(f"{name}\0{sha}\n" for name, sha in entries).encode()).hexdigest()
 
 
 def tmp_path(path: Path) -> Path:
