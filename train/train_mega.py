@@ -62,6 +62,7 @@ from train.mega_steps import GIB, StepLog, StepRecord, megatron_line, memory_lin
 from utils import metrics, platform_env
 from utils.config import ConfigError, load_config
 from utils.models import ModelSpec
+from utils.strategies import Layout
 
 FRAMEWORK = "mega"
 EXCERPT_LINES = 20
@@ -91,10 +92,7 @@ class Settings:
     model: ModelSpec
     platform: str
     strategy: str
-    tp: int
-    pp: int
-    dp: int
-    ga: int
+    layout: Layout  # TP, PP, DP and GA of the strategy
     mbs: int
     seq_len: int
     steps: int
@@ -117,22 +115,17 @@ class Settings:
 
     @property
     def gbs(self) -> int:
-        return self.mbs * self.dp * self.ga
-
-    @property
-    def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.mbs * self.layout.dp * self.layout.ga
 
 
 def settings_from_config(model_key: str, strategy: str | None) -> Settings:
     """The run's settings from utils.config (the one place the trainer reads the configuration)."""
     cfg = load_config()
     name = strategy or cfg.strategies[0]
-    layout = cfg.layout(model_key, name)
     v = cfg.values
     return Settings(
-        model=cfg.model(model_key), platform=cfg.platform, strategy=name,
-        tp=layout.tp, pp=layout.pp, dp=layout.dp, ga=layout.ga, mbs=v["MBS"], seq_len=v["SL"],
+        model=cfg.model(model_key), platform=cfg.platform, strategy=name, layout=cfg.layout(model_key, name),
+        mbs=v["MBS"], seq_len=v["SL"],
         steps=v["TRAIN_ITERS"], warmup_steps=v["WARMUP_STEPS"], lr=v["LR"], min_lr=v["MIN_LR"],
         weight_decay=v["WEIGHT_DECAY"], beta1=v["BETA1"], beta2=v["BETA2"], grad_clip=v["GRAD_CLIP"],
         precision=v["PRECISION"], seed=v["SEED"], dataset=v["DATASET"], data_dir=v["DATA_DIR"],
@@ -160,9 +153,10 @@ def init_distributed(settings: Settings) -> None:
     from megatron.core import parallel_state
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world != settings.world_size:
-        raise SettingsError(f"{world} processes started, but TP x PP x DP = {settings.tp} x {settings.pp} x "
-                            f"{settings.dp} = {settings.world_size}; start torchrun with that many processes")
+    lay = settings.layout
+    if world != lay.gpus:
+        raise SettingsError(f"{world} processes started, but TP x PP x DP = {lay.tp} x {lay.pp} x {lay.dp} = "
+                            f"{lay.gpus}; start torchrun with that many processes")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if "WORLD_SIZE" in os.environ:  # started by torchrun
@@ -170,8 +164,7 @@ def init_distributed(settings: Settings) -> None:
     else:  # one process started by hand: a group of one, no rendezvous
         torch.distributed.init_process_group(backend=backend, store=torch.distributed.HashStore(), rank=0,
                                              world_size=1)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=settings.tp,
-                                             pipeline_model_parallel_size=settings.pp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp)
 
 
 class ForwardStep:
@@ -228,7 +221,7 @@ class Trainer:
         stack = mega_model.Stack.detect()
         fusions, fusion_notes = mega_model.choose_fusions(stack)
         self.notes += fusion_notes
-        config = mega_model.transformer_config(s.model, s.tp, s.pp, s.precision, stack, fusions)
+        config = mega_model.transformer_config(s.model, s.layout.tp, s.layout.pp, s.precision, stack, fusions)
         model = mega_model.gpt_model(s.model, config, stack, s.seq_len)
         model.to(torch.device("cuda", torch.cuda.current_device()))
         mega_model.initialise_layout_invariant(model, s.seed)
@@ -254,8 +247,8 @@ class Trainer:
 
         dataset = build_dataset(self.source, s.seq_len, s.steps * s.gbs, s.seed, Path(s.data_dir) / "index_cache")
         device = torch.device("cuda", torch.cuda.current_device())
-        self.batches = microbatches(dataset, steps=s.steps, mbs=s.mbs, dp=s.dp,
-                                    dp_rank=parallel_state.get_data_parallel_rank(), ga=s.ga, device=device)
+        self.batches = microbatches(dataset, steps=s.steps, mbs=s.mbs, dp=s.layout.dp,
+                                    dp_rank=parallel_state.get_data_parallel_rank(), ga=s.layout.ga, device=device)
         self.forward_step = ForwardStep(self.inject_nan_step)
         self.config = config
         self.features = mega_model.features(config, stack)
@@ -317,7 +310,7 @@ class Trainer:
         self.optimizer.zero_grad()
         losses = get_forward_backward_func()(
             forward_step_func=self.forward_step, data_iterator=self.batches, model=[self.model],
-            num_microbatches=s.ga, seq_length=s.seq_len, micro_batch_size=s.mbs, decoder_seq_length=s.seq_len,
+            num_microbatches=s.layout.ga, seq_length=s.seq_len, micro_batch_size=s.mbs, decoder_seq_length=s.seq_len,
             forward_only=False)
         self.scheduler.step(increment=1)  # step k applies the schedule's value at k (warm-up reaches LR at k = W)
         lr = self.optimizer.param_groups[0]["lr"]
@@ -336,7 +329,7 @@ class Trainer:
         if losses:  # the last pipeline stage
             mean = torch.stack([item["lm loss"] for item in losses]).mean()
             torch.distributed.all_reduce(mean, group=parallel_state.get_data_parallel_group())
-            loss = mean.item() / s.dp
+            loss = mean.item() / s.layout.dp
             nonfinite = nonfinite or not math.isfinite(loss)
         memory = [torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB] \
             if torch.cuda.is_available() else [-1.0, -1.0]
@@ -405,7 +398,7 @@ class Trainer:
         self.log.write(record)
         tflops = None
         if record.step_time_s > 0:
-            per_gpu = metrics.per_gpu(metrics.tokens_per_second(record.tokens, record.step_time_s), s.world_size)
+            per_gpu = metrics.per_gpu(metrics.tokens_per_second(record.tokens, record.step_time_s), s.layout.gpus)
             tflops = metrics.tflops_per_gpu(s.model, s.seq_len, per_gpu)
         print(megatron_line(record, s.steps, s.gbs, tflops), flush=True)
         if record.step == 1 and record.mem_allocated_gib is not None:
@@ -487,8 +480,8 @@ def assemble_result(settings: Settings, trainer: Trainer | None, source: DataSou
         run={"id": run_dir.name, "started_at": started_at, "ended_at": now_iso(), "status": status,
              "exit_code": exit_code, "error_excerpt": error, "commit": project_commit(), "source": "trainer"},
         platform=s.platform, framework=FRAMEWORK, variant=s.model.variant, system=system,
-        parallelism={"strategy": s.strategy, "tp": s.tp, "pp": s.pp, "dp": s.dp, "ga": s.ga,
-                     "sequence_parallel": s.tp > 1, "distributed_optimizer": True},
+        parallelism={"strategy": s.strategy, **asdict(s.layout), "sequence_parallel": s.layout.tp > 1,
+                     "distributed_optimizer": True},
         training={"steps": s.steps, "mbs": s.mbs, "gbs": s.gbs, "seq_len": s.seq_len, "precision": s.precision,
                   "lr": s.lr, "min_lr": s.min_lr, "warmup_steps": s.warmup_steps, "lr_decay_style": "cosine",
                   "weight_decay": s.weight_decay, "beta1": s.beta1, "beta2": s.beta2, "grad_clip": s.grad_clip,
@@ -496,7 +489,7 @@ def assemble_result(settings: Settings, trainer: Trainer | None, source: DataSou
                   "dataset_fingerprint": source.fingerprint if source else None,
                   "tokenizer_fingerprint": source.tokenizer_fingerprint if source else None,
                   "mock_data": s.mock_data},
-        steps=[asdict(r) for r in records], warmup_skip=s.warmup_skip, num_gpus=s.world_size,
+        steps=[asdict(r) for r in records], warmup_skip=s.warmup_skip, num_gpus=s.layout.gpus,
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         effective=trainer.effective if trainer is not None else {},
         features=trainer.features if trainer is not None else {}, warnings=notes)
