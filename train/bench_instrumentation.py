@@ -58,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first")
     args = parser.parse_args(argv)
 
+    if min(args.blocks, args.block_steps) < 1 or args.warmup_steps < 0:
+        parser.error("--blocks and --block-steps must be at least 1, --warmup-steps at least 0")
     total = args.warmup_steps + 2 * args.blocks * args.block_steps
     settings = dataclasses.replace(settings_from_config(args.model, None), steps=total, mock_data=True,
                                    profiling=False)
+    if total <= settings.warmup_steps:  # megatron-core's schedule needs decay steps after the warm-up
+        parser.error(f"{total} steps in all, not more than the learning-rate warm-up (WARMUP_STEPS="
+                     f"{settings.warmup_steps}); add blocks or steps per block, or set WARMUP_STEPS lower")
     platform_env.apply(settings.platform)
     cpu_compat.apply()
     init_distributed(settings)
@@ -94,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     difference = statistics.median((a - b) / b for a, b in zip(on, off))  # adjacent blocks: drift cancels
     direct = own_mean / step_off
     s = settings
-    print(f"mega instrumentation benchmark: {s.model.variant} on {s.platform}, TP{s.tp} PP{s.pp} DP{s.dp} "
-          f"GA{s.ga} MBS{s.mbs} SL{s.seq_len}, {world} process(es), synthetic tokens")
+    lay = s.layout
+    print(f"mega instrumentation benchmark: {s.model.variant} on {s.platform}, TP{lay.tp} PP{lay.pp} DP{lay.dp} "
+          f"GA{lay.ga} MBS{s.mbs} SL{s.seq_len}, {world} process(es), synthetic tokens")
     print(f"  {args.blocks} blocks of {args.block_steps} steps per mode, alternating, after {args.warmup_steps} "
           "untimed steps")
     print(f"  step time, instrumentation on : median {step_on * 1000:9.2f} ms  blocks "
