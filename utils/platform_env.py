@@ -41,9 +41,9 @@ PLATFORM_ENV: dict[str, dict[str, str]] = {
         # and logits, which costs about a fifth of a tiny model's CPU step in page faults.
         "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296",
         # One compute thread per worker process, however the workers are spread over nodes. torchrun
-        # sets this only when a node runs several workers, and on CPUs with bf16 instructions the
-        # kernels' rounding depends on the thread count: without it a two-node run (one worker per
-        # node, every core each) gives different losses from the same run on one node.
+        # sets this only when a node runs several workers, so a two-node run (one worker per node)
+        # would compute on every core, and a kernel may split its sums by thread count: the same
+        # run's last digits would then depend on where its workers happen to run.
         "OMP_NUM_THREADS": "1",
     },
 }
