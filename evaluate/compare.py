@@ -103,19 +103,30 @@ def mfu(r: dict) -> float | None:
     return r["performance"]["mfu"]
 
 
+# The memory figure of a run, in order of preference, and its label: the allocator's peak reservation, device
+# memory in use as the driver reports it (Primus), peak tensor allocation, and on the CPU (no device memory)
+# the peak resident host memory of the largest worker process.
+MEMORY_KINDS = (("peak_reserved_gib", "reserved"), ("peak_device_used_gib", "device"),
+                ("peak_allocated_gib", "allocated"), ("peak_host_rss_gib", "host"))
+
+
 def memory(r: dict) -> float | None:
-    """Peak memory per GPU: reserved by the allocator, else device use (Primus), else allocated."""
+    """Peak memory per GPU (per worker process on the CPU), the first kind of MEMORY_KINDS the run reports."""
     m = r["memory"]
-    for key in ("peak_reserved_gib", "peak_device_used_gib", "peak_allocated_gib"):
-        if m.get(key) is not None:
-            return m[key]
-    return None
+    return next((m[key] for key, _ in MEMORY_KINDS if m.get(key) is not None), None)
 
 
 def memory_kind(r: dict) -> str:
     m = r["memory"]
-    return next((label for key, label in (("peak_reserved_gib", "reserved"), ("peak_device_used_gib", "device"),
-                                          ("peak_allocated_gib", "allocated")) if m.get(key) is not None), "-")
+    return next((label for key, label in MEMORY_KINDS if m.get(key) is not None), "-")
+
+
+def memory_title(items: Sequence[Loaded]) -> str:
+    """The memory panel's title: per GPU, per worker process's host memory on the CPU, or both when mixed."""
+    kinds = {memory_kind(i.result) for i in items} - {"-"}
+    if kinds == {"host"}:
+        return "Peak host memory per worker (resident, CPU)"
+    return "Peak memory per GPU" + (" (CPU: host memory per worker)" if "host" in kinds else "")
 
 
 def final_loss(r: dict) -> float | None:
@@ -287,7 +298,8 @@ def report(items: Sequence[Loaded], rows: Sequence[Row], png_name: str | None,
     for variant in dict.fromkeys(r.variant for r in rows):
         out += [f"### {by_variant(variant).display_name}", ""] + results_table([r for r in rows if r.variant == variant]) + [""]
     out += ["Peak memory per GPU: reserved = the allocator's peak reservation, device = device memory in use as the "
-            "driver reports it (Primus), allocated = peak tensor allocation.", ""]
+            "driver reports it (Primus), allocated = peak tensor allocation, host = peak resident host memory of the "
+            "largest worker process (CPU runs, which have no device memory).", ""]
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
     entries = strategy_view.entries(rows, tokens, memory, FRAMEWORK_NAMES)
@@ -349,15 +361,14 @@ def plot(items: Sequence[Loaded], rows: Sequence[Row], path: Path) -> dict[str, 
     fig.suptitle(f"TPrimat: {devices}\n{title(items)}", fontsize=14, fontweight="bold")
     bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f"),
                   (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".3g"),
-                  (axes[0, 2], memory, "Peak memory per GPU", "GiB", ".1f"))
+                  (axes[0, 2], memory, memory_title(items), "GiB", ".1f"))
     labels = [f"{r.device.removeprefix('AMD ').removeprefix('NVIDIA ')}\n{FRAMEWORK_NAMES[r.framework]}\n"
               f"{r.short_model}" + ("" if r.strategy == "custom" else f"\n{r.strategy}") for r in rows]
     for ax, getter, name, unit, fmt in bar_panels:
         for x, row in enumerate(rows):
             values = row.figures(getter)
             if not values:
-                ax.text(x, 0, "not measured" if row.device != "CPU" else "no GPU memory (CPU)",
-                        ha="center", va="bottom", fontsize=8, rotation=90)
+                ax.text(x, 0, "not measured", ha="center", va="bottom", fontsize=8, rotation=90)
                 continue
             mid = statistics.median(values)
             ax.bar(x, mid, color=colour[x], hatch=MODEL_HATCHES[variants.index(row.variant) % len(MODEL_HATCHES)],

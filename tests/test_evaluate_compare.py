@@ -207,3 +207,21 @@ def test_the_interconnect_is_described_as_the_probe_saw_it():
     assert compare.interconnect_text(tcp) == "no InfiniBand/RoCE adapter; eth0 (25 Gb/s), eth1"
     assert compare.interconnect_text({"infiniband": [], "interfaces": []}) == "no InfiniBand/RoCE adapter seen"
     assert compare.interconnect_text(None) == "not recorded"
+
+
+def test_cpu_runs_show_the_peak_host_memory_of_their_workers_labelled_as_host(tmp_path):
+    cpu = tmp_path / "cpu"
+    shutil.copytree(SETS[0], cpu)
+    for path in cpu.glob("*/result.json"):
+        result = json.loads(path.read_text())
+        result["platform"] = "cpu"
+        result["memory"] = {"peak_allocated_gib": None, "peak_reserved_gib": None, "peak_host_rss_gib": 0.75,
+                            "host_rss_gib_per_worker": [0.7, 0.75]}
+        path.write_text(json.dumps(result))
+    items = load([cpu])
+    drawn = compare.plot(items, compare.rows_of(items), tmp_path / "compare.png")
+    assert drawn["Peak host memory per worker (resident, CPU)"] > 0
+    text = compare.compare([cpu], tmp_path / "out")
+    row = next(line for line in text.splitlines() if line.startswith("| CPU | Megatron"))
+    assert "| 0.8 [0.8-0.8] (host) |" in row
+    assert "host = peak resident host memory of the largest worker process" in text

@@ -2,7 +2,8 @@
 
 Each run is a few steps of SL 64, so the layouts can be compared step by step: every layout of one
 seed starts from the same weights and sees the same samples, so TP, PP and GA change the losses
-only by BF16 rounding, and a rerun repeats them bit for bit.
+only by rounding, and a rerun repeats them bit for bit. The runs train in the CPU's own precision
+(fp32, or bf16 where the CPU has bf16 instructions); one run asks for bf16 where it is emulated.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ import pytest
 from evaluate.logs import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
 from utils.config import KNOBS
+from utils.hardware import cpu_native_bf16
 from utils.platform_env import platform_env
 from utils.result import schema_errors
 
@@ -28,7 +31,9 @@ LR, MIN_LR = 1e-3, 1e-4
 # Every layout of a 4-step run: SL 64, warm-up 2 steps, GBS 2.
 BASE = dict(SL=64, TRAIN_ITERS=4, WARMUP_STEPS=2, WARMUP_SKIP=1, LR=LR, MIN_LR=MIN_LR, MBS=2, TP=1, PP=1, DP=1, GA=1)
 LEARN_STEPS = 8
-LAYOUT_TOLERANCE = 2e-3  # absolute, on losses near 11.7: BF16 rounding of a different split of the same sums
+AVX2_ONLY = Path(__file__).parent / "fixtures" / "train" / "cpuinfo_avx2_only"  # a CPU without bf16 instructions
+BF16_TOLERANCE = 0.05  # absolute, on losses near 11.7: a bf16 model against the same model in fp32
+LAYOUT_TOLERANCE = 2e-3  # absolute, on losses near 11.7: rounding of a different split of the same sums (bf16 at worst)
 
 
 @dataclass
@@ -93,6 +98,7 @@ def runs(tmp_path_factory, data_dir):
         "learn_llama": dict(DP=2, TRAIN_ITERS=LEARN_STEPS),
         "learn_qwen": dict(TRAIN_ITERS=LEARN_STEPS, model="qwen"),
         "nan": dict(DP=2, MBS=1, TRAIN_ITERS=3, model="qwen", args=("--inject-nan-at-step", "2")),
+        "bf16_emulated": dict(PRECISION="bf16", TRAIN_ITERS=2, WARMUP_STEPS=1, TPRIMAT_CPUINFO=str(AVX2_ONLY)),
     }
     done: dict[str, Run] = {}
 
@@ -167,6 +173,33 @@ def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_set
     assert result["features"]["layer_spec"] == "local"
     assert result["series"]["loss"] == run.series("loss")
     assert result["performance"]["tokens_per_step"] == 2 * 64 == run.steps[0]["tokens"]
+
+
+def test_the_cpu_trains_in_its_own_precision_and_records_it(runs):
+    result = runs("base").result
+    native = cpu_native_bf16()
+    assert result["training"]["precision"] == result["effective"]["precision"] == ("bf16" if native else "fp32")
+    assert result["features"]["cpu_native_bf16"] is native
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_trains_and_warns_with_the_measured_factor(runs):
+    run, base = runs("bf16_emulated"), runs("base")
+    assert_trained(run, 2)
+    assert run.result["effective"]["precision"] == "bf16" and run.result["features"]["cpu_native_bf16"] is False
+    warning = re.search(r"PRECISION=bf16 on a CPU without bf16 instructions: a bf16 matrix product measured "
+                        r"(\d+)x slower than fp32 here", run.console)
+    assert warning and run.console.count(warning.group(0)) == 1, run.console[-2000:]
+    assert any(warning.group(0) in note for note in run.result["warnings"])
+    assert run.series("loss")[0] == pytest.approx(base.series("loss")[0], abs=BF16_TOLERANCE)  # the same first batch
+
+
+def test_each_worker_records_its_peak_host_memory(runs):
+    result = runs("learn_llama").result  # two workers
+    per_worker = result["memory"]["host_rss_gib_per_worker"]
+    assert len(per_worker) == 2 and all(0.1 < gib < 16 for gib in per_worker)
+    assert result["memory"]["peak_host_rss_gib"] == max(per_worker)
+    series = result["series"]["mem_host_rss_gib"]
+    assert series == sorted(series) and series[-1] <= max(per_worker)  # a peak so far never falls
 
 
 def test_console_shows_megatron_lines_that_parse_to_the_recorded_steps(runs):

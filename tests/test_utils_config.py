@@ -103,7 +103,36 @@ def test_every_problem_is_reported_at_once():
 
 def test_fp8_is_refused_on_the_cpu():
     problems = problems_of({**CPU_MACHINE, "PRECISION": "fp8"})
-    assert "PRECISION=fp8: not supported on cpu; valid: bf16" in problems
+    assert "PRECISION=fp8: not supported on cpu; valid: fp32, bf16" in problems
+
+
+def test_fp32_is_refused_on_gpus():
+    assert "PRECISION=fp32: not supported on nvd; valid: bf16, fp8" in problems_of({**GPU_NODE, "PRECISION": "fp32"})
+
+
+# /proc/cpuinfo lines of an AVX2-only EPYC (no bf16 instructions) and of a Sapphire Rapids Xeon (AMX).
+AVX2_ONLY = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma bmi2\n"
+WITH_AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+ARM_BF16 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
+
+
+@pytest.mark.parametrize("cpuinfo, precision", [(AVX2_ONLY, "fp32"), (WITH_AMX, "bf16"), (ARM_BF16, "bf16")],
+                         ids=["avx2-only", "amx", "arm-bf16"])
+def test_the_cpu_trains_in_its_fastest_correct_precision(tmp_path, cpuinfo, precision):
+    (tmp_path / "cpuinfo").write_text(cpuinfo)
+    config = load_config({**CPU_MACHINE, "TPRIMAT_CPUINFO": str(tmp_path / "cpuinfo")})
+    assert config["PRECISION"] == precision
+    assert config.sources["PRECISION"].startswith("config.env (CPU profile): auto, this CPU has")
+
+
+def test_bf16_can_still_be_asked_for_on_a_cpu_without_bf16_instructions(tmp_path):
+    (tmp_path / "cpuinfo").write_text(AVX2_ONLY)
+    config = load_config({**CPU_MACHINE, "TPRIMAT_CPUINFO": str(tmp_path / "cpuinfo"), "PRECISION": "bf16"})
+    assert config["PRECISION"] == "bf16" and config.sources["PRECISION"] == "environment"
+
+
+def test_auto_precision_is_bf16_on_gpus():
+    assert load_config({**GPU_NODE, "PRECISION": "auto"})["PRECISION"] == "bf16"
 
 
 def test_unknown_variable_in_config_file_is_reported_with_a_suggestion(tmp_path):
@@ -135,3 +164,8 @@ def test_json_dump_is_complete_for_run_records():
                          text=True, env={**CPU_MACHINE, "PATH": "/usr/bin:/bin"})
     dumped = json.loads(run.stdout)
     assert dumped["GBS"] == 4 and dumped["LAYOUTS"]["custom"]["llama"] == {"tp": 1, "pp": 1, "dp": 2, "ga": 1}
+
+
+def test_the_warm_up_must_leave_steps_for_the_decay():
+    problems = problems_of({**CPU_MACHINE, "TRAIN_ITERS": "4", "WARMUP_STEPS": "4", "WARMUP_SKIP": "1"})
+    assert problems == ["WARMUP_STEPS=4: must be < TRAIN_ITERS=4"]

@@ -55,6 +55,18 @@ def test_memory_is_the_peak_over_steps_and_series_keep_every_step():
     assert result["run"]["steps_completed"] == 6
 
 
+def test_a_cpu_run_reports_the_peak_host_memory_of_its_workers():
+    records = [{**record, "mem_allocated_gib": None, "mem_reserved_gib": None, "mem_host_rss_gib": 0.5 + record["step"] / 100}
+               for record in steps()]
+    result = build(platform="cpu", device_name=None, steps=records, host_rss_gib_per_worker=[0.61, 0.56],
+                   training={**TRAINING, "precision": "fp32"})
+    assert result["memory"] == {"peak_allocated_gib": None, "peak_reserved_gib": None, "peak_host_rss_gib": 0.61,
+                                "host_rss_gib_per_worker": [0.61, 0.56]}
+    assert result["series"]["mem_host_rss_gib"] == [0.51, 0.52, 0.53, 0.54, 0.55, 0.56]
+    assert schema_errors(result) == []
+    assert "mem_host_rss_gib" not in build()["series"]  # a source that does not measure it adds nothing
+
+
 def test_nan_values_become_null_and_are_flagged():
     records = steps()
     records[3]["loss"] = float("nan")
@@ -102,7 +114,7 @@ def test_typos_in_input_sections_fail_loudly():
 def test_write_result_validates_and_writes_atomically(tmp_path):
     target = tmp_path / "run" / "result.json"
     write_result(target, build())
-    assert json.loads(target.read_text())["schema_version"] == "1.1"
+    assert json.loads(target.read_text())["schema_version"] == "1.2"
     assert [p.name for p in target.parent.iterdir()] == ["result.json"]
 
     broken = build()
@@ -124,9 +136,10 @@ def test_nodes_their_names_and_the_interconnect_reach_the_result():
     assert "nnodes" not in build(system={})["parallelism"]  # unknown stays out, never guessed
 
 
-def test_results_of_schema_1_0_stay_valid():
+def test_results_of_schema_1_0_and_1_1_stay_valid():
     result = build()
-    result["schema_version"] = "1.0"
-    assert schema_errors(result) == []
+    for version in ("1.0", "1.1"):
+        result["schema_version"] = version
+        assert schema_errors(result) == []
     result["schema_version"] = "0.9"
     assert schema_errors(result)

@@ -91,11 +91,18 @@ def choose_fusions(stack: Stack) -> tuple[dict[str, bool], list[str]]:
     return {**flags, "persist_layer_norm": False}, notes
 
 
+def params_dtype(precision: str) -> torch.dtype:
+    """The dtype of the model's weights: bf16 (FP8 computes from bf16 weights), or fp32 on a CPU without bf16."""
+    return torch.float32 if precision == "fp32" else torch.bfloat16
+
+
 def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack: Stack,
                        fusions: dict[str, bool]) -> TransformerConfig:
     """The megatron-core configuration of one model variant under one layout."""
     if precision == "fp8" and not stack.transformer_engine:
         raise ModelError("PRECISION=fp8 needs Transformer Engine on a GPU; this stack has none. Use PRECISION=bf16")
+    if precision == "fp32" and stack.gpu:
+        raise ModelError("PRECISION=fp32 is for CPUs without bf16 instructions; GPUs train in bf16 or fp8")
     return TransformerConfig(
         num_layers=spec.num_layers,
         hidden_size=spec.hidden_size,
@@ -115,14 +122,23 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
         sequence_parallel=sequence_parallel(tp),
-        bf16=True,
-        params_dtype=torch.bfloat16,
-        pipeline_dtype=torch.bfloat16,
+        bf16=precision != "fp32",
+        params_dtype=params_dtype(precision),
+        pipeline_dtype=params_dtype(precision),
         fp8="hybrid" if precision == "fp8" else None,
         deallocate_pipeline_outputs=True,
         cross_entropy_fusion_impl=FAIRNESS["cross_entropy_fusion_impl"],
         **fusions,
     )
+
+
+def precision_of(config: TransformerConfig) -> str:
+    """The precision the built configuration trains in, named as PRECISION names it."""
+    if config.fp8:
+        return "fp8"
+    if config.bf16:
+        return "bf16"
+    return "fp32" if config.params_dtype == torch.float32 else str(config.params_dtype)
 
 
 def _check_rope_scaling(spec: ModelSpec) -> None:
@@ -229,7 +245,9 @@ def replicas_identical(model: torch.nn.Module) -> bool:
 
 
 def wrap(model: GPTModel, config: TransformerConfig) -> DistributedDataParallel:
-    """BF16 module under megatron-core's DDP with the distributed optimizer's grad buffers and overlap."""
+    """The model under megatron-core's DDP with the distributed optimizer's grad buffers and overlap; a bf16
+    model inside megatron-core's Float16Module (which casts inputs and outputs), an fp32 one as it is
+    (Float16Module refuses fp32)."""
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True,  # as Megatron-LM does for BF16
         overlap_grad_reduce=FAIRNESS["overlap_grad_reduce"],
@@ -237,7 +255,8 @@ def wrap(model: GPTModel, config: TransformerConfig) -> DistributedDataParallel:
         use_distributed_optimizer=FAIRNESS["use_distributed_optimizer"],
         check_for_nan_in_grad=False,  # the trainer checks loss and grad norm itself and fails the run
     )
-    return DistributedDataParallel(config=config, ddp_config=ddp_config, module=Float16Module(config, model))
+    module = Float16Module(config, model) if config.bf16 else model
+    return DistributedDataParallel(config=config, ddp_config=ddp_config, module=module)
 
 
 def features(config: TransformerConfig, stack: Stack) -> dict[str, bool | str]:

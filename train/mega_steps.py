@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,12 +33,18 @@ class StepRecord:
     tokens: int  # GBS x SL
     mem_allocated_gib: float | None  # peak since start, the largest over all ranks
     mem_reserved_gib: float | None
+    mem_host_rss_gib: float | None = None  # peak resident host memory of a worker process, the largest over all ranks
 
     def as_json(self) -> str:
         """One line; nan/inf become null (JSON has no nan) and the nan count says so."""
         values = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
                   for key, value in asdict(self).items()}
         return json.dumps(values, allow_nan=False)
+
+
+def peak_host_rss_gib() -> float:
+    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB): the CPU's device memory."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
 
 
 def _number(value: float | None, spec: str) -> str:

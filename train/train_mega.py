@@ -58,9 +58,10 @@ import torch
 
 from train import cpu_compat
 from train.mega_data import DataError, DataSource, build_dataset, locate, microbatches
-from train.mega_steps import GIB, StepLog, StepRecord, megatron_line, memory_line
+from train.mega_steps import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
 from utils import metrics, platform_env
 from utils.config import ConfigError, load_config
+from utils.hardware import cpu_native_bf16
 from utils.models import ModelSpec
 from utils.strategies import Layout
 
@@ -134,6 +135,23 @@ def settings_from_config(model_key: str, strategy: str | None) -> Settings:
     )
 
 
+def bf16_slowdown() -> float:
+    """How many times slower bf16 runs than fp32 on this CPU, for the product of a tiny model's LM head
+    (256 x 128 @ 128 x 128256): seconds where bf16 is emulated, once per run that asks for it there."""
+    a, b = torch.randn(256, 128), torch.randn(128, 128256)
+
+    def seconds(dtype: torch.dtype, repeats: int) -> float:
+        x, y = a.to(dtype), b.to(dtype)
+        timings = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(x, y)
+            timings.append(time.perf_counter() - start)
+        return min(timings)
+
+    return seconds(torch.bfloat16, 1) / seconds(torch.float32, 3)
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -204,6 +222,7 @@ class Trainer:
     notes: list[str] = field(default_factory=list)
     effective: dict = field(default_factory=dict)
     features: dict = field(default_factory=dict)
+    host_rss_gib_per_worker: list[float] = field(default_factory=list)
     log: StepLog | None = None
 
     def build(self) -> None:
@@ -232,8 +251,8 @@ class Trainer:
         self.model = mega_model.wrap(model, config)
         self.optimizer = get_megatron_optimizer(OptimizerConfig(
             optimizer="adam", lr=s.lr, min_lr=s.min_lr, weight_decay=s.weight_decay, adam_beta1=s.beta1,
-            adam_beta2=s.beta2, adam_eps=FAIRNESS["adam_eps"], clip_grad=s.grad_clip, bf16=True,
-            params_dtype=torch.bfloat16, use_distributed_optimizer=self.model.ddp_config.use_distributed_optimizer,
+            adam_beta2=s.beta2, adam_eps=FAIRNESS["adam_eps"], clip_grad=s.grad_clip, bf16=config.bf16,
+            params_dtype=config.params_dtype, use_distributed_optimizer=self.model.ddp_config.use_distributed_optimizer,
         ), [self.model])
         self.scheduler = OptimizerParamScheduler(
             self.optimizer, init_lr=0.0, max_lr=s.lr, min_lr=s.min_lr, lr_warmup_steps=s.warmup_steps,
@@ -252,11 +271,27 @@ class Trainer:
         self.forward_step = ForwardStep(self.inject_nan_step)
         self.config = config
         self.features = mega_model.features(config, stack)
+        if not stack.gpu:
+            self.features["cpu_native_bf16"] = cpu_native_bf16()
+            self._warn_emulated_bf16()
         self.effective = self._read_back(model, parameters, dataset)
+
+    def _warn_emulated_bf16(self) -> None:
+        """PRECISION=bf16 on a CPU without bf16 instructions runs, but every matrix product is emulated: one
+        warning line (last rank) with the slowdown measured here, kept in the result."""
+        if self.settings.precision != "bf16" or self.features["cpu_native_bf16"]:
+            return
+        note = (f"PRECISION=bf16 on a CPU without bf16 instructions: a bf16 matrix product measured "
+                f"{bf16_slowdown():.0f}x slower than fp32 here; PRECISION=auto (fp32) is the fast choice on this CPU")
+        self.notes.append(note)
+        if int(os.environ.get("RANK", "0")) == int(os.environ.get("WORLD_SIZE", "1")) - 1:
+            print(f"train_mega: warning: {note}", file=sys.stderr, flush=True)
 
     def _read_back(self, model, parameters: int, dataset) -> dict:
         """The settings as megatron-core holds them (compared with the request by evaluate.validate)."""
         from megatron.core import parallel_state
+
+        from train import mega_model
 
         config, ddp, scheduler = self.config, self.model.ddp_config, self.scheduler
         chain = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
@@ -274,7 +309,7 @@ class Trainer:
             "overlap_param_gather": bool(ddp.overlap_param_gather),
             "grad_reduce_in_fp32": bool(ddp.grad_reduce_in_fp32),
             "optimizer": type(inner).__name__,
-            "precision": "fp8" if config.fp8 else ("bf16" if config.bf16 else str(config.params_dtype)),
+            "precision": mega_model.precision_of(config),
             "fp8_recipe": str(config.fp8) if config.fp8 else None,
             "steps": scheduler.lr_decay_steps,
             "lr": scheduler.max_lr, "min_lr": scheduler.min_lr, "warmup_steps": scheduler.lr_warmup_steps,
@@ -333,14 +368,14 @@ class Trainer:
             nonfinite = nonfinite or not math.isfinite(loss)
         memory = [torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB] \
             if torch.cuda.is_available() else [-1.0, -1.0]
-        shared = torch.tensor([float(nonfinite), *memory], dtype=torch.float64,
+        shared = torch.tensor([float(nonfinite), *memory, peak_host_rss_gib()], dtype=torch.float64,
                               device=torch.device("cuda", torch.cuda.current_device()))
         torch.distributed.all_reduce(shared, op=torch.distributed.ReduceOp.MAX)
-        flag, allocated, reserved = shared.tolist()
+        flag, allocated, reserved, host_rss = shared.tolist()
         return StepRecord(step=step, step_time_s=elapsed, loss=loss, lr=lr, grad_norm=grad_norm,
                           skipped=0 if success else 1, nan=int(flag), tokens=s.gbs * s.seq_len,
                           mem_allocated_gib=allocated if allocated >= 0 else None,
-                          mem_reserved_gib=reserved if reserved >= 0 else None)
+                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss)
 
     def train(self) -> None:
         """Every step in order (the profiler follows along on rank 0), then the end-of-run checks."""
@@ -382,6 +417,9 @@ class Trainer:
         torch.cuda.synchronize()
         self.model.disable_forward_pre_hook(param_sync=True)
         self.effective["dp_replicas_identical"] = replicas_identical(self.model)
+        peaks: list = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(peaks, peak_host_rss_gib())
+        self.host_rss_gib_per_worker = peaks  # in rank order
         if not self.effective["dp_replicas_identical"]:
             self.notes.append("data-parallel replicas ended with different weights: the gradient or parameter "
                               "synchronisation is broken")
@@ -492,7 +530,8 @@ def assemble_result(settings: Settings, trainer: Trainer | None, source: DataSou
         steps=[asdict(r) for r in records], warmup_skip=s.warmup_skip, num_gpus=s.layout.gpus,
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         effective=trainer.effective if trainer is not None else {},
-        features=trainer.features if trainer is not None else {}, warnings=notes)
+        features=trainer.features if trainer is not None else {},
+        host_rss_gib_per_worker=trainer.host_rss_gib_per_worker if trainer is not None else (), warnings=notes)
 
 
 def execute(settings: Settings, run_dir: Path, inject_nan_step: int | None = None) -> int:

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from utils.hardware import cpu_precision
 from utils.models import MODEL_KEYS, ModelSpec, get_model
 from utils.strategies import CUSTOM, Layout, StrategyError, load_table, lookup
 
@@ -39,7 +40,7 @@ FRAMEWORKS = ("mega", "prim", "nemo")
 # The frameworks each platform can run; the vendor framework of the other platform maps onto its own.
 PLATFORM_FRAMEWORKS = {"nvd": ("mega", "nemo"), "amd": ("mega", "prim"), "cpu": ("mega",)}
 VENDOR_FRAMEWORK = {"nvd": "nemo", "amd": "prim"}
-PRECISIONS = {"nvd": ("bf16", "fp8"), "amd": ("bf16", "fp8"), "cpu": ("bf16",)}
+PRECISIONS = {"nvd": ("bf16", "fp8"), "amd": ("bf16", "fp8"), "cpu": ("fp32", "bf16")}
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
@@ -77,7 +78,7 @@ KNOBS: dict[str, Knob] = {
     "BETA1": Knob("float"),
     "BETA2": Knob("float"),
     "GRAD_CLIP": Knob("float"),
-    "PRECISION": Knob("enum", ("bf16", "fp8")),
+    "PRECISION": Knob("enum", ("auto", "bf16", "fp8", "fp32")),
     "TP": Knob("posint"),
     "PP": Knob("posint"),
     "DP": Knob("posint"),
@@ -355,6 +356,9 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     values = {key: _convert(key, raw[key], knob, problems) for key, knob in KNOBS.items()}
     if values["MODEL_SIZE"] == "auto":
         values["MODEL_SIZE"] = "tiny" if platform == "cpu" else "full"
+    if values["PRECISION"] == "auto":
+        values["PRECISION"], why = cpu_precision(env) if platform == "cpu" else ("bf16", "bf16 on GPUs")
+        sources["PRECISION"] = f"{sources.get('PRECISION', 'config.env')}: auto, {why}"
     if problems or values["PLATFORM"] is None:
         raise ConfigError(problems)
 
@@ -380,8 +384,8 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
                         + ", ".join(PRECISIONS[platform]))
     if values["MIN_LR"] > values["LR"]:
         problems.append(f"MIN_LR={raw['MIN_LR']}: must not exceed LR={raw['LR']}")
-    if values["WARMUP_STEPS"] > values["TRAIN_ITERS"]:
-        problems.append(f"WARMUP_STEPS={values['WARMUP_STEPS']}: must be <= TRAIN_ITERS={values['TRAIN_ITERS']}")
+    if values["WARMUP_STEPS"] >= values["TRAIN_ITERS"]:  # megatron-core's scheduler needs a decay phase
+        problems.append(f"WARMUP_STEPS={values['WARMUP_STEPS']}: must be < TRAIN_ITERS={values['TRAIN_ITERS']}")
     if values["WARMUP_SKIP"] >= values["TRAIN_ITERS"]:
         problems.append(f"WARMUP_SKIP={values['WARMUP_SKIP']}: must be < TRAIN_ITERS={values['TRAIN_ITERS']} "
                         "so that some steps are measured")

@@ -1,15 +1,28 @@
-"""Peak dense TFLOP/s and memory of the benchmarked accelerators, matched by the name a device reports.
+"""Facts about the hardware a run uses: the accelerators' peaks, and whether a CPU computes bf16 natively.
 
-MFU divides TPrimat's own TFLOP/s/GPU by these peaks. A device that matches no entry gets no
-peak (and so no MFU) and a warning: a guessed peak would make MFU look precise when it is not.
-Figures: ../shared/reference/metrics.md (vendor data sheets, dense, no sparsity).
+MFU divides TPrimat's own TFLOP/s/GPU by the peaks of the device table. A device that matches no
+entry gets no peak (and so no MFU) and a warning: a guessed peak would make MFU look precise when
+it is not. Figures: ../shared/reference/metrics.md (vendor data sheets, dense, no sparsity).
+
+On the CPU platform the precision follows the processor: PyTorch has fast bf16 matrix kernels only
+where the CPU has bf16 instructions; elsewhere a bf16 product is emulated and tens of times slower
+than fp32 (45x measured on an AVX2-only EPYC for the LM head of a tiny model). Standard library only:
+utils.config decides the CPU precision with it before any environment exists.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+CPUINFO = Path("/proc/cpuinfo")
+# The /proc/cpuinfo flags of bf16 instructions PyTorch's CPU kernels use (oneDNN): x86's AVX-512 BF16
+# and AMX, and Arm's BF16 extension (listed as "bf16" in the Features line of aarch64).
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
 @dataclass(frozen=True)
@@ -70,3 +83,31 @@ def peak_tflops(device_name: str | None, precision: str) -> float | None:
     if peak is None:
         warnings.warn(f"{spec.name} has no {precision.upper()} peak in the table: MFU left empty", stacklevel=2)
     return peak
+
+
+def cpu_flags(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The CPU's feature flags (x86 "flags", Arm "Features"); TPRIMAT_CPUINFO names another cpuinfo (tests)."""
+    environ = os.environ if environ is None else environ
+    try:
+        text = Path(environ.get("TPRIMAT_CPUINFO") or CPUINFO).read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip().lower() in ("flags", "features"):
+            flags.update(value.split())
+    return frozenset(flags)
+
+
+def cpu_native_bf16(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this CPU has bf16 instructions (AVX-512 BF16, AMX or Arm BF16)."""
+    return bool(NATIVE_BF16_FLAGS & cpu_flags(environ))
+
+
+def cpu_precision(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The fastest correct training precision on this CPU, and why (one phrase)."""
+    found = sorted(NATIVE_BF16_FLAGS & cpu_flags(environ))
+    if found:
+        return "bf16", f"this CPU has native bf16 ({', '.join(found)})"
+    return "fp32", "this CPU has no native bf16 (no AVX-512 BF16, AMX or Arm BF16), where bf16 is tens of times slower"

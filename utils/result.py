@@ -23,7 +23,7 @@ from utils.hardware import peak_tflops
 from utils.models import by_variant
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
@@ -34,6 +34,9 @@ TRAINING_KEYS = {"steps", "mbs", "gbs", "seq_len", "precision", "lr", "min_lr", 
 TRAINING_OPTIONAL = {"lr_decay_style": "cosine", "weight_decay": None, "beta1": None, "beta2": None,
                      "grad_clip": None}
 STEP_VALUE_KEYS = ("step_time_s", "loss", "lr", "grad_norm", "mem_allocated_gib", "mem_reserved_gib")
+# Per-step values only some sources report: device memory as the driver sees it (Primus), and the peak
+# resident host memory of the largest worker (TPrimat's trainer; the CPU's equivalent of device memory).
+STEP_OPTIONAL_KEYS = ("mem_device_used_gib", "mem_host_rss_gib")
 
 
 class ResultError(ValueError):
@@ -99,7 +102,7 @@ def _normalise_steps(steps: Iterable[Mapping], health: dict) -> list[dict]:
         if step in seen:
             raise ResultError(f"step {step} recorded twice; deduplicate before building the result")
         seen.add(step)
-        for key in STEP_VALUE_KEYS + ("mem_device_used_gib",):
+        for key in STEP_VALUE_KEYS + STEP_OPTIONAL_KEYS:
             raw = record.get(key)
             record[key] = _finite_or_none(raw)
             if raw is not None and record[key] is None:
@@ -129,7 +132,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                  parallelism: Mapping, training: Mapping, steps: Iterable[Mapping], warmup_skip: int,
                  num_gpus: int, device_name: str | None, raw_framework: Mapping | None = None,
                  effective: Mapping | None = None, features: Mapping | None = None,
-                 warnings: Sequence[str] = ()) -> dict:
+                 host_rss_gib_per_worker: Sequence[float] = (), warnings: Sequence[str] = ()) -> dict:
     """Assemble one result from plain data and compute every figure with utils.metrics.
 
     Parameters (all keyword-only; raises ResultError naming the field on unknown or missing keys):
@@ -143,7 +146,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
       parallelism: {"strategy": str ("custom" or a utils.strategies name), "tp", "pp", "dp", "ga": int,
             "sequence_parallel": bool|None, "distributed_optimizer": bool|None} plus optionally
             "nnodes": int (default: system's "nodes", the run set's node count; left out when unknown).
-      training: {"steps": requested TRAIN_ITERS, "mbs", "gbs", "seq_len": int, "precision": "bf16"|"fp8",
+      training: {"steps": requested TRAIN_ITERS, "mbs", "gbs", "seq_len": int, "precision": "bf16"|"fp8"|"fp32",
             "lr", "min_lr": float, "warmup_steps": int, "seed": int|None, "dataset": str|None,
             "dataset_fingerprint": str|None, "tokenizer_fingerprint": str|None,
             "mock_data": bool (as requested)} plus optionally "lr_decay_style" (default "cosine"),
@@ -151,7 +154,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
       steps: per-step records {"step": int (1-based), "step_time_s": float|None, "loss", "lr",
             "grad_norm": float|None, "skipped": int, "nan": int, "tokens": int,
             "mem_allocated_gib", "mem_reserved_gib": float|None (peak since start, per GPU)};
-            extra keys are ignored except "mem_device_used_gib". nan/inf values may be passed as
+            extra keys are ignored except those of STEP_OPTIONAL_KEYS: "mem_device_used_gib" (driver-reported
+            device memory) and "mem_host_rss_gib" (peak resident host memory of the largest worker, GiB). nan/inf values may be passed as
             floats: they become null and are listed in health.nonfinite and warnings.
       warmup_skip: WARMUP_SKIP; steps numbered <= it are left out of the statistics.
       num_gpus: GPUs of the job (TP x PP x DP); tokens/s/GPU divides by it.
@@ -160,6 +164,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
       raw_framework: the framework's own figures (its TFLOP/s, running averages), kept apart (nan/inf -> null).
       effective: settings read back from the framework, keyed like parallelism/training fields.
       features: fused kernels / attention implementation -> True|False|str.
+      host_rss_gib_per_worker: each worker's peak resident host memory (GiB), in rank order.
       warnings: notes from the caller, kept in the result's warnings.
 
     Statistics cover the steady-state window (steps after warmup_skip with a step time); tokens/s
@@ -196,6 +201,13 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
               "peak_reserved_gib": _peak(records, "mem_reserved_gib")}
     if any(r["mem_device_used_gib"] is not None for r in records):
         memory["peak_device_used_gib"] = _peak(records, "mem_device_used_gib")
+    host_peaks = [_peak(records, "mem_host_rss_gib"), *host_rss_gib_per_worker]
+    if any(value is not None for value in host_peaks):
+        memory["peak_host_rss_gib"] = max(value for value in host_peaks if value is not None)
+    if host_rss_gib_per_worker:
+        memory["host_rss_gib_per_worker"] = [float(value) for value in host_rss_gib_per_worker]
+    host_series = {"mem_host_rss_gib": [r["mem_host_rss_gib"] for r in records]} \
+        if any(r["mem_host_rss_gib"] is not None for r in records) else {}
 
     run_section["steps_completed"] = records[-1]["step"] if records else 0
     return {
@@ -214,7 +226,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         "performance": performance,
         "memory": memory,
         "series": {"step": [r["step"] for r in records],
-                   **{key: [r[key] for r in records] for key in STEP_VALUE_KEYS}},
+                   **{key: [r[key] for r in records] for key in STEP_VALUE_KEYS}, **host_series},
         "health": health,
         "raw_framework": _json_safe(raw_framework or {}),
         "effective": _json_safe(effective or {}),
