@@ -2,14 +2,25 @@
 
 A tool raises UsageError or WorkError with one line naming the problem and the fix; `run` turns it
 into that line on stderr and the exit code, never a traceback. A full disk is a failure of the
-work with its own fix, whatever stage hits it.
+work with its own fix, whatever stage hits it. `Parser` gives a bad command line the same one line
+(argparse's own prints the whole usage before it).
 """
 
 from __future__ import annotations
 
+import argparse
 import errno
 import sys
 from collections.abc import Callable
+from typing import NoReturn
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, `TOOL: error: PROBLEM; see ... --help`, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        tool = self.prog.removeprefix("python3 -m ").split()[0]
+        self.exit(2, f"{tool}: error: {message}; see {self.prog} --help\n")
 
 
 class UsageError(Exception):

@@ -11,8 +11,10 @@ for vocabularies of 65500 and more.
 
 Why it is faster: the input is read in blocks of whole lines that worker processes parse and
 tokenize (tiktoken where it reproduces the Hugging Face ids, else the Rust tokenizer in batches);
-each block comes back as whole arrays written in one call, and only a few blocks are in flight, so
-memory does not grow with the input.
+each block comes back as whole arrays of the output's dtype written in one call, and only a few
+blocks are in flight, so memory does not grow with the input. Start-up is a fraction of a second:
+the proof that tiktoken gives the Hugging Face ids, which needs transformers (and so torch), is made
+once per tokenizer and cached (data/bpe.py); encoding itself imports only tokenizers and tiktoken.
 """
 
 from __future__ import annotations
@@ -31,26 +33,32 @@ from typing import Iterator
 
 import numpy as np
 
-from data.bpe import TiktokenTwin, build_twin
-from data.cli import UsageError, run
+from data.bpe import Proof, TiktokenTwin, load_proof
+from data.cli import Parser, UsageError, run
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
 
 BLOCK_BYTES = 1 << 22  # 4 MiB of JSON lines per task
-CHECK_BYTES = 1 << 18  # the first 256 KiB are also tokenized by the HF tokenizer to check tiktoken's ids
 
 
 @dataclass
 class Encoder:
-    """What a worker needs: the HF tokenizer, its tiktoken twin (or None), the EOD id."""
+    """What a worker needs: the proven tokenizer, its tiktoken twin (or None), the EOD id, the token dtype."""
 
     keys: list[str]
     append_eod: bool
     eod: int
-    backend: object  # tokenizers.Tokenizer of the HF tokenizer (post-processor included)
+    dtype: np.dtype
+    proof: Proof
     twin: TiktokenTwin | None
+    backend: object = None  # the HF tokenizers.Tokenizer, loaded when first needed (see hf)
+
+    def hf(self):
+        if self.backend is None:
+            self.backend = self.proof.hf_tokenizer()
+        return self.backend
 
     def hf_ids(self, texts: list[str]) -> list[np.ndarray]:
-        return [np.asarray(e.ids, dtype=np.int64) for e in self.backend.encode_batch(texts, add_special_tokens=True)]
+        return [np.asarray(e.ids, dtype=self.dtype) for e in self.hf().encode_batch(texts, add_special_tokens=True)]
 
     def ids(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of each text, through tiktoken where it applies, the HF tokenizer (batched) elsewhere."""
@@ -58,8 +66,9 @@ class Encoder:
             return self.hf_ids(texts)
         out: list[np.ndarray | None] = [self.twin.encode(t) for t in texts]
         left = [i for i, ids in enumerate(out) if ids is None]
-        for i, ids in zip(left, self.hf_ids([texts[i] for i in left])):
-            out[i] = ids
+        if left:  # only then is the HF tokenizer loaded
+            for i, ids in zip(left, self.hf_ids([texts[i] for i in left])):
+                out[i] = ids
         return out  # type: ignore[return-value]
 
 
@@ -111,17 +120,17 @@ def encode_block(raw: bytes) -> Block:
     block = Block(documents=documents)
     for key in encoder.keys:
         block.tokens[key], block.lengths[key], block.per_doc[key] = _assemble(
-            encoder.ids(sentences[key]), counts[key], encoder.append_eod, encoder.eod)
+            encoder.ids(sentences[key]), counts[key], encoder.append_eod, encoder.eod, encoder.dtype)
     return block
 
 
-def _assemble(ids: list[np.ndarray], counts: list[int], append_eod: bool, eod: int
+def _assemble(ids: list[np.ndarray], counts: list[int], append_eod: bool, eod: int, dtype: np.dtype
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Documents from sentence ids: empty sentences dropped, EOD after the last sentence of a non-empty one."""
     pieces: list[np.ndarray] = []
     lengths: list[int] = []
     per_doc = np.zeros(len(counts), dtype=np.int64)
-    eod_piece = np.asarray([eod], dtype=np.int64)
+    eod_piece = np.asarray([eod])
     start = 0
     for doc, count in enumerate(counts):
         kept = [a for a in ids[start:start + count] if a.size]
@@ -132,7 +141,8 @@ def _assemble(ids: list[np.ndarray], counts: list[int], append_eod: bool, eod: i
             pieces.append(eod_piece)
             lengths[-1] += 1
         per_doc[doc] = len(kept)
-    tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    # Ids are below the vocabulary size, which the dtype holds (optimal_dtype): the cast loses nothing.
+    tokens = np.concatenate(pieces, dtype=dtype, casting="unsafe") if pieces else np.zeros(0, dtype=dtype)
     return tokens, np.asarray(lengths, dtype=np.int32), per_doc
 
 
@@ -152,36 +162,27 @@ def read_blocks(path: Path, size: int = BLOCK_BYTES) -> Iterator[bytes]:
             yield rest
 
 
-def load_encoder(tokenizer_dir: Path, keys: list[str], append_eod: bool, backend: str) -> tuple[Encoder, int, str]:
-    """The encoder, the vocabulary size (len of the tokenizer, as Megatron counts it) and the backend used."""
+def load_encoder(tokenizer_dir: Path, keys: list[str], append_eod: bool, backend: str,
+                 cache: Path | None = None) -> tuple[Encoder, str]:
+    """The encoder (from the tokenizer's cached proof, made now if missing) and the name of the backend used."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers are the parallelism
-    from transformers import AutoTokenizer
-
     if not (tokenizer_dir / "tokenizer_config.json").exists() and not (tokenizer_dir / "tokenizer.json").exists():
         raise UsageError(f"--tokenizer-model {tokenizer_dir}: not a Hugging Face tokenizer directory; "
                          "prepare one with: python3 -m data.fetch tokenizer --model llama|qwen --output-dir DIR")
-    hf = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    if append_eod and hf.eos_token_id is None:
+    proof, fresh = load_proof(tokenizer_dir, cache)
+    if fresh:
+        print(f"data.encode: proved tiktoken against the Hugging Face tokenizer of {tokenizer_dir} once; "
+              f"cached in {proof.entry}", file=sys.stderr)
+    if append_eod and proof.eos_id is None:
         raise UsageError(f"--append-eod: the tokenizer in {tokenizer_dir} has no eos_token to use as EOD")
-    twin, why = (None, "HF tokenizer requested") if backend == "hf" else build_twin(hf.backend_tokenizer)
-    if backend == "tiktoken" and twin is None:
+    why = "HF tokenizer requested" if backend == "hf" else proof.why_not_tiktoken
+    if backend == "tiktoken" and proof.tiktoken is None:
         raise UsageError(f"--backend tiktoken: {why}; use --backend auto or hf")
-    name = "tiktoken" if twin else f"hf ({why})"
-    return Encoder(keys, append_eod, hf.eos_token_id, hf.backend_tokenizer, twin), len(hf), name
-
-
-def cross_check(encoder: Encoder, path: Path, limit: int = CHECK_BYTES) -> str:
-    """Compare tiktoken's ids with the HF tokenizer's on the input's first block; '' when identical."""
-    assert encoder.twin is not None
-    try:
-        sentences, _, _ = parse_block(next(read_blocks(path, limit), b""), encoder.keys)
-    except BadLine:
-        return ""  # the encode loop reports the line
-    texts = [t for key in encoder.keys for t in sentences[key]]
-    for text, fast, slow in zip(texts, (encoder.twin.encode(t) for t in texts), encoder.hf_ids(texts)):
-        if fast is not None and not np.array_equal(fast, slow):
-            return f"tiktoken and the HF tokenizer disagree on {text[:40]!r}"
-    return ""
+    twin = proof.twin() if backend != "hf" and proof.tiktoken is not None else None
+    encoder = Encoder(keys, append_eod, proof.eos_id, optimal_dtype(proof.vocab_size), proof, twin)
+    if twin is None:
+        encoder.hf()  # before the workers fork, so that they share it
+    return encoder, "tiktoken" if twin else f"hf ({why})"
 
 
 @dataclass
@@ -195,19 +196,15 @@ class EncodeStats:
 
 def encode_file(input_path: Path, tokenizer_dir: Path, output_prefix: str, *, keys: list[str], workers: int,
                 append_eod: bool, backend: str = "auto", block_bytes: int = BLOCK_BYTES,
-                progress: bool = True) -> EncodeStats:
+                progress: bool = True, cache: Path | None = None) -> EncodeStats:
     """Encode one JSON-lines file into PREFIX_<key>_document.{bin,idx} for every key."""
     global _ENCODER
     from tqdm import tqdm
 
     if not input_path.is_file():
         raise UsageError(f"--input {input_path}: no such file")
-    encoder, vocab_size, backend_name = load_encoder(tokenizer_dir, keys, append_eod, backend)
-    if encoder.twin is not None and backend == "auto" and (why := cross_check(encoder, input_path)):
-        print(f"data.encode: {why}; using the HF tokenizer for this input", file=sys.stderr)
-        encoder.twin, backend_name = None, f"hf ({why})"
-    dtype = optimal_dtype(vocab_size)
-    writers = {k: IndexedWriter(*output_paths(output_prefix, k), dtype) for k in keys}
+    encoder, backend_name = load_encoder(tokenizer_dir, keys, append_eod, backend, cache)
+    writers = {k: IndexedWriter(*output_paths(output_prefix, k), encoder.dtype) for k in keys}
     _ENCODER = encoder
     start, documents, line_offset = time.perf_counter(), 0, 0
     bar = tqdm(total=input_path.stat().st_size, unit="B", unit_scale=True, disable=not progress,
@@ -255,7 +252,7 @@ def encode_file(input_path: Path, tokenizer_dir: Path, output_prefix: str, *, ke
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python3 -m data.encode", description=__doc__.split("\n\n")[0],
         epilog="Same arguments and output as Megatron-LM's tools/preprocess_data.py "
                "--tokenizer-type HuggingFaceTokenizer; swap one for the other freely.")
@@ -264,6 +261,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tokenizer-model", type=Path, required=True, help="Hugging Face tokenizer directory")
     parser.add_argument("--tokenizer-type", default="HuggingFaceTokenizer", choices=["HuggingFaceTokenizer"],
                         help="accepted for compatibility with Megatron's tool; only HuggingFaceTokenizer")
+    parser.add_argument("--tokenizer-hf-include-special-tokens", action="store_true",
+                        help="accepted so that Megatron-LM commands run unchanged; it changes nothing: TPrimat "
+                             "always encodes a document as the tokenizer's input_ids, the special tokens its "
+                             "post-processor adds included (Llama 3's BOS 128000 first; Qwen 2.5 adds none), "
+                             "as Megatron-LM's main branch does by default. Megatron-LM's core_v0.16.1 tag does "
+                             "so only with this flag: without it, it drops the BOS")
     parser.add_argument("--output-prefix", required=True, help="writes PREFIX_<key>_document.{bin,idx}")
     parser.add_argument("--workers", type=int, required=True, help="worker processes (use the core count)")
     parser.add_argument("--append-eod", action="store_true", help="append the tokenizer's EOS id to each document")

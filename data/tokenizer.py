@@ -23,6 +23,7 @@ from utils.models import get_model
 
 IDENTITY_FILE = "tprimat_tokenizer.json"
 HUB_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -51,9 +52,10 @@ class TokenizerIdentity:
 
 
 def tokenizer_sha256(directory: Path) -> tuple[str, dict[str, str]]:
-    """sha256 over the sorted (name, sha256) of every file of the directory but the identity file."""
+    """sha256 over the sorted (name, sha256) of every file of the directory but the identity file and model
+    weights (a model directory given as the tokenizer: gigabytes that are no part of it)."""
     files = {p.name: sha256_file(p) for p in sorted(directory.iterdir())
-             if p.is_file() and p.name != IDENTITY_FILE}
+             if p.is_file() and p.name != IDENTITY_FILE and not p.name.endswith(WEIGHT_SUFFIXES)}
     return sha256_listing(files.items()), files
 
 

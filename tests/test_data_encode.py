@@ -1,5 +1,5 @@
-"""data.encode: the same bytes as Megatron-LM's preprocess_data.py, streaming, and never a finished-looking
-pair from a killed run."""
+"""data.encode: the same bytes as Megatron-LM's preprocess_data.py, streaming, never a finished-looking pair
+from a killed run, and the tiktoken proof made once per tokenizer so that encoding needs no transformers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data.encode import encode_file, load_encoder
+import data.bpe
+from data.encode import encode_file, load_encoder, main
 from utils.files import tmp_path as partial
 from tests.test_data_tokenizer import offline_tokenizer
 
@@ -31,30 +32,58 @@ def tokenizers(tmp_path_factory) -> dict[str, Path]:
     return {m: offline_tokenizer(m, base) for m in ("llama", "qwen")}
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """The proof cache the tests share (XDG_CACHE_HOME for the subprocesses), so each tokenizer is proven once."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
+def proofs(cache: Path) -> Path:
+    return cache / "tprimat" / "tokenizer-proofs"
+
+
+def same_as_megatron(prefix: Path, model: str) -> bool:
+    return all(Path(f"{prefix}_text_document{suffix}").read_bytes()
+               == (FIXTURES / "megatron" / f"{model}_text_document{suffix}").read_bytes() for suffix in (".bin", ".idx"))
+
+
+def encode_command(tokenizer: Path, prefix: Path, *extra: str, corpus: Path = CORPUS) -> list[str]:
+    return [sys.executable, "-m", "data.encode", "--input", str(corpus), "--tokenizer-model", str(tokenizer),
+            "--output-prefix", str(prefix), "--workers", "2", "--append-eod", "--quiet", *extra]
+
+
 @pytest.mark.parametrize("backend", ["tiktoken", "hf"])
 @pytest.mark.parametrize("model", ["llama", "qwen"])
-def test_output_is_byte_identical_to_megatron_preprocess_data(tokenizers, tmp_path, model, backend):
+def test_output_is_byte_identical_to_megatron_preprocess_data(tokenizers, cache, tmp_path, model, backend):
     stats = encode_file(CORPUS, tokenizers[model], str(tmp_path / model), keys=["text"], workers=2,
-                        append_eod=True, backend=backend, progress=False)
+                        append_eod=True, backend=backend, progress=False, cache=proofs(cache))
     assert stats.backend.startswith(backend)
-    for suffix in (".bin", ".idx"):
-        ours = (tmp_path / f"{model}_text_document{suffix}").read_bytes()
-        assert ours == (FIXTURES / "megatron" / f"{model}_text_document{suffix}").read_bytes(), suffix
+    assert same_as_megatron(tmp_path / model, model)
 
 
-def test_tiny_blocks_give_the_same_bytes(tokenizers, tmp_path):
+def test_tiny_blocks_give_the_same_bytes(tokenizers, cache, tmp_path):
     """Blocks are a streaming detail: 300-byte blocks (lines split across reads) change nothing."""
     encode_file(CORPUS, tokenizers["qwen"], str(tmp_path / "q"), keys=["text"], workers=2, append_eod=True,
-                block_bytes=300, progress=False)
-    for suffix in (".bin", ".idx"):
-        assert (tmp_path / f"q_text_document{suffix}").read_bytes() == \
-            (FIXTURES / "megatron" / f"qwen_text_document{suffix}").read_bytes()
+                block_bytes=300, progress=False, cache=proofs(cache))
+    assert same_as_megatron(tmp_path / "q", "qwen")
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])
-def test_tiktoken_ids_equal_hf_ids_on_the_test_corpora(tokenizers, model):
+def test_the_megatron_include_special_tokens_flag_is_accepted_and_changes_nothing(tokenizers, cache, tmp_path,
+                                                                                 monkeypatch, model):
+    """A command copied from Megatron-LM core_v0.16.1 runs unchanged: TPrimat always keeps the BOS."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    assert main(encode_command(tokenizers[model], tmp_path / "flag", "--tokenizer-hf-include-special-tokens")[3:]) == 0
+    assert main(encode_command(tokenizers[model], tmp_path / "default")[3:]) == 0
+    assert same_as_megatron(tmp_path / "flag", model) and same_as_megatron(tmp_path / "default", model)
+    assert "--tokenizer-hf-include-special-tokens" in subprocess.run(
+        [sys.executable, "-m", "data.encode", "--help"], cwd=REPO, capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_tiktoken_ids_equal_hf_ids_on_the_test_corpora(tokenizers, cache, model):
     """The proof that lets encode use tiktoken: same ids as the HF tokenizer on every text we ship."""
-    encoder, _, backend = load_encoder(tokenizers[model], ["text"], True, "auto")
+    encoder, backend = load_encoder(tokenizers[model], ["text"], True, "auto", proofs(cache))
     assert backend == "tiktoken"
     texts = [json.loads(line)["text"] for line in gzip.open(SAMPLE, "rt", encoding="utf-8")]
     for line in CORPUS.read_text(encoding="utf-8").splitlines():
@@ -66,19 +95,90 @@ def test_tiktoken_ids_equal_hf_ids_on_the_test_corpora(tokenizers, model):
     assert all(f is None or np.array_equal(f, s) for f, s in zip(fast, slow))
 
 
-def test_a_bad_line_is_reported_with_its_number(tokenizers, tmp_path):
+def test_with_its_proof_cached_encode_imports_neither_transformers_nor_torch(tokenizers, cache, tmp_path):
+    """What makes start-up a fraction of a second: -X importtime lists every module the process imported."""
+    encode_file(CORPUS, tokenizers["llama"], str(tmp_path / "first"), keys=["text"], workers=1, append_eod=True,
+                progress=False, cache=proofs(cache))
+    out = subprocess.run([sys.executable, "-X", "importtime", *encode_command(tokenizers["llama"], tmp_path / "l")[1:]],
+                         cwd=REPO, env={**os.environ, "XDG_CACHE_HOME": str(cache)}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "tiktoken" in imported and not imported & {"transformers", "torch"}
+    assert "proved" not in out.stderr and same_as_megatron(tmp_path / "l", "llama")
+
+
+def test_a_changed_tokenizer_is_proven_again(tokenizers, cache, tmp_path):
+    """The proof is keyed by the tokenizer files' sha256: a new EOS in tokenizer_config.json must reach the output."""
+    changed = tmp_path / "qwen-im-end"
+    changed.mkdir()
+    for path in tokenizers["qwen"].iterdir():
+        changed.joinpath(path.name).write_bytes(path.read_bytes())
+    config = json.loads((changed / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|im_end|>"  # 151645 instead of <|endoftext|> 151643
+    (changed / "tokenizer_config.json").write_text(json.dumps(config))
+    encode_file(CORPUS, tokenizers["qwen"], str(tmp_path / "before"), keys=["text"], workers=1, append_eod=True,
+                progress=False, cache=proofs(cache))
+    entries = set(proofs(cache).iterdir())
+    encode_file(CORPUS, changed, str(tmp_path / "after"), keys=["text"], workers=1, append_eod=True,
+                progress=False, cache=proofs(cache))
+    assert len(set(proofs(cache).iterdir()) - entries) == 1
+    ours = np.fromfile(tmp_path / "after_text_document.bin", dtype=np.int32)
+    theirs = np.fromfile(FIXTURES / "megatron" / "qwen_text_document.bin", dtype=np.int32)
+    assert (ours == 151645).sum() == 24  # every non-empty document's EOD
+    assert np.array_equal(np.where(ours == 151645, 151643, ours), theirs)
+
+
+def test_a_damaged_cached_proof_is_made_again(tokenizers, tmp_path):
+    encode_file(CORPUS, tokenizers["qwen"], str(tmp_path / "a"), keys=["text"], workers=1, append_eod=True,
+                progress=False, cache=tmp_path / "proofs")
+    [entry] = (tmp_path / "proofs").iterdir()
+    (entry / "proof.json").write_text('{"eos_id": 1')
+    encode_file(CORPUS, tokenizers["qwen"], str(tmp_path / "b"), keys=["text"], workers=1, append_eod=True,
+                progress=False, cache=tmp_path / "proofs")
+    assert json.loads((entry / "proof.json").read_text())["eos_id"] == 151643
+    assert same_as_megatron(tmp_path / "b", "qwen")
+
+
+def test_the_proof_refuses_tiktoken_when_its_ids_differ(tokenizers, tmp_path, monkeypatch):
+    """A twin that misses Llama's BOS disagrees on the first proof text: encode then uses the HF tokenizer."""
+    spec_of = data.bpe.twin_spec
+
+    def without_bos(backend):
+        spec, ranks, why = spec_of(backend)
+        return {**spec, "prefix": []}, ranks, why
+    monkeypatch.setattr(data.bpe, "twin_spec", without_bos)
+    stats = encode_file(CORPUS, tokenizers["llama"], str(tmp_path / "l"), keys=["text"], workers=2, append_eod=True,
+                        progress=False, cache=tmp_path / "proofs")
+    assert stats.backend == f"hf (tiktoken and the HF tokenizer disagree on {data.bpe.PROOF_TEXTS[0][:40]!r})"
+    assert same_as_megatron(tmp_path / "l", "llama")
+
+
+def test_an_unwritable_proof_cache_is_one_line_naming_xdg_cache_home(tokenizers, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    out = subprocess.run(encode_command(tokenizers["qwen"], tmp_path / "q"), cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "XDG_CACHE_HOME": str(blocker)})
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith(f"data.encode: error: cannot write the tokenizer proof "
+                                                          f"cache {blocker}/tprimat/tokenizer-proofs (")
+    assert out.stderr.strip().endswith("set XDG_CACHE_HOME to a writable directory")
+
+
+def test_a_bad_line_is_reported_with_its_number(tokenizers, cache, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": "fine"}\n{"txt": "wrong key"}\n')
     out = subprocess.run([sys.executable, "-m", "data.encode", "--input", str(bad), "--tokenizer-model",
                           str(tokenizers["qwen"]), "--output-prefix", str(tmp_path / "b"), "--workers", "1",
-                          "--append-eod", "--quiet"], cwd=REPO, capture_output=True, text=True)
+                          "--append-eod", "--quiet"], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "XDG_CACHE_HOME": str(cache)})
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == \
         f"data.encode: error: --input {bad}: line 3 is not a JSON object with text (no field 'text')"
     assert not list(tmp_path.glob("b_*"))
 
 
-def test_a_killed_encode_leaves_no_finished_looking_pair_and_a_rerun_starts_clean(tokenizers, tmp_path):
+def test_a_killed_encode_leaves_no_finished_looking_pair_and_a_rerun_starts_clean(tokenizers, cache, tmp_path):
     texts = [json.loads(line)["text"] for line in gzip.open(SAMPLE, "rt", encoding="utf-8")]
     big = tmp_path / "big.jsonl"
     with open(big, "w", encoding="utf-8") as handle:
@@ -91,7 +191,8 @@ def test_a_killed_encode_leaves_no_finished_looking_pair_and_a_rerun_starts_clea
     idx_path.write_bytes(b"old")
     command = [sys.executable, "-m", "data.encode", "--input", str(big), "--tokenizer-model", str(tokenizers["qwen"]),
                "--output-prefix", str(prefix), "--workers", "1", "--append-eod", "--quiet"]
-    proc = subprocess.Popen(command, cwd=REPO, start_new_session=True)
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    proc = subprocess.Popen(command, cwd=REPO, start_new_session=True, env=env)
     deadline = time.monotonic() + 120
     while not (partial(bin_path).exists() and partial(bin_path).stat().st_size > 0):
         assert proc.poll() is None and time.monotonic() < deadline, "encode ended before it could be killed"
@@ -100,6 +201,6 @@ def test_a_killed_encode_leaves_no_finished_looking_pair_and_a_rerun_starts_clea
     proc.wait()
     assert not bin_path.exists() and not idx_path.exists()
     command[command.index("--input") + 1] = str(CORPUS)  # a short rerun: it must clear the partial files
-    assert subprocess.run(command, cwd=REPO).returncode == 0
+    assert subprocess.run(command, cwd=REPO, env=env).returncode == 0
     assert bin_path.exists() and idx_path.exists()
     assert not partial(bin_path).exists() and not partial(idx_path).exists()
