@@ -1,9 +1,31 @@
 """Turn a Megatron-LM, Primus or NeMo training log into TPrimat's one result JSON.
 
-    python3 -m evaluate.extract LOG... [--framework mega|prim|nemo|auto] [--run-dir DIR] [flags] -o RESULT.json
+    python3 -m evaluate.extract LOG... -o RESULT.json                   # a log from anywhere
+    python3 -m evaluate.extract LOG... --run-dir DIR -o RESULT.json     # a TPrimat run directory's log
 
-What the log does not print (the requested layout and workload) comes from the run directory's
-config.json (the launcher's request, train/plan.py) and can be given or overridden with flags.
+A log is enough when it says what ran, and most do:
+  - Megatron-LM and Primus print their argument dump ("---- arguments ----"): TP, PP, DP, world
+    size, MBS, GBS, sequence length, train_iters, bf16/fp8, lr, min_lr, lr_warmup_iters, seed, and
+    num_layers, hidden_size, ffn_hidden_size, heads, query groups and QKV bias, which name the model
+    variant (utils/models.py); every iteration line carries the global batch size and the steps.
+  - NeMo prints its parallel groups (TP, PP, DP), the micro-batch count (GA), the parameter count
+    (the variant, where TP = PP = 1), megatron-core's OptimizerConfig (lr, betas, clipping) and
+    GPTDatasetConfig (sequence length, seed), and the global batch size and steps on every step;
+    not the precision, min_lr or LR warm-up.
+  - The platform, where the log shows it: a device line (nvidia-smi -L, rocm-smi, amd-smi), the
+    collective library's version line (NCCL built for CUDA, RCCL), or Primus's HIP memory fields;
+    else system.json's GPU vendor (--system). A Megatron log alone does not say it.
+What the log leaves out is asked for in one line naming the flags that supply it (exit 2). A
+device the log names also gives MFU its peak. To compare the result fairly with others, give
+--data-prefix of the same data prepared here: its manifest holds the dataset and tokenizer
+fingerprints that evaluate.validate's fairness check needs.
+
+With --run-dir, the run directory's config.json (the launcher's request, train/plan.py) is the
+request, and what the log says is recorded beside it under "effective" for evaluate.validate to
+compare. Flags override both, but a flag that contradicts what the log says ran is refused
+(exit 2): the log is the record of the run. WARMUP_SKIP comes from the run's request, else
+--warmup-skip, else config.env and the environment as a run would take it.
+
 Figures are computed by utils.metrics from the per-step values; the framework's own TFLOP/s and
 running averages are kept apart under raw_framework. Exit 0: result written; 2: bad input;
 1: the log holds no iteration line (nothing to extract).
@@ -14,17 +36,31 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from evaluate import fingerprint
-from evaluate.logs import FRAMEWORKS, ParsedLog, parse_logs
+from evaluate.logs import FRAMEWORKS, ParsedLog, complete_batch, parse_logs
 from utils import metrics
-from utils.result import ResultError, build_result, write_result
+from utils.config import PLATFORMS, ConfigError, load_config
+from utils.hardware import lookup_device
+from utils.models import MODELS
+from utils.result import ResultError, build_result, schema, write_result
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))
 FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend")
+VARIANTS = tuple(spec.variant for spec in MODELS.values())
+PRECISIONS = tuple(schema()["properties"]["training"]["properties"]["precision"]["enum"])
+# Architecture numbers a log may print, named like ModelSpec's fields; together they name a variant.
+ARCHITECTURE = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "qkv_bias")
+VENDOR_PLATFORM = {"nvidia": "nvd", "amd": "amd"}
+# Settings a log may print that no flag gives (request key = the log's key).
+LOG_ONLY = ("sequence_parallel", "lr_decay_style", "weight_decay", "beta1", "beta2", "grad_clip")
 
 
 class InputError(Exception):
@@ -37,36 +73,196 @@ def redact(text: str) -> str:
     return SECRET_PATTERNS[1].sub(r"\1***", text)
 
 
-# Flags that override config.json; each maps to the request key of the same meaning (train/plan.py).
-OVERRIDES = {
-    "run_id": str, "platform": str, "variant": str, "strategy": str, "tp": int, "pp": int, "dp": int, "ga": int,
-    "mbs": int, "gbs": int, "sl": int, "train_iters": int, "precision": str, "num_gpus": int, "warmup_skip": int,
-    "warmup_steps": int, "lr": float, "min_lr": float, "seed": int, "dataset": str, "data_prefix": str,
-    "mock_data": int, "commit": str,
+def _zero_one(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise argparse.ArgumentTypeError(f"expected 0 or 1, got {text!r}")
+    return text == "1"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A request setting (train/plan.py's key) that a flag can give."""
+
+    kind: Callable
+    metavar: str
+    label: str  # its name in the one-line "does not say" message; "" for a setting a result can do without
+    log_key: str | None = None  # the parsed log's key for the same fact; None where logs never print it
+    help: str = ""
+    choices: tuple[str, ...] | None = None
+
+
+SETTINGS: dict[str, Setting] = {
+    "platform": Setting(str, "|".join(PLATFORMS), "platform", choices=PLATFORMS,
+                        help="platform (the log's: its GPU, where it shows one; else system.json's vendor)"),
+    "variant": Setting(str, "|".join(VARIANTS), "model variant", choices=VARIANTS,
+                       help="model variant (the log's: the one whose architecture it prints)"),
+    "tp": Setting(int, "N", "TP", "tp"),
+    "pp": Setting(int, "N", "PP", "pp"),
+    "dp": Setting(int, "N", "DP", "dp"),
+    "ga": Setting(int, "N", "gradient accumulation", "ga"),
+    "mbs": Setting(int, "N", "micro-batch size", "mbs"),
+    "gbs": Setting(int, "N", "global batch size", "gbs"),
+    "sl": Setting(int, "N", "sequence length", "seq_len"),
+    "train_iters": Setting(int, "N", "steps", "steps", help="steps the run was to train"),
+    "precision": Setting(str, "|".join(PRECISIONS), "precision", "precision", choices=PRECISIONS),
+    "lr": Setting(float, "LR", "peak LR", "lr"),
+    "min_lr": Setting(float, "LR", "minimum LR", "min_lr"),
+    "warmup_steps": Setting(int, "N", "LR warm-up steps", "warmup_steps"),
+    "num_gpus": Setting(int, "N", "", "num_gpus", help="GPUs of the job (the log's world size; else TP x PP x DP)"),
+    "seed": Setting(int, "N", "", "seed", help="seed"),
+    "mock_data": Setting(_zero_one, "0|1", "", "mock_data", help="1: the run trained on synthetic tokens"),
+    "device_name": Setting(str, "NAME", "", help="accelerator name for the MFU peak (the log's device line; "
+                                                  "else system.json's)"),
+    "strategy": Setting(str, "NAME", "", help="named strategy of utils/strategies.py (default: custom)"),
+    "warmup_skip": Setting(int, "N", "", help="first steps left out of the statistics (else the request's; "
+                                              "else WARMUP_SKIP of config.env and the environment)"),
+    "dataset": Setting(str, "NAME", "", help="dataset name (bc, c4, sample)"),
+    "data_prefix": Setting(str, "PREFIX", "", help="prepared data prefix, for the dataset fingerprint"),
+    "run_id": Setting(str, "ID", "", help="run id (else the run directory's name; else the log's stem)"),
+    "commit": Setting(str, "SHA", "", help="project commit the run used (else the request's; with --run-dir, "
+                                            "this checkout's; else none)"),
 }
-REQUIRED = ("platform", "variant", "tp", "pp", "dp", "ga", "mbs", "gbs", "sl", "train_iters", "precision",
-            "warmup_skip", "lr", "min_lr", "warmup_steps")
 
 
-def load_request(run_dir: Path | None, flags: dict) -> dict:
-    """config.json of the run directory (if any) overridden by flags; every required key present."""
-    request: dict = {}
-    if run_dir is not None:
-        path = run_dir / "config.json"
-        try:
-            request = json.loads(path.read_text())
-        except OSError:
-            raise InputError(f"--run-dir {run_dir}: no readable config.json there; give the run directory "
-                             "the launcher wrote, or the settings as flags") from None
-        except json.JSONDecodeError as err:
-            raise InputError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from None
-        request.setdefault("warmup_skip", request.get("config", {}).get("WARMUP_SKIP"))
-        request.setdefault("run_id", run_dir.name)
-    request.update({k: v for k, v in flags.items() if v is not None})
-    missing = [k for k in REQUIRED if request.get(k) is None]
+@dataclass
+class Shown:
+    """What the logs say, keyed like the request, and how they say the facts that need explaining."""
+
+    values: dict
+    evidence: dict  # key -> the text that showed it (platform, variant)
+    variants: tuple[str, ...]  # the variants the printed architecture allows (all of them when it says nothing)
+
+
+def _vendor(device_name: str | None) -> str | None:
+    """nvidia | amd for a device name: its entry in the peak table, else the vendor it starts with."""
+    if not device_name:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an unknown device is no problem here
+        spec = lookup_device(device_name)
+    first = device_name.split()[0].lower()
+    return spec.vendor if spec else (first if first in VENDOR_PLATFORM else None)
+
+
+def _variants(effective: dict) -> tuple[tuple[str, ...], str | None]:
+    """The variants agreeing with every architecture number the log prints, and those numbers in words.
+
+    The parameter count counts only where no architecture number is printed (NeMo) and it matches a
+    variant: it also depends on how a framework pads the vocabulary.
+    """
+    arch = {key: effective[key] for key in ARCHITECTURE if effective.get(key) is not None}
+    if arch:
+        words = ", ".join(f"{key} {value}" for key, value in arch.items())
+        return tuple(s.variant for s in MODELS.values() if all(getattr(s, k) == v for k, v in arch.items())), words
+    count = effective.get("parameters")
+    matched = tuple(s.variant for s in MODELS.values() if s.param_count() == count)
+    return (matched, f"{count} parameters") if matched else (VARIANTS, None)
+
+
+def shown_by(parsed: ParsedLog) -> Shown:
+    """The request settings the logs say."""
+    effective = parsed.effective
+    values = {key: effective[s.log_key] for key, s in SETTINGS.items()
+              if s.log_key and effective.get(s.log_key) is not None}
+    values.update({key: effective[key] for key in LOG_ONLY if effective.get(key) is not None})
+    if effective.get("distributed_optimizer") is not None:
+        values["fairness"] = {"use_distributed_optimizer": effective["distributed_optimizer"]}
+    evidence = {}
+    vendor, evidence_line = _vendor(parsed.device_name), parsed.device_name
+    if vendor is None:
+        vendor, evidence_line = parsed.gpu_vendor, parsed.vendor_evidence
+    if vendor is not None:
+        values["platform"], evidence["platform"] = VENDOR_PLATFORM[vendor], evidence_line
+    if parsed.device_name:
+        values["device_name"] = parsed.device_name
+    variants, words = _variants(effective)
+    if words:
+        evidence["variant"] = words
+        if len(variants) == 1:
+            values["variant"] = variants[0]
+    return Shown(values, evidence, variants)
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _contradictions(flags: dict, shown: Shown) -> list[str]:
+    """Each given flag that disagrees with the log, with what the log says."""
+    found = []
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key == "variant" and "variant" in shown.evidence and value not in shown.variants:
+            says = "|".join(shown.variants) or "none of TPrimat's variants"
+            found.append(f"{_flag(key)} {value} (the log's model: {shown.evidence['variant']}: {says})")
+        elif key != "variant" and key in shown.values and shown.values[key] != value:
+            where = f", from {shown.evidence[key]!r}" if key in shown.evidence else ""
+            found.append(f"{_flag(key)} {value} (the log: {shown.values[key]}{where})")
+    return found
+
+
+def _run_request(run_dir: Path | None) -> dict:
+    """The run directory's config.json (the launcher's request), or {} without a run directory."""
+    if run_dir is None:
+        return {}
+    path = run_dir / "config.json"
+    try:
+        request = json.loads(path.read_text())
+    except OSError:
+        raise InputError(f"--run-dir {run_dir}: no readable config.json there; give the run directory "
+                         "the launcher wrote, or leave --run-dir out to read the settings from the log") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from None
+    request.setdefault("warmup_skip", request.get("config", {}).get("WARMUP_SKIP"))
+    request.setdefault("run_id", run_dir.name)
+    return request
+
+
+def configured_warmup_skip(platform: str) -> tuple[int, str]:
+    """WARMUP_SKIP as a run of this checkout on that platform would take it, and where it came from."""
+    env = {**os.environ, "PLATFORM": platform, "TPRIMAT_DETECTED_PLATFORM": platform}  # no detection here
+    try:
+        config = load_config(env)
+    except ConfigError as err:
+        raise InputError(f"WARMUP_SKIP unknown: the configuration does not load ({err.problems[0]}); "
+                         "give --warmup-skip N") from None
+    return config["WARMUP_SKIP"], config.sources.get("WARMUP_SKIP", "config.env")
+
+
+def load_request(logs: list[Path], run_dir: Path | None, config: dict, flags: dict, shown: Shown, system: dict,
+                 notes: list[str]) -> dict:
+    """The request: what the logs say, under config.json (if any), under the flags; every required key present.
+
+    A flag that contradicts the log, or a setting that none of them gives, is bad input (one line each kind).
+    """
+    where = ", ".join(str(p) for p in logs)
+    contradictions = _contradictions(flags, shown)
+    if contradictions:
+        raise InputError(f"{where} shows what ran, and these flags contradict it: {'; '.join(contradictions)}; "
+                         "drop them, or give the log of the run they describe")
+    request = {**shown.values, **config, **{k: v for k, v in flags.items() if v is not None}}
+    complete_batch(request)  # e.g. GA of TPrimat's NeMo line, which names DP, MBS and GBS
+    vendor = (system.get("gpu") or {}).get("vendor")
+    if request.get("platform") is None and vendor in VENDOR_PLATFORM:
+        request["platform"] = VENDOR_PLATFORM[vendor]
+        notes.append(f"platform {request['platform']} from system.json's GPU vendor (the log does not show it)")
+    missing = [key for key, s in SETTINGS.items() if s.label and request.get(key) is None]
+    if "variant" in missing and not shown.variants:
+        raise InputError(f"{where}: the model ({shown.evidence['variant']}) is none of TPrimat's variants "
+                         f"({', '.join(VARIANTS)}; utils/models.py); a result names one of them")
     if missing:
-        raise InputError("missing settings " + ", ".join(missing) + ": give --run-dir (with config.json) or --"
-                         + " --".join(k.replace("_", "-") for k in missing))
+        sources = where + (f" and {run_dir / 'config.json'}" if run_dir else "")
+        verb = "does" if len(logs) == 1 and run_dir is None else "do"
+        asks = " ".join(f"{_flag(key)} " + ("|".join(shown.variants) if key == "variant" else SETTINGS[key].metavar)
+                        for key in missing)
+        raise InputError(f"{sources} {verb} not say {', '.join(SETTINGS[key].label for key in missing)}; give {asks}")
+    if request["precision"] not in PRECISIONS:
+        raise InputError(f"{where} trained in {request['precision']}; a result holds {', '.join(PRECISIONS)}")
+    if request.get("warmup_skip") is None:
+        request["warmup_skip"], source = configured_warmup_skip(request["platform"])
+        notes.append(f"WARMUP_SKIP={request['warmup_skip']} from {source} (no run directory gave it; "
+                     "--warmup-skip sets another)")
     return request
 
 
@@ -112,14 +308,10 @@ def _raw_framework(parsed: ParsedLog, warmup_skip: int) -> dict:
     return raw
 
 
-def extract(logs: list[Path], request: dict, *, framework: str | None, system: dict, exit_code: int | None,
-            started_at: str | None, ended_at: str | None, device_name: str | None, notes: list[str]) -> dict:
-    """Parse the logs and build the result; raises LookupError when there is no iteration line."""
-    parsed = parse_logs(logs, framework=framework)
-    if not parsed.records and not exit_code:
-        last = parsed.tail[-1] if parsed.tail else "(empty)"
-        raise LookupError(f"no training iteration line in {', '.join(map(str, logs))} ({parsed.lines_read} lines; "
-                          f"last: {redact(last)[:200]}): the run did not reach its first logged step")
+def extract(parsed: ParsedLog, logs: list[Path], request: dict, *, framework: str | None, system: dict,
+            exit_code: int | None, started_at: str | None, ended_at: str | None, from_run_dir: bool,
+            notes: list[str]) -> dict:
+    """Build the result of the parsed logs under the request."""
     framework = framework or parsed.framework
     if framework is None:
         raise InputError("the log shows no iteration line to tell its format from: give --framework")
@@ -139,7 +331,7 @@ def extract(logs: list[Path], request: dict, *, framework: str | None, system: d
         except FileNotFoundError as err:
             notes.append(f"dataset fingerprint unknown: {err}")
     commit = request.get("commit")
-    if commit is None:
+    if commit is None and from_run_dir:  # a log from elsewhere did not run this checkout
         commit = fingerprint.project_commit()
         notes.append("project commit read from the checkout at extraction time")
     effective = parsed.effective
@@ -162,28 +354,32 @@ def extract(logs: list[Path], request: dict, *, framework: str | None, system: d
                   "dataset": None if mock else request.get("dataset"), "dataset_fingerprint": data["fingerprint"],
                   "tokenizer_fingerprint": data["tokenizer_fingerprint"], "mock_data": mock,
                   "weight_decay": request.get("weight_decay"), "beta1": request.get("beta1"),
-                  "beta2": request.get("beta2"), "grad_clip": request.get("grad_clip")},
+                  "beta2": request.get("beta2"), "grad_clip": request.get("grad_clip"),
+                  **({"lr_decay_style": request["lr_decay_style"]} if request.get("lr_decay_style") else {})},
         steps=parsed.records, warmup_skip=request["warmup_skip"],
         num_gpus=request.get("num_gpus") or request["tp"] * request["pp"] * request["dp"],
-        device_name=device_name or (system.get("gpu") or {}).get("name"),
+        device_name=request.get("device_name") or (system.get("gpu") or {}).get("name"),
         raw_framework=_raw_framework(parsed, request["warmup_skip"]),
         effective=effective, features=features, warnings=notes)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python3 -m evaluate.extract", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m evaluate.extract", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="training log(s), read in order as one stream")
     parser.add_argument("-o", "--output", required=True, type=Path, help="result JSON to write")
     parser.add_argument("--framework", choices=FRAMEWORKS + ("auto",), default="auto",
                         help="log format; auto detects it from the iteration lines (default)")
-    parser.add_argument("--run-dir", type=Path, help="run directory holding config.json (the request)")
+    parser.add_argument("--run-dir", type=Path, help="TPrimat run directory holding config.json (the request)")
     parser.add_argument("--system", type=Path, help="system.json (default: the run directory's, or its parent's)")
     parser.add_argument("--exit-code", type=int, help="exit status of the training process (non-zero: failed)")
     parser.add_argument("--started-at", help="ISO 8601 start time of the run")
     parser.add_argument("--ended-at", help="ISO 8601 end time of the run")
-    parser.add_argument("--device-name", help="accelerator name for the MFU peak (default: system.json's)")
-    for key, kind in OVERRIDES.items():
-        parser.add_argument("--" + key.replace("_", "-"), dest=key, type=kind, help=f"override config.json's {key}")
+    settings = parser.add_argument_group("settings", "each overrides --run-dir's config.json and fills what the "
+                                                     "log does not say; one that contradicts the log is refused")
+    for key, s in SETTINGS.items():
+        settings.add_argument(_flag(key), dest=key, type=s.kind, metavar=s.metavar, choices=s.choices,
+                              help=s.help or s.label)
     return parser
 
 
@@ -194,23 +390,26 @@ def main(argv: list[str] | None = None) -> int:
         for log in args.logs:
             if not log.is_file():
                 raise InputError(f"{log}: no such log file")
-        request = load_request(args.run_dir, {k: getattr(args, k) for k in OVERRIDES})
-        framework = None if args.framework == "auto" else args.framework
-        framework = framework or request.get("framework")
+        config = _run_request(args.run_dir)
+        framework = (None if args.framework == "auto" else args.framework) or config.get("framework")
+        parsed = parse_logs(args.logs, framework=framework)
+        if not parsed.records and not args.exit_code:
+            last = parsed.tail[-1] if parsed.tail else "(empty)"
+            raise LookupError(f"no training iteration line in {', '.join(map(str, args.logs))} ({parsed.lines_read} "
+                              f"lines; last: {redact(last)[:200]}): the run did not reach its first logged step")
         system = _system(args.run_dir, args.system, notes)
-        result = extract(args.logs, request, framework=framework, system=system, exit_code=args.exit_code,
-                         started_at=args.started_at, ended_at=args.ended_at, device_name=args.device_name,
+        request = load_request(args.logs, args.run_dir, config, {key: getattr(args, key) for key in SETTINGS},
+                               shown_by(parsed), system, notes)
+        result = extract(parsed, args.logs, request, framework=framework, system=system, exit_code=args.exit_code,
+                         started_at=args.started_at, ended_at=args.ended_at, from_run_dir=args.run_dir is not None,
                          notes=notes)
-    except InputError as err:
-        print(f"evaluate.extract: {err}", file=sys.stderr)
-        return 2
-    except ResultError as err:
+        write_result(args.output, result)
+    except (InputError, ResultError) as err:
         print(f"evaluate.extract: {err}", file=sys.stderr)
         return 2
     except LookupError as err:
         print(f"evaluate.extract: {err}", file=sys.stderr)
         return 1
-    write_result(args.output, result)
     if not result["series"]["step"]:
         print(f"evaluate.extract: no training iteration line in the log; {args.output} records the failed run "
               f"(exit code {args.exit_code})", file=sys.stderr)

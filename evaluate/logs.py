@@ -8,7 +8,15 @@ the whole field is a number), a last line cut off (flagged as truncated), nan/in
 nan/inf: utils.result turns them into flagged nulls), and several runs appended to one file (split
 where the iteration counter restarts; the last run is returned).
 
-Public: parse_logs, mock_data_evidence, effective_settings.
+Besides the steps, the parsers read the settings a log prints, so that a log from elsewhere needs
+no run request: Megatron-LM's and Primus's argument dump (layout, batch, steps, precision, LR
+schedule, seed, architecture), the global batch size of every iteration line, the lines NeMo's and
+megatron-core's own logging prints (parallel groups, micro-batch count, parameter count, the
+OptimizerConfig and GPTDatasetConfig reprs), TPrimat's TPRIMAT_EFFECTIVE lines, and the hardware a
+log may name: a device line (nvidia-smi -L, rocm-smi, amd-smi) or the collective library's
+version (NCCL +cuda, RCCL), and Primus's HIP memory fields.
+
+Public: parse_logs, complete_batch, mock_data_evidence, effective_settings.
 """
 
 from __future__ import annotations
@@ -32,9 +40,26 @@ PRIMUS_PREFIX = re.compile(r"\[rank-\d+/\d+\]\s*\[(?:INFO|WARNING|DEBUG|ERROR)\s
 ARGUMENT = re.compile(r"(?:^|[\s:])([a-z_][a-z0-9_]*) \.{3,} (.*?)\s*$")
 EFFECTIVE_MARKER = "TPRIMAT_EFFECTIVE"
 MOCK_CLASSES = ("MockGPTDataset", "MockDataModule")
+# NeMo (megatron_init): "Rank 0 has tensor model parallel group: [0, 1]"; the group's length is the size.
+PARALLEL_GROUP = re.compile(r"\bRank \d+ has (data|tensor model|pipeline model|context) parallel group\s*:"
+                            r"\s*\[([\d,\s]*)\]")
+GROUP_FIELDS = {"data": "dp", "tensor model": "tp", "pipeline model": "pp", "context": "cp"}
+MICROBATCHES = re.compile(r"setting number of microbatches to constant (\d+)")  # megatron-core, both frameworks
+# Megatron-LM "(0, 0)", NeMo "(0 ,0)": the first stage's count, the whole model's where TP = PP = 1.
+PARAMETERS = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \(0\s*,\s*0\):\s*(\d+)")
+# megatron-core's "Setting up optimizer with config OptimizerConfig(lr=..., ...)" and "Building GPTDataset
+# splits with sizes=... and config=GPTDatasetConfig(random_seed=..., sequence_length=..., ...)".
+CONFIG_REPR = re.compile(r"\b(?:Optimizer|GPTDataset)Config\((.*)")
+CONFIG_ITEM = re.compile(r"(?:^|, )(\w+)=('[^']*'|[^,()\[\]<>]*)")
+# A device named by nvidia-smi -L, rocm-smi --showproductname or amd-smi static.
+DEVICE_LINE = re.compile(r"\bGPU \d+: (.+?) \(UUID: |\bCard [Ss]eries:\s*(.+?)\s*$|\bMARKET_NAME:\s*(.+?)\s*$")
+# The collective library's start-up line names the GPU stack: NCCL built for CUDA, or RCCL (ROCm).
+GPU_STACKS = ((re.compile(r"\bNCCL version \S+\+cuda"), "nvidia"), (re.compile(r"\bRCCL version\b"), "amd"))
+HIP_MEMORY = re.compile(r"\b(?:hip|rocm) mem usage[^|]*")  # Primus's iteration field: only ROCm has HIP
 # Bytes that a line must contain to be worth decoding; every other line is only counted.
 MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), b"Traceback", b"out of memory",
-           b"OutOfMemoryError")
+           b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
+           b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version")
 TAIL_LINES = 20
 TAIL_BYTES = 64 << 10
 BLOCK = 8 << 20
@@ -48,8 +73,12 @@ ARGUMENT_FIELDS = {
     "seed": "seed", "lr": "lr", "min_lr": "min_lr", "lr_warmup_iters": "warmup_steps",
     "lr_decay_style": "lr_decay_style", "weight_decay": "weight_decay", "adam_beta1": "beta1",
     "adam_beta2": "beta2", "clip_grad": "grad_clip", "mock_data": "mock_data", "data_path": "data_path",
-    "train_data_path": "data_path",
+    "train_data_path": "data_path", "world_size": "num_gpus", "context_parallel_size": "cp",
+    "num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
+    "num_attention_heads": "num_attention_heads", "add_qkv_bias": "qkv_bias",
 }
+# megatron-core's config reprs use the argument names, except for the dataset's seed and length.
+CONFIG_FIELDS = {**ARGUMENT_FIELDS, "random_seed": "seed", "sequence_length": "seq_len"}
 
 
 @dataclass
@@ -65,6 +94,9 @@ class ParsedLog:
     mock_evidence: str | None  # the first line showing synthetic data, if any
     error_seen: bool  # a traceback or out-of-memory message appeared
     tail: list[str]  # the last lines of the last log (for error excerpts)
+    device_name: str | None  # the accelerator a device line names (nvidia-smi -L, rocm-smi, amd-smi)
+    gpu_vendor: str | None  # "nvidia" | "amd" as the GPU stack shows it (NCCL +cuda, RCCL, HIP memory fields)
+    vendor_evidence: str | None  # the line that showed gpu_vendor
     warnings: list[str] = field(default_factory=list)
     lines_read: int = 0
 
@@ -82,8 +114,12 @@ class _Run:
     memory: dict[int, tuple[float, float]] = field(default_factory=dict)
     arguments: dict = field(default_factory=dict)
     declared: dict = field(default_factory=dict)
+    printed: dict = field(default_factory=dict)  # settings from lines other than the argument dump
     line_gbs: int | None = None
     mock_evidence: str | None = None
+    device_name: str | None = None
+    gpu_vendor: str | None = None
+    vendor_evidence: str | None = None
 
 
 # Field names (lower case, single spaces) -> what they are; names not listed are not parsed at all.
@@ -251,6 +287,9 @@ class _Stream:
                 record, gbs, primus_fields = _megatron_record(int(megatron.group(1)), text[megatron.end():], complete)
                 primus = primus_fields or bool(PRIMUS_PREFIX.search(text[:megatron.start()]))
                 self._step(number, record, int(megatron.group(2)), gbs, "prim" if primus else "mega", complete)
+                usage = HIP_MEMORY.search(text) if primus_fields else None
+                if usage:
+                    self._vendor(self.run, "amd", usage.group(0))
                 return
             memory = MEMORY_REPORT.search(text)
             if memory:
@@ -268,6 +307,37 @@ class _Stream:
             self._mock(text)
         if "Traceback" in text or "out of memory" in text or "OutOfMemoryError" in text:
             self.error_seen = True
+        self._printed(text)
+
+    def _printed(self, text: str) -> None:
+        """Settings and hardware printed outside the argument dump (most of what a NeMo log says)."""
+        target = self._target()
+        found = PARALLEL_GROUP.search(text)
+        if found:
+            target.printed[GROUP_FIELDS[found.group(1)]] = len(found.group(2).split(","))
+        found = MICROBATCHES.search(text)
+        if found:
+            target.printed["ga"] = int(found.group(1))
+        found = PARAMETERS.search(text)
+        if found:
+            target.printed["parameters"] = int(found.group(1))
+        found = CONFIG_REPR.search(text)
+        if found:
+            for name, raw in CONFIG_ITEM.findall(found.group(1)):
+                value = _argument_value(raw.strip().strip("'"))
+                if name in CONFIG_FIELDS and value is not None:
+                    target.printed[CONFIG_FIELDS[name]] = value
+        found = DEVICE_LINE.search(text)
+        if found and target.device_name is None:
+            target.device_name = next(name for name in found.groups() if name)
+        for pattern, vendor in GPU_STACKS:
+            if pattern.search(text):
+                self._vendor(target, vendor, text)
+
+    @staticmethod
+    def _vendor(run: _Run, vendor: str, text: str) -> None:
+        if run.gpu_vendor is None:
+            run.gpu_vendor, run.vendor_evidence = vendor, text.strip()[:160]
 
     def _target(self) -> _Run:
         """Settings printed before a run's first iteration belong to that (next) run."""
@@ -322,22 +392,47 @@ class _Stream:
         return run
 
 
+def complete_batch(values: dict) -> None:
+    """Fill in place what the others imply: DP = GPUs / (TP x PP x CP), and the one missing factor of
+    GBS = MBS x DP x GA (NeMo prints DP and GA but not MBS; Megatron prints MBS and DP but not GA)."""
+    if not values.get("dp") and all(values.get(k) for k in ("num_gpus", "tp", "pp")):
+        values["dp"] = values["num_gpus"] // (values["tp"] * values["pp"] * (values.get("cp") or 1))
+    factors = ("mbs", "dp", "ga")
+    missing = [key for key in factors if not values.get(key)]
+    if values.get("gbs") and len(missing) == 1:
+        values[missing[0]] = values["gbs"] // math.prod(values[key] for key in factors if key != missing[0])
+
+
+def _precision(arguments: dict) -> str:
+    """Megatron's precision flags as one name: fp8 (hybrid, e4m3, ...) over bf16 over fp16, else fp32."""
+    if arguments.get("fp8") not in (None, False):
+        return "fp8"
+    return "bf16" if arguments.get("bf16") else "fp16" if arguments.get("fp16") else "fp32"
+
+
 def _effective(run: _Run) -> dict:
-    """Settings the framework itself reports, keyed like the result's parallelism/training fields."""
-    values: dict = {}
+    """Settings the framework itself reports, keyed like the result's parallelism/training/model fields.
+
+    The argument dump wins over other printed lines, the iteration lines over both for the global
+    batch and the steps, and TPrimat's own TPRIMAT_EFFECTIVE line over everything.
+    """
+    values: dict = dict(run.printed)
     for key, value in run.arguments.items():
         # data_path and train_data_path both name the data: the one that is set wins over a None
         if key in ARGUMENT_FIELDS and (value is not None or values.get(ARGUMENT_FIELDS[key]) is None):
             values[ARGUMENT_FIELDS[key]] = value
     if "bf16" in run.arguments or "fp8" in run.arguments:
-        values["precision"] = "fp8" if run.arguments.get("fp8") not in (None, False) else (
-            "bf16" if run.arguments.get("bf16") else "other")
-    if all(values.get(k) for k in ("gbs", "mbs", "dp")):
-        values["ga"] = values["gbs"] // (values["mbs"] * values["dp"])
+        values["precision"] = _precision(run.arguments)
+    if "num_attention_heads" in values and "group_query_attention" in run.arguments:
+        values["num_kv_heads"] = run.arguments.get("num_query_groups") if run.arguments["group_query_attention"] \
+            else values["num_attention_heads"]
     if run.line_gbs is not None:
         values["gbs"] = run.line_gbs
     if run.total is not None:
         values["steps"] = run.total
+    complete_batch(values)
+    if values.get("parameters") is not None and (values.get("tp"), values.get("pp")) != (1, 1):
+        del values["parameters"]  # one stage's share of a split model: not the model's count
     if run.mock_evidence is not None:
         values["mock_data"] = True
     values.update(run.declared)
@@ -440,6 +535,7 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
     return ParsedLog(framework=run.framework, records=records, total_steps=run.total, truncated=truncated,
                      runs_found=stream.runs_found + (1 if records else 0), effective=_effective(run),
                      mock_evidence=run.mock_evidence, error_seen=stream.error_seen, tail=_clean_tail(tail),
+                     device_name=run.device_name, gpu_vendor=run.gpu_vendor, vendor_evidence=run.vendor_evidence,
                      warnings=notes, lines_read=lines)
 
 
