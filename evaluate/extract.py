@@ -47,15 +47,15 @@ from typing import Callable
 from evaluate import fingerprint
 from evaluate.logs import FRAMEWORKS, ParsedLog, complete_batch, parse_logs
 from utils import metrics
-from utils.config import PLATFORMS, ConfigError, load_config
+from utils.config import PLATFORMS, PRECISIONS, ConfigError, load_config
 from utils.hardware import lookup_device
 from utils.models import MODELS
-from utils.result import ResultError, build_result, schema, write_result
+from utils.result import ResultError, build_result, write_result
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))
 FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend")
 VARIANTS = tuple(spec.variant for spec in MODELS.values())
-PRECISIONS = tuple(schema()["properties"]["training"]["properties"]["precision"]["enum"])
+ALL_PRECISIONS = tuple(dict.fromkeys(p for platform in PLATFORMS for p in PRECISIONS[platform]))
 # Architecture numbers a log may print, named like ModelSpec's fields; together they name a variant.
 ARCHITECTURE = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "qkv_bias")
 VENDOR_PLATFORM = {"nvidia": "nvd", "amd": "amd"}
@@ -104,7 +104,7 @@ SETTINGS: dict[str, Setting] = {
     "gbs": Setting(int, "N", "global batch size", "gbs"),
     "sl": Setting(int, "N", "sequence length", "seq_len"),
     "train_iters": Setting(int, "N", "steps", "steps", help="steps the run was to train"),
-    "precision": Setting(str, "|".join(PRECISIONS), "precision", "precision", choices=PRECISIONS),
+    "precision": Setting(str, "|".join(ALL_PRECISIONS), "precision", "precision", choices=ALL_PRECISIONS),
     "lr": Setting(float, "LR", "peak LR", "lr"),
     "min_lr": Setting(float, "LR", "minimum LR", "min_lr"),
     "warmup_steps": Setting(int, "N", "LR warm-up steps", "warmup_steps"),
@@ -257,8 +257,10 @@ def load_request(logs: list[Path], run_dir: Path | None, config: dict, flags: di
         asks = " ".join(f"{_flag(key)} " + ("|".join(shown.variants) if key == "variant" else SETTINGS[key].metavar)
                         for key in missing)
         raise InputError(f"{sources} {verb} not say {', '.join(SETTINGS[key].label for key in missing)}; give {asks}")
-    if request["precision"] not in PRECISIONS:
-        raise InputError(f"{where} trained in {request['precision']}; a result holds {', '.join(PRECISIONS)}")
+    platform, precision = request["platform"], request["precision"]
+    if precision not in PRECISIONS[platform]:
+        raise InputError(f"precision {precision} on {platform}: TPrimat runs {platform} in "
+                         f"{' or '.join(PRECISIONS[platform])} only, so no result compares with it")
     if request.get("warmup_skip") is None:
         request["warmup_skip"], source = configured_warmup_skip(request["platform"])
         notes.append(f"WARMUP_SKIP={request['warmup_skip']} from {source} (no run directory gave it; "

@@ -355,3 +355,13 @@ def test_printed_settings_become_effective_settings_but_a_split_models_parameter
     megatron = logs.effective_settings([FIXTURES / "megatron_lm_arguments.log"])
     assert (megatron["num_kv_heads"], megatron["num_gpus"], megatron["qkv_bias"]) == (8, 8, False)
     assert "parameters" not in megatron  # rank (0, 0) holds half of a TP=2 model
+
+
+def test_a_precision_the_platform_is_not_benchmarked_in_is_refused(tmp_path, capsys):
+    """A Megatron-LM run with bf16 and fp8 off trained in fp32, which TPrimat runs on CPUs only."""
+    log = with_lines_before(tmp_path, "megatron_lm_arguments.log", "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)")
+    log.write_text(log.read_text().replace(f"  bf16 {'.' * 44} True", f"  bf16 {'.' * 44} False"))
+    code, result = extract_alone(tmp_path, log, "--warmup-skip", "2")
+    assert (code, result) == (2, None)
+    assert capsys.readouterr().err == ("evaluate.extract: precision fp32 on nvd: TPrimat runs nvd in bf16 or fp8 only, "
+                                       "so no result compares with it\n")
