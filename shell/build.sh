@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Build tprimat:<platform> from <platform>.Dockerfile (PLATFORM=amd|nvd, default: this machine's).
-# Rebuilds only when the Dockerfile or its requirements changed.
+# usage: ./shell/build.sh
+# Build the image tprimat:<platform> from <platform>.Dockerfile for this machine's GPUs, or for
+# PLATFORM=amd|nvd. It rebuilds only when the Dockerfile or its requirements changed (the image carries
+# their hash). It takes no arguments and needs a Docker engine; ./shell/run_train.sh builds it too.
+# Exit: 0 built or up to date, 1 the build failed (its last lines are shown), 2 bad input.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 main() {
+  tp_args "" "$@"
   local platform
   platform="$(tp_platform)"
   [[ "${platform}" == amd || "${platform}" == nvd ]] \

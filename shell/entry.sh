@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Open an interactive shell where the benchmarks run: the platform's container, or .venv on the host.
-# From there, one run alone: bash train/train_<platform>_<framework>_<model>.sh
+# usage: ./shell/entry.sh
+# Open an interactive shell where the benchmarks run: the platform's container (built first when it is
+# out of date), or .venv on the host (built first when missing, with python3 or TPRIMAT_HOST_PYTHON).
+# From there, one run alone: bash train/train_<platform>_<framework>_<model>.sh (see its --help).
+# It takes no arguments; PLATFORM and RUNTIME choose as for ./shell/run_train.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 main() {
+  tp_args "" "$@"
   tp_load_config
   case "$(tp_choose_runtime "${PLATFORM}")" in
     docker)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # TPrimat's one shared shell library: sourced by every script, never run.
-# Logging, configuration, platform detection, runtimes (docker | host) and stage dispatch.
+# Logging, command lines (usage, argument checks), configuration, platform detection, runtimes
+# (docker | host) and stage dispatch.
 # shellcheck disable=SC2034  # variables set here are used by the scripts that source it
 
 set -euo pipefail
@@ -9,6 +10,10 @@ TPRIMAT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly TPRIMAT_ROOT
 TPRIMAT_VENV="${TPRIMAT_VENV:-${TPRIMAT_ROOT}/.venv}"
 TPRIMAT_KFD="${TPRIMAT_KFD:-/dev/kfd}"  # AMD's kernel driver node (tests point it elsewhere)
+# The oldest Python that every pin of requirements/host.txt and dev.txt installs on: the strictest
+# Requires-Python among them (numpy 2.4, pandas 3.1, matplotlib 3.11, transformers 5). A test keeps
+# it equal to the installed pins' metadata.
+readonly TPRIMAT_MIN_PYTHON=3.11
 
 tp_log() { printf '[tprimat] %s\n' "$*" >&2; }
 tp_warn() { printf '[tprimat] warning: %s\n' "$*" >&2; }
@@ -17,6 +22,46 @@ tp_die() {
   shift
   printf '[tprimat] error: %s\n' "$*" >&2
   exit "${code}"
+}
+
+# --- Command line ---------------------------------------------------------------------------------
+
+# The usage of a script (default: the one running): its header comment, every line after the shebang
+# up to the first that is not a comment. The header of every script that is run starts "usage: ".
+tp_usage() {
+  awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${1:-$0}"
+}
+
+# True when -h or --help is among the arguments.
+tp_help_asked() {
+  local arg
+  for arg in "$@"; do
+    [[ "${arg}" == -h || "${arg}" == --help ]] && return 0
+  done
+  return 1
+}
+
+# tp_args OPTIONS ARG...: a script's arguments, checked before it does anything. -h or --help prints
+# its usage and exits 0; an argument OPTIONS does not name stops it with one line and exit 2. OPTIONS
+# lists the accepted options, space-separated; one ending in '=' takes a value ("--run-dir=" accepts
+# "--run-dir DIR" and "--run-dir=DIR").
+tp_args() {
+  local options=" $1 "
+  shift
+  if tp_help_asked "$@"; then
+    tp_usage
+    exit 0
+  fi
+  while (($# > 0)); do
+    case "${options}" in
+      *" ${1:-?} "*) shift ;;  # a flag (an empty argument is none)
+      *" $1= "*)
+        (($# >= 2)) || tp_die 2 "$1 needs a value (--help shows the usage)"
+        shift 2 ;;
+      *" ${1%%=*}= "*) shift ;;  # --option=value
+      *) tp_die 2 "unknown argument '$1' (--help shows the usage)" ;;
+    esac
+  done
 }
 
 # --- Platform ---------------------------------------------------------------------------------------
@@ -78,8 +123,27 @@ tp_load_config() {
   detected="$(tp_detect_platform)"
   TPRIMAT_DETECTED_GPUS="$(tp_gpu_count "${detected}")"
   export TPRIMAT_DETECTED_PLATFORM="${detected}" TPRIMAT_DETECTED_GPUS
-  exports="$(cd "${TPRIMAT_ROOT}" && python3 -m utils.config env "$@")" || exit 2
+  exports="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.config env "$@")" || exit 2
   eval "${exports}"
+}
+
+# The host's Python: it validates the configuration (utils.config, standard library only) and creates
+# .venv. TPRIMAT_HOST_PYTHON names another interpreter than the python3 on PATH.
+tp_host_python() {
+  echo "${TPRIMAT_HOST_PYTHON:-python3}"
+}
+
+# Stop before .venv is created when the host's Python is older than the pinned requirements need.
+tp_require_host_python() {
+  local python found need="${TPRIMAT_MIN_PYTHON}"
+  python="$(tp_host_python)"
+  found="$("${python}" --version 2>&1)" \
+    || tp_die 2 "no Python '${python}' on this machine; TPrimat needs Python ${need} or newer: install it and set TPRIMAT_HOST_PYTHON=/path/to/python${need}"
+  if [[ "${found}" =~ ^Python\ ([0-9]+)\.([0-9]+) ]] \
+      && ((BASH_REMATCH[1] > ${need%.*} || (BASH_REMATCH[1] == ${need%.*} && BASH_REMATCH[2] >= ${need#*.}))); then
+    return 0
+  fi
+  tp_die 2 "${python} is ${found%%$'\n'*}; TPrimat's pinned requirements need Python ${need} or newer: install it and set TPRIMAT_HOST_PYTHON=/path/to/python${need} (or put it first on PATH as python3)"
 }
 
 # The project's Python for everything beyond utils.config: the container's, TPRIMAT_PYTHON, or .venv's.
@@ -111,8 +175,9 @@ tp_require_token() {
 tp_ensure_venv() {
   local file stamp hash
   if [[ ! -x "${TPRIMAT_VENV}/bin/python" ]]; then
-    tp_log "creating the Python environment ${TPRIMAT_VENV} (first run only)"
-    python3 -m venv "${TPRIMAT_VENV}"
+    tp_require_host_python
+    tp_log "creating the Python environment ${TPRIMAT_VENV} with $(tp_host_python) (first run only)"
+    "$(tp_host_python)" -m venv "${TPRIMAT_VENV}"
   fi
   for file in "$@"; do
     stamp="${TPRIMAT_VENV}/.tprimat-$(basename "${file}").sha256"
@@ -163,19 +228,25 @@ tp_image_hash() {
   cat "${TPRIMAT_ROOT}/$1.Dockerfile" "${TPRIMAT_ROOT}/requirements/$1.txt" | sha256sum | cut -c1-16
 }
 
+# True when tprimat:<platform> exists and was built from the current Dockerfile and requirements.
+tp_image_current() {
+  local current
+  current="$(docker image inspect --format '{{ index .Config.Labels "tprimat.hash" }}' "$(tp_image "$1")" 2>/dev/null || true)"
+  [[ "${current}" == "$(tp_image_hash "$1")" ]]
+}
+
 # Build tprimat:<platform> from <platform>.Dockerfile unless an image of the same inputs exists.
 tp_build_image() {
-  local platform="$1" image hash current log
+  local platform="$1" image log
   image="$(tp_image "${platform}")"
-  hash="$(tp_image_hash "${platform}")"
-  current="$(docker image inspect --format '{{ index .Config.Labels "tprimat.hash" }}' "${image}" 2>/dev/null || true)"
-  if [[ "${current}" == "${hash}" ]]; then
+  if tp_image_current "${platform}"; then
     tp_log "image ${image} is up to date"
     return 0
   fi
   tp_log "building ${image} from ${platform}.Dockerfile"
   log="$(mktemp)"
-  if ! docker build --tag "${image}" --label "tprimat.hash=${hash}" --file "${TPRIMAT_ROOT}/${platform}.Dockerfile" \
+  if ! docker build --tag "${image}" --label "tprimat.hash=$(tp_image_hash "${platform}")" \
+      --file "${TPRIMAT_ROOT}/${platform}.Dockerfile" \
       "${TPRIMAT_ROOT}" >"${log}" 2>&1; then
     tail -n 20 "${log}" >&2
     rm -f "${log}"
@@ -262,8 +333,28 @@ tp_check_data_secrets() {
 # NNODES>1 and sbatch on PATH, as utils.config resolves it (environment over config.env).
 tp_slurm_wanted() {
   local mode
-  mode="$(cd "${TPRIMAT_ROOT}" && python3 -m utils.config get LAUNCH_MODE --quiet)" || exit 2
+  mode="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.config get LAUNCH_MODE --quiet)" || exit 2
   [[ "${mode}" == slurm ]]
+}
+
+# DRY_RUN=1 with the docker runtime builds, pulls and starts nothing: it says whether the image is
+# current and which container would run the stage, then plans the stage on the host (train.plan and
+# the launcher's dry run need only the standard library), where shell/train.sh prints each run's
+# command with the container invocation that would wrap it.
+tp_docker_dry_run() {
+  local stage="$1" image
+  shift
+  local -a words
+  image="$(tp_image "${PLATFORM}")"
+  if tp_image_current "${PLATFORM}"; then
+    tp_log "dry run: image ${image} is up to date"
+  else
+    tp_log "dry run: a real run would first build ${image} from ${PLATFORM}.Dockerfile (./shell/build.sh)"
+  fi
+  mapfile -t words < <(tp_docker_run_words "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@")
+  tp_log "dry run: a real run would start: $(printf '%q ' "${words[@]}")"
+  TPRIMAT_RUNTIME=docker TPRIMAT_PYTHON="${TPRIMAT_PYTHON:-$(tp_host_python)}" \
+    bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@"
 }
 
 tp_run_stage() {
@@ -278,8 +369,12 @@ tp_run_stage() {
   runtime="$(tp_choose_runtime "${PLATFORM}")"
   case "${runtime}" in
     docker)
-      tp_build_image "${PLATFORM}"
-      tp_docker_run "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@" ;;
+      if [[ "${stage}" == train && "${DRY_RUN}" == 1 ]]; then
+        tp_docker_dry_run "${stage}" "$@"
+      else
+        tp_build_image "${PLATFORM}"
+        tp_docker_run "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@"
+      fi ;;
     host)
       [[ -n "${TPRIMAT_PYTHON:-}" ]] || tp_ensure_venv requirements/host.txt
       TPRIMAT_RUNTIME=host bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@" ;;

@@ -1,17 +1,14 @@
 #!/usr/bin/env bash
-# Remove outputs and caches (output.zip, OUTPUT_DIR's contents, Python caches);
-# --with-data also removes the prepared data in DATA_DIR. Names everything before deleting it.
+# usage: bash shell/purge.sh [--with-data]
+# Stage script of ./shell/run_purge.sh: remove outputs and caches (output.zip, OUTPUT_DIR's contents,
+# Python caches), naming everything before deleting it.
+#   --with-data   also delete the prepared data in DATA_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 main() {
-  local with_data=0 arg
-  for arg in "$@"; do
-    case "${arg}" in
-      --with-data) with_data=1 ;;
-      -h | --help) echo "usage: shell/purge.sh [--with-data]"; return 0 ;;
-      *) tp_die 2 "unknown option ${arg}; usage: shell/purge.sh [--with-data]" ;;
-    esac
-  done
+  tp_args "--with-data" "$@"
+  local with_data=0
+  [[ " $* " != *" --with-data "* ]] || with_data=1
   tp_load_config --quiet
   local -a targets=()
   mapfile -t targets < <(

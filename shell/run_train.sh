@@ -1,4 +1,22 @@
 #!/usr/bin/env bash
-# Entry point: run shell/train.sh in the chosen runtime (docker or host) with the validated configuration.
+# usage: ./shell/run_train.sh
+# The benchmark: every framework x model (x strategy x repeat) of this machine's platform, each run in
+# a new run set under OUTPUT_DIR, then a summary table, evaluate.validate, compare.png and report.md.
+# It takes no arguments: every setting comes from config.env, and an environment variable of the same
+# name overrides it (python3 -m utils.config check prints what is in effect), e.g.
+#   FRAMEWORK=mega MODELS=llama ./shell/run_train.sh
+# The settings that matter most:
+#   PLATFORM=amd|nvd|cpu   forced platform (default: detected)
+#   RUNTIME=docker|host    forced runtime (default: docker on a GPU node with a Docker engine, else host)
+#   FRAMEWORK, MODELS      mega|prim|nemo|all (or a comma list); llama,qwen
+#   STRATEGY               a named parallelism layout, a comma list or all (default: TP, PP, DP, GA)
+#   DRY_RUN=1              print the run list and each run's command; build, pull and train nothing
+#   DETACH=1               run in a named background container (tprimat-train)
+#   MOCK_DATA=1            synthetic tokens; otherwise ./shell/run_data.sh must have prepared the data
+#   NNODES>1, LAUNCHER     multi-node: one Slurm job (sbatch on PATH), or one run_train.sh per node
+# The host runtime builds .venv from requirements/host.txt with python3, or the interpreter named by
+# TPRIMAT_HOST_PYTHON (it says so when that Python is too old); TPRIMAT_PYTHON uses an existing environment.
+# Exit: 0 every run ok, 1 a run failed, 2 bad input or missing data, 130 interrupted.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-tp_run_stage train "$@"
+tp_args "" "$@"
+tp_run_stage train

@@ -1,4 +1,10 @@
 #!/usr/bin/env bash
-# Entry point: run shell/wrap.sh in the chosen runtime (docker or host) with the validated configuration.
+# usage: ./shell/run_wrap.sh
+# Pack OUTPUT_DIR into output.zip in the repository root, to take home: results, logs, system.json,
+# plots and reports; never secrets, caches or environments. It takes no arguments; OUTPUT_DIR comes
+# from config.env or the environment. The host runtime builds .venv with python3, or the interpreter
+# named by TPRIMAT_HOST_PYTHON.
+# Exit: 0 written, 1 failed, 2 bad input.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-tp_run_stage wrap "$@"
+tp_args "" "$@"
+tp_run_stage wrap

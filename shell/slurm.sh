@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# usage: ./shell/slurm.sh                 submit the configured matrix
+#        ./shell/slurm.sh --follow JOBID  follow a submitted job until it ends (exit code: the job's)
 # Multi-node benchmarks on Slurm, from a login node: one job that walks the whole benchmark matrix.
 #
 # ./shell/run_train.sh hands over to this script when LAUNCHER=slurm (or NNODES>1 and sbatch is on
@@ -10,8 +12,8 @@
 # runs of one set compare on the same hardware.
 #   DETACH=1   submit, print how to follow the job, return
 #   DRY_RUN=1  write the job script and print the sbatch command; submit nothing
-#   usage: shell/slurm.sh                 submit the configured matrix
-#          shell/slurm.sh --follow JOBID  follow a submitted job until it ends (exit code: the job's)
+#   NNODES, SLURM_PARTITION, SLURM_ACCOUNT, SLURM_QOS, SLURM_TIME, SLURM_CONTAINER=none|pyxis,
+#   SLURM_CONTAINER_IMAGE, SLURM_PENDING_TIMEOUT, NET_*: the job (config.env, or the environment)
 # Waits are bounded: a job that cannot start (a pending reason that waiting cannot fix, or pending
 # longer than SLURM_PENDING_TIMEOUT s) is cancelled, a controller that stops answering fails the
 # command, and a node that dies ends the job (NODE_FAIL, never requeued); each says the scheduler's
@@ -271,20 +273,21 @@ tp_slurm_submit() {
 }
 
 main() {
-  if [[ "${1:-}" == --follow ]]; then
-    [[ "${2:-}" =~ ^[0-9]+$ ]] || tp_die 2 "usage: shell/slurm.sh --follow JOBID"
+  tp_args "--follow=" "$@"
+  if (($# > 0)); then
+    local job="${2:-${1#--follow=}}"  # --follow JOBID or --follow=JOBID
+    [[ "${job}" =~ ^[0-9]+$ ]] || tp_die 2 "--follow ${job}: not a Slurm job id; usage: shell/slurm.sh --follow JOBID"
     LAUNCHER=slurm tp_load_config --quiet
-    trap 'tp_die 130 "stopped following; job $2 goes on (scancel $2 stops it)"' INT
-    tp_slurm_follow "$2"
+    trap 'tp_die 130 "stopped following; job ${job} goes on (scancel ${job} stops it)"' INT
+    tp_slurm_follow "${job}"
     return
   fi
-  (($# == 0)) || tp_die 2 "usage: shell/slurm.sh [--follow JOBID] (the configuration comes from config.env and the environment)"
   export LAUNCHER=slurm  # the login node is not a compute node: its own GPUs do not constrain PLATFORM
   tp_load_config
   tp_slurm_check
   local RUN_SET_DIR TPRIMAT_NET_EXPORTS TPRIMAT_NET_NAMES
   RUN_SET_DIR="$(tp_slurm_run_set)"
-  TPRIMAT_NET_EXPORTS="$(cd "${TPRIMAT_ROOT}" && python3 -m utils.netenv "${PLATFORM}")"
+  TPRIMAT_NET_EXPORTS="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.netenv "${PLATFORM}")"
   TPRIMAT_NET_NAMES="$(sed -n 's/^export \([A-Z0-9_]*\)=.*/\1/p' <<<"${TPRIMAT_NET_EXPORTS}" | paste -sd, -)"
   local script="${RUN_SET_DIR}/job.sbatch" job
   tp_slurm_job_script >"${script}.tmp"

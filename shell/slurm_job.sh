@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The in-job half of shell/slurm.sh.
+# usage: bash shell/slurm_job.sh node host|pyxis
+# The in-job half of shell/slurm.sh (the job script runs it; not a command for users).
 #   sourced by the job script on the first node:  tp_job_prepare  (checks, MASTER_ADDR, slurm.json)
 #   run by srun once per node:  bash shell/slurm_job.sh node host|pyxis  -> shell/train.sh as node
 #     NODE_RANK=$SLURM_NODEID of NNODES=$SLURM_NNODES, every node walking the same matrix in lockstep
@@ -40,7 +41,7 @@ tp_job_prepare() {
   MASTER_ADDR="$(tp_job_node_addr "${first}")"
   export MASTER_ADDR MASTER_PORT
   tp_log "job ${SLURM_JOB_ID}: nodes ${nodes[*]}; rendezvous ${MASTER_ADDR}:${MASTER_PORT} (${first})"
-  python3 - "${RUN_SET_DIR}/slurm.json" "${SLURM_JOB_ID}" "${SLURM_JOB_PARTITION:-}" "${MASTER_ADDR}" \
+  "$(tp_host_python)" - "${RUN_SET_DIR}/slurm.json" "${SLURM_JOB_ID}" "${SLURM_JOB_PARTITION:-}" "${MASTER_ADDR}" \
     "${MASTER_PORT}" "${SLURM_CONTAINER}" "${nodes[@]}" <<'EOF'
 """slurm.json: the allocation the run set ran on (nodes in node-rank order)."""
 import json, os, sys
@@ -89,8 +90,11 @@ tp_job_node() {
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
-  case "${1:-}" in
-    node) tp_job_node "${2:-}" ;;
-    *) tp_die 2 "usage: shell/slurm_job.sh node host|pyxis (run by the job script's srun; see shell/slurm.sh)" ;;
-  esac
+  if tp_help_asked "$@"; then
+    tp_usage
+    exit 0
+  fi
+  (($# == 2)) && [[ "$1" == node ]] \
+    || tp_die 2 "arguments '$*': expected node host|pyxis (the job script's srun runs this; --help shows the usage)"
+  tp_job_node "$2"
 fi

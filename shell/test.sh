@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Set up the test environment (.venv from requirements/host.txt + dev.txt, Slurm when it can be
-# installed) and run every lint and test: shellcheck over every shell script, then pytest.
-# Extra arguments go to pytest (e.g. ./shell/test.sh -k config).
+# usage: ./shell/test.sh [PYTEST_ARGUMENT...]
+# Every lint and test: set up the test environment (.venv from requirements/host.txt and dev.txt, built
+# with python3 or TPRIMAT_HOST_PYTHON; Slurm from the distribution's packages when it can be installed),
+# then shellcheck over every shell script and pytest over tests/.
+# Arguments go to pytest, which checks them before anything long starts, e.g.
+#   ./shell/test.sh -k config        ./shell/test.sh tests/test_entry_points.py -x
+# (pytest's own options: .venv/bin/python -m pytest --help). CI runs it through .ci/run.
+# Exit: pytest's (0 every test passed, 1 a test failed), 2 bad arguments or setup.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 shell_scripts() {
@@ -9,8 +14,22 @@ shell_scripts() {
     | sed "s|^|${TPRIMAT_ROOT}/|"
 }
 
+# Refuse arguments pytest does not accept before the long work starts: pytest parses them and, with
+# every path ignored, collects nothing (exit 5); a usage error is its exit 4.
+check_pytest_args() {
+  local answer code=0
+  answer="$(cd "${TPRIMAT_ROOT}" && "${TPRIMAT_VENV}/bin/python" -m pytest "$@" --collect-only -q \
+    -p no:cacheprovider --ignore-glob='*' 2>&1)" || code=$?
+  ((code != 4)) || tp_die 2 "pytest refuses the arguments: $(grep -i 'error' <<<"${answer}" | tail -n 1) (--help shows the usage)"
+}
+
 main() {
+  if tp_help_asked "$@"; then
+    tp_usage
+    return 0
+  fi
   tp_ensure_venv requirements/host.txt requirements/dev.txt
+  check_pytest_args "$@"
   if [[ -x "${TPRIMAT_ROOT}/tests/slurm/install.sh" ]]; then
     bash "${TPRIMAT_ROOT}/tests/slurm/install.sh" || tp_warn "Slurm could not be installed; its tests will be skipped"
   fi

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# usage: bash shell/train.sh
 # Stage script of ./shell/run_train.sh: the benchmark matrix (strategy x framework x model x repeat)
 # in the chosen runtime. Prints the run list, checks the data, probes the system, runs each run
 # into its own directory of a new run set, then summarises, validates and compares.
@@ -88,6 +89,7 @@ print_container_command() {
 }
 
 main() {
+  tp_args "" "$@"
   tp_load_config --quiet
   trap 'on_signal' INT TERM
   local -a runs=()
@@ -135,7 +137,7 @@ main() {
   fi
   if [[ "${DRY_RUN}" == 1 ]]; then
     tp_log "dry run: commands and generated configurations are in ${run_set}; nothing was trained"
-    return 0
+    return "${failed}"
   fi
   tp_python -m evaluate.validate "${run_set}" || tp_warn "validation found problems (listed above)"
   tp_python -m evaluate.compare "${run_set}" -o "${run_set}" || { tp_warn "the comparison failed"; failed=1; }

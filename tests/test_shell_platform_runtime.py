@@ -1,10 +1,19 @@
-"""Platform detection, runtime choice and the exact docker invocations, on faked machines."""
+"""Platform detection, runtime choice, the host's Python and the exact docker invocations, on faked
+machines."""
 
 from __future__ import annotations
 
-import pytest
+import importlib.metadata
+import re
+import subprocess
+import sys
 
-from tests.shell_harness import SECRET_VALUE, FakeMachine
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from tests.fixtures.train_matrix.shell import machine, run_dirs
+from tests.shell_harness import REPO, SECRET_VALUE, FakeMachine
 
 
 def nvidia_node(tmp_path, **kw):
@@ -210,3 +219,74 @@ def test_images_never_receive_secrets():
         assert not any("secrets.env" in line or "HF_TOKEN" in line for line in instructions)
     patterns = [line for line in (REPO / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
     assert patterns == ["*", "!requirements/"]
+
+
+# --- the host's Python ------------------------------------------------------------------------------
+
+def minimum_python() -> str:
+    """TPRIMAT_MIN_PYTHON, from the one place that holds it."""
+    return subprocess.run(["bash", "-c", 'source shell/lib.sh && echo "${TPRIMAT_MIN_PYTHON}"'], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_minimum_python_is_the_strictest_requires_python_of_the_pins():
+    requirements = {}
+    for name in ("host.txt", "dev.txt"):
+        for line in (REPO / "requirements" / name).read_text().splitlines():
+            if pin := re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line):
+                requirements[pin[1]] = pin[2]
+    needs = []
+    for package, version in requirements.items():
+        installed = Version(importlib.metadata.version(package))
+        assert installed in SpecifierSet(f"=={version}"), f"{package} {installed} in .venv is not the pinned {version}"
+        needs.append(SpecifierSet(importlib.metadata.metadata(package)["Requires-Python"] or ""))
+    oldest = min(v for v in (Version(f"3.{minor}") for minor in range(30)) if all(v in need for need in needs))
+    assert minimum_python() == str(oldest)
+
+
+@pytest.mark.parametrize("script", ["shell/run_train.sh", "shell/run_data.sh", "shell/run_wrap.sh",
+                                    "shell/run_purge.sh", "shell/entry.sh", "shell/test.sh"])
+def test_a_host_python_too_old_for_the_pins_is_named_in_one_line_before_anything_is_built(tmp_path, script):
+    old = tmp_path / "python3.10"
+    old.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "Python 3.10.13"; exit 0; }}\nexec {sys.executable} "$@"\n')
+    old.chmod(0o755)
+    node = FakeMachine(tmp_path)
+    venv = tmp_path / "new-venv"
+    result = node.run(script, TPRIMAT_HOST_PYTHON=str(old), TPRIMAT_VENV=str(venv))
+    assert result.returncode == 2, result.output
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith("[tprimat] error: ") and "Python 3.10.13" in error
+    assert f"Python {minimum_python()} or newer" in error and "TPRIMAT_HOST_PYTHON=" in error
+    assert not venv.exists() and "creating the Python environment" not in result.stderr
+
+
+# --- DRY_RUN with the docker runtime ---------------------------------------------------------------
+
+@pytest.mark.parametrize("gpus, platform, vendor", [({"nvidia": 8}, "nvd", "nemo"), ({"amd": 8}, "amd", "prim")])
+def test_a_docker_dry_run_plans_on_the_host_with_the_standard_library_and_builds_pulls_and_starts_nothing(
+        tmp_path, gpus, platform, vendor):
+    fake = machine(tmp_path, engine=True, **gpus)
+    for key in ("TPRIMAT_PYTHON", "PRIMUS_PATH"):  # no project environment; no Primus (it is in the image)
+        del fake.env[key]
+    stdlib_only = tmp_path / "bin" / "python3"
+    stdlib_only.parent.mkdir()
+    stdlib_only.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages
+    stdlib_only.chmod(0o755)
+    result = fake.run("shell/run_train.sh", DRY_RUN="1", PATH=f"{stdlib_only.parent}:{fake.env['PATH']}",
+                      TPRIMAT_VENV=str(tmp_path / "no-venv"))
+    assert result.returncode == 0, result.output
+    assert {call[1] for call in result.calls_of("docker")} <= {"info", "image"}  # never build, pull or run
+    assert not (tmp_path / "no-venv").exists()
+    assert re.search(rf"a real run would start: docker run .*tprimat:{platform} bash shell/train\.sh", result.stderr)
+    dirs = run_dirs(tmp_path / "output")
+    assert sorted(d.name for d in dirs) == sorted(f"{f}-{m}" for f in ("mega", vendor) for m in ("llama", "qwen"))
+    for run_dir in dirs:
+        framework, model = run_dir.name.split("-")
+        assert f"{run_dir.name}  " in result.stdout  # the run list
+        assert re.search(rf"command: .*{re.escape(str(run_dir))}", result.stdout)  # the run's own command
+        assert re.search(rf"from the host: docker run .*tprimat:{platform} bash "
+                         rf"train/train_{platform}_{framework}_{model}\.sh --run-dir {re.escape(str(run_dir))} ",
+                         result.stderr)  # and the container that would wrap it
+    assert result.stdout.count("command: ") == 4
+    if vendor == "prim":
+        assert "primus_experiment.yaml not written" in result.stderr

@@ -33,4 +33,4 @@ def test_purge_with_data_names_and_removes_the_data_dir(tmp_path):
 
 def test_purge_rejects_unknown_options(tmp_path):
     result = FakeMachine(tmp_path).run("shell/purge.sh", "--everything")
-    assert result.returncode == 2 and "unknown option --everything" in result.stderr
+    assert result.returncode == 2 and "unknown argument '--everything'" in result.stderr

@@ -8,7 +8,10 @@ framework's generated configuration (nemo_settings.json or primus_experiment.yam
 (the exact command, then its outcome), train.log (the whole console, also shown on the terminal)
 and result.json. After the run, the settings the framework reports in its log are compared with
 the request; a mismatch, or synthetic data where real data was requested, fails the run.
-DRY_RUN=1 writes the files and prints the command without training.
+The model's data must be prepared and verified (./shell/run_data.sh; train.plan.data_problems) unless
+MOCK_DATA=1: otherwise the run is refused before its directory is created.
+DRY_RUN=1 writes the files and prints the command without training; missing data, or a Primus
+checkout missing here (the AMD image has it), is then a warning.
 
 Frameworks: mega runs torchrun on train/train_mega.py; nemo runs torchrun on train/train_nemo.py
 with the recipe settings of train/nemo_recipe.py; prim runs Primus's examples/run_pretrain.sh from
@@ -41,7 +44,7 @@ from pathlib import Path
 
 from train import settle
 from train.nemo_recipe import recipe_settings
-from train.plan import Run, request, run_name
+from train.plan import PREPARE_COMMAND, Run, data_problems, request, run_name
 from train.primus_config import DEFAULT_PRIMUS_PATH, ShippedConfigMissing, command as primus_command
 from train.primus_config import write_experiment
 from utils.config import ROOT, ConfigError, load_config
@@ -80,6 +83,10 @@ class Launch:
         """The command as one line a user can paste."""
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         return f"cd {shlex.quote(self.cwd)} && {assignments} {shlex.join(self.argv)}"
+
+
+def warn(message: str) -> None:
+    print(f"[tprimat] warning: {message}", file=sys.stderr, flush=True)
 
 
 def now_iso() -> str:
@@ -138,11 +145,15 @@ def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
         return Launch(argv, {**vendor_env(req), **settings["env"]}, str(ROOT), [path.name])
     primus = Path(os.environ.get("PRIMUS_PATH") or DEFAULT_PRIMUS_PATH)
     exp_path = work_dir / "primus_experiment.yaml"
+    cmd = primus_command(req, primus, exp_path, str(work_dir))
     try:
         base = write_experiment(req, primus, exp_path, str(run_dir))
     except ShippedConfigMissing as err:
-        raise InputError(str(err)) from None
-    cmd = primus_command(req, primus, exp_path, str(work_dir))
+        if not req["config"]["DRY_RUN"]:
+            raise InputError(str(err)) from None
+        # A dry run of the docker runtime plans on the host, where the image's Primus is not.
+        warn(f"dry run: {exp_path.name} not written: {err}")
+        return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd)
     print(f"[tprimat] Primus experiment {exp_path} derived from {base}", flush=True)
     return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd, [exp_path.name])
 
@@ -218,7 +229,7 @@ def execute(launch: Launch, log_path: Path, platform: str) -> Outcome:
     if busy:
         warnings.append(busy)
     for note in warnings:
-        print(f"[tprimat] warning: {note}", file=sys.stderr, flush=True)
+        warn(note)
     return Outcome(128 - code if code < 0 else code, bool(stops), started, ended, wall, warnings)
 
 
@@ -340,8 +351,8 @@ def other_node_logs(run_dir: Path, nnodes: int, timeout_s: float = NODE_WAIT_S) 
         if pending:
             time.sleep(2.0)
     if pending:
-        print(f"[tprimat] warning: node(s) {', '.join(map(str, pending))} did not record the end of the run "
-              f"within {timeout_s:.0f} s; extracting from the logs there are", file=sys.stderr, flush=True)
+        warn(f"node(s) {', '.join(map(str, pending))} did not record the end of the run within {timeout_s:.0f} s; "
+             "extracting from the logs there are")
     return [run_dir / f"node{rank}" / "train.log" for rank in range(1, nnodes)
             if (run_dir / f"node{rank}" / "train.log").exists()]
 
@@ -377,8 +388,7 @@ def probe_system(path: Path) -> None:
     from evaluate import probe
 
     if probe.main(["-o", str(path)]) != 0:
-        print("[tprimat] warning: the system probe failed: the result will have no system description",
-              file=sys.stderr, flush=True)
+        warn("the system probe failed: the result will have no system description")
 
 
 def node_dir(run_dir: Path, node_rank: int) -> Path:
@@ -400,6 +410,12 @@ def resolve(args: argparse.Namespace) -> tuple[dict, Path]:
         raise InputError(f"STRATEGY={cfg['STRATEGY']} names {len(cfg.strategies)} strategies; one run takes one "
                          "(a sweep is ./shell/run_train.sh)")
     strategy = cfg.strategies[0]
+    missing = "; ".join(data_problems(cfg))
+    if missing and not cfg["DRY_RUN"]:
+        raise InputError(f"data not prepared: {missing}; prepare it first: {PREPARE_COMMAND} "
+                         "(or MOCK_DATA=1 for synthetic tokens)")
+    if missing:
+        warn(f"dry run: data not prepared: {missing}; a real run stops here until {PREPARE_COMMAND} prepared it")
     if args.run_dir:
         run_dir = Path(args.run_dir).resolve()
     else:

@@ -1,3 +1,4 @@
 #!/usr/bin/env bash
+# usage: bash train/train_cpu_mega_llama.sh [--run-dir DIR] [--repeat N]
 # Llama 3.1 8B with megatron-core (train/train_mega.py) on the CPU (tiny variant): one run into a new run directory.
 exec bash "$(dirname "${BASH_SOURCE[0]}")/launch.sh" cpu mega llama "$@"

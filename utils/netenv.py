@@ -13,7 +13,10 @@ as 0, not as "unset".
 Precedence, low to high: the vendor's default, a variable already in the environment (a cluster's
 module or the user's own export), a non-empty NET_* knob.
 
-    python3 -m utils.netenv amd|nvd|cpu   # export lines for the shell (reads NET_* from the environment)
+    python3 -m utils.netenv [amd|nvd|cpu]   # export lines for the shell: what a multi-node run gets
+
+The command line reads the NET_* knobs as the launcher does (utils.config: the environment over
+config.env); without a platform it takes this machine's, as the launcher resolves it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from typing import Mapping
+
+from utils.config import ConfigError, load_config
 
 
 @dataclass(frozen=True)
@@ -51,8 +56,6 @@ VENDORS: dict[str, Vendor] = {
     "cpu": Vendor("gloo", {"NET_SOCKET_IFNAME": ("GLOO_SOCKET_IFNAME",)}),
 }
 
-KNOBS = tuple(_GPU_KNOBS)
-
 
 def network_env(platform: str, knobs: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables a multi-node run of the platform gets (only those with a value)."""
@@ -72,12 +75,20 @@ def network_env(platform: str, knobs: Mapping[str, str], environ: Mapping[str, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m utils.netenv",
-                                     description="Print the export lines of a multi-node run's network settings "
-                                                 f"(from {', '.join(KNOBS)} in the environment).")
-    parser.add_argument("platform", choices=list(VENDORS))
+    parser = argparse.ArgumentParser(prog="python3 -m utils.netenv", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("platform", nargs="?", choices=list(VENDORS),
+                        help="amd, nvd or cpu (default: this machine's, as the launcher resolves it)")
     args = parser.parse_args(argv)
-    for key, value in network_env(args.platform, os.environ).items():
+    env = dict(os.environ, DRY_RUN="1")  # nothing runs here: the platform need not be this machine's
+    if args.platform:
+        env["PLATFORM"] = args.platform
+    try:
+        cfg = load_config(env)
+    except ConfigError as err:
+        err.report("utils.netenv")
+        return 2
+    for key, value in network_env(cfg.platform, cfg.values).items():
         print(f"export {key}={shlex.quote(value)}")
     return 0
 

@@ -1,12 +1,18 @@
 """The process environment each platform's training runs need: the one place it is written down.
 
-Every launcher exports these before torchrun (`python3 -m utils.platform_env amd` prints the
-`export` lines), the Dockerfiles' documentation points here, and train/train_mega.py fills in any
-that are missing and still take effect, so a torchrun started by hand gets the same environment. A value already set
-in the environment wins (a user's deliberate override stays visible in the result, which records
-the effective values). Standard library only.
+Every launcher exports these before torchrun, the Dockerfiles' documentation points here, and
+train/train_mega.py fills in any that are missing and still take effect, so a torchrun started by
+hand gets the same environment. A value already set in the environment wins (a user's deliberate
+override stays visible in the result, which records the effective values). Standard library only.
 
-    python3 -m utils.platform_env amd|nvd|cpu   # export lines for the shell
+    eval "$(python3 -m utils.platform_env)"     # a run on this machine, started by hand
+    python3 -m utils.platform_env amd|nvd|cpu    # one platform's variables
+
+Without a platform (or with `auto` or an empty one, as "$PLATFORM" is in a fresh shell) the platform
+is resolved as the launcher resolves it (utils.config: PLATFORM from the environment or config.env,
+else detected), and PLATFORM and GPUS_PER_NODE, which torchrun and the trainer need, are exported
+too: `torchrun --nproc_per_node=$GPUS_PER_NODE train/train_mega.py ...` then runs as the launcher
+would start it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import os
 import shlex
 import sys
 from typing import MutableMapping
+
+from utils.config import ConfigError, load_config
 
 PLATFORM_ENV: dict[str, dict[str, str]] = {
     "amd": {
@@ -70,11 +78,23 @@ def apply(platform: str, environ: MutableMapping[str, str] | None = None) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m utils.platform_env",
-                                     description="Print the export lines of a platform's training environment.")
-    parser.add_argument("platform", choices=list(PLATFORM_ENV))
+    parser = argparse.ArgumentParser(prog="python3 -m utils.platform_env", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("platform", nargs="?", default="auto", choices=["auto", "", *PLATFORM_ENV],
+                        metavar="PLATFORM",
+                        help="amd, nvd or cpu; none, auto or empty: this machine's, as the launcher resolves it")
     args = parser.parse_args(argv)
-    for key, value in platform_env(args.platform).items():
+    exports: dict[str, str] = {}
+    if args.platform in ("auto", ""):  # as the launcher resolves it, with what torchrun needs of it
+        try:
+            cfg = load_config()
+        except ConfigError as err:
+            err.report("utils.platform_env")
+            return 2
+        exports = {"PLATFORM": cfg.platform, "GPUS_PER_NODE": str(cfg["GPUS_PER_NODE"])}
+    platform = exports.get("PLATFORM", args.platform)
+    exports.update({key: os.environ.get(key, value) for key, value in platform_env(platform).items()})
+    for key, value in exports.items():
         print(f"export {key}={shlex.quote(value)}")
     return 0
 
