@@ -49,6 +49,48 @@ def test_a_wrapper_refuses_a_machine_of_another_platform(tmp_path):
     assert not (tmp_path / "output").exists() or run_dirs(tmp_path / "output") == []
 
 
+def unverified_data(data_dir, dataset, models):
+    """Data whose manifest says data.verify did not pass."""
+    prepared_data(data_dir, dataset, models)
+    for model in models:
+        (data_dir / f"{dataset}_{model}_text_document.manifest.json").write_text('{"verified": false}')
+
+
+@pytest.mark.parametrize("script, gpus, data", [
+    ("train_amd_prim_llama.sh", {"amd": 8}, None),
+    ("train_nvd_nemo_qwen.sh", {"nvidia": 8}, unverified_data),
+    ("train_nvd_mega_llama.sh", {"nvidia": 8}, None),
+])
+def test_a_single_run_refuses_data_without_a_verified_manifest_and_leaves_nothing(tmp_path, script, gpus, data):
+    platform, framework, model = script.removesuffix(".sh").split("_")[1:]
+    fake = machine(tmp_path, **gpus)
+    if data:
+        data(tmp_path / "data", "bc", [model])
+    run_dir = tmp_path / "output" / "set" / f"{framework}-{model}"
+    result = fake.run(f"train/{script}", "--run-dir", str(run_dir))
+    assert result.returncode == 2, result.output
+    (error,) = result.stderr.splitlines()
+    assert error.startswith("[tprimat] error: data not prepared: ") and "./shell/run_data.sh" in error
+    assert not run_dir.exists() and not (tmp_path / "output").exists()
+
+
+def test_a_dry_run_without_data_still_prints_the_command_with_a_warning(tmp_path):
+    fake = machine(tmp_path, amd=8)
+    result = fake.run("train/train_amd_prim_llama.sh", DRY_RUN="1")
+    assert result.returncode == 0, result.output
+    assert "command: " in result.stdout
+    (warning,) = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert "dry run: data not prepared: llama" in warning and "./shell/run_data.sh" in warning
+
+
+def test_mock_data_needs_no_prepared_data(tmp_path):
+    fake = machine(tmp_path, amd=8)
+    result = fake.run("train/train_amd_prim_llama.sh", DRY_RUN="1", MOCK_DATA="1")
+    assert result.returncode == 0, result.output
+    assert "data not prepared" not in result.output
+    assert read(run_dirs(tmp_path / "output")[0] / "config.json")["mock_data"]
+
+
 @pytest.mark.parametrize("platform, vendor_file", [("nvd", "nemo_settings.json"), ("amd", "primus_experiment.yaml")])
 def test_dry_run_sweep_lists_every_run_and_writes_its_configuration(tmp_path, platform, vendor_file):
     fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})

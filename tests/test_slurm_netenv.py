@@ -3,11 +3,13 @@ the NET_* knobs, in that order of precedence; never an empty value."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 
+from tests.shell_harness import FakeMachine
 from utils.config import ROOT
 from utils.netenv import network_env
 
@@ -56,3 +58,19 @@ def test_command_line_prints_shell_exports_from_the_environment():
                          env={"NET_SOCKET_IFNAME": "eth 0", "PATH": "/usr/bin:/bin"}, check=True).stdout
     assert out.splitlines() == ["export GLOO_SOCKET_IFNAME='eth 0'", "export NCCL_CROSS_NIC=0",
                                 "export NCCL_IB_GID_INDEX=3", "export NCCL_SOCKET_IFNAME='eth 0'"]
+
+
+def test_command_line_reads_the_knobs_of_config_env_under_the_environment_as_the_launcher_does(tmp_path):
+    node = FakeMachine(tmp_path)  # a CPU machine: the platform named need not be this machine's
+    config = node.root / "config.env"
+    config.write_text(re.sub(r"(?m)^NET_SOCKET_IFNAME=.*$", "NET_SOCKET_IFNAME=ens1f0",
+                             re.sub(r"(?m)^NET_DEBUG=.*$", "NET_DEBUG=INFO", config.read_text())))
+
+    def netenv(*args: str, **env: str) -> list[str]:
+        return subprocess.run([sys.executable, "-m", "utils.netenv", *args], cwd=node.root, capture_output=True,
+                              text=True, env={**node.env, **env}, check=True).stdout.splitlines()
+
+    assert netenv("nvd") == ["export GLOO_SOCKET_IFNAME=ens1f0", "export NCCL_DEBUG=INFO",
+                             "export NCCL_SOCKET_IFNAME=ens1f0"]
+    assert "export NCCL_SOCKET_IFNAME=eth9" in netenv("nvd", NET_SOCKET_IFNAME="eth9")
+    assert netenv() == ["export GLOO_SOCKET_IFNAME=ens1f0"]  # no platform: this machine's, the CPU

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,24 @@ def test_cpu_workers_compute_on_one_thread_each_however_they_are_spread_over_nod
     assert dry_run(tmp_path / "default", 0, "cpu")["env"]["OMP_NUM_THREADS"] == "1"
     amd_node.setenv("OMP_NUM_THREADS", "4")  # a user's deliberate choice wins, and is recorded
     assert dry_run(tmp_path / "chosen", 0, "cpu")["env"]["OMP_NUM_THREADS"] == "4"
+
+
+@pytest.mark.parametrize("command", ['python3 -m utils.platform_env', 'python3 -m utils.platform_env "$PLATFORM"'])
+def test_the_by_hand_trainer_environment_works_in_a_fresh_shell(tmp_path, command):
+    """The README's `eval "$(python3 -m utils.platform_env)"`, with .venv activated and nothing else set, gives
+    torchrun and train/train_mega.py the platform and worker count the launcher would use."""
+    fresh = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    shell = subprocess.run(["bash", "-c", f'eval "$({command})"; env'], cwd=launch.ROOT, env=fresh,
+                           capture_output=True, text=True, check=True)
+    got = dict(line.split("=", 1) for line in shell.stdout.splitlines() if "=" in line)
+
+    def launcher(key: str) -> str:
+        return subprocess.run([sys.executable, "-m", "utils.config", "get", key, "--quiet"], cwd=launch.ROOT,
+                              env=fresh, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert (got["PLATFORM"], got["GPUS_PER_NODE"]) == (launcher("PLATFORM"), launcher("GPUS_PER_NODE"))
+    assert int(got["GPUS_PER_NODE"]) >= 1
+    assert launch.platform_env(got["PLATFORM"]).items() <= got.items()
 
 
 def readback(reported, mock_data=False) -> list[str]:
