@@ -231,7 +231,8 @@ tp_image_hash() {
 # True when tprimat:<platform> exists and was built from the current Dockerfile and requirements.
 tp_image_current() {
   local current
-  current="$(docker image inspect --format '{{ index .Config.Labels "tprimat.hash" }}' "$(tp_image "$1")" 2>/dev/null || true)"
+  current="$(docker image inspect --format '{{ index .Config.Labels "tprimat.hash" }}' "$(tp_image "$1")" \
+    2>/dev/null || true)"
   [[ "${current}" == "$(tp_image_hash "$1")" ]]
 }
 

@@ -248,7 +248,8 @@ def test_the_minimum_python_is_the_strictest_requires_python_of_the_pins():
                                     "shell/run_purge.sh", "shell/entry.sh", "shell/test.sh"])
 def test_a_host_python_too_old_for_the_pins_is_named_in_one_line_before_anything_is_built(tmp_path, script):
     old = tmp_path / "python3.10"
-    old.write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "Python 3.10.13"; exit 0; }}\nexec {sys.executable} "$@"\n')
+    old.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "Python 3.10.13"; exit 0; }\n'
+                   f'exec {sys.executable} "$@"\n')  # an old version, yet able to run utils.config
     old.chmod(0o755)
     node = FakeMachine(tmp_path)
     venv = tmp_path / "new-venv"
