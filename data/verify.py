@@ -15,7 +15,6 @@ of both files and their fingerprint (sha256 of the two hashes joined by a newlin
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.cli import UsageError, WorkError, run
+from data.cli import Parser, UsageError, WorkError, run
 from utils.files import read_json, sha256_file, write_json
 from data.indexed import CODE_OF, DTYPE_CODES, HEADER_SIZE, MAGIC, VERSION, optimal_dtype, read_header
 from data.tokenizer import read_identity
@@ -238,7 +237,7 @@ def render(manifest: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m data.verify", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python3 -m data.verify", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prefix", type=Path, required=True, help="the pair without .bin/.idx")
     parser.add_argument("--tokenizer", type=Path, required=True, help="the tokenizer directory that encoded it")
     parser.add_argument("--clean-report", type=Path, help="data.clean's report (carries the source)")

@@ -43,9 +43,18 @@ def test_a_failed_stage_keeps_its_exit_code_and_runs_again_next_time(tmp_path):
     assert "running (never run)" in stage(tmp_path).stderr
 
 
+def test_a_param_without_a_value_is_refused_in_one_line(tmp_path):
+    (tmp_path / "in.json").write_text('{"a": 1}')
+    out = stage(tmp_path, "--param", "k")
+    assert out.returncode == 2
+    assert out.stderr == "data.stage: error: --param k: expected KEY=VALUE; see python3 -m data.stage --help\n"
+    assert not (tmp_path / "out.json").exists()
+
+
 def test_data_sh_prepares_the_sample_offline_and_skips_it_the_second_time(tmp_path):
     env = {**os.environ, "PLATFORM": "cpu", "DATASET": "sample", "MODELS": "qwen", "DATA_DIR": str(tmp_path / "data"),
-           "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TPRIMAT_PYTHON": sys.executable, "FORCE": "0"}
+           "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TPRIMAT_PYTHON": sys.executable, "FORCE": "0",
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
     first = subprocess.run(["bash", "shell/data.sh"], cwd=REPO, env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "OFFLINE tokenizer" in first.stderr and "data.verify: OK" in first.stderr

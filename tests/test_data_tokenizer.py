@@ -142,3 +142,40 @@ def test_cli_refuses_the_offline_copy_on_a_gpu_platform(tmp_path):
     assert out.returncode == 1
     assert out.stderr.strip().splitlines()[-1].startswith("data.fetch: error: the Hub is unreachable")
     assert "Traceback" not in out.stderr and not (tmp_path / "qwen").exists()
+
+
+def fetch_tokenizer(tmp_path: Path, *args: str, **config: str) -> subprocess.CompletedProcess:
+    """`python3 -m data.fetch tokenizer ARGS` offline, with configuration variables set in the environment."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "DATA_DIR": str(tmp_path / "data"),
+           "PLATFORM": "cpu", **config}
+    return subprocess.run([sys.executable, "-m", "data.fetch", "tokenizer", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+
+
+def test_the_readme_command_prepares_every_model_of_the_configuration_into_data_dir(tmp_path):
+    out = fetch_tokenizer(tmp_path, MODELS="llama,qwen")
+    assert out.returncode == 0, out.stderr[-2000:]
+    for model in ("llama", "qwen"):
+        directory = tmp_path / "data" / "tokenizers" / model
+        assert read_identity(directory).sha256 == FIXTURE_TOKENIZER_SHA256[model]
+        assert f"data.fetch: tokenizer {model} = fallback:" in out.stderr and str(directory) in out.stderr
+
+
+def test_one_model_goes_to_its_data_dir_directory_whatever_models_says(tmp_path):
+    assert fetch_tokenizer(tmp_path, "--model", "qwen", MODELS="llama").returncode == 0
+    assert sorted(p.name for p in (tmp_path / "data" / "tokenizers").iterdir()) == ["qwen"]
+
+
+def test_an_output_dir_without_a_model_is_refused_in_one_line(tmp_path):
+    out = fetch_tokenizer(tmp_path, "--output-dir", str(tmp_path / "tok"))
+    assert out.returncode == 2
+    assert out.stderr == ("data.fetch: error: --output-dir is one model's directory: give --model too, or neither to "
+                          "prepare every model of MODELS into DATA_DIR/tokenizers/<model>; "
+                          "see python3 -m data.fetch tokenizer --help\n")
+
+
+def test_a_bad_configuration_is_reported_as_every_tool_reports_it(tmp_path):
+    out = fetch_tokenizer(tmp_path, MODELS="llama,gpt")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("data.fetch: config error: MODELS=")
+    assert not (tmp_path / "data").exists()
