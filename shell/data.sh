@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# usage: bash shell/data.sh   (normally through ./shell/run_data.sh)
 # Stage script, run by ./shell/run_data.sh in the chosen runtime: prepares DATASET for every model of
 # MODELS in DATA_DIR through data.fetch -> data.clean -> data.encode -> data.verify. Each stage is
 # skipped when its stamp (DATA_DIR/stamps) shows its outputs complete and made from the same inputs,
@@ -45,6 +46,7 @@ prepare_model() {
 }
 
 main() {
+  tp_args "" "$@"
   tp_load_config --quiet
   local raw="${DATA_DIR}/raw/${DATASET}.jsonl" clean="${DATA_DIR}/clean/${DATASET}.jsonl"
   local workers model

@@ -1,6 +1,6 @@
 """TPrimat's pretraining loop on megatron-core (framework `mega`): the same code on AMD, NVIDIA and the CPU.
 
-    eval "$(python3 -m utils.platform_env "$PLATFORM")"      # the platform's environment, exported first
+    eval "$(python3 -m utils.platform_env)"   # PLATFORM, GPUS_PER_NODE and the platform's environment, as the launcher resolves them
     torchrun --nproc_per_node=N [--nnodes=M --node_rank=R --master_addr=A --master_port=P] \\
         train/train_mega.py --model llama|qwen --run-dir DIR [--strategy NAME]
     python3 train/train_mega.py --model llama --run-dir DIR  # one process (TP x PP x DP = 1), no torchrun
