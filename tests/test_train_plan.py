@@ -138,3 +138,18 @@ def test_request_config_is_the_loaded_configuration():
     cfg = load_config({"TPRIMAT_DETECTED_PLATFORM": "cpu", "TPRIMAT_DETECTED_GPUS": "0", "HOME": "/h"})
     req = request(cfg, build_plan(cfg)[0])
     assert req["config"]["TRAIN_ITERS"] == cfg["TRAIN_ITERS"] and req["variant"] == "llama3.1-8b-tiny"
+
+
+
+AVX2_ONLY = Path(__file__).parent / "fixtures" / "train" / "cpuinfo_avx2_only"  # a CPU without bf16 instructions
+
+
+@pytest.mark.parametrize("precision, shown", [
+    ("auto", "fp32 (this CPU has no bf16 instructions (AVX-512 BF16, AMX, Arm BF16): bf16 would be emulated"),
+    ("bf16", "bf16, emulated: this CPU has no bf16 instructions (tens of times slower than fp32)"),
+])
+def test_the_cpu_run_list_shows_the_precision_and_why(monkeypatch, precision, shown):
+    monkeypatch.setenv("TPRIMAT_CPUINFO", str(AVX2_ONLY))
+    cfg = node("cpu", gpus=0, PRECISION=precision, TPRIMAT_CPUINFO=str(AVX2_ONLY))
+    header = table(cfg, build_plan(cfg))[0]
+    assert shown in header and header.endswith("2 worker process(es)")

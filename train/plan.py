@@ -19,6 +19,7 @@ from pathlib import Path
 
 from utils.fairness import FAIRNESS, sequence_parallel
 from utils.config import ConfigError, Config, load_config
+from utils.hardware import cpu_precision
 from utils.strategies import CUSTOM, Layout
 
 PREPARE_COMMAND = "./shell/run_data.sh"
@@ -155,12 +156,25 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def precision_label(cfg: Config) -> str:
+    """The precision, and on the CPU why it is the right one there (or what asking for another costs)."""
+    precision = cfg["PRECISION"]
+    if cfg.platform != "cpu":
+        return precision
+    fastest, why = cpu_precision()
+    if precision == fastest:
+        return f"{precision} ({why})"
+    if precision == "bf16":
+        return "bf16, emulated: this CPU has no bf16 instructions (tens of times slower than fp32)"
+    return f"{precision} (asked for; {why})"
+
+
 def table(cfg: Config, runs: list[Run]) -> list[str]:
     """The run list as the user reads it before anything starts."""
     lines = [f"platform {cfg.platform}: frameworks {', '.join(cfg.frameworks)}; models "
              + ", ".join(s.variant for s in cfg.models) + f"; strategies {', '.join(cfg.strategies)}; "
              f"{cfg['RUNS']} repeat(s); GBS {cfg.gbs}, SL {cfg['SL']}, {cfg['TRAIN_ITERS']} steps, "
-             f"{cfg['PRECISION']}, {cfg.num_gpus} GPU(s)"]
+             f"{precision_label(cfg)}, {cfg.num_gpus} {'worker process(es)' if cfg.platform == 'cpu' else 'GPU(s)'}"]
     lines += [f"note: {note}" for note in cfg.notes]
     width = max([len(run.name) for run in runs] + [3])
     lines.append(f"{'#':>3}  {'run':<{width}}  {'framework':<9} {'model':<18} {'strategy':<22} {'layout':<20} estimate")

@@ -109,5 +109,5 @@ def cpu_precision(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
     """The fastest correct training precision on this CPU, and why (one phrase)."""
     found = sorted(NATIVE_BF16_FLAGS & cpu_flags(environ))
     if found:
-        return "bf16", f"this CPU has native bf16 ({', '.join(found)})"
-    return "fp32", "this CPU has no native bf16 (no AVX-512 BF16, AMX or Arm BF16), where bf16 is tens of times slower"
+        return "bf16", f"this CPU has bf16 instructions: {', '.join(found)}"
+    return "fp32", "this CPU has no bf16 instructions (AVX-512 BF16, AMX, Arm BF16): bf16 would be emulated, tens of times slower"
