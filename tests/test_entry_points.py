@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.shell_harness import REPO
+from tests.shell_harness import HANG_TIMEOUT_S, REPO
 
 LIBRARIES = {"shell/lib.sh"}  # sourced by the scripts, never run
 SHELL_SCRIPTS = sorted({str(path.relative_to(REPO)) for folder in ("shell", "train")
@@ -55,7 +55,7 @@ def run(argv: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProce
     """The finished command and the wires it tripped."""
     log = Path(env["TRIPWIRE_LOG"])
     log.write_text("")
-    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     return result, log.read_text().splitlines()
 
 
@@ -98,7 +98,7 @@ def test_the_test_script_has_pytest_refuse_an_unknown_argument_before_the_long_w
             pytest.skip(f"{venv} is not up to date with requirements/{requirements}: run ./shell/test.sh once")
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "TPRIMAT_VENV": str(venv)}
     result = subprocess.run(["bash", "shell/test.sh", UNKNOWN], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=HANG_TIMEOUT_S)
     assert result.returncode == 2
     assert len(result.stderr.splitlines()) == 1 and f"unrecognized arguments: {UNKNOWN}" in result.stderr
     assert result.stdout == ""  # neither shellcheck nor a test ran

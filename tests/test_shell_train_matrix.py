@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.fixtures.train_matrix.shell import alive, machine, prepared_data, read, run_dirs
-from tests.shell_harness import REPO
+from tests.shell_harness import HANG_TIMEOUT_S, REPO
 
 WRAPPERS = sorted(p.name for p in (REPO / "train").glob("train_*_*_*.sh"))
 FRAMEWORK_COMMAND = {"mega": "train/train_mega.py", "nemo": "train.train_nemo", "prim": "./examples/run_pretrain.sh"}
@@ -138,8 +138,8 @@ def test_a_two_node_run_keeps_each_nodes_log_and_extracts_from_all(tmp_path):
     env = {**fake.env, "NNODES": "2", "DP": "16", "GA": "4", "RUN_SET_DIR": str(run_dir.parent), **SHORT_RUN}
     script = ["bash", str(fake.root / "train/train_amd_prim_llama.sh"), "--run-dir", str(run_dir)]
     other = subprocess.Popen(script, env={**env, "NODE_RANK": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    first = subprocess.run(script, env={**env, "NODE_RANK": "0"}, capture_output=True, text=True, timeout=300)
-    assert other.wait(timeout=300) == 0 and first.returncode == 0, first.stdout + first.stderr
+    first = subprocess.run(script, env={**env, "NODE_RANK": "0"}, capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    assert other.wait(timeout=HANG_TIMEOUT_S) == 0 and first.returncode == 0, first.stdout + first.stderr
     assert read(run_dir / "node1" / "launch.json")["status"] == "ok"
     assert not (run_dir / "node1" / "config.json").exists() and not (run_dir / "node1" / "result.json").exists()
     outcome = read(run_dir / "result.json")

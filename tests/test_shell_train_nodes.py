@@ -15,6 +15,7 @@ import time
 
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.fixtures.train_matrix.shell import machine
+from tests.shell_harness import HANG_TIMEOUT_S
 
 SECOND_NODE = {"NNODES": "2", "GPUS_PER_NODE": "1", "NODE_RANK": "1", "MASTER_ADDR": "127.0.0.1",
                "LAUNCHER": "local", "HF_HUB_OFFLINE": "1"}
@@ -57,7 +58,7 @@ def test_a_node_other_than_0_goes_on_once_node_0_has_prepared_the_data(tmp_path)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        assert ready.wait(timeout=90), "".join(lines)
+        assert ready.wait(timeout=HANG_TIMEOUT_S), "".join(lines)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # stop before the run's rendezvous with a node 0 that is not there
         proc.wait(timeout=60)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.shell_harness import REPO, FakeMachine, Result
+from tests.shell_harness import HANG_TIMEOUT_S, REPO, FakeMachine, Result
 from tests.slurm.cluster import SlurmCluster, free_ports, unavailable_reason
 
 SLURM_KNOBS = {"SLURM_PARTITION": "", "SLURM_ACCOUNT": "", "SLURM_QOS": "", "SLURM_TIME": "00:10:00",
@@ -181,7 +181,7 @@ def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with
         tmp_path / "dry")}, capture_output=True, text=True, timeout=120)
     assert "would submit: sbatch" in dry.stderr, "run_train.sh does not hand NNODES>1 to shell/slurm.sh: " + dry.stderr
     result = subprocess.run([str(REPO / "shell/run_train.sh")], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=900)
+                            timeout=HANG_TIMEOUT_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [run_set] = (tmp_path / "output").glob("*-cpu")
 
@@ -202,7 +202,7 @@ def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with
                   "GA": "1", "DATA_DIR": str(data), "OUTPUT_DIR": str(tmp_path / "single"),
                   "MASTER_PORT": str(free_ports(1)[0])}
     single = subprocess.run(["bash", "train/train_cpu_mega_llama.sh", "--run-dir", str(tmp_path / "single" / "run")],
-                            cwd=REPO, env=single_env, capture_output=True, text=True, timeout=900)
+                            cwd=REPO, env=single_env, capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     reference = json.loads((tmp_path / "single" / "run" / "result.json").read_text())
     # The same data in the same order from the same weights. Not compared to the last digit: kernels'

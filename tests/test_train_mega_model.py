@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from evaluate.logs import parse_logs
+from tests.shell_harness import HANG_TIMEOUT_S
 from train.mega_steps import StepRecord, megatron_line, memory_line
 from utils import platform_env
 from utils.models import get_model
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def full_models() -> dict:
     """Llama 3.1 8B and Qwen 2.5 7B as train.mega_model builds them with megatron-core (meta device)."""
     out = subprocess.run([sys.executable, "-m", "tests.fixtures.train.full_models"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -21,6 +21,7 @@ import pytest
 
 from evaluate.logs import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
+from tests.shell_harness import HANG_TIMEOUT_S
 from utils.config import KNOBS
 from utils.hardware import cpu_native_bf16
 from utils.platform_env import platform_env
@@ -77,7 +78,7 @@ def train(directory: Path, data_dir: Path, *, model: str = "llama", args: tuple[
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] \
         if nproc > 1 else [sys.executable]
     out = subprocess.run([*launcher, "train/train_mega.py", "--model", model, "--run-dir", str(directory), *args],
-                         cwd=ROOT, env=trainer_env(data_dir, settings), capture_output=True, text=True, timeout=900)
+                         cwd=ROOT, env=trainer_env(data_dir, settings), capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     return Run(directory, out.returncode, out.stdout + out.stderr)
 
 
