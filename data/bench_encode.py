@@ -128,23 +128,29 @@ def counts(prefix: Path) -> tuple[int, int]:
     return int(documents) - 1, int(np.frombuffer(idx, np.int32, int(sequences), 34).sum(dtype=np.int64))
 
 
-def measure(tool: Tool, corpus: Path, one: Path, work: Path, repeats: int) -> Result:
-    """Warm-up, then `repeats` timed runs of the one-document input and of the corpus, then one sampled run."""
-    prefix = work / tool.label
-    first_use, _ = execute(tool, one, prefix)
-    startup = statistics.median(execute(tool, one, prefix)[0] for _ in range(repeats))
-    whole = statistics.median(execute(tool, corpus, prefix)[0] for _ in range(repeats))
-    _, peak = execute(tool, corpus, prefix, sample_memory=True)
-    return Result(tool.name, startup, whole, peak, *counts(prefix), first_use=first_use)
+def measure(tools: list[Tool], corpus: Path, one: Path, work: Path, repeats: int) -> list[Result]:
+    """A warm-up each, then `repeats` timed runs of the one-document input and of the corpus, then one sampled
+    run; the tools take turns, so that a machine busier at one moment than another favours neither."""
+    first_use = [execute(tool, one, work / tool.label)[0] for tool in tools]
+    timed: dict[tuple[str, Path], list[float]] = {}
+    for data in (one, corpus):
+        for _ in range(repeats):
+            for tool in tools:
+                timed.setdefault((tool.label, data), []).append(execute(tool, data, work / tool.label)[0])
+    peaks = [execute(tool, corpus, work / tool.label, sample_memory=True)[1] for tool in tools]
+    return [Result(tool.name, statistics.median(timed[tool.label, one]), statistics.median(timed[tool.label, corpus]),
+                   peak, *counts(work / tool.label), first_use=first)
+            for tool, peak, first in zip(tools, peaks, first_use)]
 
 
-def megatron_tool(checkout: Path, extra_path: str, env: dict[str, str]) -> Tool:
+def megatron_tool(checkout: Path, extra_path: str, common: list[str], env: dict[str, str]) -> Tool:
     script = checkout / "tools" / "preprocess_data.py"
     if not script.is_file():
         raise UsageError(f"--megatron {checkout}: no tools/preprocess_data.py; check out Megatron-LM there: "
                          + MEGATRON_SETUP[0])
     path = os.pathsep.join(filter(None, [str(checkout), extra_path]))
-    return Tool("megatron", "Megatron-LM preprocess_data.py", [sys.executable, str(script)], {**env, "PYTHONPATH": path})
+    return Tool("megatron", "Megatron-LM preprocess_data.py", [sys.executable, str(script), *common],
+                {**env, "PYTHONPATH": path})
 
 
 def knows_include_flag(checkout: Path) -> bool:
@@ -187,7 +193,8 @@ def report(results: list[Result], work: Path, corpus: Path, args, tools: list[To
             print(f"  {line}")
         print("  # then add: --megatron /tmp/megatron-lm --megatron-pythonpath /tmp/megatron-extra")
     print("  " + shlex.join([sys.executable, "-m", "data.bench_encode", *argv]))
-    print("  # each run ($OUT a temporary directory, $ONE its first line; TPrimat with XDG_CACHE_HOME=$OUT/cache):")
+    print("  # each run, on $OUT/corpus.jsonl and for start-up on $OUT/one.jsonl, its first line ($OUT a temporary "
+          "directory; TPrimat with XDG_CACHE_HOME=$OUT/cache):")
     for tool in tools:
         env = "PYTHONPATH=" + shlex.quote(tool.env["PYTHONPATH"]) + " " if "PYTHONPATH" in tool.env else ""
         print("  " + env + shlex.join(tool.argv(corpus, work / tool.label)).replace(str(work), "$OUT"))
@@ -229,11 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         tools = [Tool("tprimat", "TPrimat data.encode", [sys.executable, "-m", "data.encode", *common],
                       {**env, "XDG_CACHE_HOME": str(work / "cache")})]
         if args.megatron:
-            tools.append(megatron_tool(args.megatron, args.megatron_pythonpath, env))
+            tools.append(megatron_tool(args.megatron, args.megatron_pythonpath, common, env))
             if knows_include_flag(args.megatron):  # keep BOS as main does; TPrimat takes the flag and keeps it anyway
                 for tool in tools:
                     tool.command.append(INCLUDE_FLAG)
-        results = [measure(tool, corpus, one, work, args.repeats) for tool in tools]
+        results = measure(tools, corpus, one, work, args.repeats)
         report(results, work, corpus, args, tools, argv)
     return 0
 

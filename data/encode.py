@@ -37,7 +37,7 @@ from data.bpe import Proof, TiktokenTwin, load_proof
 from data.cli import Parser, UsageError, run
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
 
-BLOCK_BYTES = 1 << 22  # 4 MiB of JSON lines per task
+BLOCK_BYTES = 1 << 20  # 1 MiB of JSON lines per task: enough blocks that no worker idles long at the end
 
 
 @dataclass
@@ -46,13 +46,14 @@ class Encoder:
 
     keys: list[str]
     append_eod: bool
-    eod: int
+    eod: int | None  # None only without --append-eod
     dtype: np.dtype
     proof: Proof
     twin: TiktokenTwin | None
     backend: object = None  # the HF tokenizers.Tokenizer, loaded when first needed (see hf)
 
     def hf(self):
+        """The HF tokenizer; loaded once per process, and only where tiktoken does not do the work."""
         if self.backend is None:
             self.backend = self.proof.hf_tokenizer()
         return self.backend
