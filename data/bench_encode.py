@@ -93,6 +93,8 @@ def make_corpus(path: Path, megabytes: float) -> None:
                 line = json.dumps({"text": f"[{copy}] {text}"}) + "\n"
                 out.write(line)
                 size += len(line.encode())
+                if size >= target:
+                    break
             copy += 1
 
 
