@@ -117,6 +117,8 @@ def twin_spec(backend) -> tuple[dict | None, dict[bytes, int], str]:
 
 
 def make_twin(spec: dict, ranks: dict[bytes, int]) -> TiktokenTwin:
+    """The twin of a spec. tiktoken gets the added tokens as special tokens although it never sees them (their
+    documents go to the HF tokenizer): tiktoken 0.14 encodes 1.7x faster with them than with none."""
     import tiktoken
 
     added = spec["added_tokens"]
@@ -129,7 +131,7 @@ def make_twin(spec: dict, ranks: dict[bytes, int]) -> TiktokenTwin:
 
 def write_ranks(path: Path, ranks: dict[bytes, int]) -> None:
     """The tokens' bytes end to end, where each ends, and each one's rank: read back 4x faster than tiktoken's
-    own base64 lines, a tenth of a second of start-up on Llama's 128,000 tokens."""
+    own base64 lines, a tenth of a second less start-up with Llama's 128,000 tokens."""
     tokens = list(ranks)
     with atomic_open(path, "wb") as out:
         np.savez(out, blob=np.frombuffer(b"".join(tokens), np.uint8),
