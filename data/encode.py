@@ -263,16 +263,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tokenizer-type", default="HuggingFaceTokenizer", choices=["HuggingFaceTokenizer"],
                         help="accepted for compatibility with Megatron's tool; only HuggingFaceTokenizer")
     parser.add_argument("--tokenizer-hf-include-special-tokens", action="store_true",
-                        help="accepted so that Megatron-LM commands run unchanged; it changes nothing: TPrimat "
-                             "always encodes a document as the tokenizer's input_ids, the special tokens its "
-                             "post-processor adds included (Llama 3's BOS 128000 first; Qwen 2.5 adds none), "
-                             "as Megatron-LM's main branch does by default. Megatron-LM's core_v0.16.1 tag does "
-                             "so only with this flag: without it, it drops the BOS")
+                        help="accepted so that commands written for Megatron-LM core_v0.16.1 run unchanged; it "
+                             "changes nothing. TPrimat always encodes a document as the tokenizer's input_ids, with "
+                             "the special tokens its post-processor adds (Llama 3's BOS 128000 first; Qwen 2.5 adds "
+                             "none), as Megatron-LM's main branch does by default; core_v0.16.1 does so only with "
+                             "this flag and drops the BOS without it (TPrimat has no such mode)")
     parser.add_argument("--output-prefix", required=True, help="writes PREFIX_<key>_document.{bin,idx}")
     parser.add_argument("--workers", type=int, required=True, help="worker processes (use the core count)")
     parser.add_argument("--append-eod", action="store_true", help="append the tokenizer's EOS id to each document")
     parser.add_argument("--backend", choices=["auto", "tiktoken", "hf"], default="auto",
-                        help="auto: tiktoken where its ids are proven identical to the HF tokenizer's, else hf")
+                        help="auto: tiktoken where its ids are proven identical to the HF tokenizer's, else hf "
+                             "(the proof is made once per tokenizer and cached in "
+                             "${XDG_CACHE_HOME:-~/.cache}/tprimat/tokenizer-proofs)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.workers < 1:

@@ -76,8 +76,12 @@ def test_the_megatron_include_special_tokens_flag_is_accepted_and_changes_nothin
     assert main(encode_command(tokenizers[model], tmp_path / "flag", "--tokenizer-hf-include-special-tokens")[3:]) == 0
     assert main(encode_command(tokenizers[model], tmp_path / "default")[3:]) == 0
     assert same_as_megatron(tmp_path / "flag", model) and same_as_megatron(tmp_path / "default", model)
-    assert "--tokenizer-hf-include-special-tokens" in subprocess.run(
-        [sys.executable, "-m", "data.encode", "--help"], cwd=REPO, capture_output=True, text=True).stdout
+    usage = " ".join(subprocess.run([sys.executable, "-m", "data.encode", "--help"], cwd=REPO, capture_output=True,
+                                    text=True).stdout.split())
+    assert ("--tokenizer-hf-include-special-tokens accepted so that commands written for Megatron-LM core_v0.16.1 "
+            "run unchanged; it changes nothing.") in usage
+    assert "as Megatron-LM's main branch does by default; core_v0.16.1 does so only with this flag and drops the " \
+           "BOS without it" in usage
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])
