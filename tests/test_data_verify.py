@@ -31,7 +31,8 @@ def good(tmp_path_factory) -> tuple[Path, Path]:
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines, open(corpus, "w", encoding="utf-8") as out:
         for _, line in zip(range(40), lines):
             out.write(json.dumps({"text": json.loads(line)["text"]}) + "\n")
-    encode_file(corpus, tokenizer, str(work / "good"), keys=["text"], workers=1, append_eod=True, progress=False)
+    encode_file(corpus, tokenizer, str(work / "good"), keys=["text"], workers=1, append_eod=True, progress=False,
+                cache=work / "proofs")
     return work / "good_text_document", tokenizer
 
 
