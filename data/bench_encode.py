@@ -157,16 +157,19 @@ def megatron_tool(checkout: Path, extra_path: str, common: list[str], env: dict[
 
 def knows_include_flag(checkout: Path) -> bool:
     """core_v0.16.x has the flag (without it, it drops the BOS); Megatron-LM's main keeps the BOS and lacks it."""
-    return any(INCLUDE_FLAG in p.read_text(errors="ignore") for p in [checkout / "tools" / "preprocess_data.py",
-                                                                       checkout / "megatron" / "training" / "arguments.py"]
-               if p.is_file())
+    sources = [checkout / "tools" / "preprocess_data.py", checkout / "megatron" / "training" / "arguments.py"]
+    return any(INCLUDE_FLAG in p.read_text(errors="ignore") for p in sources if p.is_file())
 
 
 def cpu_line() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").is_file() else "unknown CPU"
-    wide = sorted(f for f in cpu_flags() if f.startswith(("avx512", "amx")))
-    return f"{model}, {os.cpu_count()} cores; avx2: {'avx2' in cpu_flags()}; avx512/amx flags: {' '.join(wide) or 'none'}"
+    """The CPU the figures were measured on: its model, cores and the vector flags that change them."""
+    info = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.is_file() else [])
+             if line.startswith("model name")]
+    flags = cpu_flags()
+    wide = " ".join(sorted(f for f in flags if f.startswith(("avx512", "amx")))) or "none"
+    return (f"{names[0] if names else 'unknown CPU'}, {os.cpu_count()} cores; avx2: {'avx2' in flags}; "
+            f"avx512/amx flags: {wide}")
 
 
 def report(results: list[Result], work: Path, corpus: Path, args, tools: list[Tool], argv: list[str]) -> None:

@@ -171,7 +171,8 @@ def cache_root() -> Path:
 
 def proof_key(tokenizer_dir: Path) -> str:
     """sha256 over the tokenizer's files, this module and the libraries' versions."""
-    return sha256_listing([("tokenizer", tokenizer_sha256(tokenizer_dir)[0]), ("data/bpe.py", sha256_file(Path(__file__))),
+    return sha256_listing([("tokenizer", tokenizer_sha256(tokenizer_dir)[0]),
+                           ("data/bpe.py", sha256_file(Path(__file__))),
                            *((name, metadata.version(name)) for name in LIBRARIES)])
 
 

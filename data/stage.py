@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                           "[--param KEY=VALUE]... [--force] -- MODULE ARG...",
                     epilog=__doc__.split("\n\n")[2].replace("\n", " "))
     parser.add_argument("--name", required=True, help="stage name, unique within DATA_DIR")
-    parser.add_argument("--stamps", type=Path, required=True, metavar="DIR", help="directory of stamps (DATA_DIR/stamps)")
+    parser.add_argument("--stamps", type=Path, required=True, metavar="DIR",
+                        help="directory of stamps (DATA_DIR/stamps)")
     parser.add_argument("--input", type=Path, action="append", default=[], dest="inputs", metavar="PATH",
                         help="a file or directory the stage reads (its code too); repeat for each")
     parser.add_argument("--output", type=Path, action="append", default=[], dest="outputs", metavar="PATH",

@@ -44,7 +44,8 @@ def proofs(cache: Path) -> Path:
 
 def same_as_megatron(prefix: Path, model: str) -> bool:
     return all(Path(f"{prefix}_text_document{suffix}").read_bytes()
-               == (FIXTURES / "megatron" / f"{model}_text_document{suffix}").read_bytes() for suffix in (".bin", ".idx"))
+               == (FIXTURES / "megatron" / f"{model}_text_document{suffix}").read_bytes()
+               for suffix in (".bin", ".idx"))
 
 
 def encode_command(tokenizer: Path, prefix: Path, *extra: str, corpus: Path = CORPUS) -> list[str]:
