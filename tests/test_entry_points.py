@@ -118,3 +118,20 @@ def test_a_python_tool_refuses_an_unknown_argument(module, wired):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "error:" in result.stderr and "Traceback" not in result.stderr
     assert tripped == []
+
+
+def test_a_tool_started_with_a_python_that_lacks_a_library_says_which_and_how_in_one_line():
+    blocked = ("import runpy, sys; sys.modules['huggingface_hub'] = None; sys.argv = ['data/fetch.py', 'tokenizer']; "
+               "runpy.run_module('data.fetch', run_name='__main__', alter_sys=True)")
+    result = subprocess.run([sys.executable, "-c", blocked], cwd=REPO, capture_output=True, text=True,
+                            timeout=HANG_TIMEOUT_S, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"python3 -m data.fetch: this Python ({sys.executable}) has no huggingface_hub: run the tool in the project's "
+        "environment: source .venv/bin/activate (./shell/run_train.sh or ./shell/test.sh creates it) or ./shell/entry.sh"]
+
+
+def test_a_bug_in_a_tool_still_shows_its_traceback():
+    result = subprocess.run([sys.executable, "-c", "import utils; raise KeyError('a bug')"], cwd=REPO,
+                            capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    assert result.returncode == 1 and "Traceback" in result.stderr and "KeyError: 'a bug'" in result.stderr
