@@ -62,11 +62,14 @@ def config_fingerprint(values: dict) -> str:
 
 
 def project_commit(root: Path = ROOT) -> str | None:
-    """HEAD of the project's git checkout, with "-dirty" when tracked files differ; None without git."""
+    """HEAD of the project's git checkout, with "-dirty" when tracked files differ; None without git.
+
+    The checkout is trusted explicitly: in a container, root reads a repository mounted from a user's
+    home, which git's ownership check ("dubious ownership") refuses otherwise."""
+    git = ["git", "-c", f"safe.directory={Path(root).resolve()}", "-C", str(root)]
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"], capture_output=True).returncode
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--"], capture_output=True).returncode
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("-dirty" if dirty else "")

@@ -254,8 +254,8 @@ def test_a_megatron_lm_log_with_the_platform_gives_a_result_that_validates(tmp_p
 
 
 @pytest.mark.parametrize("line, platform, peak", [
-    ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5c4e7a4d-09f1-2b7e-8a1c-3d9e0f6b2a71)", "nvd", 989),
-    ("GPU[0]          : Card Series: AMD Instinct MI300X", "amd", 1307),
+    ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5c4e7a4d-09f1-2b7e-8a1c-3d9e0f6b2a71)", "nvd", 989.4),
+    ("GPU[0]          : Card Series: AMD Instinct MI300X", "amd", 1307.4),
     ("node-1:4242:4242 [0] NCCL INFO NCCL version 2.21.5+cuda12.4", "nvd", None),
     ("RCCL version 2.27.7+hip7.1", "amd", None),
 ])

@@ -2,7 +2,9 @@
 
 import hashlib
 import json
+import os
 import re
+import subprocess
 
 import pytest
 
@@ -47,6 +49,25 @@ def test_config_fingerprint_covers_the_workload_not_the_layout():
 def test_project_commit_is_the_checkout_head():
     commit = fingerprint.project_commit()
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit)
+
+
+@pytest.mark.parametrize("owner", ["root reads a user's checkout", "git's own simulation of another owner"])
+def test_project_commit_is_found_in_a_checkout_another_user_owns_as_in_a_container(tmp_path, monkeypatch, owner):
+    repo = tmp_path / "mounted"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    if owner.startswith("root"):
+        if os.geteuid() != 0:
+            pytest.skip("only root can give the checkout to another user")
+        subprocess.run(["chown", "-R", "nobody", str(repo)], check=True)
+    else:
+        monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")
+    refused = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert "dubious ownership" in refused.stderr  # what a plain rev-parse meets
+    assert fingerprint.project_commit(repo) == head
 
 
 def test_cli_prints_the_fingerprints_of_given_prefixes(dataset, capsys):

@@ -55,15 +55,15 @@ def test_mfu_is_a_fraction_of_peak_and_none_without_a_peak():
 
 
 @pytest.mark.parametrize("name, bf16, fp8", [
-    ("NVIDIA H100 80GB HBM3", 989, 1979),
-    ("NVIDIA H100 SXM5 80GB", 989, 1979),
+    ("NVIDIA H100 80GB HBM3", 989.4, 1978.9),
+    ("NVIDIA H100 SXM5 80GB", 989.4, 1978.9),
     ("NVIDIA H100 NVL", 835, None),
     ("NVIDIA H100 PCIe", 756, None),
-    ("NVIDIA H200", 989, 1979),
+    ("NVIDIA H200", 989.4, 1978.9),  # the H100 SXM's silicon and clocks
     ("NVIDIA B200", 2250, 4500),
-    ("AMD Instinct MI300X", 1307, 2615),
-    ("AMD Instinct MI300X VF", 1307, 2615),
-    ("AMD Instinct MI325X", 1307, 2615),
+    ("AMD Instinct MI300X", 1307.4, 2614.9),
+    ("AMD Instinct MI300X VF", 1307.4, 2614.9),
+    ("AMD Instinct MI325X", 1307.4, 2614.9),  # the MI300X's compute units and clocks
     ("AMD Instinct MI355X", 2500, 5000),
 ])
 def test_device_table_matches_reported_names(name, bf16, fp8):

@@ -2,7 +2,8 @@
 
 MFU divides TPrimat's own TFLOP/s/GPU by the peaks of the device table. A device that matches no
 entry gets no peak (and so no MFU) and a warning: a guessed peak would make MFU look precise when
-it is not. Figures: ../shared/reference/metrics.md (vendor data sheets, dense, no sparsity).
+it is not. Figures: ../shared/reference/metrics.md (vendor data sheets, dense, no sparsity), to the
+decimal the data sheet gives: an H100 SXM's 989.4 rounded to 989 would overstate every MFU by 0.04%.
 
 On the CPU platform the precision follows the processor: PyTorch has fast bf16 matrix kernels only
 where the CPU has bf16 instructions; elsewhere a bf16 product is emulated and tens of times slower
@@ -51,11 +52,11 @@ class DeviceSpec:
 DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
     (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None, 94, None)),
     (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None, 80, None)),
-    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989, 1979, 80, 3.35)),
-    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989, 1979, 141, 4.8)),
+    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9, 80, 3.35)),
+    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9, 141, 4.8)),
     (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, 180, 8.0)),
-    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307, 2615, 192, 5.3)),
-    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307, 2615, 256, 6.0)),
+    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9, 192, 5.3)),
+    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9, 256, 6.0)),
     (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000, 288, 8.0)),
 )
 
