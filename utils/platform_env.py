@@ -26,15 +26,18 @@ from typing import MutableMapping
 from utils.config import ConfigError, load_config
 
 PLATFORM_ENV: dict[str, dict[str, str]] = {
+    # The values Primus v25.11's examples/run_pretrain.sh gives a Megatron run when the caller sets
+    # none (its release branch, lines 223, 298 and 318), so that mega runs on AMD with the environment
+    # prim runs with, and Primus runs as it ships. Only later Primus releases turn the first two on.
     "amd": {
-        # ROCm: keep scratch memory between kernels instead of reclaiming it (Primus's default; avoids
-        # a slowdown and allocation failures in long runs).
-        "HSA_NO_SCRATCH_RECLAIM": "1",
+        # ROCm: scratch memory is reclaimed between kernels (HSA's own default).
+        "HSA_NO_SCRATCH_RECLAIM": "0",
         # One hardware queue: communication kernels are issued in program order, which Megatron's
         # sequence-parallel and gradient-reduce overlap rely on.
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-        # Transformer Engine (ROCm): the CK flash-attention backward kernel v3, as Primus uses it.
-        "NVTE_CK_USES_BWD_V3": "1",
+        # Transformer Engine (ROCm): the CK flash-attention backward kernel v3 stays off; Primus
+        # v25.11 disables it "due to accuracy issues".
+        "NVTE_CK_USES_BWD_V3": "0",
     },
     "nvd": {
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
