@@ -10,6 +10,7 @@ TPRIMAT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly TPRIMAT_ROOT
 TPRIMAT_VENV="${TPRIMAT_VENV:-${TPRIMAT_ROOT}/.venv}"
 TPRIMAT_KFD="${TPRIMAT_KFD:-/dev/kfd}"  # AMD's kernel driver node (tests point it elsewhere)
+TPRIMAT_INFINIBAND="${TPRIMAT_INFINIBAND:-/dev/infiniband}"  # the host's RDMA devices (tests point it elsewhere)
 # The oldest Python that every pin of requirements/host.txt and dev.txt installs on: the strictest
 # Requires-Python among them (numpy 2.4, pandas 3.1, matplotlib 3.11, transformers 5). A test keeps
 # it equal to the installed pins' metadata.
@@ -257,14 +258,27 @@ tp_build_image() {
   tp_log "built ${image}"
 }
 
-# Device flags that give a container the vendor's GPUs.
+# Device flags that give a container the vendor's GPUs, and the host's InfiniBand/RoCE devices where
+# it has them: without those NCCL/RCCL fall back to TCP sockets between nodes and say so only in their
+# INFO log. RDMA registers pinned memory, hence the unlimited memlock on both vendors.
 tp_docker_device_flags() {
   case "$1" in
     amd) printf '%s\n' --device=/dev/kfd --device=/dev/dri --group-add video --ipc=host --network=host \
-      --cap-add=SYS_PTRACE --security-opt seccomp=unconfined --shm-size=64g ;;
+      --cap-add=SYS_PTRACE --security-opt seccomp=unconfined --shm-size=64g --ulimit memlock=-1 ;;
     nvd) printf '%s\n' --gpus all --ipc=host --network=host --ulimit memlock=-1 --ulimit stack=67108864 \
       --shm-size=64g ;;
   esac
+  if [[ -d "${TPRIMAT_INFINIBAND}" ]]; then
+    printf '%s\n' "--device=${TPRIMAT_INFINIBAND}:/dev/infiniband"
+  fi
+}
+
+# A multi-node run in a container on a host without RDMA devices: say that its collectives will use
+# TCP sockets, before anything starts.
+tp_warn_without_rdma() {
+  if ((${NNODES:-1} > 1)) && [[ ! -d "${TPRIMAT_INFINIBAND}" ]]; then
+    tp_warn "no ${TPRIMAT_INFINIBAND} on this host: the container gets no RDMA device, so NCCL/RCCL connect the ${NNODES} nodes over TCP sockets (the result records the transport as collective_transport)"
+  fi
 }
 
 # The `docker run` words (one per line) that run COMMAND... in the platform's image, with the
@@ -370,6 +384,7 @@ tp_run_stage() {
   runtime="$(tp_choose_runtime "${PLATFORM}")"
   case "${runtime}" in
     docker)
+      [[ "${stage}" != train ]] || tp_warn_without_rdma
       if [[ "${stage}" == train && "${DRY_RUN}" == 1 ]]; then
         tp_docker_dry_run "${stage}" "$@"
       else

@@ -62,6 +62,7 @@ class FakeMachine:
             "FAKE_AMD_GPUS": str(amd),
             "FAKE_DOCKER_ENGINE": "1" if engine else "0",
             "TPRIMAT_KFD": str(tmp / "no-kfd"),
+            "TPRIMAT_INFINIBAND": str(tmp / "no-infiniband"),
             "TPRIMAT_VENV": str(REPO / ".venv"),
             "DATA_DIR": str(tmp / "data"),
             "OUTPUT_DIR": str(tmp / "output"),

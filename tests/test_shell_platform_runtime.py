@@ -103,6 +103,31 @@ def test_amd_node_gets_amd_device_flags(tmp_path):
     assert run[-3:] == ["tprimat:amd", "bash", "shell/data.sh"]
 
 
+def test_amd_containers_may_lock_memory_as_rdma_registration_needs(tmp_path):
+    run = docker_run_call(amd_node(tmp_path, engine=True).run("shell/run_train.sh"))
+    assert run[run.index("--ulimit") + 1] == "memlock=-1"
+
+
+@pytest.mark.parametrize("machine", [nvidia_node, amd_node])
+def test_a_host_with_rdma_devices_passes_them_into_the_container(tmp_path, machine):
+    node = machine(tmp_path, engine=True)
+    devices = tmp_path / "infiniband"
+    devices.mkdir()
+    result = node.run("shell/run_train.sh", TPRIMAT_INFINIBAND=str(devices))
+    assert f"--device={devices}:/dev/infiniband" in docker_run_call(result)
+
+
+@pytest.mark.parametrize("machine", [nvidia_node, amd_node])
+def test_without_rdma_devices_a_multi_node_container_run_says_it_will_use_tcp_sockets(tmp_path, machine):
+    node = machine(tmp_path, engine=True)
+    one = node.run("shell/run_train.sh")
+    assert not any(arg.startswith("--device=") and "infiniband" in arg for arg in docker_run_call(one))
+    assert "RDMA" not in one.stderr  # one node: the network between nodes does not matter
+    two = node.run("shell/run_train.sh", NNODES="2", DP="16", GA="4", LAUNCHER="local")
+    (warning,) = [line for line in two.stderr.splitlines() if "warning:" in line and "RDMA" in line]
+    assert str(tmp_path / "no-infiniband") in warning and "TCP sockets" in warning
+
+
 def test_up_to_date_image_is_reused(tmp_path):
     node = nvidia_node(tmp_path, engine=True)
     first = node.run("shell/run_train.sh")
