@@ -14,7 +14,8 @@ schedule, seed, architecture), the global batch size of every iteration line, th
 megatron-core's own logging prints (parallel groups, micro-batch count, parameter count, the
 OptimizerConfig and GPTDatasetConfig reprs), TPrimat's TPRIMAT_EFFECTIVE lines, and the hardware a
 log may name: a device line (nvidia-smi -L, rocm-smi, amd-smi) or the collective library's
-version (NCCL +cuda, RCCL), and Primus's HIP memory fields.
+version (NCCL +cuda, RCCL), and Primus's HIP memory fields. With NCCL_DEBUG=INFO, NCCL and RCCL
+name the network each communicator uses: "IB" (RDMA, over InfiniBand or RoCE) or "Socket" (TCP).
 
 Public: parse_logs, complete_batch, mock_data_evidence, effective_settings.
 """
@@ -56,10 +57,13 @@ DEVICE_LINE = re.compile(r"\bGPU \d+: (.+?) \(UUID: |\bCard [Ss]eries:\s*(.+?)\s
 # The collective library's start-up line names the GPU stack: NCCL built for CUDA, or RCCL (ROCm).
 GPU_STACKS = ((re.compile(r"\bNCCL version \S+\+cuda"), "nvidia"), (re.compile(r"\bRCCL version\b"), "amd"))
 HIP_MEMORY = re.compile(r"\b(?:hip|rocm) mem usage[^|]*")  # Primus's iteration field: only ROCm has HIP
+# NCCL's (and RCCL's) init.cc at every communicator's creation, NCCL_DEBUG=INFO: "NCCL INFO Using network IB".
+COLLECTIVE_NETWORK = re.compile(r"\bNCCL INFO Using network (\S.*?)\s*$")
+RDMA_NETWORKS = frozenset({"IB"})  # NCCL's built-in RDMA transport, InfiniBand and RoCE alike
 # Bytes that a line must contain to be worth decoding; every other line is only counted.
 MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), b"Traceback", b"out of memory",
            b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
-           b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version")
+           b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network")
 TAIL_LINES = 20
 TAIL_BYTES = 64 << 10
 BLOCK = 8 << 20
@@ -120,6 +124,7 @@ class _Run:
     device_name: str | None = None
     gpu_vendor: str | None = None
     vendor_evidence: str | None = None
+    networks: set[str] = field(default_factory=set)  # the collective library's networks, every rank's
 
 
 # Field names (lower case, single spaces) -> what they are; names not listed are not parsed at all.
@@ -333,6 +338,10 @@ class _Stream:
         for pattern, vendor in GPU_STACKS:
             if pattern.search(text):
                 self._vendor(target, vendor, text)
+        found = COLLECTIVE_NETWORK.search(text)
+        if found:  # communicators are also created once training runs (lazily, at a group's first use)
+            for run in (target, self.run) if self.run.records else (target,):
+                run.networks.add(found.group(1))
 
     @staticmethod
     def _vendor(run: _Run, vendor: str, text: str) -> None:
@@ -435,6 +444,10 @@ def _effective(run: _Run) -> dict:
         del values["parameters"]  # one stage's share of a split model: not the model's count
     if run.mock_evidence is not None:
         values["mock_data"] = True
+    if run.networks:
+        values["collective_transport"] = ", ".join(sorted(run.networks))
+        if "Socket" in run.networks or run.networks <= RDMA_NETWORKS:  # a plugin's network: not known here
+            values["collective_rdma"] = "Socket" not in run.networks
     values.update(run.declared)
     return values
 

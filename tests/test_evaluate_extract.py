@@ -365,3 +365,34 @@ def test_a_precision_the_platform_is_not_benchmarked_in_is_refused(tmp_path, cap
     assert (code, result) == (2, None)
     assert capsys.readouterr().err == ("evaluate.extract: precision fp32 on nvd: TPrimat runs nvd in bf16 or fp8 only, "
                                        "so no result compares with it\n")
+
+
+# NCCL 2.21's and RCCL's lines at a communicator's creation with NCCL_DEBUG=INFO (host:pid:tid [rank] prefix).
+NET_IB = "gpu-01:4242:4301 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB ens1f0:10.0.0.1<0>"
+USING_IB = "gpu-01:4242:4301 [0] NCCL INFO Using network IB"
+USING_SOCKET = "gpu-02:5151:5190 [3] NCCL INFO Using network Socket"
+
+
+@pytest.mark.parametrize("lines, transport, rdma", [
+    ((NET_IB, USING_IB), "IB", True),
+    (("gpu-01:4242:4301 [0] NCCL INFO NET/Socket : Using [0]ens1f0:10.0.0.1<0>", USING_SOCKET), "Socket", False),
+    ((USING_IB, USING_SOCKET), "IB, Socket", False),  # one rank without RDMA slows every collective
+    (("gpu-01:4242:4301 [0] NCCL INFO Using network AWS Libfabric",), "AWS Libfabric", None),  # a plugin: unknown
+])
+def test_the_collective_librarys_network_is_read_back_with_whether_it_is_rdma(tmp_path, lines, transport, rdma):
+    effective = logs.effective_settings([with_lines_before(tmp_path, "primus.log", *lines)])
+    assert effective["collective_transport"] == transport
+    assert effective.get("collective_rdma") is rdma
+
+
+def test_communicators_created_once_training_runs_count_too(tmp_path):
+    log = tmp_path / "megatron.log"
+    text = (FIXTURES / "megatron.log").read_text()
+    cut = text.index("\n", text.index(" iteration ")) + 1  # after the first iteration line
+    log.write_text(text[:cut] + USING_SOCKET + "\n" + text[cut:])
+    assert logs.effective_settings([log])["collective_transport"] == "Socket"
+
+
+def test_without_nccls_info_lines_the_transport_is_not_guessed():
+    effective = logs.effective_settings([FIXTURES / "megatron.log"])
+    assert "collective_transport" not in effective and "collective_rdma" not in effective

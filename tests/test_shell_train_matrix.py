@@ -129,6 +129,9 @@ def test_a_primus_run_ends_with_its_log_result_and_read_back_settings(tmp_path):
     assert outcome["run"]["status"] == "ok" and outcome["run"]["steps_completed"] == 6
     assert (outcome["effective"]["tp"], outcome["effective"]["mock_data"]) == (2, False)
     assert read(run_dir / "launch.json")["status"] == "ok"
+    # Primus v25.11's own defaults, which mega on AMD runs with too
+    assert outcome["effective"]["environment"] == {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                                                   "NVTE_CK_USES_BWD_V3": "0"}
 
 
 def test_a_two_node_run_keeps_each_nodes_log_and_extracts_from_all(tmp_path):

@@ -15,17 +15,23 @@ from utils.netenv import network_env
 
 
 def test_amd_gets_the_roce_settings_amds_own_launcher_uses():
-    assert network_env("amd", {}, {}) == {"NCCL_CROSS_NIC": "0", "NCCL_IB_GID_INDEX": "3"}
+    assert network_env("amd", {}, {}) == {"NCCL_CROSS_NIC": "0", "NCCL_DEBUG": "INFO", "NCCL_IB_GID_INDEX": "3"}
 
 
-def test_nvidia_and_cpu_leave_everything_to_the_library_by_default():
-    assert network_env("nvd", {}, {}) == {}
+def test_nvidia_leaves_the_network_to_the_library_and_both_vendors_log_the_transport_it_chose():
+    assert network_env("nvd", {}, {}) == {"NCCL_DEBUG": "INFO"}
     assert network_env("cpu", {}, {}) == {}
+
+
+@pytest.mark.parametrize("platform", ["amd", "nvd"])
+def test_a_users_nccl_debug_or_the_net_debug_knob_replaces_the_transport_log(platform):
+    assert network_env(platform, {}, {"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"
+    assert network_env(platform, {"NET_DEBUG": "TRACE"}, {"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "TRACE"
 
 
 def test_socket_interface_knob_sets_the_bootstrap_and_gloo_interface():
     assert network_env("nvd", {"NET_SOCKET_IFNAME": "ens1f0"}, {}) == {
-        "NCCL_SOCKET_IFNAME": "ens1f0", "GLOO_SOCKET_IFNAME": "ens1f0"}
+        "NCCL_SOCKET_IFNAME": "ens1f0", "GLOO_SOCKET_IFNAME": "ens1f0", "NCCL_DEBUG": "INFO"}
 
 
 def test_cpu_runs_only_need_gloos_interface():
@@ -45,7 +51,7 @@ def test_a_knob_beats_what_is_exported():
 def test_empty_knobs_and_variables_set_nothing():
     """An empty NCCL_IB_GID_INDEX reads as index 0 in NCCL, so empty never reaches the environment."""
     env = network_env("nvd", {"NET_SOCKET_IFNAME": " ", "NET_IB_GID_INDEX": ""}, {"NCCL_IB_HCA": ""})
-    assert env == {}
+    assert env == {"NCCL_DEBUG": "INFO"}
 
 
 def test_unknown_platform_is_an_error():
@@ -57,7 +63,8 @@ def test_command_line_prints_shell_exports_from_the_environment():
     out = subprocess.run([sys.executable, "-m", "utils.netenv", "amd"], cwd=ROOT, capture_output=True, text=True,
                          env={"NET_SOCKET_IFNAME": "eth 0", "PATH": "/usr/bin:/bin"}, check=True).stdout
     assert out.splitlines() == ["export GLOO_SOCKET_IFNAME='eth 0'", "export NCCL_CROSS_NIC=0",
-                                "export NCCL_IB_GID_INDEX=3", "export NCCL_SOCKET_IFNAME='eth 0'"]
+                                "export NCCL_DEBUG=INFO", "export NCCL_IB_GID_INDEX=3",
+                                "export NCCL_SOCKET_IFNAME='eth 0'"]
 
 
 def test_command_line_reads_the_knobs_of_config_env_under_the_environment_as_the_launcher_does(tmp_path):

@@ -136,7 +136,7 @@ def test_amd_jobs_get_rccl_roce_defaults_and_pyxis_lets_them_win_over_the_image(
     job, _ = dry_run(FakeMachine(tmp_path), PLATFORM="amd", SLURM_CONTAINER="pyxis",
                      SLURM_CONTAINER_IMAGE=str(image), **TWO_GPU_NODES)
     assert job.exports["NCCL_IB_GID_INDEX"] == "3" and job.exports["NCCL_CROSS_NIC"] == "0"
-    assert job.srun_option("container-env") == "NCCL_CROSS_NIC,NCCL_IB_GID_INDEX"
+    assert job.srun_option("container-env") == "NCCL_CROSS_NIC,NCCL_DEBUG,NCCL_IB_GID_INDEX"
 
 
 def test_configured_socket_interface_reaches_nccl_and_gloo(tmp_path):
@@ -147,9 +147,10 @@ def test_configured_socket_interface_reaches_nccl_and_gloo(tmp_path):
     assert job.srun_option("container-env") is None  # host runtime: nothing to override
 
 
-def test_nvidia_job_without_network_settings_leaves_nccl_to_choose(tmp_path):
+def test_nvidia_job_without_network_settings_leaves_nccl_to_choose_and_logs_its_choice(tmp_path):
     job, _ = dry_run(FakeMachine(tmp_path), PLATFORM="nvd", **TWO_GPU_NODES)
-    assert not [key for key in job.exports if key.startswith(("NCCL_", "GLOO_"))]
+    assert [key for key in job.exports if key.startswith(("NCCL_", "GLOO_"))] == ["NCCL_DEBUG"]
+    assert job.exports["NCCL_DEBUG"] == "INFO"
 
 
 def path_without_slurm(tmp_path: Path) -> str:

@@ -44,7 +44,7 @@ def test_each_node_of_a_multi_node_run_gets_and_records_the_network_settings(tmp
         amd_node.setenv(key, value)
     amd_node.setenv("NCCL_IB_GID_INDEX", "5")  # a cluster module's export beats AMD's default of 3
     record = dry_run(tmp_path, 1)
-    expected = {"GLOO_SOCKET_IFNAME": "ens1f0", "NCCL_CROSS_NIC": "0", "NCCL_IB_GID_INDEX": "5",
+    expected = {"GLOO_SOCKET_IFNAME": "ens1f0", "NCCL_CROSS_NIC": "0", "NCCL_DEBUG": "INFO", "NCCL_IB_GID_INDEX": "5",
                 "NCCL_SOCKET_IFNAME": "ens1f0"}
     assert record["network"] == expected
     assert expected.items() <= record["env"].items()  # set on the command itself, so a pasted command has them
@@ -121,3 +121,39 @@ def test_the_trainers_single_path_is_compared_whole():
 
 def test_a_mock_data_run_has_no_data_path_to_compare():
     assert readback(None) == [] and readback(["/elsewhere"], mock_data=True) == []
+
+
+# --- what every result records of the run's environment and network -----------------------------------
+
+def launched(env: dict[str, str]) -> launch.Launch:
+    return launch.Launch(["true"], env, "/")
+
+
+def test_a_result_records_the_platform_environment_the_run_was_started_with(monkeypatch):
+    monkeypatch.setenv("NVTE_CK_USES_BWD_V3", "1")  # a user's export reaches Primus as it would anyway
+    environment = launch.run_environment(launched({"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+                                         "amd")
+    assert environment == {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_CK_USES_BWD_V3": "1"}
+    result = {"effective": {"tp": 1}}
+    launch.record_environment({"nnodes": 1}, result, environment, [])
+    assert result["effective"]["environment"] == environment
+
+
+def test_the_trainers_own_record_of_its_environment_is_kept():
+    result = {"effective": {"environment": {"HSA_NO_SCRATCH_RECLAIM": "0"}}}
+    launch.record_environment({"nnodes": 1}, result, {"HSA_NO_SCRATCH_RECLAIM": "1"}, [])
+    assert result["effective"]["environment"] == {"HSA_NO_SCRATCH_RECLAIM": "0"}
+
+
+@pytest.mark.parametrize("network, nnodes, warned", [("IB", 2, False), ("Socket", 2, True), ("Socket", 1, False)])
+def test_the_network_the_trainer_ran_on_is_read_from_every_nodes_log(tmp_path, network, nnodes, warned):
+    """mega's trainer writes its own result; NCCL's INFO line in a node's log adds the transport to it."""
+    first, second = tmp_path / "train.log", tmp_path / "node1.log"
+    first.write_text("gpu-01:11:12 [0] NCCL INFO Using network IB\n")
+    second.write_text(f"gpu-02:13:14 [8] NCCL INFO Using network {network}\n")
+    result = {"effective": {}}
+    notes = launch.record_environment({"nnodes": nnodes}, result, {}, [first, second])
+    assert result["effective"]["collective_rdma"] is (network == "IB")
+    assert bool(notes) is warned
+    if warned:
+        assert "TCP sockets" in notes[0] and "/dev/infiniband" in notes[0]

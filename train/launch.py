@@ -20,7 +20,10 @@ every node runs this with its NODE_RANK; nodes other than 0 keep their log and c
 node<N>/ of the run directory, and node 0 extracts the result from every node's log. A multi-node
 run gets the network settings of utils/netenv.py (NET_* knobs, the vendor's defaults), also when
 started by hand; each node's launch.json records its host name (and Slurm's name for it) and the
-collective libraries' variables the run was started with.
+collective libraries' variables the run was started with. Every result records, under "effective",
+the platform's environment (utils/platform_env) the run was started with, whatever its framework,
+and the network NCCL/RCCL used where the log names it (collective_transport, collective_rdma); a
+multi-node run whose collectives fell back to TCP sockets says so in its warnings.
 
 Exit: 0 ok, 1 the run failed, 2 bad input, 130 interrupted (Ctrl-C or SIGTERM).
 """
@@ -357,12 +360,36 @@ def other_node_logs(run_dir: Path, nnodes: int, timeout_s: float = NODE_WAIT_S) 
             if (run_dir / f"node{rank}" / "train.log").exists()]
 
 
-def judge(req: dict, run_dir: Path, outcome: Outcome) -> str:
+def run_environment(launch: Launch, platform: str) -> dict[str, str]:
+    """The platform's variables (utils/platform_env) as the run is started with them."""
+    env = {**os.environ, **launch.env}
+    return {key: env[key] for key in platform_env(platform) if key in env}
+
+
+def record_environment(req: dict, result: dict, environment: dict[str, str], logs: list[Path]) -> list[str]:
+    """Complete the result's effective settings with the run's environment (the mega trainer records its
+    own) and the collective library's network from the logs; return what a reader must be warned of."""
+    from evaluate.logs import effective_settings
+
+    effective = result.setdefault("effective", {})
+    effective.setdefault("environment", environment)
+    if "collective_transport" not in effective:  # a trainer-written result: the library printed it
+        effective.update({key: value for key, value in effective_settings(logs).items()
+                          if key.startswith("collective_")})
+    if req["nnodes"] > 1 and effective.get("collective_rdma") is False:
+        return [f"the collective library connected the {req['nnodes']} nodes over TCP sockets "
+                f"(network {effective['collective_transport']}), not RDMA: multi-node figures are a TCP network's; "
+                "check /dev/infiniband on the hosts and NET_IB_HCA"]
+    return []
+
+
+def judge(req: dict, run_dir: Path, outcome: Outcome, environment: dict[str, str]) -> str:
     """Final status of the run (ok | failed | incomplete | interrupted), written into result.json."""
     from utils.result import write_result
 
     logs = [run_dir / "train.log"] + other_node_logs(run_dir, req["nnodes"])
     result = collect_result(req, run_dir, outcome, logs)
+    notes = record_environment(req, result, environment, logs)
     run = result["run"]
     problems = readback_problems(req, result)
     if outcome.exit_code != 0 and not outcome.interrupted and run["status"] == "ok":
@@ -374,7 +401,7 @@ def judge(req: dict, run_dir: Path, outcome: Outcome) -> str:
     elif problems:
         run["status"] = "failed"
         run["error_excerpt"] = "\n".join(problems + ([run["error_excerpt"]] if run["error_excerpt"] else []))
-    result["warnings"] = list(dict.fromkeys(result["warnings"] + problems + outcome.warnings))
+    result["warnings"] = list(dict.fromkeys(result["warnings"] + problems + outcome.warnings + notes))
     write_result(run_dir / "result.json", result)
     for problem in problems:
         print(f"[tprimat] {req['run_id']}: {problem}", file=sys.stderr, flush=True)
@@ -476,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         probe_system(run_dir.parent / "system.json")
     outcome = execute(launch, work_dir / "train.log", req["platform"])
     if node_rank == 0:
-        status = judge(req, run_dir, outcome)
+        status = judge(req, run_dir, outcome, run_environment(launch, req["platform"]))
     else:  # node 0 judges the run from every node's log
         status = "interrupted" if outcome.interrupted else ("ok" if outcome.exit_code == 0 else "failed")
     record.update(status=status, exit_code=outcome.exit_code, started_at=outcome.started_at,

@@ -13,6 +13,11 @@ as 0, not as "unset".
 Precedence, low to high: the vendor's default, a variable already in the environment (a cluster's
 module or the user's own export), a non-empty NET_* knob.
 
+Both GPU vendors default to NCCL_DEBUG=INFO: only its lines say whether the nodes talk over RDMA
+("Using network IB") or fell back to TCP sockets, which the result records (evaluate/logs.py). It
+costs a few dozen lines per rank and communicator at start-up (a few MB for 16 GPUs), none per step:
+the default subsystems leave out the per-collective ones.
+
     python3 -m utils.netenv [amd|nvd|cpu]   # export lines for the shell: what a multi-node run gets
 
 The command line reads the NET_* knobs as the launcher does (utils.config: the environment over
@@ -48,11 +53,12 @@ _GPU_KNOBS = {
     "NET_DEBUG": ("NCCL_DEBUG",),  # WARN | INFO (INFO prints the transport chosen: NET/IB or NET/Socket)
 }
 
+_TRANSPORT_LOG = {"NCCL_DEBUG": "INFO"}
 VENDORS: dict[str, Vendor] = {
-    "nvd": Vendor("NCCL", _GPU_KNOBS),
+    "nvd": Vendor("NCCL", _GPU_KNOBS, _TRANSPORT_LOG),
     # AMD's own launcher (Primus examples/run_pretrain.sh) sets these for every multi-node run on its
     # RoCE fabrics; TPrimat's Megatron runs on AMD get the same, so mega and prim see one network.
-    "amd": Vendor("RCCL", _GPU_KNOBS, {"NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0"}),
+    "amd": Vendor("RCCL", _GPU_KNOBS, {"NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0", **_TRANSPORT_LOG}),
     "cpu": Vendor("gloo", {"NET_SOCKET_IFNAME": ("GLOO_SOCKET_IFNAME",)}),
 }
 
