@@ -8,7 +8,8 @@ header (magic, version, dtype code for the tokenizer's vocabulary), .idx size = 
 document index from 0 to S and increasing (an equal pair is an empty document), no empty
 sequence, pointers = bytes of the lengths before them, .bin size = bytes of all tokens, every token
 in [0, tokenizer size), EOD closing every document, megatron-core's IndexedDataset opens the pair,
-and megatron-core's GPTDataset builds N samples of SL tokens from it. Then PREFIX.manifest.json:
+and megatron-core's GPTDataset builds N samples of SL tokens from it (its C++ helpers compiled first
+where a Megatron-LM source checkout lacks them). Then PREFIX.manifest.json:
 source dataset and revision, cleaning report, tokenizer identity, counts, token statistics, sha256
 of both files and their fingerprint (sha256 of the two hashes joined by a newline), verified: true.
 """
@@ -155,10 +156,11 @@ def build_with_megatron(prefix: Path, vocab_size: int, eod: int, seq_length: int
     if len(opened) == 0 or len(first) == 0:
         raise Broken(Path(str(prefix) + ".idx"), "IndexedDataset", "megatron-core reads no tokens")
     with tempfile.TemporaryDirectory(prefix="tprimat-verify-") as cache:
+        # Fields every megatron-core from 0.12 (nemo:25.04) has; the defaults stand for the rest (e.g. 0.13's
+        # mid_level_dataset_surplus, which only weighted blends of several prefixes use).
         config = GPTDatasetConfig(random_seed=seed, sequence_length=seq_length, blend=([str(prefix)], None),
                                   split="100,0,0", path_to_cache=cache, tokenizer=_Tokenizer(eod, vocab_size),
-                                  reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-                                  mid_level_dataset_surplus=0.005)
+                                  reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
         try:
             train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [samples, 0, 0], lambda: True, config).build()
             sample = train[len(train) - 1]
@@ -180,6 +182,15 @@ def _ensure_process_group() -> None:
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
 
 
+def _ensure_dataset_helpers() -> None:
+    """GPTDataset's compiled index builder, compiled first in a source checkout (as the trainer does)."""
+    from train.mega_data import DataError, ensure_dataset_helpers
+    try:
+        ensure_dataset_helpers()
+    except DataError as err:
+        raise UsageError(str(err)) from None
+
+
 def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_length: int, samples: int,
            seed: int, append_eod: bool = True) -> dict:
     """Check the pair and write its manifest; returns the manifest."""
@@ -192,6 +203,7 @@ def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_
         raise Broken(bin_path, "too few tokens", f"{summary.tokens} tokens, {samples} samples of {seq_length} need "
                      f"{needed}; raise DATA_SAMPLES or lower the samples requested")
     _ensure_process_group()
+    _ensure_dataset_helpers()
     summary.gpt_samples = build_with_megatron(prefix, vocab_size, eos if eos is not None else 0, seq_length,
                                               samples, seed)
     summary.seq_length = seq_length

@@ -15,7 +15,12 @@ megatron-core (0.16) assumes a CUDA device in a handful of places, listed in
    weight's gradient over the TP ranks that each normalised a slice of the sequence;
 8. megatron-core wraps its fusion kernels in ``torch.compile`` when it is imported, which loads the
    inductor compiler (seconds of start-up per process) for GPU kernels the CPU never runs (every
-   fusion is off here): ``torch.compile`` returns the function unchanged instead.
+   fusion is off here): ``torch.compile`` returns the function unchanged instead;
+9. megatron-core 0.12's distributed optimizer calls ``fp8_utils.quantize_param_shard`` at every step,
+   and without Transformer Engine that function raises even when no parameter is FP8 (0.13+ returns
+   when the list is empty). On GPUs TE is present and each of its implementations returns at once for
+   an empty list, as TPrimat keeps no FP8 parameters: the CPU gets that same early return, and a call
+   with FP8 parameters still reaches megatron-core's own function.
 
 The RNG tracker also warns "CPU RNG state changed within GPU RNG context" whenever it forks: here
 the two generators are one, so that is expected, and apply() filters exactly that message.
@@ -102,12 +107,22 @@ def _no_compile(model=None, **_options):
     return model if model is not None else (lambda function: function)
 
 
+def _skip_without_fp8_params(quantize):
+    """quantize_param_shard returning at once for an empty list of FP8 parameters, as TE's versions do (9)."""
+    def quantize_param_shard(model_params, *args, **kwargs):
+        if len(model_params) == 0:
+            return None
+        return quantize(model_params, *args, **kwargs)
+    return quantize_param_shard
+
+
 def apply() -> bool:
     """Install the adaptations when no accelerator is present; returns whether they are active."""
     global _applied
     if _applied or not needed():
         return _applied
     torch.compile = _no_compile  # 8. first: megatron-core applies it while being imported
+    from megatron.core.optimizer import distrib_optimizer
     from megatron.core.tensor_parallel import random as megatron_random
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
@@ -127,6 +142,8 @@ def apply() -> bool:
         setattr(torch.cuda, name, _stand_in(name, lambda *args, **kwargs: None))
     # 7. sequence parallelism with torch's norm (the local spec without Apex).
     WrappedTorchNorm.__new__ = _sequence_parallel_torch_norm
+    # 9. no FP8 parameter, nothing to quantize (megatron-core 0.12 without TE raises instead).
+    distrib_optimizer.quantize_param_shard = _skip_without_fp8_params(distrib_optimizer.quantize_param_shard)
     # 3. and 4. tensor placement and type names, for every torch call from here on.
     _CudaIsCpu().__enter__()
     _applied = True
