@@ -12,6 +12,13 @@ Nodes: the node count (NNODES) and the nodes' names in node-rank order, from the
 this host alone on one node; empty for a multi-node run started by hand (each node's launch.json
 names its host). Interconnect: the InfiniBand/RoCE adapters /sys shows, else the network
 interfaces; empty where /sys cannot be read.
+
+    python3 -m evaluate.probe --require-stack amd --frameworks mega,prim [--python PATH]
+
+checks, before a GPU run, that the Python which would train (PATH, default this one) sees the
+vendor's GPUs through its torch and has what each framework imports; otherwise it names what is
+missing and the two ways out in one line, exit 2. A CPU build of torch on a GPU node would
+otherwise train there, on the CPU, a run labelled amd or nvd.
 """
 
 from __future__ import annotations
@@ -286,10 +293,93 @@ def probe(env: Mapping[str, str] | None = None) -> dict:
             "software": software_info(), "interconnect": interconnect_info()}
 
 
+# --- The GPU stack a training Python must have ----------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+VENDOR_STACK = {"amd": ("hip", "ROCm", "AMD"), "nvd": ("cuda", "CUDA", "NVIDIA")}  # torch.version.<attr>, names
+# What each framework's trainer imports besides torch (prim: Primus's launcher, inside its checkout).
+FRAMEWORK_MODULES = {"mega": ("transformer_engine", "megatron.core"),
+                     "nemo": ("transformer_engine", "megatron.core", "nemo"), "prim": ("transformer_engine",)}
+
+
+def stack_facts() -> dict:
+    """What this Python sees: its torch build and GPUs, and which framework modules it can import."""
+    modules = sorted({name for names in FRAMEWORK_MODULES.values() for name in names})
+    facts: dict = {"torch": None, "hip": None, "cuda": None, "gpus": 0, "modules": {}}
+    for name in modules:
+        try:
+            facts["modules"][name] = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package that is missing or broken
+            facts["modules"][name] = False
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        facts.update(torch=torch.__version__, hip=torch.version.hip, cuda=torch.version.cuda,
+                     gpus=torch.cuda.device_count())
+    return facts
+
+
+def stack_problem(platform: str, frameworks: list[str], python: str, primus_path: str | None = None) -> str | None:
+    """One line naming what the Python `python` lacks to train the frameworks on the platform's GPUs,
+    and the two ways out; None when it has everything. Asked in a process of its own, so that the
+    caller never initialises a GPU runtime."""
+    attribute, build, vendor = VENDOR_STACK[platform]
+    missing: list[str] = []
+    try:
+        answer = subprocess.run([python, "-m", "evaluate.probe", "--stack-facts"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120)
+        facts = json.loads(answer.stdout) if answer.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        facts = None
+    if facts is None:
+        missing.append(f"no working Python at {python}")
+    else:
+        if facts["torch"] is None:
+            missing.append("no torch")
+        elif not facts[attribute]:
+            missing.append(f"torch {facts['torch']} is not a {build} build")
+        elif not facts["gpus"]:
+            missing.append(f"torch {facts['torch']} sees no {vendor} GPU")
+        wanted = dict.fromkeys(name for framework in frameworks for name in FRAMEWORK_MODULES[framework])
+        missing += [f"no {name}" for name in wanted if not facts["modules"].get(name)]
+    if "prim" in frameworks:
+        from train.primus_config import DEFAULT_PRIMUS_PATH
+
+        primus = Path(primus_path or DEFAULT_PRIMUS_PATH)
+        if not (primus / "examples" / "run_pretrain.sh").is_file():
+            missing.append(f"no Primus checkout at {primus} (PRIMUS_PATH)")
+    if not missing:
+        return None
+    return (f"{python} cannot train {','.join(frameworks)} on {vendor} GPUs: {', '.join(missing)}; run in the "
+            f"container (./shell/build.sh, then ./shell/run_train.sh with a Docker engine answering, or "
+            f"RUNTIME=docker; Slurm: SLURM_CONTAINER=pyxis) or set TPRIMAT_PYTHON to a Python environment with "
+            f"the {build} stack")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m evaluate.probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("-o", "--output", type=Path, help="system.json to write (default: print)")
+    parser.add_argument("--require-stack", choices=sorted(VENDOR_STACK), metavar="PLATFORM",
+                        help="amd or nvd: exit 2 with one line unless --python can train --frameworks there")
+    parser.add_argument("--frameworks", default="", help="comma list of mega, nemo, prim (with --require-stack)")
+    parser.add_argument("--python", default=sys.executable, help="the Python that would train (default: this one)")
+    parser.add_argument("--stack-facts", action="store_true", help="print what this Python sees, as JSON")
     args = parser.parse_args(argv)
+    if args.stack_facts:
+        print(json.dumps(stack_facts()))
+        return 0
+    if args.require_stack:
+        frameworks = [name for name in args.frameworks.split(",") if name]
+        unknown = [name for name in frameworks if name not in FRAMEWORK_MODULES]
+        if unknown or not frameworks:
+            print(f"evaluate.probe: --frameworks {args.frameworks!r}: give a comma list of "
+                  f"{', '.join(FRAMEWORK_MODULES)}", file=sys.stderr)
+            return 2
+        problem = stack_problem(args.require_stack, frameworks, args.python, os.environ.get("PRIMUS_PATH"))
+        if problem:
+            print(f"[tprimat] error: PLATFORM={args.require_stack}: {problem}", file=sys.stderr)
+            return 2
+        return 0
     text = json.dumps(probe(), indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

@@ -192,6 +192,26 @@ tp_ensure_venv() {
   done
 }
 
+# The host runtime on a GPU platform trains with TPRIMAT_PYTHON, or .venv as it is: requirements/host.txt
+# holds no GPU stack (CPU or CUDA torch from PyPI; no ROCm build, Transformer Engine, NeMo or Primus), and
+# a torch that sees no GPU would train on the CPU a run labelled amd or nvd. So that Python must see the
+# vendor's GPUs and each framework's modules (evaluate.probe says what is missing and the ways out), else
+# nothing starts. A dry run plans anyway (with the host's Python where no environment exists) and says
+# that a real run would stop.
+tp_require_gpu_stack() {
+  local python="${TPRIMAT_PYTHON:-${TPRIMAT_VENV}/bin/python}" problem
+  if problem="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m evaluate.probe --require-stack "${PLATFORM}" \
+      --frameworks "${FRAMEWORKS}" --python "${python}" 2>&1)"; then
+    return 0
+  fi
+  [[ "${DRY_RUN}" == 1 ]] || { printf '%s\n' "${problem}" >&2; exit 2; }
+  tp_warn "dry run: a real run would stop here: ${problem#\[tprimat\] error: }"
+  if [[ -z "${TPRIMAT_PYTHON:-}" && ! -x "${python}" ]]; then
+    TPRIMAT_PYTHON="$(tp_host_python)"
+    export TPRIMAT_PYTHON
+  fi
+}
+
 # --- Docker runtime ---------------------------------------------------------------------------------
 
 tp_docker_engine_answers() { docker info >/dev/null 2>&1; }
@@ -392,7 +412,11 @@ tp_run_stage() {
         tp_docker_run "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@"
       fi ;;
     host)
-      [[ -n "${TPRIMAT_PYTHON:-}" ]] || tp_ensure_venv requirements/host.txt
+      if [[ "${stage}" == train && "${PLATFORM}" != cpu ]]; then
+        tp_require_gpu_stack
+      elif [[ -z "${TPRIMAT_PYTHON:-}" ]]; then
+        tp_ensure_venv requirements/host.txt
+      fi
       TPRIMAT_RUNTIME=host bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@" ;;
   esac
 }

@@ -3,6 +3,7 @@
 import json
 import socket
 import stat
+import sys
 import textwrap
 
 import pytest
@@ -151,3 +152,16 @@ def test_node_names_are_expanded_from_the_jobs_node_list_by_scontrol(tmp_path, f
 def test_one_node_is_this_host_and_a_multi_node_run_started_by_hand_names_none(fake_path):
     assert probe.probe({"NNODES": "1"})["node_names"] == [socket.gethostname()]
     assert probe.node_names({"SLURM_JOB_NODELIST": "gpu-[01-02]"}, 2) == []  # no scontrol on PATH
+
+
+def test_a_stack_check_of_unknown_frameworks_is_refused_in_one_line(capsys):
+    assert probe.main(["--require-stack", "amd", "--frameworks", "mega,fsdp"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "--frameworks 'mega,fsdp'" in line and "mega, nemo, prim" in line
+
+
+def test_this_machines_python_reports_what_it_sees_and_is_refused_for_gpu_training():
+    facts = probe.stack_facts()
+    assert facts["gpus"] == 0 and facts["hip"] is None  # a CPU-only torch, as a GPU node's .venv would hold
+    problem = probe.stack_problem("amd", ["mega"], sys.executable)
+    assert problem.startswith(f"{sys.executable} cannot train mega on AMD GPUs: torch {facts['torch']} is not a ROCm build")

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from evaluate.probe import stack_problem
 from train import settle
 from train.nemo_recipe import recipe_settings
 from train.plan import PREPARE_COMMAND, Run, data_problems, request, run_name
@@ -65,6 +66,8 @@ NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a mul
 READBACK_CHECKS = ("effective settings", "real data")
 # What a framework's log must report for its layout and batch to count as applied.
 REQUIRED_READBACK = ("tp", "pp", "mbs", "gbs", "seq_len", "precision")
+# Frameworks whose trainer runs in this Python (torchrun under sys.executable); Primus brings its own launcher.
+IN_THIS_PYTHON = ("mega", "nemo")
 # Variables of the collective libraries (NCCL, RCCL, gloo) recorded in launch.json as the run is started with them.
 NETWORK_PREFIXES = ("NCCL_", "RCCL_", "GLOO_")
 
@@ -443,6 +446,11 @@ def resolve(args: argparse.Namespace) -> tuple[dict, Path]:
                          "(or MOCK_DATA=1 for synthetic tokens)")
     if missing:
         warn(f"dry run: data not prepared: {missing}; a real run stops here until {PREPARE_COMMAND} prepared it")
+    if not cfg["DRY_RUN"] and cfg.platform != "cpu" and args.framework in IN_THIS_PYTHON:
+        # A torch that sees no GPU would train on the CPU (train/cpu_compat.py) a run labelled amd or nvd.
+        problem = stack_problem(cfg.platform, [args.framework], sys.executable)
+        if problem:
+            raise InputError(f"PLATFORM={cfg.platform}: {problem}")
     if args.run_dir:
         run_dir = Path(args.run_dir).resolve()
     else:
