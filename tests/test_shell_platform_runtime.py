@@ -4,6 +4,7 @@ machines."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 import subprocess
 import sys
@@ -316,3 +317,30 @@ def test_a_docker_dry_run_plans_on_the_host_with_the_standard_library_and_builds
     assert result.stdout.count("command: ") == 4
     if vendor == "prim":
         assert "primus_experiment.yaml not written" in result.stderr
+
+
+# Primus v25.11's defaults for Megatron on AMD; NVIDIA's Transformer Engine attention backends written out.
+PLATFORM_ENVIRONMENT = {"amd": {"HSA_NO_SCRATCH_RECLAIM": "0", "NVTE_CK_USES_BWD_V3": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+                        "nvd": {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1"}}
+
+
+@pytest.mark.parametrize("gpus, platform", [({"nvidia": 8}, "nvd"), ({"amd": 8}, "amd")])
+def test_a_dry_run_of_a_multi_node_gpu_node_shows_rdma_devices_memlock_and_the_run_environment(tmp_path, gpus, platform):
+    fake = machine(tmp_path, engine=True, **gpus)
+    devices = tmp_path / "infiniband"
+    devices.mkdir()
+    result = fake.run("shell/run_train.sh", DRY_RUN="1", NNODES="2", DP="16", GA="4", LAUNCHER="local",
+                      MASTER_ADDR="10.0.0.1", TPRIMAT_INFINIBAND=str(devices))
+    assert result.returncode == 0, result.output
+    (container,) = [line for line in result.stderr.splitlines() if "a real run would start: docker run" in line]
+    assert f"--device={devices}:/dev/infiniband" in container and "--ulimit memlock=-1" in container
+    dirs = run_dirs(tmp_path / "output")
+    assert len(dirs) == 4
+    for run_dir in dirs:
+        env = json.loads((run_dir / "launch.json").read_text())["env"]
+        assert PLATFORM_ENVIRONMENT[platform].items() <= env.items(), run_dir.name
+        assert env["NCCL_DEBUG"] == "INFO"  # the collective library names the transport it chose
+    commands = [line for line in result.stdout.splitlines() if "command: " in line]
+    assert len(commands) == 4
+    assert all("NCCL_DEBUG=INFO" in line and all(f"{k}={v}" in line for k, v in PLATFORM_ENVIRONMENT[platform].items())
+               for line in commands)
