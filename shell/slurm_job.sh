@@ -34,6 +34,11 @@ tp_job_prepare() {
   detected="$(tp_detect_platform)"
   [[ "${detected}" == "${PLATFORM}" ]] \
     || tp_die 2 "PLATFORM=${PLATFORM}, but node $(hostname) has ${detected} $([[ "${detected}" == cpu ]] && echo "(no GPU)" || echo GPUs); submit with PLATFORM=${detected} (a login node cannot see the compute nodes' GPUs)"
+  if [[ "${SLURM_CONTAINER}" == none && "${PLATFORM}" != cpu ]]; then
+    # Checked here, where the GPUs are (a login node often has none): the job's Python must train on them.
+    tp_load_config --quiet
+    tp_require_gpu_stack
+  fi
   [[ "${SLURM_JOB_NUM_NODES}" == "${NNODES}" ]] \
     || tp_die 2 "the job got ${SLURM_JOB_NUM_NODES} nodes, NNODES=${NNODES}"
   mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")

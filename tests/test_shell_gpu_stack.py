@@ -102,3 +102,18 @@ def test_the_launcher_refuses_a_gpu_run_its_python_would_do_on_the_cpu(tmp_path,
     error = the_error(fake.run(script, MOCK_DATA="1"))
     assert error.startswith(f"[tprimat] error: PLATFORM={platform}: {sys.executable} cannot train")
     assert not (tmp_path / "output").exists()
+
+
+def test_a_slurm_job_without_a_container_checks_the_stack_where_the_gpus_are_before_any_node_starts(tmp_path):
+    """SLURM_CONTAINER=none (Slurm's default here) is the host runtime on the compute nodes."""
+    from tests.test_slurm_job import ALLOCATION, with_scontrol
+
+    fake = machine(tmp_path, amd=8)
+    run_set = tmp_path / "run-set"
+    run_set.mkdir()
+    job = tmp_path / "job.sh"
+    job.write_text(f"source {fake.root}/shell/slurm_job.sh\ntp_job_prepare\n")
+    result = fake.run(str(job), PATH=with_scontrol(fake, tmp_path, "10.8.0.7"), RUN_SET_DIR=str(run_set),
+                      PLATFORM="amd", DP="16", GA="4", **ALLOCATION)
+    assert f"PLATFORM=amd: {sys.executable} cannot train mega,prim on AMD GPUs" in the_error(result)
+    assert not (run_set / "slurm.json").exists()
