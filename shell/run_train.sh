@@ -16,6 +16,8 @@
 #   NNODES>1, LAUNCHER     multi-node: one Slurm job (sbatch on PATH), or one run_train.sh per node
 # The host runtime builds .venv from requirements/host.txt with python3, or the interpreter named by
 # TPRIMAT_HOST_PYTHON (it says so when that Python is too old); TPRIMAT_PYTHON uses an existing environment.
+# On GPUs the host runtime trains only with a Python that sees them and the vendor's stack (TPRIMAT_PYTHON,
+# or .venv as it is): otherwise it stops in one line naming what is missing.
 # Exit: 0 every run ok, 1 a run failed, 2 bad input or missing data, 130 interrupted.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 tp_args "" "$@"
