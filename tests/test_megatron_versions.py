@@ -180,3 +180,15 @@ def test_dataset_helpers_that_cannot_be_compiled_stop_verify_and_the_trainer_in_
     assert run.returncode == 2 and "Traceback" not in run.console
     assert run.console.strip().splitlines()[-1].startswith(f"train_mega: {expected}")
     assert run.result["run"]["status"] == "failed" and run.steps == []
+
+
+def test_the_trainer_compiles_the_helpers_once_on_rank_0_while_the_other_ranks_wait(
+        source_checkout, data_dir, tmp_path):
+    import megatron.core.datasets.helpers_cpp as built
+
+    made = tmp_path / "make.log"
+    makefile(source_checkout, f"echo made >> {made}; cp {built.__file__} .")
+    run = train(tmp_path / "run", data_dir, DP=2, MBS=1, TRAIN_ITERS=2, WARMUP_STEPS=1,
+                PYTHONPATH=str(source_checkout))
+    assert_trained(run, 2)
+    assert made.read_text() == "made\n"
