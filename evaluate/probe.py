@@ -173,8 +173,10 @@ def _distribution_version(names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _megatron_from_source() -> str | None:
-    """megatron-core checked out rather than installed (Primus's third_party): read package_info.py."""
+def _megatron_imported() -> str | None:
+    """The version of the megatron-core that `import megatron.core` finds first, from its package_info.py
+    (wheels and source checkouts both ship it, pre-release tag included: Primus pins 0.15.0rc8), so that a
+    checkout on PYTHONPATH in front of an installed wheel is reported as what really runs."""
     spec = importlib.util.find_spec("megatron")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -182,14 +184,15 @@ def _megatron_from_source() -> str | None:
         text = _read(os.path.join(location, "core", "package_info.py")) or ""
         parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.MULTILINE) for k in ("MAJOR", "MINOR", "PATCH")]
         if all(parts):
-            return ".".join(p.group(1) for p in parts)
+            pre = re.search(r"^PRE_RELEASE\s*=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
+            return ".".join(p.group(1) for p in parts) + (pre.group(1) if pre else "")
     return None
 
 
 def software_info() -> dict:
     """Python, framework and communication library versions (null where not installed)."""
     info = {key: _distribution_version(names) for key, names in DISTRIBUTIONS.items()}
-    info["megatron_core"] = info["megatron_core"] or _megatron_from_source()
+    info["megatron_core"] = _megatron_imported() or info["megatron_core"]
     info["python"] = platform.python_version()
     info.update(torch_cuda=None, torch_hip=None, nccl=None, rccl=None)
     if info["torch"]:

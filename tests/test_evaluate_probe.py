@@ -3,8 +3,10 @@
 import json
 import socket
 import stat
+import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +167,17 @@ def test_this_machines_python_reports_what_it_sees_and_is_refused_for_gpu_traini
     assert facts["gpus"] == 0 and facts["hip"] is None  # a CPU-only torch, as a GPU node's .venv would hold
     problem = probe.stack_problem("amd", ["mega"], sys.executable)
     assert problem.startswith(f"{sys.executable} cannot train mega on AMD GPUs: torch {facts['torch']} is not a ROCm build")
+
+
+def test_megatron_core_is_reported_as_the_version_that_imports_first_pre_release_included(tmp_path):
+    """Primus's Megatron-LM checkout on PYTHONPATH, in front of the installed wheel, is what runs."""
+    core = tmp_path / "megatron" / "core"
+    core.mkdir(parents=True)
+    (tmp_path / "megatron" / "__init__.py").write_text("")
+    (core / "__init__.py").write_text("")
+    (core / "package_info.py").write_text('MAJOR = 0\nMINOR = 15\nPATCH = 0\nPRE_RELEASE = "rc8"\n')
+    repo = Path(probe.__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", "from evaluate.probe import software_info; "
+                          "print(software_info()['megatron_core'])"], cwd=repo, capture_output=True, text=True,
+                         env={"PYTHONPATH": f"{tmp_path}:{repo}", "PATH": "/usr/bin:/bin"}, check=True)
+    assert out.stdout.strip() == "0.15.0rc8"
