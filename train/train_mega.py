@@ -548,6 +548,7 @@ def execute(settings: Settings, run_dir: Path, inject_nan_step: int | None = Non
         signal.signal(signum, _raise_stopped)
     try:
         env = platform_env.apply(settings.platform)
+        check_device(settings.platform)
         source = locate(settings.data_dir, settings.dataset, settings.model.key, settings.model.vocab_size,
                         settings.mock_data)
         cpu_compat.apply()
@@ -588,6 +589,19 @@ def execute(settings: Settings, run_dir: Path, inject_nan_step: int | None = Non
     if code == 0 and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return code
+
+
+def check_device(platform: str) -> None:
+    """A result names the hardware that really trained: a GPU platform needs a torch that sees its GPUs
+    (else cpu_compat would train on the CPU under an amd/nvd label), and the CPU platform must not train
+    on a GPU torch happens to see."""
+    if platform != "cpu" and not torch.cuda.is_available():
+        raise SettingsError(f"PLATFORM={platform}: torch {torch.__version__} sees no GPU; run in the container "
+                            "runtime (./shell/run_train.sh on a node with a Docker engine) or set TPRIMAT_PYTHON to "
+                            "a Python with the vendor's GPU stack")
+    if platform == "cpu" and torch.cuda.is_available():
+        raise SettingsError("PLATFORM=cpu, but torch sees a GPU: hide it (CUDA_VISIBLE_DEVICES= HIP_VISIBLE_DEVICES=) "
+                            "or run the GPU platform (unset PLATFORM)")
 
 
 def _raise_stopped(signum: int, _frame) -> None:
