@@ -298,12 +298,13 @@ def _raw_framework(parsed: ParsedLog, warmup_skip: int) -> dict:
     records = parsed.records
     window = metrics.steady_window([r["step"] for r in records], [r["step_time_s"] for r in records], warmup_skip)
     kept = set(window.steps) if window else set()
-    for key in ("fw_tflop_per_s_per_gpu", "fw_tokens_per_s_per_gpu"):
+    for key in ("fw_tflop_per_s_per_gpu", "fw_tokens_per_s_per_gpu", "fw_step_time_s"):
         values = [r[key] for r in records if r["step"] in kept and r.get(key) is not None]
         finite = [v for v in values if math.isfinite(v)]
         if finite:
             raw[key.removeprefix("fw_") + "_median"] = metrics.summarize(finite).median
-    for key in ("fw_tflop_per_s_per_gpu_avg", "fw_tokens_per_s_per_gpu_avg", "fw_step_time_avg_s"):
+    for key in ("fw_tflop_per_s_per_gpu_avg", "fw_tokens_per_s_per_gpu_avg", "fw_step_time_avg_s",
+                "fw_mem_allocated_now_gib", "fw_mem_reserved_gib", "fw_mem_allocated_gib"):
         last = next((r[key] for r in reversed(records) if r.get(key) is not None), None)
         if last is not None:
             raw[key.removeprefix("fw_") + "_last"] = last

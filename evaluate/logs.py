@@ -12,7 +12,8 @@ Besides the steps, the parsers read the settings a log prints, so that a log fro
 no run request: Megatron-LM's and Primus's argument dump (layout, batch, steps, precision, LR
 schedule, seed, architecture), the global batch size of every iteration line, the lines NeMo's and
 megatron-core's own logging prints (parallel groups, micro-batch count, parameter count, the
-OptimizerConfig and GPTDatasetConfig reprs), TPrimat's TPRIMAT_EFFECTIVE lines, and the hardware a
+OptimizerConfig and GPTDatasetConfig reprs), TPrimat's TPRIMAT_EFFECTIVE lines (and, in NeMo runs,
+its TPRIMAT_STEP lines: the step time and peak memory), and the hardware a
 log may name: a device line (nvidia-smi -L, rocm-smi, amd-smi) or the collective library's
 version (NCCL +cuda, RCCL), and Primus's HIP memory fields. With NCCL_DEBUG=INFO, NCCL and RCCL
 name the network each communicator uses: "IB" (RDMA, over InfiniBand or RoCE) or "Socket" (TCP).
@@ -40,6 +41,7 @@ MEMORY_REPORT = re.compile(r"\(after (\d+) iterations\) memory \(MB\)")
 PRIMUS_PREFIX = re.compile(r"\[rank-\d+/\d+\]\s*\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]")
 ARGUMENT = re.compile(r"(?:^|[\s:])([a-z_][a-z0-9_]*) \.{3,} (.*?)\s*$")
 EFFECTIVE_MARKER = "TPRIMAT_EFFECTIVE"
+STEP_MARKER = "TPRIMAT_STEP"  # train/nemo_timer.py: NeMo runs' device-synchronised step time and peak memory
 MOCK_CLASSES = ("MockGPTDataset", "MockDataModule")
 # NeMo (megatron_init): "Rank 0 has tensor model parallel group: [0, 1]"; the group's length is the size.
 PARALLEL_GROUP = re.compile(r"\bRank \d+ has (data|tensor model|pipeline model|context) parallel group\s*:"
@@ -61,7 +63,7 @@ HIP_MEMORY = re.compile(r"\b(?:hip|rocm) mem usage[^|]*")  # Primus's iteration 
 COLLECTIVE_NETWORK = re.compile(r"\bNCCL INFO Using network (\S.*?)\s*$")
 RDMA_NETWORKS = frozenset({"IB"})  # NCCL's built-in RDMA transport, InfiniBand and RoCE alike
 # Bytes that a line must contain to be worth decoding; every other line is only counted.
-MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), b"Traceback", b"out of memory",
+MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback", b"out of memory",
            b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
            b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network")
 TAIL_LINES = 20
@@ -125,6 +127,7 @@ class _Run:
     gpu_vendor: str | None = None
     vendor_evidence: str | None = None
     networks: set[str] = field(default_factory=set)  # the collective library's networks, every rank's
+    timed: bool = False  # a TPRIMAT_STEP line was seen: step time and memory come from TPrimat's own timer
 
 
 # Field names (lower case, single spaces) -> what they are; names not listed are not parsed at all.
@@ -132,11 +135,13 @@ MEGATRON_FIELDS = {"elapsed time per iteration (ms)": "step_time_ms", "learning 
                    "grad norm": "grad_norm", "number of skipped iterations": "skipped",
                    "number of nan iterations": "nan", "global batch size": "gbs"}
 MEMORY_FIELDS = {"max allocated": "allocated", "max reserved": "reserved"}
+# NeMo's own timing and memory are raw figures (fw_*): TimingCallback's host time without a device sync,
+# rank 0's peak reserved memory, and "memory_allocated", rank 0's current allocation (not a peak).
 NEMO_FIELDS = {"global_step": "global_step", "lr": "lr", "reduced_train_loss": "loss", "train_loss": "loss",
-               "train_step_timing in s": "step_time_s", "grad_norm": "grad_norm", "grad norm": "grad_norm",
-               "global_batch_size": "gbs", "peak_memory_usage": "reserved_bytes", "max_memory_reserved": "reserved_bytes",
-               "memory_allocated": "allocated_bytes", "max_memory_allocated": "allocated_bytes",
-               "tflops_per_gpu": "fw_tflops"}
+               "train_step_timing in s": "fw_step_time_s", "grad_norm": "grad_norm", "grad norm": "grad_norm",
+               "global_batch_size": "gbs", "peak_memory_usage": "fw_mem_reserved_gib",
+               "max_memory_reserved": "fw_mem_reserved_gib", "memory_allocated": "fw_mem_allocated_now_gib",
+               "max_memory_allocated": "fw_mem_allocated_gib", "tflops_per_gpu": "fw_tflops"}
 
 
 @lru_cache(maxsize=512)
@@ -244,14 +249,12 @@ def _nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int |
         first = numbers[0]
         if kind == "global_step" and math.isfinite(first):
             record["step"] = int(first) + 1
-        elif kind in ("lr", "loss", "grad_norm", "step_time_s"):
+        elif kind in ("lr", "loss", "grad_norm", "fw_step_time_s"):
             record[kind] = first
         elif kind == "gbs":
             gbs = int(first) if math.isfinite(first) else None
-        elif kind == "reserved_bytes":
-            record["mem_reserved_gib"] = first / GIB
-        elif kind == "allocated_bytes":
-            record["mem_allocated_gib"] = first / GIB
+        elif kind.startswith("fw_mem_"):  # bytes
+            record[kind] = first / GIB
         elif kind == "fw_tflops":  # NeMo's FLOPs callback: its own (non-causal) convention
             record["fw_tflop_per_s_per_gpu"] = first
     return record, gbs
@@ -281,6 +284,9 @@ class _Stream:
         self.error_seen = False
 
     def line(self, number: int, text: str, complete: bool) -> None:
+        if STEP_MARKER in text:
+            self._timer(number, text)
+            return
         if "iteration" in text:
             nemo = NEMO_ITERATION.search(text) if "Training epoch" in text else None
             if nemo:
@@ -365,6 +371,21 @@ class _Stream:
             return
         if isinstance(values, dict):
             self._target().declared.update(values)
+
+    def _timer(self, number: int, text: str) -> None:
+        """TPrimat's TPRIMAT_STEP line (train/nemo_timer.py); a line cut or broken by other output is skipped."""
+        try:
+            values = json.loads(text.split(STEP_MARKER, 1)[1])
+            step, steps, seconds = int(values["step"]), int(values["steps"]), float(values["step_time_s"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            return
+        record = _new_record(step)
+        record["step_time_s"] = seconds
+        for key, name in (("peak_allocated_bytes", "mem_allocated_gib"), ("peak_reserved_bytes", "mem_reserved_gib")):
+            if isinstance(values.get(key), (int, float)):
+                record[name] = values[key] / GIB
+        self._step(number, record, steps, None, "nemo", True)
+        self.run.timed = True
 
     def _memory(self, step: int, rest: str, complete: bool) -> None:
         values = dict(_fields(rest, complete, _memory_kind))
@@ -527,11 +548,16 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
     lines, truncated, tail = _iterate([Path(p) for p in paths], stream)
     run = stream.run if stream.run.records else stream.pending
     records = [run.records[step] for step in sorted(run.records)]
+    notes = []
+    if run.framework == "nemo" and records and not run.timed:
+        _nemo_own_figures(records)
+        notes.append("no TPRIMAT_STEP line: step times are NeMo's TimingCallback host times on rank 0 (no device "
+                     "synchronisation, the optimizer step outside) and memory is rank 0's: not comparable with "
+                     "other frameworks")
     for step, (allocated, reserved) in run.memory.items():
         target = next((r for r in reversed(records) if r["step"] <= step), None)
         if target is not None:
             target["mem_allocated_gib"], target["mem_reserved_gib"] = allocated, reserved
-    notes = []
     if stream.runs_found:
         notes.append(f"the log holds {stream.runs_found + 1} runs (the iteration counter restarts); "
                      f"the last one, from line {run.start_line}, is used")
@@ -550,6 +576,15 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
                      mock_evidence=run.mock_evidence, error_seen=stream.error_seen, tail=_clean_tail(tail),
                      device_name=run.device_name, gpu_vendor=run.gpu_vendor, vendor_evidence=run.vendor_evidence,
                      warnings=notes, lines_read=lines)
+
+
+def _nemo_own_figures(records: list[dict]) -> None:
+    """A NeMo log without TPrimat's timer (from elsewhere, or older): NeMo's own step time and peaks, where
+    it reports them; its "memory_allocated" is a current allocation and never stands for a peak."""
+    for record in records:
+        record["step_time_s"] = record.get("fw_step_time_s")
+        record["mem_reserved_gib"] = record.get("fw_mem_reserved_gib")
+        record["mem_allocated_gib"] = record.get("fw_mem_allocated_gib")
 
 
 def mock_data_evidence(paths: Sequence[str | Path]) -> str | None:

@@ -42,7 +42,7 @@ def comparable(result):
     ("megatron_two_runs.log", "config-nvd.json"), ("primus.log", "config-amd.json"),
     ("primus_old_spelling.log", "config-amd.json"), ("primus_new_spelling.log", "config-amd.json"),
     ("primus_mock.log", "config-amd.json"), ("nemo.log", "config-nemo.json"),
-    ("nemo_new_spelling.log", "config-nemo.json"),
+    ("nemo_new_spelling.log", "config-nemo.json"), ("nemo_timed.log", "config-nemo.json"),
 ])
 def test_every_fixture_log_gives_its_golden_result(tmp_path, log, config):
     code, result = run_extract(tmp_path, log, config)
@@ -56,6 +56,7 @@ def test_every_fixture_log_gives_its_golden_result(tmp_path, log, config):
     ("megatron_new_spelling.log", "config-nvd.json", "mega"), ("primus.log", "config-amd.json", "prim"),
     ("primus_old_spelling.log", "config-amd.json", "prim"), ("primus_new_spelling.log", "config-amd.json", "prim"),
     ("nemo.log", "config-nemo.json", "nemo"), ("nemo_new_spelling.log", "config-nemo.json", "nemo"),
+    ("nemo_timed.log", "config-nemo.json", "nemo"),
 ])
 def test_older_and_newer_spellings_give_the_same_figures(tmp_path, log, config, framework):
     code, result = run_extract(tmp_path, log, config, "--framework", "auto")
@@ -90,6 +91,39 @@ def test_nemo_counts_from_zero_and_reports_bytes(tmp_path):
     assert result["framework"] == "nemo"
     assert result["run"]["steps_completed"] == 12
     assert result["memory"]["peak_reserved_gib"] == pytest.approx((70833405952 + 12000) / 2 ** 30)
+
+
+def test_nemo_step_time_and_peak_memory_come_from_tprimats_own_timer(tmp_path):
+    """train/nemo_timer.py's TPRIMAT_STEP line: device-synchronised step time, every rank's peak memory."""
+    _, result = run_extract(tmp_path, "nemo_timed.log", "config-nemo.json")
+    assert result["series"]["step_time_s"][:3] == [15.0, 9.8, 9.3]
+    assert result["performance"]["step_time_s"]["median"] == pytest.approx(9.3)
+    assert result["memory"] == {"peak_allocated_gib": 61.75, "peak_reserved_gib": 70.5}
+    # NeMo's own figures stay raw: TimingCallback's host time, rank 0's current allocation and peak reserved
+    raw = result["raw_framework"]
+    assert raw["step_time_s_median"] == pytest.approx(8.5)
+    assert raw["mem_allocated_now_gib_last"] == pytest.approx(44271700728 / 2 ** 30)
+    assert raw["mem_reserved_gib_last"] == pytest.approx(68.0)
+    assert not any("TPRIMAT_STEP" in w for w in result["warnings"])
+
+
+def test_a_nemo_log_without_tprimats_timer_keeps_nemos_figures_and_says_so(tmp_path):
+    _, result = run_extract(tmp_path, "nemo.log", "config-nemo.json")
+    assert result["performance"]["step_time_s"]["median"] == pytest.approx(9.3)  # TimingCallback's
+    assert result["memory"]["peak_allocated_gib"] is None  # memory_allocated is a current allocation, not a peak
+    assert any(w.startswith("no TPRIMAT_STEP line: step times are NeMo's TimingCallback host times")
+               for w in result["warnings"])
+
+
+def test_a_broken_tprimat_step_line_loses_only_its_step_time(tmp_path):
+    text = (FIXTURES / "nemo_timed.log").read_text().replace('"step": 6, "steps": 12, "step_time_s": 9.305',
+                                                             '"step": 6, "steps": 12, "step_ti')
+    log = tmp_path / "nemo_timed.log"
+    log.write_text(text)
+    parsed = logs.parse_logs([log])
+    assert [r["step_time_s"] for r in parsed.records][4:7] == [9.29, None, 9.295]
+    assert parsed.records[5]["loss"] == pytest.approx(9.8)
+    assert any(w.startswith("step 6 lacks step_time_s") for w in parsed.warnings)
 
 
 def test_nemo_effective_settings_line_is_read_back(tmp_path):
