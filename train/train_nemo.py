@@ -38,6 +38,7 @@ def build_recipe(settings: dict):
     from nemo.utils.exp_manager import TimingCallback
 
     from train.nemo_readback import EffectiveSettings
+    from train.nemo_timer import StepTimer
 
     callback_classes = {"TimingCallback": TimingCallback, "NsysCallback": NsysCallback}
     recipe = getattr(llm, settings["recipe"]).pretrain_recipe(
@@ -64,7 +65,8 @@ def build_recipe(settings: dict):
 
     callbacks = [run.Config(callback_classes[c["class"]], **{k: v for k, v in c.items() if k != "class"})
                  for c in settings["callbacks"]]
-    recipe.trainer.callbacks = callbacks + [run.Config(EffectiveSettings)]
+    # TPrimat's step timer and peak memory beside NeMo's TimingCallback, whose figure stays a raw one
+    recipe.trainer.callbacks = callbacks + [run.Config(EffectiveSettings), run.Config(StepTimer)]
     return recipe
 
 

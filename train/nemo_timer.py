@@ -1,0 +1,71 @@
+"""TPrimat's own step timer and peak-memory reading for NeMo runs: a Lightning callback.
+
+NeMo 2.3's TimingCallback (nemo/utils/exp_manager.py) logs `train_step_timing in s` from a
+NamedTimer built with sync_cuda=False, started in on_train_batch_start and stopped in
+on_train_batch_end: host time on rank 0 with no device synchronisation. Its `memory_allocated`
+(MegatronStrategy.training_step, NEMO_LOG_MEMORY_USAGE=1) is rank 0's current allocation, not a peak.
+
+This callback times what Megatron's `elapsed time per iteration` times: at every batch end each rank
+synchronises its device, the ranks all-reduce (MAX) their peak allocated and reserved memory (a
+collective, so the interval ends when the slowest rank is done), and the step time is the interval
+since the previous batch end (the first step: since its batch start), so the optimizer step and the
+overhead between steps are inside. Global rank 0 prints one line per step for evaluate.logs:
+
+    TPRIMAT_STEP {"step": 3, "steps": 50, "step_time_s": 9.31, "peak_allocated_bytes": ..., "peak_reserved_bytes": ...}
+
+step is 1-based (Lightning's global_step after the optimizer step). Without a GPU (tests) the peaks are
+null. Imported only by train/train_nemo.py's build_recipe, inside the NeMo image.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import Callback
+
+MARKER = "TPRIMAT_STEP"
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _peak_memory() -> list[int] | None:
+    """Peak allocated and reserved bytes since the start, the maximum over every rank."""
+    if not torch.cuda.is_available():
+        return None
+    peaks = [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()]
+    if dist.is_available() and dist.is_initialized():
+        # NCCL reduces device tensors only; gloo (the tests' stand-in) host tensors only
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        reduced = torch.tensor(peaks, dtype=torch.int64, device=device)
+        dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
+        peaks = reduced.tolist()
+    return [int(value) for value in peaks]
+
+
+class StepTimer(Callback):
+    """Device-synchronised step time and every rank's peak memory, printed by rank 0 per step."""
+
+    def __init__(self) -> None:
+        self._last: float | None = None  # perf_counter at the previous step boundary
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._last is None:
+            _synchronize()
+            self._last = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        _synchronize()
+        peaks = _peak_memory()
+        now = time.perf_counter()
+        step_time, self._last = now - self._last, now
+        if trainer.is_global_zero:
+            line = {"step": trainer.global_step, "steps": trainer.max_steps, "step_time_s": step_time,
+                    "peak_allocated_bytes": peaks[0] if peaks else None,
+                    "peak_reserved_bytes": peaks[1] if peaks else None}
+            print(f"{MARKER} {json.dumps(line)}", flush=True)
