@@ -65,7 +65,8 @@ RDMA_NETWORKS = frozenset({"IB"})  # NCCL's built-in RDMA transport, InfiniBand 
 # Bytes that a line must contain to be worth decoding; every other line is only counted.
 MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback", b"out of memory",
            b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
-           b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network")
+           b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network",
+           b"vocab")
 TAIL_LINES = 20
 TAIL_BYTES = 64 << 10
 BLOCK = 8 << 20
@@ -82,7 +83,17 @@ ARGUMENT_FIELDS = {
     "train_data_path": "data_path", "world_size": "num_gpus", "context_parallel_size": "cp",
     "num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
     "num_attention_heads": "num_attention_heads", "add_qkv_bias": "qkv_bias",
+    # the workload conventions and the fairness profile's DDP and FP8 settings (utils/fairness.py's names)
+    "init_method_std": "init_method_std", "eod_mask_loss": "eod_mask_loss", "dataloader_type": "dataloader_type",
+    "padded_vocab_size": "padded_vocab_size", "check_for_nan_in_loss_and_grad": "check_for_nan_in_grad",
+    "accumulate_allreduce_grads_in_fp32": "grad_reduce_in_fp32", "overlap_grad_reduce": "overlap_grad_reduce",
+    "overlap_param_gather": "overlap_param_gather", "fp8_amax_history_len": "fp8_amax_history_len",
+    "fp8_amax_compute_algo": "fp8_amax_compute_algo",
 }
+# The padded vocabulary as built: Megatron-LM/Primus " > padded vocab (size: 151665) with 399 dummy tokens
+# (new size: 152064)"; NeMo 2.3 "Use preset vocab_size: 152064, ..." or "Padded vocab_size: 152064, ...".
+PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)"
+                          r"|(?:Use preset|Padded) vocab_size: (\d+),")
 # megatron-core's config reprs use the argument names, except for the dataset's seed and length.
 CONFIG_FIELDS = {**ARGUMENT_FIELDS, "random_seed": "seed", "sequence_length": "seq_len"}
 
@@ -338,6 +349,9 @@ class _Stream:
                 value = _argument_value(raw.strip().strip("'"))
                 if name in CONFIG_FIELDS and value is not None:
                     target.printed[CONFIG_FIELDS[name]] = value
+        found = PADDED_VOCAB.search(text)
+        if found:
+            target.printed["padded_vocab_size"] = int(found.group(1) or found.group(2))
         found = DEVICE_LINE.search(text)
         if found and target.device_name is None:
             target.device_name = next(name for name in found.groups() if name)
