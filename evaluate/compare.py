@@ -269,6 +269,19 @@ def speedups(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+# What TPrimat can and cannot make equal between NeMo 2.3 and the Megatron-based frameworks (mega, prim).
+NEMO_VS_MEGATRON = [
+    "NeMo and Megatron (mega, prim): equal by construction are the model, layout, batch, optimizer, LR peak and "
+    "decay, data and its sample order (Megatron's sequential sampler in all three), the padded vocabulary, "
+    "EOD loss masking (off), the init std (0.02), the NaN check (off), the FP8 recipe and the fairness profile's "
+    "DDP settings. They cannot be equal: NeMo 2.3's CosineAnnealing warm-up (step k at LR x k/(W+1), where "
+    "Megatron runs step k at (k-1)/W), NeMo's own weight initialisation order and RNG use (mega draws each "
+    "weight per logical parameter, Megatron/Primus per rank), and NeMo's training loop (Lightning, its own "
+    "data-module wrapping). So throughput compares, and loss curves agree in trend but not step for step; only "
+    "mega and prim (both Megatron-LM's loop) can be expected to start from close losses for the same seed and data.",
+]
+
+
 def mock_lines(items: Sequence[Loaded]) -> list[str]:
     lines = []
     for item in items:
@@ -283,7 +296,8 @@ def mock_lines(items: Sequence[Loaded]) -> list[str]:
 def report(items: Sequence[Loaded], rows: Sequence[Row], png_name: str | None,
            strategies_png: str | None = None) -> str:
     out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""]
-    mocks, unfair = mock_lines(items), fairness(items)
+    mocks, found = mock_lines(items), fairness(items)
+    unfair, noted = [f for f in found if f.fatal], [f for f in found if not f.fatal]
     if mocks:
         out += ["**MOCK DATA IN THIS COMPARISON** - see below.", ""]
     if unfair:
@@ -309,9 +323,16 @@ def report(items: Sequence[Loaded], rows: Sequence[Row], png_name: str | None,
     out += ["## Fairness", ""]
     out += ([f"- {f.message}" for f in unfair] + ["", "The comparison above is UNFAIR where these differ."]
             if unfair else ["- every compared run shares model, sequence length, precision, steps, dataset "
-                            "fingerprint and tokenizer fingerprint, and runs on the same number of nodes share the "
-                            "global batch"])
-    out += [""]
+                            "fingerprint and tokenizer fingerprint, fairness profile and workload conventions (init "
+                            "std, padded vocabulary, EOD loss masking, sampler, NaN check, FP8 recipe), and runs on "
+                            "the same number of nodes share the global batch"])
+    out += [f"- note: {f.message}" for f in noted] + [""]
+    profiles = sorted({str(i.result["training"].get("fairness_profile")) for i in items})
+    out += [f"Fairness profile(s): {', '.join(profiles)} (utils/fairness.py: spec = the original specification's "
+            "table; tuned = the stacks' own DP overlap and fp32 gradient reduction).", ""]
+    if {"nemo", "mega"} <= {i.result["framework"] for i in items} or \
+            {"nemo", "prim"} <= {i.result["framework"] for i in items}:
+        out += NEMO_VS_MEGATRON + [""]
     if mocks:
         out += ["## MOCK DATA", ""] + mocks + [""]
     checks = [f for item in items for f in check_result(item)]

@@ -48,6 +48,7 @@ from evaluate import fingerprint
 from evaluate.logs import FRAMEWORKS, ParsedLog, complete_batch, parse_logs
 from utils import metrics
 from utils.config import PLATFORMS, PRECISIONS, ConfigError, load_config
+from utils.fairness import request_identity
 from utils.hardware import lookup_device
 from utils.models import MODELS
 from utils.result import ResultError, build_result, write_result
@@ -358,7 +359,8 @@ def extract(parsed: ParsedLog, logs: list[Path], request: dict, *, framework: st
                   "tokenizer_fingerprint": data["tokenizer_fingerprint"], "mock_data": mock,
                   "weight_decay": request.get("weight_decay"), "beta1": request.get("beta1"),
                   "beta2": request.get("beta2"), "grad_clip": request.get("grad_clip"),
-                  **({"lr_decay_style": request["lr_decay_style"]} if request.get("lr_decay_style") else {})},
+                  **({"lr_decay_style": request["lr_decay_style"]} if request.get("lr_decay_style") else {}),
+                  **request_identity(request)},
         steps=parsed.records, warmup_skip=request["warmup_skip"],
         num_gpus=request.get("num_gpus") or request["tp"] * request["pp"] * request["dp"],
         device_name=request.get("device_name") or (system.get("gpu") or {}).get("name"),

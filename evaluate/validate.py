@@ -4,37 +4,72 @@
 
 Each result: schema-valid, status ok, every requested step ran, losses finite, loss lower at the
 end than at the start, no NaN or skipped iterations, real data unless mock data was requested,
-effective settings equal to the requested ones. The set: results of the same model must share
-variant, sequence length, precision, steps, dataset and tokenizer fingerprints, and results on the
-same number of nodes the global batch (it grows with data parallelism across nodes: weak scaling).
+effective settings equal to the requested ones (the fairness profile's too). The set: results of
+the same model must share variant, sequence length, precision, steps, dataset and tokenizer
+fingerprints, the fairness profile and the workload conventions (init std, padded vocabulary, EOD
+loss masking, sampler, NaN check, FP8 recipe; a different LR warm-up convention, NeMo's, is
+warned of), and results on the same number of nodes the global batch (it grows with data
+parallelism across nodes: weak scaling).
 Prints one line per problem naming the result and the check; exit 1 when any check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from evaluate.collect import CollectError, Loaded, load
+from utils.fairness import IDENTITY_KEYS, PROFILES, profile
 from utils.result import schema_errors
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
-# Fields that compared runs must share: (label, section, key, per node count). The global batch is
-# compared only among runs on the same number of nodes: more nodes add data-parallel ranks, and each
-# brings its own micro-batches (weak scaling), so per-GPU throughput still compares.
-FAIRNESS_FIELDS = (("model variant", "model", "variant", False), ("sequence length", "training", "seq_len", False),
-                   ("global batch size", "training", "gbs", True), ("precision", "training", "precision", False),
-                   ("steps", "training", "steps", False),
-                   ("dataset fingerprint", "training", "dataset_fingerprint", False),
-                   ("tokenizer fingerprint", "training", "tokenizer_fingerprint", False))
+
+
+class Shared(NamedTuple):
+    """A field that compared runs must share."""
+
+    label: str
+    section: str
+    key: str
+    per_nodes: bool = False  # compared only among runs on the same number of nodes
+    fatal: bool = True
+    null_is_value: bool = False  # None is a value (no FP8 recipe), not "unknown"
+    why: str = ""  # said with a difference that is known and cannot be removed
+    unknown_fatal: bool = True  # False: results written before the field existed (schema < 1.2) only warn
+
+
+# The global batch is compared only among runs on the same number of nodes: more nodes add
+# data-parallel ranks, and each brings its own micro-batches (weak scaling), so per-GPU throughput
+# still compares. The workload-identity fields (utils.fairness.identity) follow the fingerprints.
+FAIRNESS_FIELDS = (
+    Shared("model variant", "model", "variant"), Shared("sequence length", "training", "seq_len"),
+    Shared("global batch size", "training", "gbs", per_nodes=True), Shared("precision", "training", "precision"),
+    Shared("steps", "training", "steps"),
+    Shared("dataset fingerprint", "training", "dataset_fingerprint"),
+    Shared("tokenizer fingerprint", "training", "tokenizer_fingerprint"),
+    Shared("fairness profile", "training", "fairness_profile", unknown_fatal=False),
+    Shared("init std", "training", "init_method_std", unknown_fatal=False),
+    Shared("padded vocabulary", "training", "padded_vocab_size", unknown_fatal=False),
+    Shared("EOD loss masking", "training", "eod_mask_loss", unknown_fatal=False),
+    Shared("sampler", "training", "dataloader_type", unknown_fatal=False),
+    Shared("NaN check", "training", "check_for_nan_in_grad", unknown_fatal=False),
+    Shared("FP8 recipe", "training", "fp8_recipe", null_is_value=True, unknown_fatal=False),
+    Shared("LR warm-up convention", "training", "lr_warmup_convention", fatal=False, unknown_fatal=False,
+           why="NeMo 2.3's scheduler has no Megatron-style warm-up: the first steps' LR and loss differ"),
+)
 # Effective settings compared with the request: effective key -> (section, key).
 REQUESTED = {key: ("parallelism", key) for key in ("tp", "pp", "dp", "ga", "sequence_parallel", "distributed_optimizer")}
 REQUESTED.update({key: ("training", key) for key in ("mbs", "gbs", "seq_len", "steps", "precision", "seed", "lr",
                                                      "min_lr", "warmup_steps")})  # mock_data: the real-data check
+REQUESTED.update({key: ("training", key) for key in IDENTITY_KEYS})
+# The fairness profile's settings a framework reports: compared with the recorded profile's table.
+PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32")
+FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo")  # printed flat by Megatron/Primus
 
 
 @dataclass(frozen=True)
@@ -101,10 +136,24 @@ def check_result(item: Loaded) -> list[Finding]:
         found.append(Finding(name, "effective settings", f"context parallel size is {effective['cp']}, TPrimat "
                              "layouts use 1"))
     for key, (section, field) in REQUESTED.items():
-        if key in effective and effective[key] is not None and not _same(effective[key], r[section][field]):
+        if key in effective and effective[key] is not None and field in r[section] \
+                and not _same(effective[key], r[section][field]):
             found.append(Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, "
                                  f"{r[section][field]!r} requested"))
-    return found
+    return found + _profile_applied(name, training, effective)
+
+
+def _profile_applied(name: str, training: dict, effective: dict) -> list[Finding]:
+    """The recorded fairness profile's DDP settings and FP8 recipe, as the framework reports them."""
+    wanted: dict = {}
+    if training.get("fairness_profile") in PROFILES:
+        table = profile(training["fairness_profile"])
+        wanted.update({key: table[key] for key in PROFILE_KEYS})
+    if training.get("fp8_recipe"):
+        wanted.update({key: training["fp8_recipe"][key] for key in FP8_KEYS})
+    return [Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, {value!r} in "
+                    f"the fairness profile {training['fairness_profile']}")
+            for key, value in wanted.items() if effective.get(key) is not None and not _same(effective[key], value)]
 
 
 def _names(names: list[str], limit: int = 6) -> str:
@@ -121,28 +170,33 @@ def fairness(items: Sequence[Loaded]) -> list[Finding]:
         by_model[model].append(item)
     found = []
     for model, group in by_model.items():
-        for label, section, key, per_nodes in FAIRNESS_FIELDS:
+        for field in FAIRNESS_FIELDS:
             parts: dict[int | None, list[Loaded]] = defaultdict(list)
             for item in group:
-                parts[item.nodes if per_nodes else None].append(item)
+                parts[item.nodes if field.per_nodes else None].append(item)
             for nodes, part in parts.items():
-                where = f"{model}{f' on {nodes} node(s)' if per_nodes and len(parts) > 1 else ''}"
-                found += _differences(where, label, section, key, part)
+                where = f"{model}{f' on {nodes} node(s)' if field.per_nodes and len(parts) > 1 else ''}"
+                found += _differences(where, field, part)
     return found
 
 
-def _differences(where: str, label: str, section: str, key: str, items: Sequence[Loaded]) -> list[Finding]:
+def _differences(where: str, field: Shared, items: Sequence[Loaded]) -> list[Finding]:
     values: dict[str, list[str]] = defaultdict(list)
+    unknown = []
     for item in items:
-        values[repr(item.result.get(section, {}).get(key))].append(item.name)
+        section = item.result.get(field.section, {})
+        if field.key not in section or (section[field.key] is None and not field.null_is_value):
+            unknown.append(item.name)
+        else:
+            values[json.dumps(section[field.key], sort_keys=True)].append(item.name)
     found = []
-    unknown = values.pop("None", None)
     if unknown:
-        found.append(Finding("set", "fairness", f"{where}: {label} unknown in {_names(unknown)}: "
-                             "cannot show the runs did the same work"))
+        found.append(Finding("set", "fairness", f"{where}: {field.label} unknown in {_names(unknown)}: "
+                             "cannot show the runs did the same work", fatal=field.unknown_fatal))
     if len(values) > 1:
         spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
-        found.append(Finding("set", "fairness", f"{where}: {label} differs: {spread}"))
+        found.append(Finding("set", "fairness", f"{where}: {field.label} differs: {spread}"
+                             + (f" ({field.why})" if field.why else ""), fatal=field.fatal))
     return found
 
 

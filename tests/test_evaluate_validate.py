@@ -8,14 +8,19 @@ import pytest
 
 from evaluate import validate
 from evaluate.collect import Loaded
+from utils.fairness import identity, profile, workload
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
 FINGERPRINTS = {"dataset_fingerprint": "d" * 64, "tokenizer_fingerprint": "t" * 64}
 
 
 def result(name, **training):
+    """A golden result with the fingerprints and the workload-identity fields a current request gives it
+    (the golden logs' requests predate them)."""
     data = json.loads((GOLDEN / f"{name}.json").read_text())
-    data["training"].update(FINGERPRINTS, **training)
+    applied = workload(data["framework"], data["model"]["vocab_size"], data["parallelism"]["tp"])
+    data["training"].update(FINGERPRINTS, **identity("spec", profile("spec"), applied, data["training"]["precision"]))
+    data["training"].update(training)
     return data
 
 
@@ -72,19 +77,67 @@ def test_schema_violation_is_reported_first():
     ("training", "steps", 500, "steps"),
     ("training", "dataset_fingerprint", "e" * 64, "dataset fingerprint"),
     ("training", "tokenizer_fingerprint", "u" * 64, "tokenizer fingerprint"),
+    ("training", "fairness_profile", "tuned", "fairness profile"),
+    ("training", "init_method_std", 0.008, "init std"),  # Primus's shipped value
+    ("training", "padded_vocab_size", 128512, "padded vocabulary"),  # Primus's own padding at TP4
+    ("training", "eod_mask_loss", True, "EOD loss masking"),
+    ("training", "dataloader_type", "cyclic", "sampler"),
+    ("training", "check_for_nan_in_grad", True, "NaN check"),
+    ("training", "fp8_recipe", {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0,
+                                "fp8_amax_history_len": 1, "fp8_amax_compute_algo": "most_recent"}, "FP8 recipe"),
 ])
 def test_fairness_lists_each_mismatched_field(section, key, value, label):
     nvidia, amd = result("nemo"), result("primus")
     amd["run"]["id"] = "prim-llama"
     amd[section][key] = value
-    found = validate.fairness([Loaded("a", nvidia, {}), Loaded("b", amd, {})])
+    found = [f for f in validate.fairness([Loaded("a", nvidia, {}), Loaded("b", amd, {})]) if f.fatal]
     assert [f.message.split(":")[1].strip() for f in found] == [f"{label} differs"]
     assert "amd/prim-llama" in found[0].message
 
 
+def test_nemos_warm_up_convention_is_a_warning_that_says_why():
+    found = validate.fairness([Loaded("a", result("nemo"), {}), Loaded("b", result("primus"), {})])
+    assert [(f.fatal, f.message.split(":")[1].strip()) for f in found] == [(False, "LR warm-up convention differs")]
+    assert "NeMo 2.3's scheduler has no Megatron-style warm-up" in found[0].message
+
+
+def test_mega_and_prim_share_the_whole_workload():
+    assert validate.fairness([Loaded("a", result("megatron"), {}), Loaded("b", result("primus"), {})]) == []
+
+
+def test_results_without_workload_identity_fields_only_warn():
+    old = json.loads((GOLDEN / "megatron.json").read_text())
+    old["training"].update(FINGERPRINTS)
+    found = validate.fairness([Loaded("a", old, {})])
+    assert found and all(not f.fatal and "unknown" in f.message for f in found)
+    assert any("init std unknown" in f.message for f in found)
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("eod_mask_loss", True, "eod_mask_loss is True in the framework, False requested"),
+    ("padded_vocab_size", 128512, "padded_vocab_size is 128512 in the framework, 128256 requested"),
+    ("overlap_grad_reduce", True, "overlap_grad_reduce is True in the framework, False in the fairness profile spec"),
+    ("grad_reduce_in_fp32", True, "grad_reduce_in_fp32 is True in the framework, False in the fairness profile spec"),
+])
+def test_a_workload_or_profile_setting_that_did_not_apply_fails(key, value, says):
+    data = result("primus")
+    data["effective"][key] = value
+    assert [f.message for f in validate.check_result(Loaded("test", data, {}))] == [says]
+
+
+def test_the_fp8_recipe_a_framework_prints_is_checked_against_the_recorded_one():
+    data = result("primus", precision="fp8")
+    data["training"]["fp8_recipe"] = {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0,
+                                      "fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max"}
+    data["effective"].update(precision="fp8", fp8_amax_history_len=1, fp8_amax_compute_algo="most_recent")
+    assert [f.message for f in validate.check_result(Loaded("test", data, {}))] == [
+        "fp8_amax_history_len is 1 in the framework, 1024 in the fairness profile spec",
+        "fp8_amax_compute_algo is 'most_recent' in the framework, 'max' in the fairness profile spec"]
+
+
 def test_unknown_fingerprints_make_a_comparison_unprovable():
     data = json.loads((GOLDEN / "megatron.json").read_text())
-    found = validate.fairness([Loaded("a", data, {})])
+    found = [f for f in validate.fairness([Loaded("a", data, {})]) if f.fatal]
     assert {f.message.split(" unknown")[0] for f in found} == {"llama: dataset fingerprint", "llama: tokenizer fingerprint"}
 
 

@@ -150,11 +150,12 @@ def test_other_layouts_give_the_same_losses(runs, name, readback):
     assert {key: effective[key] for key in readback} == readback
 
 
-def test_learning_rate_follows_linear_warmup_then_cosine_to_min_lr(runs):
+def test_learning_rate_follows_megatron_lm_warmup_then_cosine(runs):
+    """Megatron-LM's order (Primus's too): step k runs at the schedule's value after k-1 steps."""
     lrs = runs("base").series("lr")  # 4 steps, warm-up 2
-    assert lrs[0] == pytest.approx(LR / 2) and lrs[1] == pytest.approx(LR)  # end of the warm-up
-    assert lrs[2] == pytest.approx(MIN_LR + (LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * 1 / 2)))
-    assert lrs[3] == pytest.approx(MIN_LR)  # the last step
+    assert lrs[0] == 0.0 and lrs[1] == pytest.approx(LR / 2)  # step 1 at LR 0
+    assert lrs[2] == pytest.approx(LR)  # the end of the warm-up
+    assert lrs[3] == pytest.approx(MIN_LR + (LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * 1 / 2)))
 
 
 def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_settings(runs, data_dir):

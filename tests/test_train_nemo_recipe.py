@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
-from utils.fairness import FAIRNESS
-from train.nemo_recipe import DDP_KEYS, FAIRNESS_PATHS, recipe_settings
+from utils.fairness import profile
+from train.nemo_recipe import DDP_KEYS, FAIRNESS_PATHS, FP8_PLUGIN_KEYS, recipe_settings
 from train.train_nemo import assign
 from utils.platform_env import platform_env
 
@@ -52,15 +52,38 @@ def test_validation_checkpoints_and_resume_are_off():
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])
-def test_every_fairness_setting_is_applied(model):
-    s = settings_for(model)
+@pytest.mark.parametrize("fairness", ["spec", "tuned"])
+def test_every_fairness_setting_of_the_profile_is_applied(model, fairness):
+    s = settings_for(model, FAIRNESS=fairness, PRECISION="fp8")
     applied = {name: s["set"][path] for name, path in FAIRNESS_PATHS.items()}
     applied |= {name: s["ddp"][name] for name in DDP_KEYS}
     assert s["ddp"]["use_distributed_optimizer"] == s["set"]["optim.config.use_distributed_optimizer"]
     applied["attention_backend"] = s["attention_backend"]
     applied["use_flash_attn"] = platform_env("nvd")["NVTE_FLASH_ATTN"] == "1"
     applied["fp8_param_gather"] = s["precision"]["set"]["fp8_param_gather"]
-    assert applied == FAIRNESS
+    applied |= {key: s["precision"]["set"][name] for key, name in FP8_PLUGIN_KEYS.items()}
+    assert applied == profile(fairness)
+    # the plugin's grad_reduce_in_fp32 overrides the DDP config's: both say the profile's
+    assert s["precision"]["set"]["grad_reduce_in_fp32"] == s["ddp"]["grad_reduce_in_fp32"] == (fairness == "tuned")
+
+
+def test_nemos_nan_check_and_fp8_recipe_are_replaced_by_the_shared_ones():
+    """bf16_with_fp8_mixed ships amax history 1024 / max (kept: the shared recipe); the recipes' DDP
+    config checks every gradient bucket for NaN (turned off, as in mega and Primus)."""
+    s = settings_for("llama", PRECISION="fp8")
+    assert s["ddp"]["check_for_nan_in_grad"] is False
+    assert (s["precision"]["set"]["fp8"], s["precision"]["set"]["fp8_amax_history_len"],
+            s["precision"]["set"]["fp8_amax_compute_algo"]) == ("hybrid", 1024, "max")
+    assert "fp8_amax_history_len" not in settings_for("llama")["precision"]["set"]  # BF16: no FP8 recipe
+
+
+@pytest.mark.parametrize("model, vocab", [("llama", 128256), ("qwen", 152064)])
+def test_the_workload_conventions_are_set_on_the_recipe_and_the_data(model, vocab):
+    s = settings_for(model, STRATEGY="truly_identical")
+    assert s["set"]["model.config.init_method_std"] == 0.02
+    assert s["set"]["model.config.vocab_size"] == vocab  # at TP4 too: NeMo keeps a preset vocab_size
+    assert s["data"]["eod_mask_loss"] is False
+    assert s["workload"]["lr_warmup_convention"] == "nemo-cosine-annealing"  # NeMo's own, recorded
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])
@@ -68,7 +91,7 @@ def test_real_data_through_pretraining_data_module(model):
     data = settings_for(model)["data"]
     assert data == {"module": "PreTrainingDataModule", "paths": [f"/data/bc_{model}_text_document"],
                     "tokenizer_dir": f"/data/tokenizers/{model}", "split": "100,0,0", "seed": 42,
-                    "index_mapping_dir": f"{RUN_DIR}/nemo/index_mapping", "seq_length": 2048,
+                    "index_mapping_dir": f"{RUN_DIR}/nemo/index_mapping", "eod_mask_loss": False, "seq_length": 2048,
                     "global_batch_size": 64, "micro_batch_size": 1}
 
 

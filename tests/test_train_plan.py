@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.train_matrix.requests import node
-from utils.fairness import FAIRNESS
+from utils.fairness import profile
 from train.plan import build_plan, data_problems, estimate_s, request, table
 from utils.config import ROOT, load_config
 
@@ -75,7 +75,10 @@ def test_request_holds_identity_layout_workload_data_and_every_knob():
         {"run_id": "prim-qwen-balanced", "platform": "amd", "framework": "prim", "model": "qwen",
          "variant": "qwen2.5-7b", "strategy": "balanced", "repeat": 1}
     assert (req["tp"], req["pp"], req["dp"], req["ga"], req["gbs"], req["num_gpus"]) == (2, 2, 2, 32, 64, 8)
-    assert req["sequence_parallel"] is True and req["fairness"] == FAIRNESS
+    assert req["sequence_parallel"] is True
+    assert req["fairness_profile"] == "spec" and req["fairness"] == profile("spec")
+    assert req["workload"] == {"init_method_std": 0.02, "eod_mask_loss": False, "dataloader_type": "single",
+                               "padded_vocab_size": 152064, "lr_warmup_convention": "megatron"}
     assert req["data_prefix"] == "/data/bc_qwen_text_document" and req["tokenizer_dir"] == "/data/tokenizers/qwen"
     assert set(cfg.values) <= set(req["config"]) and req["config"]["GBS"] == 64
     assert json.loads(json.dumps(req)) == req
@@ -153,3 +156,13 @@ def test_the_cpu_run_list_shows_the_precision_and_why(monkeypatch, precision, sh
     cfg = node("cpu", gpus=0, PRECISION=precision, TPRIMAT_CPUINFO=str(AVX2_ONLY))
     header = table(cfg, build_plan(cfg))[0]
     assert shown in header and header.endswith("2 worker process(es)")
+
+
+def test_the_request_carries_the_chosen_fairness_profile_and_each_framework_s_warm_up():
+    cfg = node("nvd", MODELS="llama", FRAMEWORK="all", FAIRNESS="tuned")
+    reqs = {run.framework: request(cfg, run) for run in build_plan(cfg)}
+    assert {fw: (r["fairness_profile"], r["fairness"]["overlap_grad_reduce"]) for fw, r in reqs.items()} == \
+        {"mega": ("tuned", True), "nemo": ("tuned", True)}
+    assert {fw: r["workload"]["lr_warmup_convention"] for fw, r in reqs.items()} == \
+        {"mega": "megatron", "nemo": "nemo-cosine-annealing"}
+    assert {r["workload"]["padded_vocab_size"] for r in reqs.values()} == {128256}

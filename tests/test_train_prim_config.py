@@ -8,9 +8,11 @@ import pytest
 import yaml
 
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
-from utils.fairness import FAIRNESS
-from train.primus_config import (ShippedConfigMissing, command, experiment, render, shipped_config, turbo_settings,
-                                 write_experiment)
+import math
+
+from utils.fairness import profile
+from train.primus_config import (RENAMED_KEYS, ShippedConfigMissing, command, experiment, render, shipped_config,
+                                 turbo_settings, write_experiment)
 
 PRIMUS = FIXTURES / "primus"
 RUN_DIR = "/out/set/prim-llama"
@@ -43,9 +45,34 @@ def test_every_requested_setting_sits_under_the_overrides(model):
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])
-def test_every_fairness_setting_is_written(model):
-    o = overrides_of(experiment(run_request("amd", "prim", model), shipped(model), RUN_DIR))
-    assert {key: o[key] for key in FAIRNESS} == FAIRNESS
+@pytest.mark.parametrize("fairness", ["spec", "tuned"])
+def test_every_fairness_setting_is_written_in_megatron_lm_s_names(model, fairness):
+    o = overrides_of(experiment(run_request("amd", "prim", model, FAIRNESS=fairness), shipped(model), RUN_DIR))
+    table = profile(fairness)
+    written = {key: o[RENAMED_KEYS.get(key, key)] for key in table if key != "fp8_format"}
+    assert written == {key: value for key, value in table.items() if key != "fp8_format"}
+    assert o["fp8"] is None  # a BF16 run: the recipe is written but not used
+    assert (o["overlap_grad_reduce"], o["accumulate_allreduce_grads_in_fp32"]) == \
+        ((False, False) if fairness == "spec" else (True, True))
+    assert o["check_for_nan_in_loss_and_grad"] is False  # Primus's trainer_base.yaml ships it on
+
+
+def test_an_fp8_run_uses_the_shared_delayed_scaling_recipe():
+    o = overrides_of(experiment(run_request("amd", "prim", "llama", PRECISION="fp8"), shipped("llama"), RUN_DIR))
+    assert (o["fp8"], o["fp8_recipe"], o["fp8_margin"], o["fp8_amax_history_len"], o["fp8_amax_compute_algo"]) == \
+        ("hybrid", "delayed", 0, 1024, "max")
+
+
+@pytest.mark.parametrize("model, tp, tokenizer_size, published", [
+    ("qwen", 1, 151665, 152064), ("qwen", 2, 151665, 152064), ("llama", 4, 128256, 128256)])
+def test_primus_runs_megatron_lm_s_workload_and_the_published_vocabulary(model, tp, tokenizer_size, published):
+    """Primus's shipped configs mask EOD tokens, draw init std 0.008, cycle the data and pad the
+    tokenizer's size to 128 x TP (Qwen 151680 at TP1, 151808 at TP2, Llama 128512 at TP4)."""
+    req = run_request("amd", "prim", model, TP=str(tp), DP=str(8 // tp))
+    o = overrides_of(experiment(req, shipped(model), RUN_DIR))
+    assert (o["eod_mask_loss"], o["init_method_std"], o["dataloader_type"]) == (False, 0.02, "single")
+    multiple = o["make_vocab_size_divisible_by"] * tp  # Megatron-LM's _vocab_size_with_padding
+    assert math.ceil(tokenizer_size / multiple) * multiple == published == req["workload"]["padded_vocab_size"]
 
 
 def test_nothing_is_added_at_the_top_level_where_primus_would_ignore_it():

@@ -35,7 +35,8 @@ def test_gpu_defaults_are_the_fair_comparison_settings():
     config = load_config(GPU_NODE)
     expected = {"SEED": 42, "MBS": 1, "SL": 2048, "LR": 3e-4, "MIN_LR": 0.0, "WARMUP_STEPS": 50,
                 "TRAIN_ITERS": 500, "WEIGHT_DECAY": 0.1, "BETA1": 0.9, "BETA2": 0.95, "TP": 1, "PP": 1,
-                "DP": 8, "GA": 8, "PRECISION": "bf16", "MODEL_SIZE": "full", "PLATFORM": "nvd"}
+                "DP": 8, "GA": 8, "PRECISION": "bf16", "MODEL_SIZE": "full", "PLATFORM": "nvd",
+                "FAIRNESS": "spec"}
     assert {k: config[k] for k in expected} == expected
     assert config.gbs == 64 and config.num_gpus == 8
     assert config.frameworks == ["mega", "nemo"]
@@ -139,6 +140,11 @@ def test_unknown_variable_in_config_file_is_reported_with_a_suggestion(tmp_path)
     typo = tmp_path / "config.env"
     typo.write_text(CONFIG_FILE.read_text() + "TRAIN_ITER=10   # typo\n")
     assert "config.env: unknown variable TRAIN_ITER; did you mean TRAIN_ITERS?" in problems_of(GPU_NODE, typo)
+
+
+def test_the_fairness_profile_is_one_of_the_named_ones():
+    assert load_config({**GPU_NODE, "FAIRNESS": "tuned"})["FAIRNESS"] == "tuned"
+    assert problems_of({**GPU_NODE, "FAIRNESS": "fast"}) == ["FAIRNESS=fast: not one of spec, tuned"]
 
 
 def test_cli_exits_2_with_one_line_per_problem_and_no_traceback():

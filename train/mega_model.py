@@ -4,7 +4,7 @@ Everything here sticks to the megatron-core API shared by 0.12 (nemo:25.04), Pri
 and 0.16 (the host). The choices a benchmark must be able to prove are made in one place each:
 
 - the layer spec: Transformer Engine's when TE and a GPU are present, the local spec otherwise;
-- the fused kernels: what utils.fairness asks for, where the installed stack has the kernel
+- the fused kernels: what the fairness profile (utils.fairness) asks for, where the installed stack has the kernel
   (each recorded on or off in the result, with a warning for every one the table wanted);
 - the initial weights: drawn per logical parameter, so every TP/PP/DP layout of one seed starts
   from the same model (megatron-core's own initialisation depends on the layout).
@@ -12,6 +12,7 @@ and 0.16 (the host). The choices a benchmark must be able to prove are made in o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import inspect
@@ -32,10 +33,9 @@ from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from utils.fairness import FAIRNESS, sequence_parallel
+from utils.fairness import WORKLOAD, sequence_parallel
 from utils.models import ModelSpec
 
-INIT_METHOD_STD = 0.02  # both models' initializer_range
 # Megatron initialises the attention output and second MLP projections with std / sqrt(2 L).
 OUTPUT_PROJECTIONS = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
 GATED_FC1 = "mlp.linear_fc1.weight"
@@ -70,20 +70,20 @@ class Stack:
         return "transformer_engine" if self.transformer_engine else "local"
 
 
-def choose_fusions(stack: Stack) -> tuple[dict[str, bool], list[str]]:
-    """TransformerConfig fusion flags: the fairness table's wish where the stack has the kernel.
+def choose_fusions(stack: Stack, table: dict) -> tuple[dict[str, bool], list[str]]:
+    """TransformerConfig fusion flags: the fairness profile table's wish where the stack has the kernel.
 
     The jit fusions (bias-SwiGLU, bias-dropout-add, cross entropy) are torch.compile'd GPU kernels;
     persist_layer_norm is Apex's LayerNorm kernel and does not apply to RMSNorm. Returns the flags
     and one warning per fusion the table wanted but the stack cannot give.
     """
     wanted = {
-        "bias_activation_fusion": (FAIRNESS["bias_swiglu_fusion"], stack.gpu),
-        "bias_dropout_fusion": (FAIRNESS["bias_dropout_fusion"], stack.gpu),
+        "bias_activation_fusion": (table["bias_swiglu_fusion"], stack.gpu),
+        "bias_dropout_fusion": (table["bias_dropout_fusion"], stack.gpu),
         "masked_softmax_fusion": (True, stack.softmax_kernel),
-        "apply_rope_fusion": (FAIRNESS["apply_rope_fusion"], stack.rope_kernel),
-        "cross_entropy_loss_fusion": (FAIRNESS["cross_entropy_loss_fusion"], stack.gpu),
-        "gradient_accumulation_fusion": (FAIRNESS["gradient_accumulation_fusion"], stack.transformer_engine),
+        "apply_rope_fusion": (table["apply_rope_fusion"], stack.rope_kernel),
+        "cross_entropy_loss_fusion": (table["cross_entropy_loss_fusion"], stack.gpu),
+        "gradient_accumulation_fusion": (table["gradient_accumulation_fusion"], stack.transformer_engine),
     }
     flags = {name: want and have for name, (want, have) in wanted.items()}
     missing = [name for name, (want, have) in wanted.items() if want and not have]
@@ -96,9 +96,20 @@ def params_dtype(precision: str) -> torch.dtype:
     return torch.float32 if precision == "fp32" else torch.bfloat16
 
 
+def fp8_settings(table: dict) -> dict[str, object]:
+    """The profile's FP8 recipe in TransformerConfig's names; fp8_recipe only where the installed
+    megatron-core has the field (it names the delayed-scaling recipe it would use anyway)."""
+    settings = {"fp8": table["fp8_format"], "fp8_margin": table["fp8_margin"],
+                "fp8_amax_history_len": table["fp8_amax_history_len"],
+                "fp8_amax_compute_algo": table["fp8_amax_compute_algo"]}
+    if "fp8_recipe" in {f.name for f in dataclasses.fields(TransformerConfig)}:
+        settings["fp8_recipe"] = table["fp8_recipe"]
+    return settings
+
+
 def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack: Stack,
-                       fusions: dict[str, bool]) -> TransformerConfig:
-    """The megatron-core configuration of one model variant under one layout."""
+                       fusions: dict[str, bool], table: dict) -> TransformerConfig:
+    """The megatron-core configuration of one model variant under one layout and fairness profile table."""
     if precision == "fp8" and not stack.transformer_engine:
         raise ModelError("PRECISION=fp8 needs Transformer Engine on a GPU; this stack has none. Use PRECISION=bf16")
     if precision == "fp32" and stack.gpu:
@@ -118,16 +129,16 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         add_qkv_bias=spec.qkv_bias,
         hidden_dropout=0.0,
         attention_dropout=0.0,
-        init_method_std=INIT_METHOD_STD,
+        init_method_std=WORKLOAD["init_method_std"],
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
         sequence_parallel=sequence_parallel(tp),
         bf16=precision != "fp32",
         params_dtype=params_dtype(precision),
         pipeline_dtype=params_dtype(precision),
-        fp8="hybrid" if precision == "fp8" else None,
+        **(fp8_settings(table) if precision == "fp8" else {"fp8": None}),
         deallocate_pipeline_outputs=True,
-        cross_entropy_fusion_impl=FAIRNESS["cross_entropy_fusion_impl"],
+        cross_entropy_fusion_impl=table["cross_entropy_fusion_impl"],
         **fusions,
     )
 
@@ -139,6 +150,17 @@ def precision_of(config: TransformerConfig) -> str:
     if config.bf16:
         return "bf16"
     return "fp32" if config.params_dtype == torch.float32 else str(config.params_dtype)
+
+
+def fp8_recipe_of(config: TransformerConfig) -> dict | None:
+    """The FP8 recipe the built configuration trains with (None without FP8), in utils.fairness's names.
+    A megatron-core without the fp8_recipe field has only the delayed-scaling recipe."""
+    if not config.fp8:
+        return None
+    recipe = getattr(config, "fp8_recipe", "delayed")
+    return {"fp8_format": str(config.fp8), "fp8_recipe": str(getattr(recipe, "value", recipe)),
+            "fp8_margin": config.fp8_margin, "fp8_amax_history_len": config.fp8_amax_history_len,
+            "fp8_amax_compute_algo": config.fp8_amax_compute_algo}
 
 
 def _check_rope_scaling(spec: ModelSpec) -> None:
@@ -244,16 +266,16 @@ def replicas_identical(model: torch.nn.Module) -> bool:
     return all(torch.equal(other, gathered[0]) for other in gathered)
 
 
-def wrap(model: GPTModel, config: TransformerConfig) -> DistributedDataParallel:
+def wrap(model: GPTModel, config: TransformerConfig, table: dict) -> DistributedDataParallel:
     """The model under megatron-core's DDP with the distributed optimizer's grad buffers and overlap; a bf16
     model inside megatron-core's Float16Module (which casts inputs and outputs), an fp32 one as it is
     (Float16Module refuses fp32)."""
     ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True,  # as Megatron-LM does for BF16
-        overlap_grad_reduce=FAIRNESS["overlap_grad_reduce"],
-        overlap_param_gather=FAIRNESS["overlap_param_gather"],
-        use_distributed_optimizer=FAIRNESS["use_distributed_optimizer"],
-        check_for_nan_in_grad=False,  # the trainer checks loss and grad norm itself and fails the run
+        grad_reduce_in_fp32=table["grad_reduce_in_fp32"],
+        overlap_grad_reduce=table["overlap_grad_reduce"],
+        overlap_param_gather=table["overlap_param_gather"],
+        use_distributed_optimizer=table["use_distributed_optimizer"],
+        check_for_nan_in_grad=table["check_for_nan_in_grad"],  # off: the trainer checks loss and grad norm itself
     )
     module = Float16Module(config, model) if config.bf16 else model
     return DistributedDataParallel(config=config, ddp_config=ddp_config, module=module)

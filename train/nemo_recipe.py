@@ -25,13 +25,17 @@ FAIRNESS_PATHS = {
     "gradient_accumulation_fusion": "model.config.gradient_accumulation_fusion",
     "adam_eps": "optim.config.adam_eps",
 }
-# Fairness settings NeMo takes elsewhere: DDP overlap in the DDP config, the attention backend as
-# megatron-core's AttnBackend enum (built by train_nemo.py), flash attention through the
-# environment (NVTE_FLASH_ATTN in utils/platform_env.py).
-DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer")
+# Fairness settings NeMo takes elsewhere: DDP overlap, fp32 reduction and the NaN check in the DDP
+# config, the attention backend as megatron-core's AttnBackend enum (built by train_nemo.py), flash
+# attention through the environment (NVTE_FLASH_ATTN in utils/platform_env.py), the FP8 recipe in
+# the precision plugin (MegatronMixedPrecision's argument names).
+DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer", "grad_reduce_in_fp32",
+            "check_for_nan_in_grad")
+FP8_PLUGIN_KEYS = {"fp8_format": "fp8", "fp8_recipe": "fp8_recipe", "fp8_margin": "fp8_margin",
+                   "fp8_amax_history_len": "fp8_amax_history_len", "fp8_amax_compute_algo": "fp8_amax_compute_algo"}
 
 
-def _architecture(model: str, variant: str) -> dict[str, object]:
+def _architecture(model: str, variant: str, padded_vocab_size: int) -> dict[str, object]:
     """The model's numbers from TPrimat's spec, so NeMo builds exactly the variant requested."""
     size = "tiny" if variant.endswith("-tiny") else "full"
     spec = get_model(model, size)
@@ -41,7 +45,7 @@ def _architecture(model: str, variant: str) -> dict[str, object]:
         "model.config.ffn_hidden_size": spec.ffn_hidden_size,
         "model.config.num_attention_heads": spec.num_attention_heads,
         "model.config.num_query_groups": spec.num_kv_heads,
-        "model.config.vocab_size": spec.vocab_size,
+        "model.config.vocab_size": padded_vocab_size,  # NeMo builds a preset vocab_size as it is
         "model.config.rotary_base": spec.rope_theta,
         "model.config.layernorm_epsilon": spec.norm_eps,
     }
@@ -50,7 +54,7 @@ def _architecture(model: str, variant: str) -> dict[str, object]:
 def recipe_settings(req: dict, run_dir: str) -> dict:
     """Everything train_nemo.py sets on the recipe for one run, from the run's request."""
     tp, pp, steps = req["tp"], req["pp"], req["train_iters"]
-    fairness = req["fairness"]
+    fairness, applied = req["fairness"], req["workload"]
     settings: dict[str, object] = {
         # parallelism
         "trainer.strategy.tensor_model_parallel_size": tp,
@@ -86,7 +90,8 @@ def recipe_settings(req: dict, run_dir: str) -> dict:
         "optim.lr_scheduler.max_steps": steps,
         # model
         "model.config.seq_length": req["sl"],
-        **_architecture(req["model"], req["variant"]),
+        "model.config.init_method_std": applied["init_method_std"],
+        **_architecture(req["model"], req["variant"], applied["padded_vocab_size"]),
     }
     for name, path in FAIRNESS_PATHS.items():
         settings[path] = fairness[name]
@@ -98,11 +103,11 @@ def recipe_settings(req: dict, run_dir: str) -> dict:
         "set": settings,
         "pipeline_dtype": "bfloat16" if pp > 1 else None,
         "attention_backend": fairness["attention_backend"],
-        "ddp": {key: fairness[key] for key in DDP_KEYS} | {"grad_reduce_in_fp32": True,
-                                                           "check_for_nan_in_grad": True,
-                                                           "average_in_collective": True},
-        "precision": {"plugin": PRECISION_PLUGINS[req["precision"]],
-                      "set": {"fp8_param_gather": fairness["fp8_param_gather"]}},
+        "ddp": {key: fairness[key] for key in DDP_KEYS} | {"average_in_collective": True},
+        "precision": {"plugin": PRECISION_PLUGINS[req["precision"]], "set": _precision(req)},
+        # What NeMo applies of the workload conventions, for the record: its sampler is Megatron's
+        # sequential one (MegatronDataSampler's default), its warm-up its own (utils.fairness).
+        "workload": applied,
         "data": _data(req, run_dir),
         "callbacks": _callbacks(req),
         # NeMo's own switches; the platform's (attention kernels, device connections) come from
@@ -110,6 +115,16 @@ def recipe_settings(req: dict, run_dir: str) -> dict:
         "env": {"NEMO_LOG_MEMORY_USAGE": "1", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
                 "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
     }
+
+
+def _precision(req: dict) -> dict:
+    """The plugin's settings: its grad_reduce_in_fp32 overrides the DDP config's (bf16_mixed ships True), so
+    both say the profile's; with FP8, the profile's recipe over bf16_with_fp8_mixed's."""
+    fairness = req["fairness"]
+    settings = {"grad_reduce_in_fp32": fairness["grad_reduce_in_fp32"], "fp8_param_gather": fairness["fp8_param_gather"]}
+    if req["precision"] == "fp8":
+        settings.update({name: fairness[key] for key, name in FP8_PLUGIN_KEYS.items()})
+    return settings
 
 
 def _data(req: dict, run_dir: str) -> dict:
@@ -124,6 +139,7 @@ def _data(req: dict, run_dir: str) -> dict:
         "split": "100,0,0",
         "seed": req["seed"],
         "index_mapping_dir": f"{run_dir}/nemo/index_mapping",
+        "eod_mask_loss": req["workload"]["eod_mask_loss"],
         **common,
     }
 

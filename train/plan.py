@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from utils.fairness import FAIRNESS, sequence_parallel
+from utils.fairness import profile, sequence_parallel, workload
 from utils.config import ConfigError, Config, load_config
 from utils.hardware import cpu_precision
 from utils.strategies import CUSTOM, Layout
@@ -70,7 +70,8 @@ def tokenizer_dir(data_dir: str, model: str) -> Path:
 
 
 def request(cfg: Config, run: Run) -> dict:
-    """The run's requested settings: identity, layout, workload, data, fairness table and every knob."""
+    """The run's requested settings: identity, layout, workload (and its conventions), data, fairness profile and
+    table, and every knob."""
     v = cfg.values
     spec = cfg.model(run.model)
     lay = run.layout
@@ -96,7 +97,9 @@ def request(cfg: Config, run: Run) -> dict:
         "mock_data": v["MOCK_DATA"],
         "profiling": v["PROFILING"],
         "profile_start_step": v["PROFILE_START_STEP"], "profile_end_step": v["PROFILE_END_STEP"],
-        "fairness": dict(FAIRNESS),
+        "fairness_profile": v["FAIRNESS"],
+        "fairness": profile(v["FAIRNESS"]),
+        "workload": workload(run.framework, spec.vocab_size, lay.tp),
         "config": cfg.as_dict(),
     }
 

@@ -33,7 +33,11 @@ TURBO_KEYS = ("enable_primus_turbo", "use_turbo_attention", "use_turbo_grouped_m
 FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_grad_reduce",
                  "overlap_param_gather", "bias_swiglu_fusion", "apply_rope_fusion", "bias_dropout_fusion",
                  "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "gradient_accumulation_fusion",
-                 "attention_backend", "use_flash_attn", "adam_eps", "fp8_param_gather")
+                 "attention_backend", "use_flash_attn", "adam_eps", "fp8_param_gather", "fp8_recipe",
+                 "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo")
+# Fairness-table names that Megatron-LM's arguments (Primus v25.11's trainer_base.yaml) spell otherwise.
+RENAMED_KEYS = {"grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
+                "check_for_nan_in_grad": "check_for_nan_in_loss_and_grad"}
 
 
 class ShippedConfigMissing(FileNotFoundError):
@@ -84,7 +88,7 @@ def overrides(req: dict) -> dict:
         # precision
         "bf16": True,
         "fp16": False,
-        "fp8": "hybrid" if req["precision"] == "fp8" else None,
+        "fp8": req["fairness"]["fp8_format"] if req["precision"] == "fp8" else None,
         # data: real unless mock data was asked for explicitly
         "mock_data": bool(req["mock_data"]),
         "train_data_path": None if req["mock_data"] else req["data_prefix"],
@@ -120,7 +124,19 @@ def overrides(req: dict) -> dict:
     if spec.rope_scaling:
         settings["rope_scaling_factor"] = spec.rope_scaling["factor"]
     settings.update({key: req["fairness"][key] for key in FAIRNESS_KEYS})
+    settings.update({name: req["fairness"][key] for key, name in RENAMED_KEYS.items()})
+    settings.update(workload_overrides(req))
     return settings
+
+
+def workload_overrides(req: dict) -> dict:
+    """The workload conventions (utils.fairness.WORKLOAD) over Primus's shipped ones: no EOD loss masking,
+    init std 0.02, the sequential sampler, and the model's published vocabulary at every TP (Megatron-LM
+    pads the tokenizer's size to a multiple of make_vocab_size_divisible_by x TP: this divisor lands on it)."""
+    applied = req["workload"]
+    return {"init_method_std": applied["init_method_std"], "eod_mask_loss": applied["eod_mask_loss"],
+            "dataloader_type": applied["dataloader_type"],
+            "make_vocab_size_divisible_by": applied["padded_vocab_size"] // req["tp"]}
 
 
 def experiment(req: dict, shipped: dict, run_dir: str) -> dict:

@@ -113,10 +113,17 @@ class Settings:
     profiling: bool
     profile_start: int
     profile_end: int
+    fairness_profile: str  # FAIRNESS: which utils.fairness profile table the run applies
 
     @property
     def gbs(self) -> int:
         return self.mbs * self.layout.dp * self.layout.ga
+
+    @property
+    def fairness(self) -> dict:
+        from utils.fairness import profile
+
+        return profile(self.fairness_profile)
 
 
 def settings_from_config(model_key: str, strategy: str | None) -> Settings:
@@ -132,6 +139,7 @@ def settings_from_config(model_key: str, strategy: str | None) -> Settings:
         precision=v["PRECISION"], seed=v["SEED"], dataset=v["DATASET"], data_dir=v["DATA_DIR"],
         mock_data=v["MOCK_DATA"], warmup_skip=v["WARMUP_SKIP"], profiling=v["PROFILING"],
         profile_start=v["PROFILE_START_STEP"], profile_end=v["PROFILE_END_STEP"],
+        fairness_profile=v["FAIRNESS"],
     )
 
 
@@ -233,14 +241,14 @@ class Trainer:
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         from train import mega_model
-        from utils.fairness import FAIRNESS
 
         s = self.settings
+        table = s.fairness
         seed_everything(s.seed)
         stack = mega_model.Stack.detect()
-        fusions, fusion_notes = mega_model.choose_fusions(stack)
+        fusions, fusion_notes = mega_model.choose_fusions(stack, table)
         self.notes += fusion_notes
-        config = mega_model.transformer_config(s.model, s.layout.tp, s.layout.pp, s.precision, stack, fusions)
+        config = mega_model.transformer_config(s.model, s.layout.tp, s.layout.pp, s.precision, stack, fusions, table)
         model = mega_model.gpt_model(s.model, config, stack, s.seq_len)
         model.to(torch.device("cuda", torch.cuda.current_device()))
         mega_model.initialise_layout_invariant(model, s.seed)
@@ -248,10 +256,10 @@ class Trainer:
         if parameters != s.model.param_count():
             raise RuntimeError(f"the built model has {parameters} parameters, the {s.model.variant} spec "
                                f"{s.model.param_count()}: utils/models.py and the model builder disagree")
-        self.model = mega_model.wrap(model, config)
+        self.model = mega_model.wrap(model, config, table)
         self.optimizer = get_megatron_optimizer(OptimizerConfig(
             optimizer="adam", lr=s.lr, min_lr=s.min_lr, weight_decay=s.weight_decay, adam_beta1=s.beta1,
-            adam_beta2=s.beta2, adam_eps=FAIRNESS["adam_eps"], clip_grad=s.grad_clip, bf16=config.bf16,
+            adam_beta2=s.beta2, adam_eps=table["adam_eps"], clip_grad=s.grad_clip, bf16=config.bf16,
             params_dtype=config.params_dtype, use_distributed_optimizer=self.model.ddp_config.use_distributed_optimizer,
         ), [self.model])
         self.scheduler = OptimizerParamScheduler(
@@ -308,9 +316,11 @@ class Trainer:
             "overlap_grad_reduce": bool(ddp.overlap_grad_reduce),
             "overlap_param_gather": bool(ddp.overlap_param_gather),
             "grad_reduce_in_fp32": bool(ddp.grad_reduce_in_fp32),
+            "check_for_nan_in_grad": bool(ddp.check_for_nan_in_grad),
+            "fairness_profile": self.settings.fairness_profile,
             "optimizer": type(inner).__name__,
             "precision": mega_model.precision_of(config),
-            "fp8_recipe": str(config.fp8) if config.fp8 else None,
+            "fp8_recipe": mega_model.fp8_recipe_of(config),
             "steps": scheduler.lr_decay_steps,
             "lr": scheduler.max_lr, "min_lr": scheduler.min_lr, "warmup_steps": scheduler.lr_warmup_steps,
             "lr_decay_steps": scheduler.lr_decay_steps, "lr_decay_style": scheduler.lr_decay_style,
@@ -333,6 +343,10 @@ class Trainer:
             "rope_scaling": bool(getattr(model, "rotary_scaling", False)),
             "tied_embeddings": bool(model.share_embeddings_and_output_weights),
             "init_method_std": config.init_method_std,
+            "padded_vocab_size": model.vocab_size,
+            "eod_mask_loss": bool(dataset.config.eod_mask_loss),
+            "dataloader_type": "single",  # train/mega_data.microbatches: Megatron-LM's sequential sample order
+            "lr_warmup_convention": "megatron",  # run_step: the schedule advances after the optimizer step
         }
 
     def run_step(self, step: int) -> tuple[list, float | None, bool, float]:
@@ -347,9 +361,11 @@ class Trainer:
             forward_step_func=self.forward_step, data_iterator=self.batches, model=[self.model],
             num_microbatches=s.layout.ga, seq_length=s.seq_len, micro_batch_size=s.mbs, decoder_seq_length=s.seq_len,
             forward_only=False)
-        self.scheduler.step(increment=1)  # step k applies the schedule's value at k (warm-up reaches LR at k = W)
+        # Megatron-LM's order: the optimizer steps at the schedule's current value, then the schedule
+        # advances, so step k (1-based) runs at LR x (k-1)/W during the warm-up (step 1 at 0).
         lr = self.optimizer.param_groups[0]["lr"]
         success, grad_norm, _ = self.optimizer.step()
+        self.scheduler.step(increment=1)
         return losses, grad_norm, success, lr
 
     def measure(self, step: int, elapsed: float, losses: list, grad_norm: float | None, success: bool,
@@ -411,11 +427,12 @@ class Trainer:
         return time.perf_counter() - end
 
     def finish(self) -> None:
-        """Complete the last overlapped parameter gather, then check that the DP replicas agree."""
+        """Complete the last overlapped parameter gather (profile tuned), then check that the DP replicas agree."""
         from train.mega_model import replicas_identical
 
         torch.cuda.synchronize()
-        self.model.disable_forward_pre_hook(param_sync=True)
+        if self.model.ddp_config.overlap_param_gather:  # without overlap the optimizer step gathered them
+            self.model.disable_forward_pre_hook(param_sync=True)
         self.effective["dp_replicas_identical"] = replicas_identical(self.model)
         peaks: list = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(peaks, peak_host_rss_gib())
@@ -503,6 +520,7 @@ def assemble_result(settings: Settings, trainer: Trainer | None, source: DataSou
                     started_at: str, status: str, exit_code: int, error: str | None) -> dict:
     """The run's result in TPrimat's one shape (utils.result), figures from utils.metrics."""
     from evaluate.fingerprint import project_commit
+    from utils.fairness import identity, workload
     from utils.result import build_result
 
     s = settings
@@ -526,7 +544,9 @@ def assemble_result(settings: Settings, trainer: Trainer | None, source: DataSou
                   "seed": s.seed, "dataset": None if s.mock_data else s.dataset,
                   "dataset_fingerprint": source.fingerprint if source else None,
                   "tokenizer_fingerprint": source.tokenizer_fingerprint if source else None,
-                  "mock_data": s.mock_data},
+                  "mock_data": s.mock_data,
+                  **identity(s.fairness_profile, s.fairness, workload(FRAMEWORK, s.model.vocab_size, s.layout.tp),
+                             s.precision)},
         steps=[asdict(r) for r in records], warmup_skip=s.warmup_skip, num_gpus=s.layout.gpus,
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         effective=trainer.effective if trainer is not None else {},

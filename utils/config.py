@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from utils.fairness import PROFILES
 from utils.hardware import cpu_precision
 from utils.models import MODEL_KEYS, ModelSpec, get_model
 from utils.strategies import CUSTOM, Layout, StrategyError, load_table, lookup
@@ -79,6 +80,7 @@ KNOBS: dict[str, Knob] = {
     "BETA2": Knob("float"),
     "GRAD_CLIP": Knob("float"),
     "PRECISION": Knob("enum", ("auto", "bf16", "fp8", "fp32")),
+    "FAIRNESS": Knob("enum", PROFILES),
     "TP": Knob("posint"),
     "PP": Knob("posint"),
     "DP": Knob("posint"),

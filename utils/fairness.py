@@ -1,30 +1,129 @@
-"""The fairness table: performance settings every framework must run with, whatever its defaults.
+"""The fairness profiles and the workload conventions: what every framework must run with, whatever its defaults.
 
-NeMo's recipes and Primus's shipped configs disagree on many of these (NeMo: CP=2, fused gradient
-accumulation; Primus: no cross-entropy fusion, overlap off in the base config), so a comparison is
-only fair when each launcher sets them explicitly to the values below. The names are
-megatron-core's (Megatron-LM argument names); each launcher maps them onto its framework's own.
+NeMo's recipes and Primus's shipped configs disagree on many of these (NeMo: CP=2, fp32 gradient
+reduction; Primus: EOD loss masking, init std 0.008, a cyclic sampler), so a comparison is only
+fair when each launcher sets them explicitly. The names are Megatron-LM's argument names (the
+DDP ones megatron-core's); each launcher maps them onto its framework's own.
+
+Two profiles (FAIRNESS=spec|tuned in config.env):
+- `spec`, the default: the fair-comparison table of the original specification
+  (reference/fairness.md): no overlap of gradient reduce or parameter gather, bf16 gradient reduction.
+- `tuned`: the stacks' own performance defaults, each listed in TUNED with the reason.
+Both share every other value, and WORKLOAD is the same in both: it defines the training itself.
 """
 
 from __future__ import annotations
 
-# Settings with one value for every run. Why each value:
-FAIRNESS: dict[str, object] = {
+PROFILES = ("spec", "tuned")
+DEFAULT_PROFILE = "spec"
+
+# The specification's table (reference/fairness.md), plus the settings it leaves open, fixed here so
+# that no framework's default decides them. Why each value that is not the table's:
+SPEC: dict[str, object] = {
     "context_parallel_size": 1,  # NeMo's 8B recipe defaults to CP=2; TPrimat's layouts are TP x PP x DP
-    "use_distributed_optimizer": True,  # ZeRO-1 sharded optimizer state, the default of all three stacks
-    "overlap_grad_reduce": True,  # DP gradient reduce-scatter overlapped with the backward pass
-    "overlap_param_gather": True,  # DP parameter all-gather overlapped with the forward pass
-    "bias_swiglu_fusion": True,  # fused SwiGLU activation (NeMo: bias_activation_fusion)
-    "apply_rope_fusion": True,  # fused rotary embedding kernel
-    "bias_dropout_fusion": True,  # fused bias-dropout-add (dropout is 0 in both models)
-    "cross_entropy_loss_fusion": True,  # fused vocab-parallel cross entropy
+    "use_distributed_optimizer": True,
+    "overlap_grad_reduce": False,
+    "overlap_param_gather": False,
+    "grad_reduce_in_fp32": False,
+    "bias_swiglu_fusion": True,  # the table's bias_activation_fusion (NeMo's name)
+    "apply_rope_fusion": True,
+    "bias_dropout_fusion": True,  # dropout is 0 in both models
+    "cross_entropy_loss_fusion": True,
     "cross_entropy_fusion_impl": "native",  # megatron-core's own kernel, available on CUDA and ROCm
-    "gradient_accumulation_fusion": False,  # Primus ships it off on ROCm; NeMo follows for parity
+    "gradient_accumulation_fusion": False,  # Primus ships it off on ROCm; NeMo and mega follow for parity
     "attention_backend": "auto",  # Transformer Engine's fused/flash attention kernels on both vendors
     "use_flash_attn": True,  # NeMo: NVTE_FLASH_ATTN=1 from utils/platform_env.py
     "adam_eps": 1e-8,
     "fp8_param_gather": False,  # with PRECISION=fp8: Primus's default; NeMo's FP8 plugin turns it on
+    # A debugging aid that costs a host synchronisation per gradient bucket (megatron-core 0.12 DDP);
+    # NeMo and Primus ship it on, mega off. Every trainer's NaN still shows in its loss and grad-norm
+    # lines, and evaluate.validate fails such a run.
+    "check_for_nan_in_grad": False,
+    # The FP8 delayed-scaling recipe (used with PRECISION=fp8 only): Transformer Engine's DelayedScaling
+    # defaults, which NeMo's bf16_with_fp8_mixed and Primus v25.11's trainer_base.yaml both ship;
+    # megatron-core's TransformerConfig defaults (1, most_recent) are overridden for mega.
+    "fp8_format": "hybrid",  # E4M3 forward, E5M2 backward
+    "fp8_recipe": "delayed",
+    "fp8_margin": 0,
+    "fp8_amax_history_len": 1024,
+    "fp8_amax_compute_algo": "max",
 }
+
+# Where `tuned` differs from `spec`: value and reason.
+TUNED: dict[str, tuple[object, str]] = {
+    "overlap_grad_reduce": (True, "hides the data-parallel gradient reduce-scatter behind the backward pass; "
+                                  "on in NeMo's 25.04 recipes and Primus's shipped MI300X configs"),
+    "overlap_param_gather": (True, "hides the distributed optimizer's parameter all-gather behind the next "
+                                   "forward pass; on in NeMo's 25.04 recipes and Primus's shipped MI300X configs"),
+    "grad_reduce_in_fp32": (True, "reduces gradients in fp32 for BF16 numerics, as NeMo's bf16_mixed plugin "
+                                  "does by default (Megatron-LM: --accumulate-allreduce-grads-in-fp32)"),
+}
+
+# The training workload: the same in every profile and every framework (Megatron-LM's conventions,
+# which Primus runs; NeMo's where it cannot follow are recorded per framework by workload()).
+WORKLOAD: dict[str, object] = {
+    "init_method_std": 0.02,  # the specification's table and both models' initializer_range (Primus ships 0.008)
+    "eod_mask_loss": False,  # Megatron-LM's default: the loss counts the EOD tokens (Primus ships true)
+    "dataloader_type": "single",  # Megatron-LM's sequential sampler (Primus's pre_trainer.yaml ships cyclic)
+}
+# The padded vocabulary: the model's published one (utils.models' vocab_size: 152064 Qwen, 128256
+# Llama), for every TP. Megatron-LM pads the tokenizer's size to a multiple of
+# make_vocab_size_divisible_by x TP, which changes the model with the layout (Qwen 151680 at TP1,
+# 151808 at TP2); Primus is given make_vocab_size_divisible_by = vocab_size / TP, so its padding
+# lands exactly on the published size.
+# The LR warm-up: Megatron-LM's (the scheduler steps after the optimizer, so step k, 1-based, runs at
+# LR x (k-1)/W: step 1 at 0). NeMo 2.3's CosineAnnealingScheduler warms as (i+1)/(W+1) for its
+# 0-based step i (step k at k/(W+1)) and has no Megatron-style warm-up: it cannot be made equal.
+WARMUP_CONVENTIONS = {"mega": "megatron", "prim": "megatron", "nemo": "nemo-cosine-annealing"}
+WARMUP_MEANING = {"megatron": "step k runs at LR x (k-1)/W (step 1 at LR 0)",
+                  "nemo-cosine-annealing": "step k runs at LR x k/(W+1)"}
+
+
+class ProfileError(ValueError):
+    """An unknown fairness profile name."""
+
+
+def profile(name: str) -> dict[str, object]:
+    """The full settings table of one profile."""
+    if name not in PROFILES:
+        raise ProfileError(f"unknown fairness profile {name!r}; one of {', '.join(PROFILES)}")
+    table = dict(SPEC)
+    if name == "tuned":
+        table.update({key: value for key, (value, _why) in TUNED.items()})
+    return table
+
+
+def workload(framework: str, vocab_size: int, tp: int) -> dict[str, object]:
+    """The workload-identity settings one framework's run applies (the request's `workload`)."""
+    if vocab_size % tp:
+        raise ValueError(f"vocabulary {vocab_size} does not split over TP={tp}")
+    return {**WORKLOAD, "padded_vocab_size": vocab_size, "lr_warmup_convention": WARMUP_CONVENTIONS[framework]}
+
+
+def fp8_recipe(table: dict) -> dict[str, object]:
+    """The FP8 recipe's settings of a profile table (recorded in results of PRECISION=fp8 runs)."""
+    return {key: table[key] for key in ("fp8_format", "fp8_recipe", "fp8_margin", "fp8_amax_history_len",
+                                        "fp8_amax_compute_algo")}
+
+
+# The result's workload-identity fields (training section), compared across frameworks by evaluate.validate.
+IDENTITY_KEYS = ("fairness_profile", "init_method_std", "padded_vocab_size", "eod_mask_loss", "dataloader_type",
+                 "lr_warmup_convention", "check_for_nan_in_grad", "fp8_recipe")
+
+
+def identity(profile_name: str, table: dict, applied: dict, precision: str) -> dict[str, object]:
+    """The workload-identity fields of a result: the profile, the workload a framework applied
+    (workload()), the NaN check and the FP8 recipe (None unless the run trains in FP8)."""
+    return {"fairness_profile": profile_name, **applied, "check_for_nan_in_grad": table["check_for_nan_in_grad"],
+            "fp8_recipe": fp8_recipe(table) if precision == "fp8" else None}
+
+
+def request_identity(req: dict) -> dict[str, object]:
+    """identity() of a run request (config.json); empty for a request written before the profiles existed
+    (its results then carry no workload-identity fields, and the fairness check says they are unknown)."""
+    if "workload" not in req:
+        return {}
+    return identity(req["fairness_profile"], req["fairness"], req["workload"], req["precision"])
 
 
 def sequence_parallel(tp: int) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 
 from utils import metrics
+from utils.fairness import IDENTITY_KEYS
 from utils.files import atomic_open
 from utils.hardware import peak_tflops
 from utils.models import by_variant
@@ -150,7 +151,9 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
             "lr", "min_lr": float, "warmup_steps": int, "seed": int|None, "dataset": str|None,
             "dataset_fingerprint": str|None, "tokenizer_fingerprint": str|None,
             "mock_data": bool (as requested)} plus optionally "lr_decay_style" (default "cosine"),
-            "weight_decay", "beta1", "beta2", "grad_clip".
+            "weight_decay", "beta1", "beta2", "grad_clip", and the workload-identity fields of
+            utils.fairness.identity (fairness_profile, init_method_std, padded_vocab_size, eod_mask_loss,
+            dataloader_type, lr_warmup_convention, check_for_nan_in_grad, fp8_recipe).
       steps: per-step records {"step": int (1-based), "step_time_s": float|None, "loss", "lr",
             "grad_norm": float|None, "skipped": int, "nan": int, "tokens": int,
             "mem_allocated_gib", "mem_reserved_gib": float|None (peak since start, per GPU)};
@@ -176,7 +179,10 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         _iso_or_none(key, run_section[key])
     par = _checked("parallelism", parallelism, PARALLELISM_KEYS, PARALLELISM_OPTIONAL)
     nnodes = par.pop("nnodes", None) or system.get("nodes")
-    train = _checked("training", training, TRAINING_KEYS, TRAINING_OPTIONAL)
+    # The workload-identity fields are optional without a default: absent where the request predates them.
+    train = _checked("training", {k: v for k, v in training.items() if k not in IDENTITY_KEYS}, TRAINING_KEYS,
+                     TRAINING_OPTIONAL)
+    train.update({key: training[key] for key in IDENTITY_KEYS if key in training})
     try:
         spec = by_variant(variant)
     except ValueError as err:
