@@ -109,6 +109,43 @@ def test_dry_run_sweep_lists_every_run_and_writes_its_configuration(tmp_path, pl
     assert "nothing was trained" in result.stderr
 
 
+@pytest.mark.parametrize("platform, fairness, precision", [("amd", "spec", "bf16"), ("nvd", "tuned", "fp8")])
+def test_a_dry_run_writes_the_fairness_profile_and_the_workload_into_every_framework_s_configuration(
+        tmp_path, platform, fairness, precision):
+    import yaml
+
+    fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})
+    result = fake.run("shell/train.sh", DRY_RUN="1", MODELS="llama", FAIRNESS=fairness, PRECISION=precision)
+    assert result.returncode == 0, result.output
+    runs = {read(d / "config.json")["framework"]: d for d in run_dirs(tmp_path / "output")}
+    assert set(runs) == ({"mega", "prim"} if platform == "amd" else {"mega", "nemo"})
+    tuned = fairness == "tuned"
+    for framework, run_dir in runs.items():
+        config = read(run_dir / "config.json")
+        assert config["fairness_profile"] == fairness
+        assert (config["fairness"]["overlap_grad_reduce"], config["fairness"]["grad_reduce_in_fp32"],
+                config["fairness"]["check_for_nan_in_grad"]) == (tuned, tuned, False)
+        assert config["workload"] == {"init_method_std": 0.02, "eod_mask_loss": False, "dataloader_type": "single",
+                                      "padded_vocab_size": 128256,
+                                      "lr_warmup_convention": "nemo-cosine-annealing" if framework == "nemo"
+                                      else "megatron"}
+    if platform == "amd":
+        o = yaml.safe_load((runs["prim"] / "primus_experiment.yaml").read_text())["modules"]["pre_trainer"]["overrides"]
+        assert (o["eod_mask_loss"], o["init_method_std"], o["dataloader_type"], o["make_vocab_size_divisible_by"]) == \
+            (False, 0.02, "single", 128256)  # Primus ships true, 0.008, cyclic and 128
+        assert (o["overlap_grad_reduce"], o["overlap_param_gather"], o["accumulate_allreduce_grads_in_fp32"],
+                o["check_for_nan_in_loss_and_grad"]) == (False, False, False, False)
+    else:
+        settings = read(runs["nemo"] / "nemo_settings.json")
+        ddp, plugin = settings["ddp"], settings["precision"]["set"]
+        assert (ddp["overlap_grad_reduce"], ddp["overlap_param_gather"], ddp["grad_reduce_in_fp32"],
+                ddp["check_for_nan_in_grad"]) == (True, True, True, False)  # the recipes check for NaN
+        assert (plugin["grad_reduce_in_fp32"], plugin["fp8"], plugin["fp8_amax_history_len"],
+                plugin["fp8_amax_compute_algo"]) == (True, "hybrid", 1024, "max")
+        assert settings["set"]["model.config.init_method_std"] == 0.02
+        assert settings["data"]["eod_mask_loss"] is False
+
+
 def test_dry_run_in_the_container_prints_the_docker_invocation(tmp_path):
     fake = machine(tmp_path, nvidia=8)
     result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="nemo", MODELS="qwen", TPRIMAT_RUNTIME="docker")
