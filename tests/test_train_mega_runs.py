@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from evaluate import validate
+from evaluate.collect import Loaded
 from evaluate.logs import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S
 from utils.config import KNOBS
+from utils.fairness import IDENTITY_KEYS
 from utils.hardware import cpu_native_bf16
 from utils.platform_env import platform_env
 from utils.result import schema_errors
@@ -96,6 +99,7 @@ def runs(tmp_path_factory, data_dir):
         "tp2": dict(TP=2),
         "pp2": dict(PP=2),
         "ga2": dict(MBS=1, GA=2),
+        "tuned_dp2": dict(MBS=1, DP=2, FAIRNESS="tuned"),
         "learn_llama": dict(DP=2, TRAIN_ITERS=LEARN_STEPS),
         "learn_qwen": dict(TRAIN_ITERS=LEARN_STEPS, model="qwen"),
         "nan": dict(DP=2, MBS=1, TRAIN_ITERS=3, model="qwen", args=("--inject-nan-at-step", "2")),
@@ -175,6 +179,27 @@ def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_set
     assert result["features"]["layer_spec"] == "local"
     assert result["series"]["loss"] == run.series("loss")
     assert result["performance"]["tokens_per_step"] == 2 * 64 == run.steps[0]["tokens"]
+    # the workload identity as recorded and as megatron-core holds it (the spec profile by default)
+    assert {key: training[key] for key in IDENTITY_KEYS} == {
+        "fairness_profile": "spec", "init_method_std": 0.02, "padded_vocab_size": 128256, "eod_mask_loss": False,
+        "dataloader_type": "single", "lr_warmup_convention": "megatron", "check_for_nan_in_grad": False,
+        "fp8_recipe": None}
+    assert {key: effective[key] for key in ("init_method_std", "padded_vocab_size", "eod_mask_loss",
+                                            "check_for_nan_in_grad", "overlap_grad_reduce", "overlap_param_gather",
+                                            "grad_reduce_in_fp32")} == {
+        "init_method_std": 0.02, "padded_vocab_size": 128256, "eod_mask_loss": False, "check_for_nan_in_grad": False,
+        "overlap_grad_reduce": False, "overlap_param_gather": False, "grad_reduce_in_fp32": False}
+    assert [f.message for f in validate.check_result(Loaded("base", result, {})) if f.fatal] == []
+
+
+def test_the_tuned_profile_overlaps_data_parallel_communication_with_the_same_losses(runs):
+    base, tuned = runs("base"), runs("tuned_dp2")
+    assert_trained(tuned, 4)
+    assert tuned.series("loss") == pytest.approx(base.series("loss"), abs=LAYOUT_TOLERANCE)
+    effective = tuned.result["effective"]
+    assert (effective["overlap_grad_reduce"], effective["overlap_param_gather"], effective["grad_reduce_in_fp32"],
+            effective["dp_replicas_identical"]) == (True, True, True, True)
+    assert tuned.result["training"]["fairness_profile"] == "tuned"
 
 
 def test_the_cpu_trains_in_its_own_precision_and_records_it(runs):
