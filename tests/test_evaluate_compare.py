@@ -70,6 +70,25 @@ def test_report_names_workload_systems_and_flops_convention(made):
     assert (out / "report.md").read_text() == text
 
 
+def test_the_fairness_section_names_the_profile_and_what_nemo_and_megatron_cannot_share(made):
+    _, text = made
+    fairness = text.split("## Fairness")[1].split("\n## ")[0]
+    assert "Fairness profile(s): spec" in fairness
+    assert "- note: llama: LR warm-up convention differs" in fairness and "UNFAIR" not in text
+    assert "They cannot be equal: NeMo 2.3's CosineAnnealing warm-up" in fairness
+
+
+def test_a_workload_convention_that_differs_makes_the_comparison_unfair(tmp_path):
+    shutil.copytree(SETS[1], tmp_path / "amd")
+    path = tmp_path / "amd" / "prim-llama-r1" / "result.json"
+    data = json.loads(path.read_text())
+    data["training"]["eod_mask_loss"] = True  # Primus's shipped setting
+    path.write_text(json.dumps(data))
+    text = compare.compare([SETS[0], tmp_path / "amd"], tmp_path / "out")
+    assert "**UNFAIR COMPARISON**" in text and "llama: EOD loss masking differs: false in " in text
+    assert "; true in amd/prim-llama-r1" in text
+
+
 def test_reading_a_zip_equals_reading_the_directory(tmp_path, made):
     _, text = made
     archive = tmp_path / "output.zip"
