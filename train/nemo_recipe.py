@@ -121,7 +121,7 @@ def _precision(req: dict) -> dict:
     """The plugin's settings: its grad_reduce_in_fp32 overrides the DDP config's (bf16_mixed ships True), so
     both say the profile's; with FP8, the profile's recipe over bf16_with_fp8_mixed's."""
     fairness = req["fairness"]
-    settings = {"grad_reduce_in_fp32": fairness["grad_reduce_in_fp32"], "fp8_param_gather": fairness["fp8_param_gather"]}
+    settings = {key: fairness[key] for key in ("grad_reduce_in_fp32", "fp8_param_gather")}
     if req["precision"] == "fp8":
         settings.update({name: fairness[key] for key, name in FP8_PLUGIN_KEYS.items()})
     return settings
