@@ -87,7 +87,8 @@ ARGUMENT_FIELDS = {
     "init_method_std": "init_method_std", "eod_mask_loss": "eod_mask_loss", "dataloader_type": "dataloader_type",
     "padded_vocab_size": "padded_vocab_size", "check_for_nan_in_loss_and_grad": "check_for_nan_in_grad",
     "accumulate_allreduce_grads_in_fp32": "grad_reduce_in_fp32", "overlap_grad_reduce": "overlap_grad_reduce",
-    "overlap_param_gather": "overlap_param_gather", "fp8_amax_history_len": "fp8_amax_history_len",
+    "overlap_param_gather": "overlap_param_gather", "ddp_average_in_collective": "average_in_collective",
+    "fp8_amax_history_len": "fp8_amax_history_len",
     "fp8_amax_compute_algo": "fp8_amax_compute_algo",
 }
 # The padded vocabulary as built: Megatron-LM/Primus " > padded vocab (size: 151665) with 399 dummy tokens
