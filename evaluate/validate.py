@@ -68,7 +68,7 @@ REQUESTED.update({key: ("training", key) for key in ("mbs", "gbs", "seq_len", "s
                                                      "min_lr", "warmup_steps")})  # mock_data: the real-data check
 REQUESTED.update({key: ("training", key) for key in IDENTITY_KEYS})
 # The fairness profile's settings a framework reports: compared with the recorded profile's table.
-PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32")
+PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32", "average_in_collective")
 FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo")  # printed flat by Megatron/Primus
 
 

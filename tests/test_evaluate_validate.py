@@ -118,6 +118,8 @@ def test_results_without_workload_identity_fields_only_warn():
     ("padded_vocab_size", 128512, "padded_vocab_size is 128512 in the framework, 128256 requested"),
     ("overlap_grad_reduce", True, "overlap_grad_reduce is True in the framework, False in the fairness profile spec"),
     ("grad_reduce_in_fp32", True, "grad_reduce_in_fp32 is True in the framework, False in the fairness profile spec"),
+    ("average_in_collective", True,
+     "average_in_collective is True in the framework, False in the fairness profile spec"),
 ])
 def test_a_workload_or_profile_setting_that_did_not_apply_fails(key, value, says):
     data = result("primus")

@@ -69,9 +69,10 @@ def test_every_fairness_setting_of_the_profile_is_applied(model, fairness):
 
 def test_nemos_nan_check_and_fp8_recipe_are_replaced_by_the_shared_ones():
     """bf16_with_fp8_mixed ships amax history 1024 / max (kept: the shared recipe); the recipes' DDP
-    config checks every gradient bucket for NaN (turned off, as in mega and Primus)."""
+    config checks every gradient bucket for NaN and averages inside the collective (both turned off,
+    as in mega and Primus)."""
     s = settings_for("llama", PRECISION="fp8")
-    assert s["ddp"]["check_for_nan_in_grad"] is False
+    assert (s["ddp"]["check_for_nan_in_grad"], s["ddp"]["average_in_collective"]) == (False, False)
     assert (s["precision"]["set"]["fp8"], s["precision"]["set"]["fp8_amax_history_len"],
             s["precision"]["set"]["fp8_amax_compute_algo"]) == ("hybrid", 1024, "max")
     assert "fp8_amax_history_len" not in settings_for("llama")["precision"]["set"]  # BF16: no FP8 recipe

@@ -17,6 +17,7 @@ def test_the_default_profile_is_the_specification_s_table():
     assert all(spec[key] for key in ("bias_swiglu_fusion", "bias_dropout_fusion", "apply_rope_fusion",
                                      "cross_entropy_loss_fusion", "use_flash_attn"))
     assert spec["context_parallel_size"] == 1
+    assert spec["average_in_collective"] is False  # Megatron-LM's and Primus's; NeMo's recipes ship True
 
 
 def test_tuned_differs_from_spec_only_in_its_documented_values():

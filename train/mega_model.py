@@ -276,6 +276,7 @@ def wrap(model: GPTModel, config: TransformerConfig, table: dict) -> Distributed
         overlap_param_gather=table["overlap_param_gather"],
         use_distributed_optimizer=table["use_distributed_optimizer"],
         check_for_nan_in_grad=table["check_for_nan_in_grad"],  # off: the trainer checks loss and grad norm itself
+        average_in_collective=table["average_in_collective"],
     )
     module = Float16Module(config, model) if config.bf16 else model
     return DistributedDataParallel(config=config, ddp_config=ddp_config, module=module)

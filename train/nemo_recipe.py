@@ -30,7 +30,7 @@ FAIRNESS_PATHS = {
 # attention through the environment (NVTE_FLASH_ATTN in utils/platform_env.py), the FP8 recipe in
 # the precision plugin (MegatronMixedPrecision's argument names).
 DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer", "grad_reduce_in_fp32",
-            "check_for_nan_in_grad")
+            "check_for_nan_in_grad", "average_in_collective")
 FP8_PLUGIN_KEYS = {"fp8_format": "fp8", "fp8_recipe": "fp8_recipe", "fp8_margin": "fp8_margin",
                    "fp8_amax_history_len": "fp8_amax_history_len", "fp8_amax_compute_algo": "fp8_amax_compute_algo"}
 
@@ -103,7 +103,7 @@ def recipe_settings(req: dict, run_dir: str) -> dict:
         "set": settings,
         "pipeline_dtype": "bfloat16" if pp > 1 else None,
         "attention_backend": fairness["attention_backend"],
-        "ddp": {key: fairness[key] for key in DDP_KEYS} | {"average_in_collective": True},
+        "ddp": {key: fairness[key] for key in DDP_KEYS},
         "precision": {"plugin": PRECISION_PLUGINS[req["precision"]], "set": _precision(req)},
         # What NeMo applies of the workload conventions, for the record: its sampler is Megatron's
         # sequential one (MegatronDataSampler's default), its warm-up its own (utils.fairness).

@@ -37,7 +37,8 @@ FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_
                  "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo")
 # Fairness-table names that Megatron-LM's arguments (Primus v25.11's trainer_base.yaml) spell otherwise.
 RENAMED_KEYS = {"grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
-                "check_for_nan_in_grad": "check_for_nan_in_loss_and_grad"}
+                "check_for_nan_in_grad": "check_for_nan_in_loss_and_grad",
+                "average_in_collective": "ddp_average_in_collective"}
 
 
 class ShippedConfigMissing(FileNotFoundError):

@@ -317,6 +317,7 @@ class Trainer:
             "overlap_param_gather": bool(ddp.overlap_param_gather),
             "grad_reduce_in_fp32": bool(ddp.grad_reduce_in_fp32),
             "check_for_nan_in_grad": bool(ddp.check_for_nan_in_grad),
+            "average_in_collective": bool(ddp.average_in_collective),
             "fairness_profile": self.settings.fairness_profile,
             "optimizer": type(inner).__name__,
             "precision": mega_model.precision_of(config),

@@ -25,6 +25,9 @@ SPEC: dict[str, object] = {
     "overlap_grad_reduce": False,
     "overlap_param_gather": False,
     "grad_reduce_in_fp32": False,
+    # Gradients pre-scaled by 1/DP then summed (megatron-core's and Megatron-LM's default, Primus's
+    # trainer_base.yaml), not averaged inside the collective as NeMo's 8B recipes ship it.
+    "average_in_collective": False,
     "bias_swiglu_fusion": True,  # the table's bias_activation_fusion (NeMo's name)
     "apply_rope_fusion": True,
     "bias_dropout_fusion": True,  # dropout is 0 in both models
