@@ -217,6 +217,7 @@ def test_a_failed_run_is_recorded_and_the_matrix_goes_on(tmp_path):
     failed = read(llama / "result.json")
     assert failed["run"]["status"] == "failed" and failed["run"]["exit_code"] == 1
     assert "out of memory" in failed["run"]["error_excerpt"]
+    assert (failed["training"]["fairness_profile"], failed["training"]["init_method_std"]) == ("spec", 0.02)
     assert read(qwen / "result.json")["run"]["status"] == "ok"
     summary = [line.split() for line in result.stdout.splitlines() if line.startswith(("prim-llama", "prim-qwen"))]
     assert [row[:2] for row in summary] == [["prim-llama", "failed"], ["prim-qwen", "ok"]]

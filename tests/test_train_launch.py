@@ -14,6 +14,7 @@ import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
 from train import launch
+from utils.result import schema_errors
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
 PREFIX = "/data/bc_llama_text_document"  # the request's data prefix (DATA_DIR=/data)
@@ -157,3 +158,17 @@ def test_the_network_the_trainer_ran_on_is_read_from_every_nodes_log(tmp_path, n
     assert bool(notes) is warned
     if warned:
         assert "TCP sockets" in notes[0] and "/dev/infiniband" in notes[0]
+
+
+def test_a_run_that_died_before_its_first_step_still_records_its_workload_identity(tmp_path):
+    req = run_request("amd", "prim", "qwen")
+    run_dir = tmp_path / "prim-qwen"
+    run_dir.mkdir()
+    (run_dir / "train.log").write_text("RuntimeError: HIP error: no ROCm-capable device is detected\n")
+    outcome = launch.Outcome(1, False, "2026-11-22T12:00:00+00:00", "2026-11-22T12:00:05+00:00", 5.0, [])
+    result = launch.start_failure_result(req, run_dir, outcome, "exit code 1; no training step in the log")
+    assert result["run"]["status"] == "failed" and result["run"]["steps_completed"] == 0
+    training = result["training"]
+    assert (training["fairness_profile"], training["init_method_std"], training["padded_vocab_size"],
+            training["eod_mask_loss"], training["lr_warmup_convention"]) == ("spec", 0.02, 152064, False, "megatron")
+    assert schema_errors(result) == []

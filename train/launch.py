@@ -52,6 +52,7 @@ from train.plan import PREPARE_COMMAND, Run, data_problems, request, run_name
 from train.primus_config import DEFAULT_PRIMUS_PATH, ShippedConfigMissing, command as primus_command
 from train.primus_config import write_experiment
 from utils.config import ROOT, ConfigError, load_config
+from utils.fairness import request_identity
 from utils.netenv import network_env
 from utils.platform_env import platform_env
 from utils.strategies import CUSTOM
@@ -276,7 +277,8 @@ def start_failure_result(req: dict, run_dir: Path, outcome: Outcome, why: str) -
         training={"steps": req["train_iters"], "mbs": req["mbs"], "gbs": req["gbs"], "seq_len": req["sl"],
                   "precision": req["precision"], "lr": req["lr"], "min_lr": req["min_lr"],
                   "warmup_steps": req["warmup_steps"], "seed": req["seed"], "dataset": req["dataset"],
-                  "dataset_fingerprint": None, "tokenizer_fingerprint": None, "mock_data": req["mock_data"]},
+                  "dataset_fingerprint": None, "tokenizer_fingerprint": None, "mock_data": req["mock_data"],
+                  **request_identity(req)},
         steps=[], warmup_skip=req["config"]["WARMUP_SKIP"], num_gpus=req["num_gpus"],
         device_name=(system.get("gpu") or {}).get("name"), warnings=outcome.warnings)
 

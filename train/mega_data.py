@@ -24,6 +24,7 @@ import torch
 
 from evaluate.fingerprint import dataset_fingerprint, manifest_path
 from train.plan import PREPARE_COMMAND, data_prefix, tokenizer_dir
+from utils.fairness import WORKLOAD
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
 
@@ -162,7 +163,7 @@ def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int,
         tokenizer=DatasetTokenizer(source.eod, source.tokenizer_vocab, source.tokenizer_fingerprint),
         reset_position_ids=False,
         reset_attention_mask=False,
-        eod_mask_loss=False,
+        eod_mask_loss=bool(WORKLOAD["eod_mask_loss"]),  # the one workload of every framework (utils.fairness)
         create_attention_mask=False,  # causal attention needs no mask tensor
     )
     ensure_dataset_helpers()
