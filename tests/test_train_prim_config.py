@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from evaluate import logs
+from tests.fixtures.train_matrix import primus_v25_11
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
 import math
 
@@ -146,3 +151,44 @@ def test_command_runs_primus_run_pretrain_with_this_nodes_rendezvous():
     assert {k: cmd.env[k] for k in ("EXP", "NNODES", "NODE_RANK", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT")} == \
         {"EXP": "/out/exp.yaml", "NNODES": "2", "NODE_RANK": "1", "GPUS_PER_NODE": "8",
          "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600"}
+
+
+# The Primus stand-in (tests/fixtures/train_matrix/primus) mirrors Primus v25.11's configs: primus_v25_11.py.
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+@pytest.mark.parametrize("fairness", ["spec", "tuned"])
+@pytest.mark.parametrize("extra", [{}, {"PROFILING": "1", "MODEL_SIZE": "tiny", "TRAIN_ITERS": "20", "WARMUP_STEPS": "2",
+                                        "WARMUP_SKIP": "2"}, {"MOCK_DATA": "1", "STRATEGY": "balanced"}])
+def test_every_key_tprimat_writes_is_one_primus_v25_11_accepts(model, precision, fairness, extra):
+    req = run_request("amd", "prim", model, PRECISION=precision, FAIRNESS=fairness, **extra)
+    assert primus_v25_11.unknown_keys(overrides_of(experiment(req, shipped(model), RUN_DIR))) == []
+
+
+def run_stand_in(tmp_path, exp: dict) -> subprocess.CompletedProcess:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    env = {**os.environ, "EXP": str(path), "GPUS_PER_NODE": "8", "NNODES": "1"}
+    return subprocess.run([sys.executable, str(PRIMUS / "examples" / "fake_primus.py")], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_stand_in_dies_on_an_override_key_primus_does_not_have(tmp_path):
+    exp = shipped("llama")
+    overrides_of(exp)["check_for_nan_in_grad"] = False  # Megatron-core's DDP name; Primus's is ..._in_loss_and_grad
+    out = run_stand_in(tmp_path, exp)
+    assert out.returncode != 0
+    assert "Override namespace failed: can't find key(check_for_nan_in_grad)" in out.stderr
+    assert "iteration" not in out.stdout
+
+
+def test_a_key_the_experiment_leaves_out_takes_primus_v25_11_s_default(tmp_path):
+    exp = shipped("qwen")
+    for key in ("init_method_std", "eod_mask_loss", "seed"):
+        overrides_of(exp).pop(key, None)
+    overrides_of(exp).update(train_iters=2, seq_length=64)
+    out = run_stand_in(tmp_path, exp)
+    assert out.returncode == 0, out.stderr
+    dump = dict(match.groups() for match in map(logs.ARGUMENT.search, out.stdout.splitlines()) if match)
+    assert (dump["init_method_std"], dump["eod_mask_loss"], dump["seed"], dump["dataloader_type"]) == \
+        ("0.008", "False", "1234", "cyclic")  # Qwen 2.5's model default, then the module's
