@@ -567,8 +567,8 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
     if run.framework == "nemo" and records and not run.timed:
         _nemo_own_figures(records)
         notes.append("no TPRIMAT_STEP line: step times are NeMo's TimingCallback host times on rank 0 (no device "
-                     "synchronisation, the optimizer step outside) and memory is rank 0's: not comparable with "
-                     "other frameworks")
+                     "synchronisation; logging and callbacks between steps outside) and memory is rank 0's: not "
+                     "comparable with other frameworks")
     for step, (allocated, reserved) in run.memory.items():
         target = next((r for r in reversed(records) if r["step"] <= step), None)
         if target is not None:

@@ -2,14 +2,17 @@
 
 NeMo 2.3's TimingCallback (nemo/utils/exp_manager.py) logs `train_step_timing in s` from a
 NamedTimer built with sync_cuda=False, started in on_train_batch_start and stopped in
-on_train_batch_end: host time on rank 0 with no device synchronisation. Its `memory_allocated`
+on_train_batch_end: host time on rank 0 with no device synchronisation, so device work still queued
+at the stop is not counted, nor what Lightning 2.4 runs after the callbacks' on_train_batch_end
+(the module's hook, logger saving, the next batch's start). Its `memory_allocated`
 (MegatronStrategy.training_step, NEMO_LOG_MEMORY_USAGE=1) is rank 0's current allocation, not a peak.
 
 This callback times what Megatron's `elapsed time per iteration` times: at every batch end each rank
 synchronises its device, the ranks all-reduce (MAX) their peak allocated and reserved memory (a
 collective, so the interval ends when the slowest rank is done), and the step time is the interval
-since the previous batch end (the first step: since its batch start), so the optimizer step and the
-overhead between steps are inside. Global rank 0 prints one line per step for evaluate.logs:
+since the previous batch end (the first step: since its batch start), so the forward-backward, the
+optimizer step (Lightning's automatic optimization runs both between the two hooks) and the overhead
+between steps are all inside. Global rank 0 prints one line per step for evaluate.logs:
 
     TPRIMAT_STEP {"step": 3, "steps": 50, "step_time_s": 9.31, "peak_allocated_bytes": ..., "peak_reserved_bytes": ...}
 
