@@ -114,8 +114,9 @@ def test_only_global_rank_zero_prints(timer, capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_without_a_gpu_the_peaks_are_null_and_nothing_is_synchronised(timer, capsys):
-    assert not torch.cuda.is_available()
+def test_without_a_gpu_the_peaks_are_null_and_nothing_is_synchronised(timer, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: pytest.fail("synchronised without a GPU"))
     train(timer.StepTimer(), 1)
     line = printed(capsys)[0]
     assert line["peak_allocated_bytes"] is None and line["peak_reserved_bytes"] is None
