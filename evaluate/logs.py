@@ -63,8 +63,8 @@ HIP_MEMORY = re.compile(r"\b(?:hip|rocm) mem usage[^|]*")  # Primus's iteration 
 COLLECTIVE_NETWORK = re.compile(r"\bNCCL INFO Using network (\S.*?)\s*$")
 RDMA_NETWORKS = frozenset({"IB"})  # NCCL's built-in RDMA transport, InfiniBand and RoCE alike
 # Bytes that a line must contain to be worth decoding; every other line is only counted.
-MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback", b"out of memory",
-           b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
+MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback",
+           b"out of memory", b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
            b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network",
            b"vocab")
 TAIL_LINES = 20

@@ -158,8 +158,9 @@ def test_command_runs_primus_run_pretrain_with_this_nodes_rendezvous():
 @pytest.mark.parametrize("model", ["llama", "qwen"])
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 @pytest.mark.parametrize("fairness", ["spec", "tuned"])
-@pytest.mark.parametrize("extra", [{}, {"PROFILING": "1", "MODEL_SIZE": "tiny", "TRAIN_ITERS": "20", "WARMUP_STEPS": "2",
-                                        "WARMUP_SKIP": "2"}, {"MOCK_DATA": "1", "STRATEGY": "balanced"}])
+@pytest.mark.parametrize("extra", [{}, {"MOCK_DATA": "1", "STRATEGY": "balanced"},
+                                   {"PROFILING": "1", "MODEL_SIZE": "tiny", "TRAIN_ITERS": "20", "WARMUP_STEPS": "2",
+                                    "WARMUP_SKIP": "2"}])
 def test_every_key_tprimat_writes_is_one_primus_v25_11_accepts(model, precision, fairness, extra):
     req = run_request("amd", "prim", model, PRECISION=precision, FAIRNESS=fairness, **extra)
     assert primus_v25_11.unknown_keys(overrides_of(experiment(req, shipped(model), RUN_DIR))) == []
