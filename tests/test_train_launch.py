@@ -172,3 +172,10 @@ def test_a_run_that_died_before_its_first_step_still_records_its_workload_identi
     assert (training["fairness_profile"], training["init_method_std"], training["padded_vocab_size"],
             training["eod_mask_loss"], training["lr_warmup_convention"]) == ("spec", 0.02, 152064, False, "megatron")
     assert schema_errors(result) == []
+
+
+def test_nemo_on_mock_data_needs_the_models_tokenizer_for_its_vocabulary(tmp_path):
+    req = run_request("nvd", "nemo", "llama", MOCK_DATA="1", DATA_DIR=str(tmp_path / "data"))
+    with pytest.raises(launch.InputError, match=r"NeMo's mock data takes its vocabulary from the model's tokenizer.*"
+                                                r"prepare it first: ./shell/run_data.sh"):
+        launch.prepare(req, tmp_path / "run", tmp_path)

@@ -127,9 +127,6 @@ def test_real_data_goes_through_pretraining_data_module_with_the_local_tokenizer
     assert_data_module(built, case, "PreTrainingDataModule")
 
 
-@pytest.mark.xfail(strict=True, reason="train/nemo_recipe.py gives MockDataModule no tokenizer, so NeMo 2.3 builds "
-                   "GPT-2's (get_nmt_tokenizer downloads its vocabulary): it fails offline, and the vocabulary is not "
-                   "the model's")
 def test_mock_data_builds_offline(built):
     assert_data_module(built, "llama-tiny-mock-profiled", "MockDataModule")
 

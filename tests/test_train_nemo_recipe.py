@@ -96,8 +96,9 @@ def test_real_data_through_pretraining_data_module(model):
                     "global_batch_size": 64, "micro_batch_size": 1}
 
 
-def test_mock_data_only_when_asked_for():
-    assert settings_for("llama", MOCK_DATA="1")["data"]["module"] == "MockDataModule"
+def test_mock_data_only_when_asked_for_and_with_the_models_own_tokenizer():
+    data = settings_for("llama", MOCK_DATA="1")["data"]
+    assert (data["module"], data["tokenizer_dir"]) == ("MockDataModule", "/data/tokenizers/llama")
 
 
 def test_memory_and_step_timing_are_logged_every_step():

@@ -145,6 +145,10 @@ def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
         argv = torchrun(req) + ["train/train_mega.py", "--model", req["model"], "--run-dir", str(run_dir)]
         return Launch(argv, {**vendor_env(req), **selection}, str(ROOT))
     if framework == "nemo":
+        tokenizer = Path(req["tokenizer_dir"]) / "tokenizer.json"
+        if req["mock_data"] and not tokenizer.exists() and not req["config"]["DRY_RUN"]:
+            raise InputError(f"NeMo's mock data takes its vocabulary from the model's tokenizer, and {tokenizer.parent} "
+                             f"has none; prepare it first: {PREPARE_COMMAND} (or python3 -m data.fetch tokenizer)")
         settings = recipe_settings(req, str(run_dir))
         path = work_dir / "nemo_settings.json"
         write_json(path, settings)

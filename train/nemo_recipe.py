@@ -128,14 +128,15 @@ def _precision(req: dict) -> dict:
 
 
 def _data(req: dict, run_dir: str) -> dict:
-    """Real data through PreTrainingDataModule (prefix without suffix, local tokenizer), or mock data."""
-    common = {"seq_length": req["sl"], "global_batch_size": req["gbs"], "micro_batch_size": req["mbs"]}
+    """Real data through PreTrainingDataModule (prefix without suffix), or mock data; both with the model's
+    local tokenizer (without one, NeMo's MockDataModule downloads GPT-2's, whose vocabulary is not the model's)."""
+    common = {"seq_length": req["sl"], "global_batch_size": req["gbs"], "micro_batch_size": req["mbs"],
+              "tokenizer_dir": req["tokenizer_dir"]}
     if req["mock_data"]:
         return {"module": "MockDataModule", **common}
     return {
         "module": "PreTrainingDataModule",
         "paths": [req["data_prefix"]],
-        "tokenizer_dir": req["tokenizer_dir"],
         "split": "100,0,0",
         "seed": req["seed"],
         "index_mapping_dir": f"{run_dir}/nemo/index_mapping",

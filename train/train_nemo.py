@@ -57,11 +57,9 @@ def build_recipe(settings: dict):
 
     data = dict(settings["data"])
     module = data.pop("module")
-    if module == "PreTrainingDataModule":
-        tokenizer = run.Config(AutoTokenizer, pretrained_model_name=data.pop("tokenizer_dir"))
-        recipe.data = run.Config(llm.PreTrainingDataModule, tokenizer=tokenizer, **data)
-    else:
-        recipe.data = run.Config(llm.MockDataModule, **data)
+    tokenizer = run.Config(AutoTokenizer, pretrained_model_name=data.pop("tokenizer_dir"))
+    data_class = llm.PreTrainingDataModule if module == "PreTrainingDataModule" else llm.MockDataModule
+    recipe.data = run.Config(data_class, tokenizer=tokenizer, **data)
 
     callbacks = [run.Config(callback_classes[c["class"]], **{k: v for k, v in c.items() if k != "class"})
                  for c in settings["callbacks"]]
