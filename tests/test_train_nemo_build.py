@@ -130,3 +130,39 @@ def test_real_data_goes_through_pretraining_data_module_with_the_local_tokenizer
 def test_mock_data_builds_offline(built):
     assert_data_module(built, "llama-tiny-mock-profiled", "MockDataModule")
 
+
+
+READBACK = """
+import json
+from types import SimpleNamespace
+from megatron.core import parallel_state
+from megatron.core.distributed import DistributedDataParallelConfig
+from nemo.collections import llm
+from nemo.lightning.pytorch.plugins import MegatronDataSampler
+from train import nemo_readback
+
+for name in ("tensor_model_parallel", "pipeline_model_parallel", "context_parallel", "data_parallel"):
+    setattr(parallel_state, f"get_{name}_world_size", lambda: 1)
+nemo_readback.get_current_global_batch_size = lambda: 8
+nemo_readback.get_micro_batch_size = lambda: 1
+config = llm.Llama31Config8B(init_method_std=0.02, vocab_size=128256, apply_rope_fusion=False)  # no TE here
+# PreTrainingDataModule's own attributes (it cannot be built here without downloading GPT-2's tokenizer)
+data = SimpleNamespace(eod_mask_loss=False, data_sampler=MegatronDataSampler(seq_len=128, micro_batch_size=1,
+                                                                             global_batch_size=8))
+ddp = DistributedDataParallelConfig(check_for_nan_in_grad=False, average_in_collective=False)
+trainer = SimpleNamespace(datamodule=data, max_steps=4, strategy=SimpleNamespace(ddp_config=ddp), is_global_zero=True)
+module = SimpleNamespace(config=config, optim=SimpleNamespace(config=SimpleNamespace(use_distributed_optimizer=True)))
+nemo_readback.EffectiveSettings().on_train_start(trainer, module)
+"""
+
+
+def test_the_effective_settings_nemo_prints_carry_the_workload_identity_and_the_profiles_ddp_settings(nemo_python, tmp_path):
+    out = subprocess.run([str(nemo_python), "-c", READBACK], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(line for line in out.stdout.splitlines() if line.startswith("TPRIMAT_EFFECTIVE "))
+    effective = json.loads(line.removeprefix("TPRIMAT_EFFECTIVE "))
+    assert {key: effective[key] for key in ("init_method_std", "padded_vocab_size", "eod_mask_loss", "dataloader_type",
+                                            "check_for_nan_in_grad", "average_in_collective")} == {
+        "init_method_std": 0.02, "padded_vocab_size": 128256, "eod_mask_loss": False, "dataloader_type": "single",
+        "check_for_nan_in_grad": False, "average_in_collective": False}

@@ -26,6 +26,14 @@ def _data_path(datamodule) -> list[str] | None:
     return [str(p) for p in blend[0]] if blend else None
 
 
+def _ddp_settings(strategy) -> dict:
+    """The DDP settings of the fairness profile as NeMo's MegatronStrategy built its DDP config."""
+    ddp = getattr(strategy, "ddp_config", None)
+    return {key: getattr(ddp, key, None) for key in ("check_for_nan_in_grad", "overlap_grad_reduce",
+                                                    "overlap_param_gather", "grad_reduce_in_fp32",
+                                                    "average_in_collective")}
+
+
 class EffectiveSettings(Callback):
     """Print the effective settings once, when training starts."""
 
@@ -53,6 +61,14 @@ class EffectiveSettings(Callback):
             "cross_entropy_loss_fusion": config.cross_entropy_loss_fusion,
             "gradient_accumulation_fusion": config.gradient_accumulation_fusion,
             "attention_backend": str(config.attention_backend),
+            # The workload identity and the fairness profile's DDP settings, compared across frameworks.
+            "init_method_std": config.init_method_std,
+            "padded_vocab_size": getattr(config, "vocab_size", None),
+            "fp8_amax_history_len": config.fp8_amax_history_len,
+            "fp8_amax_compute_algo": config.fp8_amax_compute_algo,
+            "eod_mask_loss": getattr(datamodule, "eod_mask_loss", None),  # MockDataModule has none
+            "dataloader_type": getattr(getattr(datamodule, "data_sampler", None), "dataloader_type", None),
+            **_ddp_settings(trainer.strategy),
         }
         if trainer.is_global_zero:
             print(f"{MARKER} {json.dumps(effective, sort_keys=True)}", flush=True)
