@@ -327,6 +327,13 @@ tp_docker_run_words() {
   printf '%s\n' "$(tp_image "${platform}")" "$@"
 }
 
+# The `docker run` of tp_docker_run_words as one line a user can paste (what a dry run shows).
+tp_docker_command_line() {
+  local -a words
+  mapfile -t words < <(tp_docker_run_words "$@")
+  printf '%q ' "${words[@]}"
+}
+
 # Names of the configuration variables passed into containers (the knobs of config.env).
 tp_config_knobs() {
   sed -n 's/^\([A-Z][A-Z0-9_]*\)=.*/\1/p' "${TPRIMAT_ROOT}/config.env" | grep -v '^CPU_'
@@ -379,15 +386,13 @@ tp_slurm_wanted() {
 tp_docker_dry_run() {
   local stage="$1" image
   shift
-  local -a words
   image="$(tp_image "${PLATFORM}")"
   if tp_image_current "${PLATFORM}"; then
     tp_log "dry run: image ${image} is up to date"
   else
     tp_log "dry run: a real run would first build ${image} from ${PLATFORM}.Dockerfile (./shell/build.sh)"
   fi
-  mapfile -t words < <(tp_docker_run_words "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@")
-  tp_log "dry run: a real run would start: $(printf '%q ' "${words[@]}")"
+  tp_log "dry run: a real run would start: $(tp_docker_command_line "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@")"
   TPRIMAT_RUNTIME=docker TPRIMAT_PYTHON="${TPRIMAT_PYTHON:-$(tp_host_python)}" \
     bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@"
 }

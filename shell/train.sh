@@ -83,9 +83,7 @@ print_container_command() {
   local script="$1"
   shift
   [[ "${TPRIMAT_RUNTIME:-}" == docker ]] || return 0
-  local -a words
-  mapfile -t words < <(tp_docker_run_words "${PLATFORM}" "tprimat-train" bash "${script}" "$@")
-  tp_log "from the host: $(printf '%q ' "${words[@]}")"
+  tp_log "from the host: $(tp_docker_command_line "${PLATFORM}" "tprimat-train" bash "${script}" "$@")"
 }
 
 main() {

@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from evaluate.probe import host_info
 from utils.hardware import cpu_flags, cpu_precision
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +47,7 @@ def verdict(seconds: float, budget_s: float) -> str:
 
 def describe_machine() -> list[str]:
     """The CPU the figures came from: model, cores, and the flags that decide the training precision."""
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    model = host_info()["cpu_model"] or "unknown CPU"
     flags = sorted(flag for flag in cpu_flags() if PRECISION_FLAGS.fullmatch(flag))
     precision, why = cpu_precision()
     return [f"machine: {model}, {os.cpu_count()} cores; flags: {' '.join(flags) or 'none of avx2/avx512/amx/bf16'}",
