@@ -227,7 +227,7 @@ def tokenizer_plan(args: argparse.Namespace) -> TokenizerPlan:
 
 
 def _token() -> str | None:
-    from utils.config import load_secrets
+    from utils.secrets import load_secrets
     return load_secrets().get("HF_TOKEN")
 
 

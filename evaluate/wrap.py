@@ -15,7 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from utils.config import load_secrets
+from utils.secrets import load_secrets
 from utils.files import atomic_open
 
 EXCLUDED_NAMES = {"secrets.env", "__pycache__", ".cache", ".venv", "venv", ".git", ".pytest_cache",

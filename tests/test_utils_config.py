@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from utils.config import CONFIG_FILE, KNOBS, ROOT, ConfigError, load_config, parse_env_file
+from utils.config import CONFIG_FILE, KNOBS, ROOT, ConfigError, load_config
+from utils.envfile import parse_env_file
 
 GPU_NODE = {"TPRIMAT_DETECTED_PLATFORM": "nvd", "TPRIMAT_DETECTED_GPUS": "8"}
 AMD_NODE = {"TPRIMAT_DETECTED_PLATFORM": "amd", "TPRIMAT_DETECTED_GPUS": "8"}

@@ -25,15 +25,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from utils.envfile import parse_env_file
 from utils.fairness import PROFILES
 from utils.hardware import cpu_precision
 from utils.models import MODEL_KEYS, ModelSpec, get_model
+from utils.secrets import SECRET_KEYS, load_secrets
 from utils.strategies import CUSTOM, Layout, StrategyError, load_table, lookup
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_FILE = ROOT / "config.env"
-SECRETS_FILE = ROOT / "secrets.env"
-SECRET_KEYS = ("HF_TOKEN",)
 CPU_PREFIX = "CPU_"  # CPU_<KNOB> in config.env replaces <KNOB> on the CPU platform
 
 PLATFORMS = ("amd", "nvd", "cpu")
@@ -183,37 +183,6 @@ class Config:
             "MODEL_VARIANTS": {m.key: m.variant for m in self.models},
             "LAYOUTS": {s: {m.key: vars(self.layout(m.key, s)) for m in self.models} for s in self.strategies},
         }
-
-
-def parse_env_file(path: Path) -> tuple[dict[str, str], list[str]]:
-    """KEY=VALUE lines with # comments and optional quotes; returns values and syntax problems."""
-    values: dict[str, str] = {}
-    problems: list[str] = []
-    if not path.exists():
-        return values, problems
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        key, sep, rest = text.partition("=")
-        key = key.removeprefix("export ").strip()
-        if not sep or not key.replace("_", "").isalnum():
-            problems.append(f"{path.name}:{number}: expected KEY=VALUE, got {text!r}")
-            continue
-        rest = rest.strip()
-        if rest[:1] in ("'", '"') and rest[0] in rest[1:]:
-            value = rest[1:rest.index(rest[0], 1)]
-        else:
-            value = "" if rest.startswith("#") else rest.split(" #", 1)[0].split("\t#", 1)[0].strip()
-        values[key] = value
-    return values, problems
-
-
-def load_secrets(path: Path = SECRETS_FILE, env: dict | None = None) -> dict[str, str]:
-    """HF_TOKEN and friends from the environment or secrets.env; never printed, only passed on."""
-    env = os.environ if env is None else env
-    file_values, _ = parse_env_file(path)
-    return {k: env.get(k) or file_values.get(k, "") for k in SECRET_KEYS if env.get(k) or file_values.get(k)}
 
 
 def detect(env: dict) -> tuple[str, int]:
