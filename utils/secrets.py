@@ -1,18 +1,94 @@
-"""The secrets TPrimat knows (HF_TOKEN), from the environment or secrets.env; never printed, only passed on."""
+"""The secrets TPrimat knows: every KEY=VALUE of secrets.env, and HF_TOKEN from the environment too.
+
+They are never printed, only passed on, and always as TPrimat's own parser (utils.envfile) reads them:
+Docker gets them by name from the environment of the `docker run` it starts (`--env HF_TOKEN`), never
+by reading secrets.env a second time with its own rules (docker's --env-file keeps quotes, CRs and
+comments). Standard library only: the shell calls it before any virtual environment exists.
+
+    python3 -m utils.secrets has KEY          exit 0 when KEY has a value, 1 when not
+    python3 -m utils.secrets names            the names a container gets, one a line
+    python3 -m utils.secrets exec -- CMD...   run CMD with those names set to their values
+
+Each exits 2, naming the line and not its text, when secrets.env has a line it cannot read.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import sys
 from pathlib import Path
 
 from utils.envfile import parse_env_file
 
 SECRETS_FILE = Path(__file__).resolve().parent.parent / "secrets.env"
-SECRET_KEYS = ("HF_TOKEN",)
+SECRET_KEYS = ("HF_TOKEN",)  # secrets also taken from the environment (there, any other name is not a secret)
 
 
-def load_secrets(path: Path = SECRETS_FILE, env: dict | None = None) -> dict[str, str]:
-    """HF_TOKEN and friends from the environment or secrets.env (the environment wins)."""
+class SecretsError(ValueError):
+    """secrets.env has a line TPrimat cannot read, so it cannot know every secret it holds."""
+
+
+def _read(path: Path | None, strict: bool = True) -> dict[str, str]:
+    path = SECRETS_FILE if path is None else path
+    values, problems = parse_env_file(path)
+    if problems and strict:
+        # A problem quotes its line, which may hold a secret: say only where it is.
+        where = [match.group(0) if (match := re.match(r"[^:]*:\d+", p)) else path.name for p in problems]
+        raise SecretsError(f"{', '.join(where)}: a line TPrimat cannot read as one KEY=VALUE (its text is not shown: "
+                           "it may hold a secret); fix it as in secrets.env.example")
+    return values
+
+
+def load_secrets(path: Path | None = None, env: dict | None = None, strict: bool = False) -> dict[str, str]:
+    """The secrets TPrimat passes on, by name: each key of secrets.env and each of SECRET_KEYS, the
+    environment's value winning over the file's; empty ones left out. strict: raise SecretsError on a
+    line it cannot read (what passes secrets on must know them all; a token lookup may skip it)."""
     env = os.environ if env is None else env
-    file_values, _ = parse_env_file(path)
-    return {k: env.get(k) or file_values.get(k, "") for k in SECRET_KEYS if env.get(k) or file_values.get(k)}
+    file_values = _read(path, strict)
+    names = dict.fromkeys([*file_values, *SECRET_KEYS])
+    chosen = {key: env.get(key) or file_values.get(key, "") for key in names}
+    return {key: value for key, value in chosen.items() if value}
+
+
+def known_values(path: Path | None = None, env: dict | None = None) -> list[tuple[str, str]]:
+    """Every secret value from every source as (where it comes from, value), to search for: the file's
+    and the environment's both, even where one hides the other. Raises SecretsError."""
+    env = os.environ if env is None else env
+    file_values = _read(path)
+    found = [(f"{key} (secrets.env)", value) for key, value in file_values.items() if value]
+    found += [(f"{key} (environment)", env[key]) for key in dict.fromkeys([*file_values, *SECRET_KEYS])
+              if env.get(key) and env[key] != file_values.get(key)]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    usage = "usage: python3 -m utils.secrets has KEY | names | exec -- CMD..."
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    try:
+        secrets = load_secrets(strict=True)
+    except SecretsError as err:
+        print(f"[tprimat] error: {err}", file=sys.stderr)
+        return 2
+    if len(args) == 2 and args[0] == "has":
+        return 0 if args[1] in secrets else 1
+    if args == ["names"]:
+        print("\n".join(secrets))
+        return 0
+    if len(args) >= 3 and args[:2] == ["exec", "--"]:
+        program = shutil.which(args[2]) or args[2]  # looked up on the caller's PATH, before secrets.env's names are set
+        try:
+            os.execve(program, args[2:], {**os.environ, **secrets})
+        except OSError as err:
+            print(f"[tprimat] error: cannot run {args[2]}: {err.strerror}", file=sys.stderr)
+            return 127
+    print(usage, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
