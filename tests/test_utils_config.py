@@ -176,3 +176,141 @@ def test_json_dump_is_complete_for_run_records():
 def test_the_warm_up_must_leave_steps_for_the_decay():
     problems = problems_of({**CPU_MACHINE, "TRAIN_ITERS": "4", "WARMUP_STEPS": "4", "WARMUP_SKIP": "1"})
     assert problems == ["WARMUP_STEPS=4: must be < TRAIN_ITERS=4"]
+
+
+# --- Mistakes a careless user types: each is one line naming the variable, value, rule and fix -------------
+
+INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
+
+
+@pytest.mark.parametrize("knob, value, line", [
+    ("SEED", "-1", "SEED=-1: " + INT_RULE.format(0, 4294967295) + ", the seeds numpy and torch accept"),
+    ("SEED", "99999999999999999999",
+     "SEED=99999999999999999999: " + INT_RULE.format(0, 4294967295) + ", the seeds numpy and torch accept"),
+    ("TRAIN_ITERS", "３００", "TRAIN_ITERS=３００: " + INT_RULE.format(1, 2147483647)),
+    ("TRAIN_ITERS", "1_000", "TRAIN_ITERS=1_000: " + INT_RULE.format(1, 2147483647)),
+    ("TRAIN_ITERS", "1e3", "TRAIN_ITERS=1e3: " + INT_RULE.format(1, 2147483647)),
+    ("TRAIN_ITERS", "+3", "TRAIN_ITERS=+3: " + INT_RULE.format(1, 2147483647)),
+    ("MBS", "99999999999999999999", "MBS=99999999999999999999: " + INT_RULE.format(1, 2147483647)),
+    ("NODE_RANK", "-1", "NODE_RANK=-1: " + INT_RULE.format(0, 2147483647)),
+    ("MASTER_PORT", "70000", "MASTER_PORT=70000: " + INT_RULE.format(1, 65535)),
+    ("LR", "３e-4", "LR=３e-4: must be a number in (0, 1], in digits 0-9 (e.g. 3e-4)"),
+    ("LR", "3e4", "LR=3e4: must be a number in (0, 1], in digits 0-9 (e.g. 3e-4)"),
+    ("LR", "1_0e-4", "LR=1_0e-4: must be a number in (0, 1], in digits 0-9 (e.g. 3e-4)"),
+    ("LR", "nan", "LR=nan: must be a number in (0, 1], in digits 0-9 (e.g. 3e-4)"),
+    ("LR", "0", "LR=0: must be a number in (0, 1], in digits 0-9 (e.g. 3e-4)"),
+    ("GRAD_CLIP", "inf", "GRAD_CLIP=inf: must be a number >= 0, in digits 0-9 (e.g. 3e-4)"),
+    ("BETA2", "1", "BETA2=1: must be a number in [0, 1), in digits 0-9 (e.g. 3e-4)"),
+    ("MODELS", "llama,,qwen", "MODELS=llama,,qwen: an empty item; valid: a comma list of llama, qwen, each once"),
+    ("MODELS", "llama,llama", "MODELS=llama,llama: llama twice; valid: a comma list of llama, qwen, each once"),
+    ("MODELS", "LLAMA", "MODELS=LLAMA: unknown LLAMA; valid: a comma list of llama, qwen, each once"),
+    ("FRAMEWORK", "mega,,nemo",
+     "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, all, each once"),
+    ("STRATEGY", "balanced,balanced", "STRATEGY=balanced,balanced: balanced twice; valid: a comma list of all, "
+     "minimal_communication, balanced, truly_identical, memory_optimized, maximum_performance, custom, each once"),
+    ("MASTER_ADDR", "", "MASTER_ADDR=: must be an IP address or host name of node 0 (no spaces)"),
+    ("NET_IB_GID_INDEX", "³", "NET_IB_GID_INDEX=³: must be empty or an integer (digits 0-9 only)"),
+    ("DATA_DIR", "", "DATA_DIR=: must name a directory (relative = the repository root)"),
+    ("OUTPUT_DIR", "$TPRIMAT_NOT_SET/runs", "OUTPUT_DIR=$TPRIMAT_NOT_SET/runs: $TPRIMAT_NOT_SET is not set "
+     "in the environment; set it or write the path out"),
+])
+def test_a_careless_value_is_one_line_naming_the_rule(knob, value, line):
+    assert problems_of({**GPU_NODE, knob: value}) == [line]
+
+
+@pytest.mark.parametrize("knob, value, typed", [
+    ("TRAIN_ITERS", " 300 ", 300), ("TRAIN_ITERS", "0300", 300), ("SEED", "4294967295", 4294967295),
+    ("SEED", "0", 0), ("LR", "1", 1.0), ("LR", ".5e-3", 5e-4), ("DRY_RUN", "YES", True), ("DRY_RUN", "off", False),
+    ("MODELS", " qwen , llama ", ["qwen", "llama"]), ("FRAMEWORK", "all,mega", ["all", "mega"]),
+])
+def test_harmless_spellings_are_accepted(knob, value, typed):
+    assert load_config({**GPU_NODE, knob: value})[knob] == typed
+
+
+@pytest.mark.parametrize("knob", ["OUTPUT_DIR", "DATA_DIR", "HF_HOME"])
+def test_a_directory_knob_naming_a_file_is_one_line(tmp_path, knob):
+    regular = tmp_path / "results.txt"
+    regular.write_text("")
+    assert problems_of({**GPU_NODE, knob: str(regular)}) == [
+        f"{knob}={regular}: {regular} is a file, not a directory; point {knob} at a directory"]
+    assert problems_of({**GPU_NODE, knob: f"{regular}/runs"}) == [
+        f"{knob}={regular}/runs: {regular} is a file, not a directory; point {knob} at a directory"]
+
+
+def config_variant(tmp_path: Path, edit) -> Path:
+    """config.env with one edit applied to its bytes."""
+    path = tmp_path / "config.env"
+    path.write_bytes(edit(CONFIG_FILE.read_bytes()))
+    return path
+
+
+LINES = len(CONFIG_FILE.read_bytes().splitlines())
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda b: b + b"# caf\xe9\n",
+     [f"config.env:{LINES + 1}: byte 0xe9 at column 6 is not UTF-8; save config.env as UTF-8"]),
+    (lambda b: b + b"SEED=7   # again\n",
+     [f"config.env:{LINES + 1}: SEED is set twice (lines 25 and {LINES + 1}); keep one"]),
+    (lambda b: b.replace(b"SLURM_ACCOUNT=  ", b'SLURM_ACCOUNT="a'),
+     ['config.env:55: the quote " of SLURM_ACCOUNT is not closed']),
+    (lambda b: b.replace(b"SLURM_ACCOUNT=  ", b'SLURM_ACCOUNT="a" b'),
+     ["config.env:55: text after the closing quote of SLURM_ACCOUNT; put comments after ' #'"]),
+    (lambda b: b + b"seed=7\n", ["config.env: unknown variable seed; did you mean SEED?"]),
+    (lambda b: b"", ["{path}: empty; restore it from the repository (git checkout config.env)"]),
+])
+def test_a_damaged_config_file_is_one_line_per_problem(tmp_path, edit, expected):
+    path = config_variant(tmp_path, edit)
+    assert problems_of(GPU_NODE, path) == [line.format(path=path) for line in expected]
+
+
+def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path):
+    assert load_config(GPU_NODE, config_variant(tmp_path, lambda b: b"\xef\xbb\xbf" + b))["SEED"] == 42
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda p: p, "cannot read it (Is a directory)"),
+    (lambda p: p / "missing.env", "not found"),
+])
+def test_a_config_file_that_cannot_be_read_is_one_line(tmp_path, make, why):
+    path = make(tmp_path)
+    assert problems_of(GPU_NODE, path) == [f"{path}: {why}; restore it from the repository (git checkout config.env)"]
+
+
+@pytest.mark.parametrize("name, warning", [
+    ("TRAIN_ITER", "environment: TRAIN_ITER is not a knob and is ignored; did you mean TRAIN_ITERS?"),
+    ("train_iters", "environment: train_iters is not a knob and is ignored; did you mean TRAIN_ITERS?"),
+    ("Seed", "environment: Seed is not a knob and is ignored; did you mean SEED?"),
+    ("DRYRUN", "environment: DRYRUN is not a knob and is ignored; did you mean DRY_RUN?"),
+    ("GRAD_CLIPS", "environment: GRAD_CLIPS is not a knob and is ignored; did you mean GRAD_CLIP?"),
+    ("CPU_SEED", "environment: CPU_SEED is ignored: config.env has no CPU_SEED line; set SEED (it wins on every "
+                 "platform)"),
+])
+def test_an_environment_variable_that_looks_like_a_knob_is_warned_about(name, warning):
+    assert load_config({**GPU_NODE, name: "3"}).warnings == [warning]
+
+
+ORDINARY = ("PATH HOME USER SHELL TERM LANG LC_ALL PWD OLDPWD HOSTNAME LOGNAME TMPDIR EDITOR DISPLAY SSH_CONNECTION "
+            "XDG_RUNTIME_DIR CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES OMP_NUM_THREADS PYTHONPATH "
+            "VIRTUAL_ENV CONDA_PREFIX NCCL_SOCKET_IFNAME NCCL_IB_HCA NCCL_IB_GID_INDEX NCCL_DEBUG GLOO_SOCKET_IFNAME "
+            "SLURM_JOB_PARTITION SLURM_JOB_ACCOUNT SLURM_JOB_QOS SLURM_NNODES SLURM_JOB_ID SLURM_NODEID SLURM_PROCID "
+            "SLURM_TIMELIMIT WORLD_SIZE RANK LOCAL_RANK GROUP_RANK LOCAL_WORLD_SIZE HF_HUB_OFFLINE HF_DATASETS_CACHE "
+            "TRANSFORMERS_CACHE RUN_SET_DIR TPRIMAT_DETECTED_GPUS TPRIMAT_PYTHON")
+
+
+def test_an_ordinary_environment_and_the_projects_own_exports_give_no_warning():
+    from utils.config import shell_exports
+    exported = {line.split()[1].split("=")[0] for line in shell_exports(load_config(GPU_NODE))}
+    names = set(ORDINARY.split()) | exported | set(__import__("os").environ)
+    assert load_config({**{name: "1" for name in names if name not in KNOBS}, **GPU_NODE}).warnings == []
+
+
+def test_the_cli_prints_warnings_unless_quiet():
+    env = {**CPU_MACHINE, "PATH": "/usr/bin:/bin", "TRAIN_ITER": "3"}
+    loud = subprocess.run([sys.executable, "-m", "utils.config", "get", "SEED"], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
+    assert loud.returncode == 0 and loud.stderr == ("warning: environment: TRAIN_ITER is not a knob and is "
+                                                    "ignored; did you mean TRAIN_ITERS?\n")
+    quiet = subprocess.run([sys.executable, "-m", "utils.config", "get", "SEED", "--quiet"], cwd=ROOT,
+                           capture_output=True, text=True, env=env)
+    assert quiet.returncode == 0 and quiet.stderr == ""

@@ -80,4 +80,5 @@ def test_strategy_that_does_not_fit_the_gpu_count_is_reported_before_anything_ru
 def test_unknown_strategy_lists_the_valid_names():
     with pytest.raises(ConfigError) as caught:
         load_config({**NVD, "STRATEGY": "fastest"})
-    assert caught.value.problems[0].startswith("STRATEGY=fastest: unknown fastest; valid: all, minimal_communication")
+    assert caught.value.problems[0].startswith("STRATEGY=fastest: unknown fastest; valid: a comma list of all, "
+                                                "minimal_communication")

@@ -45,13 +45,25 @@ PRECISIONS = {"nvd": ("bf16", "fp8"), "amd": ("bf16", "fp8"), "cpu": ("fp32", "b
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
+INT_MAX = 2**31 - 1  # no count here comes near it; past 2**63 numpy and torch raise instead of training
+
+
 @dataclass(frozen=True)
 class Knob:
-    """The type rule of one configuration variable."""
+    """The rule of one configuration variable: its kind and the values it allows."""
 
-    kind: str  # int | posint | float | posfloat | enum | list | bool | path | str
-    choices: tuple[str, ...] = ()
+    kind: str  # int | float | enum | list | bool | dir | file | str
+    choices: tuple[str, ...] = ()  # enum, list
+    low: float = 0  # int, float: the smallest value
+    high: float = INT_MAX  # int, float: the largest value
+    bounds: str = "[]"  # float: "(]" excludes low (LR > 0), "[)" excludes high (BETA < 1)
+    pattern: str = ""  # str: a regular expression the whole value must match
+    rule: str = ""  # int: why the range; str: what the pattern means
 
+
+POSITIVE = Knob("int", low=1)
+COUNT = Knob("int")
+FRACTION = Knob("float", high=1)
 
 KNOBS: dict[str, Knob] = {
     "PLATFORM": Knob("enum", ("auto",) + PLATFORMS),
@@ -59,58 +71,61 @@ KNOBS: dict[str, Knob] = {
     "FRAMEWORK": Knob("list", FRAMEWORKS + ("all",)),
     "MODELS": Knob("list", MODEL_KEYS),
     "MODEL_SIZE": Knob("enum", ("auto", "full", "tiny")),
-    "STRATEGY": Knob("str"),
-    "STRATEGIES_FILE": Knob("path"),
+    "STRATEGY": Knob("str"),  # checked against the strategy table, which STRATEGIES_FILE extends
+    "STRATEGIES_FILE": Knob("file"),
     "DATASET": Knob("enum", ("bc", "c4", "sample")),
-    "DATA_SAMPLES": Knob("posint"),
-    "DATA_DIR": Knob("path"),
-    "OUTPUT_DIR": Knob("path"),
-    "HF_HOME": Knob("path"),
+    "DATA_SAMPLES": POSITIVE,
+    "DATA_DIR": Knob("dir"),
+    "OUTPUT_DIR": Knob("dir"),
+    "HF_HOME": Knob("dir"),
     "ALLOW_FALLBACK_TOKENIZER": Knob("bool"),
     "MOCK_DATA": Knob("bool"),
-    "SEED": Knob("int"),
-    "MBS": Knob("posint"),
-    "SL": Knob("posint"),
-    "LR": Knob("posfloat"),
-    "MIN_LR": Knob("float"),
-    "WARMUP_STEPS": Knob("int"),
-    "TRAIN_ITERS": Knob("posint"),
-    "WEIGHT_DECAY": Knob("float"),
-    "BETA1": Knob("float"),
-    "BETA2": Knob("float"),
-    "GRAD_CLIP": Knob("float"),
+    "SEED": Knob("int", high=2**32 - 1, rule="the seeds numpy and torch accept"),
+    "MBS": POSITIVE,
+    "SL": POSITIVE,
+    "LR": Knob("float", high=1, bounds="(]"),
+    "MIN_LR": FRACTION,
+    "WARMUP_STEPS": COUNT,
+    "TRAIN_ITERS": POSITIVE,
+    "WEIGHT_DECAY": Knob("float", high=math.inf),
+    "BETA1": Knob("float", high=1, bounds="[)"),
+    "BETA2": Knob("float", high=1, bounds="[)"),
+    "GRAD_CLIP": Knob("float", high=math.inf),
     "PRECISION": Knob("enum", ("auto", "bf16", "fp8", "fp32")),
     "FAIRNESS": Knob("enum", PROFILES),
-    "TP": Knob("posint"),
-    "PP": Knob("posint"),
-    "DP": Knob("posint"),
-    "GA": Knob("posint"),
-    "NNODES": Knob("posint"),
-    "GPUS_PER_NODE": Knob("posint"),
-    "NODE_RANK": Knob("int"),
-    "MASTER_ADDR": Knob("str"),
-    "MASTER_PORT": Knob("posint"),
+    "TP": POSITIVE,
+    "PP": POSITIVE,
+    "DP": POSITIVE,
+    "GA": POSITIVE,
+    "NNODES": POSITIVE,
+    "GPUS_PER_NODE": POSITIVE,
+    "NODE_RANK": COUNT,
+    "MASTER_ADDR": Knob("str", pattern=r"\S+", rule="an IP address or host name of node 0 (no spaces)"),
+    "MASTER_PORT": Knob("int", low=1, high=65535),
     "LAUNCHER": Knob("enum", ("auto", "local", "slurm")),
     "SLURM_PARTITION": Knob("str"),
     "SLURM_ACCOUNT": Knob("str"),
     "SLURM_QOS": Knob("str"),
-    "SLURM_TIME": Knob("str"),
+    "SLURM_TIME": Knob("str", pattern=r"([0-9]+-)?[0-9]{1,2}(:[0-9]{2}){0,2}",
+                       rule="a Slurm time limit [D-]HH:MM:SS, e.g. 04:00:00"),
     "SLURM_CONTAINER": Knob("enum", ("none", "pyxis")),
     "SLURM_CONTAINER_IMAGE": Knob("str"),
-    "SLURM_PENDING_TIMEOUT": Knob("posint"),
+    "SLURM_PENDING_TIMEOUT": POSITIVE,
     "NET_SOCKET_IFNAME": Knob("str"),
     "NET_IB_HCA": Knob("str"),
-    "NET_IB_GID_INDEX": Knob("str"),
+    "NET_IB_GID_INDEX": Knob("str", pattern="[0-9]*", rule="empty or an integer (digits 0-9 only)"),
     "NET_DEBUG": Knob("enum", ("", "VERSION", "WARN", "INFO", "TRACE")),
-    "RUNS": Knob("posint"),
-    "WARMUP_SKIP": Knob("int"),
+    "RUNS": POSITIVE,
+    "WARMUP_SKIP": COUNT,
     "PROFILING": Knob("bool"),
-    "PROFILE_START_STEP": Knob("posint"),
-    "PROFILE_END_STEP": Knob("posint"),
+    "PROFILE_START_STEP": POSITIVE,
+    "PROFILE_END_STEP": POSITIVE,
     "DRY_RUN": Knob("bool"),
     "DETACH": Knob("bool"),
     "FORCE": Knob("bool"),
 }
+# Names the scripts themselves export next to the knobs (shell_exports): never a user's typo.
+DERIVED = ("FRAMEWORKS", "STRATEGIES", "GBS", "NUM_GPUS")
 
 
 class ConfigError(Exception):
@@ -138,6 +153,7 @@ class Config:
     strategies: list[str]
     detected_gpus: int
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     strategy_table: dict = field(default_factory=dict)
 
     def __getitem__(self, key: str):
@@ -199,40 +215,83 @@ def detect(env: dict) -> tuple[str, int]:
     return answers[0], int(answers[1])
 
 
-def _convert(name: str, raw: str, knob: Knob, problems: list[str]):
-    """One raw string to its typed value, or a problem line."""
-    value = raw.strip()
-    try:
-        if knob.kind in ("int", "posint"):
-            number = int(value)
-            if knob.kind == "posint" and number < 1:
-                raise ValueError
-            if knob.kind == "int" and number < 0 and name != "SEED":
-                raise ValueError
-            return number
-        if knob.kind in ("float", "posfloat"):
-            number = float(value)
-            if not math.isfinite(number) or number < 0 or (knob.kind == "posfloat" and number == 0):
-                raise ValueError
-            return number
-    except ValueError:
-        rule = {"posint": "a positive integer", "int": "a non-negative integer",
-                "posfloat": "a positive number", "float": "a non-negative number"}[knob.kind]
-        problems.append(f"{name}={raw}: must be {rule}")
+INTEGER = re.compile(r"[0-9]+")  # int() would also take "３", "1_000" and "+3"
+NUMBER = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")  # float() also takes "nan", "1_0"
+
+
+def _range_rule(knob: Knob) -> str:
+    """What an int or float knob accepts, as the problem line says it."""
+    if knob.kind == "int":
+        return f"must be an integer from {knob.low} to {knob.high} (digits 0-9 only)" + \
+            (f", {knob.rule}" if knob.rule else "")
+    if knob.high == math.inf:
+        span = f"{'>' if knob.bounds[0] == '(' else '>='} {knob.low:g}"
+    else:
+        span = f"in {knob.bounds[0]}{knob.low:g}, {knob.high:g}{knob.bounds[1]}"
+    return f"must be a number {span}, in digits 0-9 (e.g. 3e-4)"
+
+
+def _number(value: str, knob: Knob):
+    """An int or float knob's value, or None when it is not written plainly or is out of its range."""
+    if not (INTEGER if knob.kind == "int" else NUMBER).fullmatch(value):
         return None
+    number = int(value) if knob.kind == "int" else float(value)
+    above = number > knob.low if knob.bounds[0] == "(" else number >= knob.low
+    below = number < knob.high if knob.bounds[1] == ")" else number <= knob.high
+    return number if above and below else None
+
+
+def list_items(name: str, raw: str, choices: tuple[str, ...] | list[str], problems: list[str]) -> list[str]:
+    """A comma list of known names, each once: an empty item or a repeat is a slip, not a wish."""
+    items = [item.strip() for item in raw.split(",")]
+    unknown = [item for item in items if item and item not in choices]
+    twice = [item for item in dict.fromkeys(items) if item and items.count(item) > 1]
+    why = ("unknown " + ", ".join(unknown) if unknown else " and ".join(twice) + " twice" if twice
+           else "an empty item" if "" in items and items != [""] else "empty" if items == [""] else "")
+    if why:
+        problems.append(f"{name}={raw}: {why}; valid: a comma list of {', '.join(choices)}, each once")
+        return []
+    return items
+
+
+def _path(name: str, raw: str, value: str, problems: list[str]) -> str:
+    """A path knob made absolute (relative = the repository root); an unset $VARIABLE in it is a problem."""
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
+    if unset:
+        problems.append(f"{name}={raw}: ${unset.group(1)} is not set in the environment; set it or write the "
+                        "path out")
+    path = Path(expanded)
+    return str(path if path.is_absolute() else ROOT / path)
+
+
+def _directory(name: str, raw: str, value: str, problems: list[str]) -> str:
+    """A directory knob: required, and neither it nor a parent may be an existing file (it is created later)."""
+    if not value:
+        problems.append(f"{name}={raw}: must name a directory (relative = the repository root)")
+        return ""
+    path = Path(_path(name, raw, value, problems))
+    blocker = next((p for p in (path, *path.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        problems.append(f"{name}={raw}: {blocker} is a file, not a directory; point {name} at a directory")
+    return str(path)
+
+
+def _convert(name: str, raw: str, knob: Knob, problems: list[str]):
+    """One raw string to its typed value, or a problem line (surrounding blanks never matter)."""
+    value = raw.strip()
+    if knob.kind in ("int", "float"):
+        number = _number(value, knob)
+        if number is None:
+            problems.append(f"{name}={raw}: {_range_rule(knob)}")
+        return number
     if knob.kind == "enum":
         if value not in knob.choices:
             problems.append(f"{name}={raw}: not one of {', '.join(knob.choices)}")
             return None
         return value
     if knob.kind == "list":
-        items = [item.strip() for item in value.split(",") if item.strip()]
-        bad = [item for item in items if item not in knob.choices]
-        if bad or not items:
-            problems.append(f"{name}={raw}: {'unknown ' + ', '.join(bad) if bad else 'empty'}; "
-                            f"valid: a comma list of {', '.join(knob.choices)}")
-            return None
-        return list(dict.fromkeys(items))
+        return list_items(name, raw, knob.choices, problems) or None
     if knob.kind == "bool":
         if value.lower() in TRUE_WORDS:
             return True
@@ -240,12 +299,43 @@ def _convert(name: str, raw: str, knob: Knob, problems: list[str]):
             return False
         problems.append(f"{name}={raw}: must be true or false (1 or 0)")
         return None
-    if knob.kind == "path":
-        if not value:
-            return ""
-        path = Path(os.path.expandvars(os.path.expanduser(value)))
-        return str(path if path.is_absolute() else ROOT / path)
+    if knob.kind == "dir":
+        return _directory(name, raw, value, problems)
+    if knob.kind == "file":
+        return _path(name, raw, value, problems) if value else ""
+    if knob.pattern and not re.fullmatch(knob.pattern, value):
+        problems.append(f"{name}={raw}: must be {knob.rule}")
     return value
+
+
+def near_knob(name: str, cutoff: float) -> str | None:
+    """The knob a name was probably meant to be: the same in another case, or close by difflib's ratio."""
+    if name.upper() in KNOBS:
+        return name.upper()
+    close = difflib.get_close_matches(name.upper(), list(KNOBS), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def environment_warnings(env: dict, cpu_profile: dict) -> list[str]:
+    """Environment variables that look like a knob but are none, which would otherwise be ignored unseen.
+
+    The rule is strict so that an ordinary environment (PATH, NCCL_*, SLURM_JOB_*, torchrun's) stays
+    quiet: a knob's name in another case, or one slip away (difflib ratio >= 0.9 on the upper-cased name).
+    """
+    warnings = []
+    for name in env:
+        if name in KNOBS or name in DERIVED or name.startswith("TPRIMAT_"):
+            continue
+        base = name.removeprefix(CPU_PREFIX)
+        if name.startswith(CPU_PREFIX) and base in KNOBS:
+            if base not in cpu_profile:
+                warnings.append(f"environment: {name} is ignored: {CONFIG_FILE.name} has no {name} line; set {base} "
+                                "(it wins on every platform)")
+            continue
+        meant = near_knob(name, cutoff=0.9)
+        if meant:
+            warnings.append(f"environment: {name} is not a knob and is ignored; did you mean {meant}?")
+    return warnings
 
 
 def _resolve_frameworks(requested: list[str], platform: str, notes: list[str]) -> list[str]:
@@ -290,6 +380,9 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     """Read config.env, apply the CPU profile and the environment, type and validate everything."""
     env = dict(os.environ if env is None else env)
     file_values, problems = parse_env_file(path)
+    if not file_values:  # nothing to validate: one line, not one per knob
+        why = problems[0] if problems else f"{path}: {'empty' if path.exists() else 'not found'}"
+        raise ConfigError([f"{why}; restore it from the repository (git checkout config.env)"])
     sources: dict[str, str] = {}
     raw: dict[str, str] = {}
     cpu_profile: dict[str, str] = {}
@@ -300,8 +393,8 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
         elif key in KNOBS:
             raw[key], sources[key] = value, "config.env"
         else:
-            close = difflib.get_close_matches(key, list(KNOBS), n=1)
-            hint = f"; did you mean {close[0]}?" if close else "; see the list in config.env"
+            close = near_knob(key, cutoff=0.6)
+            hint = f"; did you mean {close}?" if close else "; see the list in config.env"
             if key in SECRET_KEYS:
                 hint = "; secrets belong in secrets.env"
             problems.append(f"{path.name}: unknown variable {key}{hint}")
@@ -334,10 +427,6 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
         raise ConfigError(problems)
 
     dry_run, slurm = values["DRY_RUN"], launch_mode(values, env) == "slurm"
-    if not re.fullmatch(r"([0-9]+-)?[0-9]{1,2}(:[0-9]{2}){0,2}", values["SLURM_TIME"]):
-        problems.append(f"SLURM_TIME={values['SLURM_TIME']}: not a Slurm time limit; use [D-]HH:MM:SS, e.g. 04:00:00")
-    if values["NET_IB_GID_INDEX"] and not values["NET_IB_GID_INDEX"].isdigit():
-        problems.append(f"NET_IB_GID_INDEX={values['NET_IB_GID_INDEX']}: must be empty or a non-negative integer")
     if platform != "cpu" and platform != detected and not (dry_run or slurm):
         vendor = {"amd": "AMD GPU (no /dev/kfd; rocm-smi and amd-smi list none)", "nvd": "NVIDIA GPU (nvidia-smi -L lists none)"}
         problems.append(f"PLATFORM={platform}: this machine has no {vendor[platform]}; detected {detected}. "
@@ -360,17 +449,12 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     if values["WARMUP_SKIP"] >= values["TRAIN_ITERS"]:
         problems.append(f"WARMUP_SKIP={values['WARMUP_SKIP']}: must be < TRAIN_ITERS={values['TRAIN_ITERS']} "
                         "so that some steps are measured")
-    for beta in ("BETA1", "BETA2"):
-        if values[beta] >= 1:
-            problems.append(f"{beta}={raw[beta]}: must be in [0, 1)")
     if values["PROFILING"] and not (values["PROFILE_START_STEP"] <= values["PROFILE_END_STEP"]
                                     <= values["TRAIN_ITERS"]):
         problems.append(f"PROFILE_START_STEP={values['PROFILE_START_STEP']} PROFILE_END_STEP="
                         f"{values['PROFILE_END_STEP']}: need start <= end <= TRAIN_ITERS={values['TRAIN_ITERS']}")
     if values["NODE_RANK"] >= values["NNODES"]:
         problems.append(f"NODE_RANK={values['NODE_RANK']}: must be < NNODES={values['NNODES']}")
-    if values["MASTER_PORT"] > 65535:
-        problems.append(f"MASTER_PORT={values['MASTER_PORT']}: must be a port number (1-65535)")
     for spec in models:
         if values["SL"] > spec.max_position_embeddings:
             problems.append(f"SL={values['SL']}: {spec.display_name} has a context of "
@@ -385,7 +469,7 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     if unknown:
         raise ConfigError(problems + unknown)
     config = Config(values, sources, launch_mode(values, env), models, frameworks, strategies, detected_gpus,
-                    notes, table)
+                    notes, environment_warnings(env, cpu_profile), table)
     gpus, mbs, gbs = config.num_gpus, values["MBS"], config.gbs
     for name in strategies:
         label = "" if name == CUSTOM else f"STRATEGY={name}: "
@@ -410,16 +494,12 @@ def launch_mode(values: dict, env: dict) -> str:
 
 def _resolve_strategies(value: str, table: dict, problems: list[str]) -> list[str]:
     """STRATEGY: empty -> custom (TP/PP/DP/GA), a name, a comma list, or all."""
-    names = [item.strip() for item in value.split(",") if item.strip()]
-    if not names:
+    if not value.strip():
         return [CUSTOM]
-    if names == ["all"]:
-        return list(table)
-    unknown = [name for name in names if name not in table and name != CUSTOM]
-    if unknown:
-        problems.append(f"STRATEGY={value}: unknown {', '.join(unknown)}; valid: all, "
-                        + ", ".join(list(table) + [CUSTOM]))
-    return list(dict.fromkeys(names))
+    names = list_items("STRATEGY", value, ["all", *table, CUSTOM], problems)
+    if "all" in names and names != ["all"]:
+        problems.append(f"STRATEGY={value}: all already names every strategy; write all alone or list names")
+    return list(table) if names == ["all"] else names
 
 
 def _shell_value(value) -> str:
@@ -476,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         for note in config.notes:
             print(f"note: {note}", file=sys.stderr)
+        for warning in config.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     if args.command == "check":
         print("\n".join(describe(config, load_secrets())))
     elif args.command == "env":

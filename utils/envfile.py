@@ -2,28 +2,62 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell accepts as a variable name
 
 
 def parse_env_file(path: Path) -> tuple[dict[str, str], list[str]]:
-    """KEY=VALUE lines with # comments and optional quotes; returns values and syntax problems."""
+    """KEY=VALUE lines with # comments and optional quotes; returns values and every problem found.
+
+    A missing file is no problem (secrets.env is optional); one that cannot be read is one line. The text
+    must be UTF-8 (a byte-order mark is allowed): a stray byte is reported with its line, and the rest of
+    the file is still read so that every problem shows at once. A key set twice names both lines.
+    """
     values: dict[str, str] = {}
     problems: list[str] = []
-    if not path.exists():
+    first_line: dict[str, int] = {}
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return values, problems
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        text = line.strip()
+    except OSError as err:
+        return values, [f"{path}: cannot read it ({err.strerror})"]
+    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), 1):
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as err:
+            problems.append(f"{path.name}:{number}: byte 0x{raw[err.start]:02x} at column {err.start + 1} is not "
+                            f"UTF-8; save {path.name} as UTF-8")
+            text = raw.decode("utf-8", "replace").strip()
         if not text or text.startswith("#"):
             continue
         key, sep, rest = text.partition("=")
         key = key.removeprefix("export ").strip()
-        if not sep or not key.replace("_", "").isalnum():
+        if not sep or not KEY.fullmatch(key):
             problems.append(f"{path.name}:{number}: expected KEY=VALUE, got {text!r}")
             continue
-        rest = rest.strip()
-        if rest[:1] in ("'", '"') and rest[0] in rest[1:]:
-            value = rest[1:rest.index(rest[0], 1)]
-        else:
-            value = "" if rest.startswith("#") else rest.split(" #", 1)[0].split("\t#", 1)[0].strip()
+        value, problem = _value(rest.strip(), key)
+        if problem:
+            problems.append(f"{path.name}:{number}: {problem}")
+        if key in first_line:
+            problems.append(f"{path.name}:{number}: {key} is set twice (lines {first_line[key]} and {number}); "
+                            "keep one")
+        first_line.setdefault(key, number)
         values[key] = value
     return values, problems
+
+
+def _value(rest: str, key: str) -> tuple[str, str]:
+    """The value of what follows `=`: quoted verbatim, or up to a ' #' comment; and a problem or ''."""
+    quote = rest[:1]
+    if quote not in ("'", '"'):
+        return ("" if rest.startswith("#") else rest.split(" #", 1)[0].split("\t#", 1)[0].strip()), ""
+    end = rest.find(quote, 1)
+    if end < 0:
+        return rest, f"the quote {quote} of {key} is not closed"
+    after = rest[end + 1:].strip()
+    if after and not after.startswith("#"):
+        return rest[1:end], f"text after the closing quote of {key}; put comments after ' #'"
+    return rest[1:end], ""
