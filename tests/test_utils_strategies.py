@@ -82,3 +82,34 @@ def test_unknown_strategy_lists_the_valid_names():
         load_config({**NVD, "STRATEGY": "fastest"})
     assert caught.value.problems[0].startswith("STRATEGY=fastest: unknown fastest; valid: a comma list of all, "
                                                 "minimal_communication")
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b'{"x": {"*": {"*": [true, 1, 8]}}}', "x.*.* must be [TP, PP, DP] of positive integers, got [true, 1, 8]"),
+    (b'{"x\xe9": {}}', "byte 0xe9 at offset 3 is not UTF-8; save it as UTF-8"),
+    (b"", "empty; write {name: {platform: {model: [TP, PP, DP]}}} or leave STRATEGIES_FILE empty"),
+    (b'{"x": {"*": {"*": [1, 1, 8]}}, "x": {"*": {"*": [2, 1, 4]}}}', "x appears twice in one object; keep one"),
+    (b'{"x": {"*": {"llama": [1, 1, 8], "llama": [2, 1, 4]}}}', "llama appears twice in one object; keep one"),
+    (b'{"all": {"*": {"*": [1, 1, 8]}}}', "a strategy cannot be named all or custom (they mean every strategy "
+                                          "and TP/PP/DP/GA)"),
+    (b'{"a,b": {"*": {"*": [1, 1, 8]}}}', "strategy name 'a,b' must be letters, digits, _ . - (STRATEGY is a "
+                                          "comma list)"),
+    (b'{"x": {"nvidia": {"*": [1, 1, 8]}}}', "x.nvidia: unknown platform; valid: *, amd, nvd, cpu"),
+    (b'{"x": {"*": {"lama": [1, 1, 8]}}}', "x.*.lama: unknown model; valid: *, llama, qwen"),
+    (b'{"x": {"*": {"*": [1.0, 1, 8]}}}', "x.*.* must be [TP, PP, DP] of positive integers, got [1.0, 1, 8]"),
+    (b'{"x": {"*": {"*": [NaN, 1, 8]}}}', "x.*.* must be [TP, PP, DP] of positive integers, got [NaN, 1, 8]"),
+])
+def test_a_strategy_file_mistake_is_one_line_even_when_that_strategy_is_not_chosen(tmp_path, content, problem):
+    extra = tmp_path / "strategies.json"
+    extra.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load_config({**NVD, "STRATEGIES_FILE": str(extra)})
+    assert caught.value.problems == [f"STRATEGIES_FILE={extra}: {problem}"]
+
+
+def test_every_strategy_file_mistake_is_reported_at_once(tmp_path):
+    extra = tmp_path / "strategies.json"
+    extra.write_text(json.dumps({"x": {"nvidia": {"*": [1, 1, 8]}}, "y": {"*": {"*": [0, 1, 8]}}}))
+    with pytest.raises(ConfigError) as caught:
+        load_config({**NVD, "STRATEGIES_FILE": str(extra)})
+    assert len(caught.value.problems) == 2

@@ -461,9 +461,10 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
                             f"{spec.max_position_embeddings} tokens; use SL <= {spec.max_position_embeddings}")
 
     try:
-        table = load_table(Path(values["STRATEGIES_FILE"]) if values["STRATEGIES_FILE"] else None)
+        table = load_table(Path(values["STRATEGIES_FILE"]) if values["STRATEGIES_FILE"] else None,
+                           PLATFORMS, MODEL_KEYS)
     except StrategyError as err:
-        raise ConfigError(problems + [str(err)]) from None
+        raise ConfigError(problems + err.problems) from None
     unknown: list[str] = []
     strategies = _resolve_strategies(values["STRATEGY"], table, unknown)
     if unknown:

@@ -10,6 +10,7 @@ shape as BUILTIN: {"name": {"platform or *": {"model or *": [TP, PP, DP]}}}.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,39 +59,90 @@ class Layout:
 
 
 class StrategyError(ValueError):
-    """A strategy table or file that cannot be used; the message names the problem and the fix."""
+    """A strategy file that cannot be used: every problem, one line each naming the fix."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
-def load_table(extra_file: Path | None = None) -> dict[str, dict[str, dict[str, tuple[int, int, int]]]]:
-    """The built-in strategies plus the user's file (which may add names or replace built-in ones)."""
+NAME = re.compile(r"[A-Za-z0-9_.-]+")  # STRATEGY is a comma list of these
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json's object_pairs_hook: a key given twice would otherwise keep the last one silently."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"{key} appears twice in one object; keep one")
+        seen[key] = value
+    return seen
+
+
+def _read(extra_file: Path):
+    """The file's JSON, or StrategyError with the one line that says why not."""
+    def fail(why: str) -> StrategyError:
+        return StrategyError([f"STRATEGIES_FILE={extra_file}: {why}"])
+    try:
+        data = Path(extra_file).read_bytes()
+    except OSError as err:
+        raise fail(f"cannot read it ({err.strerror}); fix the path or leave STRATEGIES_FILE empty") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise fail(f"byte 0x{data[err.start]:02x} at offset {err.start} is not UTF-8; save it as UTF-8") from None
+    if not text.strip():
+        raise fail("empty; write {name: {platform: {model: [TP, PP, DP]}}} or leave STRATEGIES_FILE empty")
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as err:
+        raise fail(f"not valid JSON (line {err.lineno}: {err.msg})") from None
+    except ValueError as err:
+        raise fail(str(err)) from None
+
+
+def load_table(extra_file: Path | None, platforms: tuple[str, ...], models: tuple[str, ...]
+               ) -> dict[str, dict[str, dict[str, tuple[int, int, int]]]]:
+    """The built-in strategies plus the user's file (which may add names or replace built-in ones).
+
+    The whole file is checked whether or not its strategies are chosen, and every problem is reported.
+    """
     table = {name: dict(by_platform) for name, by_platform in BUILTIN.items()}
     if extra_file is None:
         return table
-    try:
-        user = json.loads(Path(extra_file).read_text())
-    except OSError as err:
-        raise StrategyError(f"STRATEGIES_FILE={extra_file}: cannot read it ({err.strerror}); "
-                            "fix the path or leave STRATEGIES_FILE empty") from None
-    except json.JSONDecodeError as err:
-        raise StrategyError(f"STRATEGIES_FILE={extra_file}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    user = _read(extra_file)
+    problems: list[str] = []
     if not isinstance(user, dict):
-        raise StrategyError(f"STRATEGIES_FILE={extra_file}: expected an object of strategies by name")
+        problems.append("expected an object of strategies by name")
+        user = {}
     for name, by_platform in user.items():
-        if name == CUSTOM or not isinstance(by_platform, dict):
-            raise StrategyError(f"STRATEGIES_FILE={extra_file}: strategy {name!r} must be an object "
-                                f"{{platform: {{model: [TP, PP, DP]}}}} and not be named {CUSTOM!r}")
-        parsed: dict[str, dict[str, tuple[int, int, int]]] = {}
+        if name in ("all", CUSTOM):
+            problems.append(f"a strategy cannot be named all or {CUSTOM} (they mean every strategy and TP/PP/DP/GA)")
+        elif not NAME.fullmatch(name):
+            problems.append(f"strategy name {name!r} must be letters, digits, _ . - (STRATEGY is a comma list)")
+        if not isinstance(by_platform, dict):
+            problems.append(f"strategy {name} must be an object {{platform: {{model: [TP, PP, DP]}}}}")
+            continue
+        table[name] = {}
         for platform, by_model in by_platform.items():
+            if platform not in ("*", *platforms):
+                problems.append(f"{name}.{platform}: unknown platform; valid: " + ", ".join(("*", *platforms)))
             if not isinstance(by_model, dict):
-                raise StrategyError(f"STRATEGIES_FILE={extra_file}: {name}.{platform} must map models to [TP, PP, DP]")
-            parsed[platform] = {}
+                problems.append(f"{name}.{platform} must map models to [TP, PP, DP]")
+                continue
+            table[name][platform] = {}
             for model, triple in by_model.items():
-                if (not isinstance(triple, list) or len(triple) != 3
-                        or not all(isinstance(v, int) and v > 0 for v in triple)):
-                    raise StrategyError(f"STRATEGIES_FILE={extra_file}: {name}.{platform}.{model} must be "
-                                        f"[TP, PP, DP] of positive integers, got {triple!r}")
-                parsed[platform][model] = (triple[0], triple[1], triple[2])
-        table[name] = parsed
+                if model not in ("*", *models):
+                    problems.append(f"{name}.{platform}.{model}: unknown model; valid: " + ", ".join(("*", *models)))
+                # type() is int, not isinstance: JSON's true is a bool, and a bool is an int to isinstance
+                if not (isinstance(triple, list) and len(triple) == 3
+                        and all(type(v) is int and v > 0 for v in triple)):
+                    problems.append(f"{name}.{platform}.{model} must be [TP, PP, DP] of positive integers, "
+                                    f"got {json.dumps(triple)}")
+                    continue
+                table[name][platform][model] = (triple[0], triple[1], triple[2])
+    if problems:
+        raise StrategyError([f"STRATEGIES_FILE={extra_file}: {problem}" for problem in problems])
     return table
 
 
