@@ -7,7 +7,10 @@ writes PREFIX_text_document.{bin,idx}, the same bytes as `tools/preprocess_data.
 HuggingFaceTokenizer` with the same arguments: each document is the tokenizer's input_ids (BOS as the
 tokenizer adds it), a list-valued field is a list of sentences each tokenized alone (empty ones
 dropped), EOD (the tokenizer's eos id) is appended to every non-empty document, tokens are int32
-for vocabularies of 65500 and more.
+for vocabularies of 65500 and more. It first removes the manifest (and remembered hashes) of each
+prefix it writes, so that no `verified: true` stands beside data data.verify has not seen; an earlier
+pair stays until the new one is complete and replaces it. SIGTERM is handled as Ctrl-C is: partial
+files removed, one line, exit 143 (130 for Ctrl-C).
 
 Why it is faster: the input is read in blocks of whole lines that worker processes parse and
 tokenize (tiktoken where it reproduces the Hugging Face ids, else the Rust tokenizer in batches);
@@ -36,6 +39,7 @@ import numpy as np
 from data.bpe import Proof, TiktokenTwin, load_proof
 from data.cli import Parser, UsageError, run
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
+from data.integrity import invalidate
 
 BLOCK_BYTES = 1 << 20  # 1 MiB of JSON lines per task: enough blocks that no worker idles long at the end
 
@@ -205,6 +209,8 @@ def encode_file(input_path: Path, tokenizer_dir: Path, output_prefix: str, *, ke
     if not input_path.is_file():
         raise UsageError(f"--input {input_path}: no such file")
     encoder, backend_name = load_encoder(tokenizer_dir, keys, append_eod, backend, cache)
+    for key in keys:  # first: whatever happens next, no manifest vouches for these names any more
+        invalidate(output_paths(output_prefix, key)[0].with_suffix(""))
     writers = {k: IndexedWriter(*output_paths(output_prefix, k), encoder.dtype) for k in keys}
     _ENCODER = encoder
     start, documents, line_offset = time.perf_counter(), 0, 0

@@ -40,13 +40,14 @@ def output_paths(prefix: str, key: str) -> tuple[Path, Path]:
 class IndexedWriter:
     """Appends whole arrays of tokens; writes the index at the end; renames both only when complete.
 
-    Memory grows with the number of sequences (12 bytes each), never with the tokens.
+    An earlier pair at the same names stays until the new one replaces it. Memory grows with the number of
+    sequences (12 bytes each), never with the tokens.
     """
 
     def __init__(self, bin_path: Path, idx_path: Path, dtype: np.dtype):
         self.bin_path, self.idx_path, self.dtype = bin_path, idx_path, np.dtype(dtype)
-        for path in (bin_path, idx_path, tmp_path(bin_path), tmp_path(idx_path)):
-            path.unlink(missing_ok=True)  # a rerun starts clean: no old pair survives next to a new one
+        for path in (tmp_path(bin_path), tmp_path(idx_path)):
+            path.unlink(missing_ok=True)  # what a killed run left behind
         bin_path.parent.mkdir(parents=True, exist_ok=True)
         self._bin = open(tmp_path(bin_path), "wb")
         self._lengths = array("i")  # int32 per sequence

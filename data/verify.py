@@ -12,11 +12,12 @@ and megatron-core's GPTDataset builds N samples of SL tokens from it (its C++ he
 where a Megatron-LM source checkout lacks them). Then PREFIX.manifest.json:
 source dataset and revision, cleaning report, tokenizer identity, counts, token statistics, sha256
 of both files and their fingerprint (sha256 of the two hashes joined by a newline), verified: true.
+Verifying a prefix whose earlier manifest recorded other hashes says so, file by file: the data
+changed, and so will every result's dataset fingerprint.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -25,11 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from data.cli import Parser, UsageError, WorkError, run
-from utils.files import read_json, sha256_file, write_json
+from utils.files import read_json, write_json
+from data.integrity import MANIFEST_SCHEMA, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \
+    pair_hashes
 from data.indexed import CODE_OF, DTYPE_CODES, HEADER_SIZE, MAGIC, VERSION, optimal_dtype, read_header
 from data.tokenizer import read_identity
 
-MANIFEST_SCHEMA = "tprimat.data-manifest/1"
 SCAN_TOKENS = 1 << 24  # tokens checked per slice of the memory-mapped .bin
 
 
@@ -207,7 +209,9 @@ def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_
     summary.gpt_samples = build_with_megatron(prefix, vocab_size, eos if eos is not None else 0, seq_length,
                                               samples, seed)
     summary.seq_length = seq_length
-    bin_sha, idx_sha = sha256_file(bin_path), sha256_file(idx_path)
+    cache_path(prefix).unlink(missing_ok=True)  # hashed in full here, whatever was remembered
+    hashes, _ = pair_hashes(prefix)
+    bin_sha, idx_sha = hashes[".bin"], hashes[".idx"]
     report = read_json(clean_report) if clean_report else {}
     source = report.get("source") or {}
     manifest = {
@@ -222,17 +226,28 @@ def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_
         "statistics": {k: v for k, v in asdict(summary).items() if k not in ("documents", "sequences", "tokens")},
         "files": {"bin": {"path": str(bin_path), "sha256": bin_sha, "bytes": bin_path.stat().st_size},
                   "idx": {"path": str(idx_path), "sha256": idx_sha, "bytes": idx_path.stat().st_size}},
-        "fingerprint": hashlib.sha256(f"{bin_sha}\n{idx_sha}".encode()).hexdigest(),
+        "fingerprint": pair_fingerprint(bin_sha, idx_sha),
         "verified": True,
     }
-    write_json(Path(str(prefix) + ".manifest.json"), manifest)
+    write_json(manifest_path(prefix), manifest)
     return manifest
 
 
-def render(manifest: dict) -> str:
-    """The one-screen summary."""
+def recorded_hashes(prefix: Path) -> dict[str, str]:
+    """{"bin": sha256, "idx": sha256} an earlier manifest of the prefix recorded (empty without one)."""
+    try:
+        files = read_json(manifest_path(prefix)).get("files") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {key: files[key]["sha256"] for key in ("bin", "idx") if (files.get(key) or {}).get("sha256")}
+
+
+def render(manifest: dict, earlier: dict[str, str] | None = None) -> str:
+    """The one-screen summary; with the hashes an earlier manifest recorded, the files that changed since."""
     c, s, t = manifest["counts"], manifest["statistics"], manifest["tokenizer"]
     origin = manifest["source"] or {}
+    changed = [f"  CHANGED since the last verification: .{key} sha256 {old} -> {manifest['files'][key]['sha256']}"
+               for key, old in (earlier or {}).items() if old != manifest["files"][key]["sha256"]]
     return "\n".join([
         f"data.verify: OK {manifest['prefix']}",
         f"  documents {c['documents']:,}   tokens {c['tokens']:,}   mean/max document "
@@ -245,6 +260,7 @@ def render(manifest: dict) -> str:
         f"  .bin sha256 {manifest['files']['bin']['sha256']}",
         f"  .idx sha256 {manifest['files']['idx']['sha256']}",
         f"  fingerprint {manifest['fingerprint']}",
+        *changed,
     ])
 
 
@@ -262,9 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seq-length and --samples must be positive")
     if args.clean_report and not args.clean_report.is_file():
         raise UsageError(f"--clean-report {args.clean_report}: no such file")
+    earlier = recorded_hashes(args.prefix)
     manifest = verify(args.prefix, args.tokenizer, clean_report=args.clean_report, seq_length=args.seq_length,
                       samples=args.samples, seed=args.seed, append_eod=not args.no_eod)
-    print(render(manifest), file=sys.stderr)
+    if earlier and earlier != recorded_hashes(args.prefix):
+        forget_sample_indices(args.prefix)
+    print(render(manifest, earlier), file=sys.stderr)
     return 0
 
 

@@ -2,11 +2,11 @@
 
     python3 -m evaluate.fingerprint                     # every model of the configuration, as JSON
     python3 -m evaluate.fingerprint --data-prefix P     # one prepared dataset (P without .bin/.idx)
-    python3 -m evaluate.fingerprint --compute ...       # hash the .bin/.idx even when a manifest exists
+    python3 -m evaluate.fingerprint --compute ...       # hash the .bin/.idx in full, whatever was remembered
 
-The dataset fingerprint comes from the manifest data.verify writes next to the data (its
-"fingerprint" and "tokenizer.sha256"); without a manifest, or with --compute, it is computed as
-sha256 over the hex sha256 of the .bin and of the .idx, joined by a newline.
+The dataset fingerprint is always that of the files as they are: sha256 over the hex sha256 of the
+.bin and of the .idx, joined by a newline. It says "verified" only when the files are proven to be
+those data.verify verified (data.integrity); the tokenizer fingerprint is the manifest's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from utils.files import sha256_file
+from data.integrity import PREPARE, SUFFIXES, DataProblem, cache_path, manifest_path, pair_fingerprint, \
+    pair_hashes, prove_pair, sibling
+from utils.files import read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 # Knobs that define the workload (the same on every platform); layouts and paths are left out, so
@@ -28,31 +30,30 @@ WORKLOAD_KEYS = ("MODELS", "MODEL_SIZE", "DATASET", "DATA_SAMPLES", "MOCK_DATA",
                  "PRECISION", "WARMUP_SKIP")
 
 
-def manifest_path(prefix: Path) -> Path:
-    return prefix.with_name(prefix.name + ".manifest.json")
-
-
 def dataset_fingerprint(prefix: Path, compute: bool = False) -> dict:
-    """{"fingerprint", "tokenizer_fingerprint", "source": "manifest"|"computed", "verified"} of a dataset.
+    """{"fingerprint", "tokenizer_fingerprint", "source", "verified"} of a dataset: always of the files as they are.
 
-    Raises FileNotFoundError naming what is missing.
-    """
-    manifest = manifest_path(prefix)
-    if manifest.is_file() and not compute:
-        data = json.loads(manifest.read_text())
-        return {"fingerprint": data.get("fingerprint"),
-                "tokenizer_fingerprint": (data.get("tokenizer") or {}).get("sha256"),
-                "source": "manifest", "verified": data.get("verified") is True}
-    files = [prefix.with_name(prefix.name + suffix) for suffix in (".bin", ".idx")]
+    source "verified": the files are proven to be those data.verify verified (data.integrity.prove_pair, from
+    remembered hashes where they still hold, or --compute: hashed in full); "computed": they are not (the reason
+    under "problem"), or there is no manifest. Raises FileNotFoundError naming the files that are missing."""
+    files = [sibling(prefix, suffix) for suffix in SUFFIXES]
     missing = [str(p) for p in files if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"{', '.join(missing)} missing and no manifest {manifest.name}; "
-                                "prepare the data with ./shell/run_data.sh")
-    combined = hashlib.sha256("\n".join(sha256_file(p) for p in files).encode()).hexdigest()
-    tokenizer = None
-    if manifest.is_file():
-        tokenizer = (json.loads(manifest.read_text()).get("tokenizer") or {}).get("sha256")
-    return {"fingerprint": combined, "tokenizer_fingerprint": tokenizer, "source": "computed", "verified": False}
+        raise FileNotFoundError(f"{', '.join(missing)} missing; prepare the data with {PREPARE}")
+    if compute:
+        cache_path(prefix).unlink(missing_ok=True)
+    try:
+        verified = prove_pair(prefix)
+    except DataProblem as err:
+        hashes, _ = pair_hashes(prefix)
+        try:
+            tokenizer = (read_json(manifest_path(prefix)).get("tokenizer") or {}).get("sha256")
+        except (OSError, ValueError, AttributeError):
+            tokenizer = None
+        return {"fingerprint": pair_fingerprint(hashes[".bin"], hashes[".idx"]), "tokenizer_fingerprint": tokenizer,
+                "source": "computed", "verified": False, "problem": str(err)}
+    return {"fingerprint": verified.fingerprint, "tokenizer_fingerprint": verified.tokenizer_fingerprint,
+            "source": "verified", "verified": True}
 
 
 def config_fingerprint(values: dict) -> str:
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m evaluate.fingerprint", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-prefix", type=Path, action="append",
                         help="dataset prefix (repeatable); default: each model of the configuration")
-    parser.add_argument("--compute", action="store_true", help="hash the .bin/.idx files even when a manifest exists")
+    parser.add_argument("--compute", action="store_true", help="hash the .bin/.idx files in full, not from remembered hashes")
     args = parser.parse_args(argv)
     out: dict = {"commit": project_commit(), "datasets": {}}
     prefixes = args.data_prefix

@@ -2,8 +2,8 @@
 
 Real data is megatron-core's GPTDataset over DATA_DIR/<dataset>_<model>_text_document through
 BlendedMegatronDatasetBuilder, as Megatron-LM reads it. A run refuses to start when that prefix
-has no manifest saying `verified: true` (data.verify writes it), and copies the manifest's
-dataset and tokenizer fingerprints into its result. MOCK_DATA=1 is the only way to synthetic
+is not proven to hold the files data.verify verified (data.integrity: sizes, sha256, tokenizer,
+token range), and its result carries the fingerprint of the files it read. MOCK_DATA=1 is the only way to synthetic
 tokens (megatron-core's MockGPTDataset), and the result then says so.
 
 Sample order follows Megatron-LM's pretraining sampler: step i takes the GBS samples after the
@@ -22,7 +22,7 @@ from typing import Iterator
 
 import torch
 
-from evaluate.fingerprint import dataset_fingerprint, manifest_path
+from data.integrity import DataProblem, prove
 from train.plan import PREPARE_COMMAND, data_prefix, tokenizer_dir
 from utils.fairness import WORKLOAD
 
@@ -53,12 +53,14 @@ class DatasetTokenizer:
     eod: int
     vocab_size: int
     fingerprint: str | None
+    dataset_fingerprint: str | None
 
     @property
     def unique_identifiers(self) -> dict:
-        """What megatron-core hashes into the name of its cached sample index."""
+        """What megatron-core hashes into the name of its cached sample index: with the dataset's fingerprint, an
+        index built from other contents at the same path is never reused."""
         return {"class": type(self).__name__, "eod": self.eod, "vocab_size": self.vocab_size,
-                "fingerprint": self.fingerprint}
+                "fingerprint": self.fingerprint, "dataset_fingerprint": self.dataset_fingerprint}
 
 
 def read_tokenizer(directory: Path) -> tuple[int, int]:
@@ -81,31 +83,25 @@ def read_tokenizer(directory: Path) -> tuple[int, int]:
 
 
 def locate(data_dir: str, dataset: str, model: str, vocab_size: int, mock: bool) -> DataSource:
-    """Check the prepared data of one model (before any model is built); raises DataError."""
+    """Prove the prepared data of one model (data.integrity.prove) before any model is built; raises DataError.
+
+    The launcher proved it already (train.plan.data_problems); here each rank proves it again, from the hashes
+    remembered then, so that nothing trains on files changed since, and the fingerprint is of what is read."""
     if mock:
         return DataSource(mock=True, dataset=None, prefix=None, fingerprint=None, tokenizer_fingerprint=None,
                           eod=vocab_size - 1, tokenizer_vocab=vocab_size)
     prefix = data_prefix(data_dir, dataset, model)
-    manifest = manifest_path(prefix)
-    how = f"prepare it with {PREPARE_COMMAND} (DATASET={dataset}), or set MOCK_DATA=1 for synthetic tokens"
-    if not manifest.is_file():
-        raise DataError(f"{manifest}: no data manifest, the dataset is not prepared; {how}")
+    tokenizer = tokenizer_dir(data_dir, model)
     try:
-        found = dataset_fingerprint(prefix)
-    except (OSError, ValueError) as err:
-        raise DataError(f"{manifest}: unreadable ({err}); {how}") from None
-    if not found["verified"]:
-        raise DataError(f"{manifest}: the dataset is not verified (data.verify did not pass); {how}")
-    missing = [p.name for p in (prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx"))
-               if not p.is_file()]
-    if missing:
-        raise DataError(f"{prefix.parent}: {', '.join(missing)} missing although the manifest exists; {how}")
-    eod, tokenizer_vocab = read_tokenizer(tokenizer_dir(data_dir, model))
+        verified = prove(prefix, tokenizer, model, vocab_size)
+    except DataProblem as err:
+        raise DataError(f"{err} (DATASET={dataset}), or set MOCK_DATA=1 for synthetic tokens") from None
+    eod, tokenizer_vocab = read_tokenizer(tokenizer)
     if tokenizer_vocab > vocab_size:
-        raise DataError(f"{tokenizer_dir(data_dir, model)}: {tokenizer_vocab} tokens do not fit the model's "
-                        f"{vocab_size} embedding rows; this is not the {model} tokenizer, {how}")
-    return DataSource(mock=False, dataset=dataset, prefix=prefix, fingerprint=found["fingerprint"],
-                      tokenizer_fingerprint=found["tokenizer_fingerprint"], eod=eod, tokenizer_vocab=tokenizer_vocab)
+        raise DataError(f"{tokenizer}: {tokenizer_vocab} tokens do not fit the model's {vocab_size} embedding rows; "
+                        f"this is not the {model} tokenizer, prepare it with {PREPARE_COMMAND} (DATASET={dataset})")
+    return DataSource(mock=False, dataset=dataset, prefix=prefix, fingerprint=verified.fingerprint,
+                      tokenizer_fingerprint=verified.tokenizer_fingerprint, eod=eod, tokenizer_vocab=tokenizer_vocab)
 
 
 def _helpers_importable() -> bool:
@@ -160,7 +156,7 @@ def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int,
         blend=None if source.mock else ([str(source.prefix)], None),
         split="100,0,0",
         path_to_cache=None if source.mock else str(cache_dir),
-        tokenizer=DatasetTokenizer(source.eod, source.tokenizer_vocab, source.tokenizer_fingerprint),
+        tokenizer=DatasetTokenizer(source.eod, source.tokenizer_vocab, source.tokenizer_fingerprint, source.fingerprint),
         reset_position_ids=False,
         reset_attention_mask=False,
         eod_mask_loss=bool(WORKLOAD["eod_mask_loss"]),  # the one workload of every framework (utils.fairness)

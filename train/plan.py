@@ -105,25 +105,26 @@ def request(cfg: Config, run: Run) -> dict:
 
 
 def data_problems(cfg: Config) -> list[str]:
-    """One line per model whose prepared, verified data is missing (none when MOCK_DATA is on)."""
+    """One line per model whose data is not proven to be what data.verify verified (none when MOCK_DATA is on).
+
+    Each prefix is proven here once per run (data.integrity.prove: manifest, sizes, sha256, tokenizer, token range
+    against the model's vocabulary), before any framework is started, so the check covers mega, nemo and prim."""
+    from data.integrity import DataProblem, prove
+
     if cfg["MOCK_DATA"]:
         return []
     problems = []
     for spec in cfg.models:
         prefix = data_prefix(cfg["DATA_DIR"], cfg["DATASET"], spec.key)
-        manifest = prefix.with_name(prefix.name + ".manifest.json")
-        missing = [p.name for p in (prefix.with_suffix(".bin"), prefix.with_suffix(".idx"), manifest) if not p.exists()]
+        missing = [p.name for p in (prefix.with_name(prefix.name + s) for s in (".bin", ".idx", ".manifest.json"))
+                   if not p.exists()]
         if missing:
             problems.append(f"{spec.key}: {', '.join(missing)} missing in {prefix.parent}")
             continue
         try:
-            verified = json.loads(manifest.read_text()).get("verified") is True
-        except (OSError, json.JSONDecodeError):
-            verified = False
-        if not verified:
-            problems.append(f"{spec.key}: {manifest.name} does not say verified (data.verify did not pass)")
-        if not (tokenizer_dir(cfg["DATA_DIR"], spec.key) / "tokenizer.json").exists():
-            problems.append(f"{spec.key}: tokenizer directory {tokenizer_dir(cfg['DATA_DIR'], spec.key)} is missing")
+            prove(prefix, tokenizer_dir(cfg["DATA_DIR"], spec.key), spec.key, spec.vocab_size)
+        except DataProblem as err:
+            problems.append(f"{spec.key}: {err}")
     return problems
 
 

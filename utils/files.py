@@ -32,6 +32,12 @@ def tmp_path(path: Path) -> Path:
     return path.with_name(path.name + TMP_SUFFIX)
 
 
+def unique_tmp_path(path: Path) -> Path:
+    """A temporary sibling of `path` no other process writes at the same time (its pid in the name), for files
+    that several processes may write at once (a cache every rank refreshes)."""
+    return path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}")
+
+
 @contextmanager
 def atomic_open(path: Path, mode: str = "w", **kwargs) -> Iterator[IO]:
     """Open a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""

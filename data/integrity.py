@@ -1,0 +1,214 @@
+"""Proof that a prepared pair is the one data.verify verified, and the fingerprint of what is read.
+
+The one check every consumer makes before it trusts a prefix: the plan check and the launcher
+(train.plan.data_problems, once per run, whatever the framework), the Megatron trainer on each rank
+(train.mega_data.locate) and the results' dataset fingerprint (evaluate.fingerprint). It proves:
+the manifest is one data.verify wrote and says verified; each file has the size and the sha256 the
+manifest records (so a flipped byte, a truncated file, an .idx swapped with another pair's all fail);
+with a tokenizer directory and a model, the tokenizer files are those that encoded the pair, and
+every token id (the manifest's max_token_id, proven by the hash) fits the model's vocabulary.
+
+Hashing is the cost (data/bench_proof.py measures it), so a full hash is remembered in
+PREFIX.hashed.json with each file's inode, size, mtime and ctime at that moment. While all four are
+unchanged the file has not been written since: `touch` can restore an mtime, but every write,
+touch, chmod or rename sets ctime to the present, which only the system clock's owner can move back.
+A file whose ctime is within RACY_NS of the hash's start could still change unseen in the same clock
+tick, so it is not remembered and is hashed in full again next time (git's "racily clean" rule).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from utils.files import read_json, sha256_file, unique_tmp_path
+
+PREPARE = "./shell/run_data.sh"
+FIX = f"prepare it again with {PREPARE}"
+MANIFEST_SCHEMA = "tprimat.data-manifest/1"
+CACHE_SCHEMA = "tprimat.data-hashes/1"
+RACY_NS = 2_000_000_000  # a ctime this close to the hash's start is not trusted to prove "unchanged"
+SUFFIXES = (".bin", ".idx")
+
+
+class DataProblem(Exception):
+    """The prefix is not the verified data: one line naming the file, what differs and the fix."""
+
+
+def sibling(prefix: Path, suffix: str) -> Path:
+    return prefix.with_name(prefix.name + suffix)
+
+
+def manifest_path(prefix: Path) -> Path:
+    return sibling(prefix, ".manifest.json")
+
+
+def cache_path(prefix: Path) -> Path:
+    return sibling(prefix, ".hashed.json")
+
+
+def pair_fingerprint(bin_sha: str, idx_sha: str) -> str:
+    """The dataset fingerprint: sha256 of the two files' hex sha256 joined by a newline."""
+    return hashlib.sha256(f"{bin_sha}\n{idx_sha}".encode()).hexdigest()
+
+
+def _stat_key(path: Path) -> dict:
+    st = os.stat(path)
+    return {"inode": st.st_ino, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+
+
+def _read_cache(prefix: Path) -> dict:
+    try:
+        cache = read_json(cache_path(prefix))
+    except (OSError, ValueError):
+        return {}
+    return cache.get("files", {}) if cache.get("schema") == CACHE_SCHEMA else {}
+
+
+def _write_cache(prefix: Path, files: dict) -> None:
+    """Best effort (a read-only DATA_DIR only means hashing in full each time); a unique temporary name, so
+    that ranks and nodes writing at once never trip over each other."""
+    path = cache_path(prefix)
+    tmp = unique_tmp_path(path)
+    try:
+        tmp.write_text(json.dumps({"schema": CACHE_SCHEMA, "files": files}, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def pair_hashes(prefix: Path) -> tuple[dict[str, str], bool]:
+    """({".bin": sha256, ".idx": sha256}, whether any file was hashed in full now) of the files as they are.
+
+    A file whose inode, size, mtime and ctime match the remembered hash is not read again."""
+    cache = _read_cache(prefix)
+    hashes, hashed, changed = {}, False, False
+    for suffix in SUFFIXES:
+        path = sibling(prefix, suffix)
+        key = _stat_key(path)
+        entry = cache.get(suffix) or {}
+        if entry.get("sha256") and {k: entry.get(k) for k in key} == key:
+            hashes[suffix] = entry["sha256"]
+            continue
+        start = time.time_ns()
+        sha = sha256_file(path)
+        after = _stat_key(path)
+        hashes[suffix], hashed = sha, True
+        if after == key and after["ctime_ns"] < start - RACY_NS:
+            cache[suffix], changed = {**after, "sha256": sha}, True
+        elif suffix in cache:
+            del cache[suffix]
+            changed = True
+    if changed:
+        _write_cache(prefix, cache)
+    return hashes, hashed
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A prefix proven to hold the files data.verify verified."""
+
+    prefix: Path
+    fingerprint: str  # of the files as read now (equal to the manifest's, or the proof fails)
+    tokenizer_fingerprint: str
+    manifest: dict
+    hashed: bool  # True when the files were hashed in full now, False when proven unchanged since their last hash
+
+
+def read_manifest(prefix: Path) -> dict:
+    """The manifest data.verify wrote, saying verified; DataProblem otherwise."""
+    path = manifest_path(prefix)
+    if not path.is_file():
+        raise DataProblem(f"{path}: no data manifest, the dataset is not prepared (or was re-encoded since it was "
+                          f"verified); {FIX}")
+    try:
+        manifest = read_json(path)
+    except (OSError, ValueError) as err:
+        raise DataProblem(f"{path}: unreadable ({err}); {FIX}") from None
+    if not isinstance(manifest, dict) or manifest.get("verified") is not True:
+        raise DataProblem(f"{path}: does not say verified (data.verify did not pass); {FIX}")
+    files = manifest.get("files") or {}
+    needed = {"schema": manifest.get("schema") == MANIFEST_SCHEMA,
+              "files.bin.sha256": bool((files.get("bin") or {}).get("sha256")),
+              "files.idx.sha256": bool((files.get("idx") or {}).get("sha256")),
+              "files.*.bytes": all(isinstance((files.get(k) or {}).get("bytes"), int) for k in ("bin", "idx")),
+              "tokenizer.sha256": bool((manifest.get("tokenizer") or {}).get("sha256")),
+              "statistics.max_token_id": isinstance((manifest.get("statistics") or {}).get("max_token_id"), int)}
+    if missing := [name for name, ok in needed.items() if not ok]:
+        raise DataProblem(f"{path}: not a manifest data.verify ({MANIFEST_SCHEMA}) wrote: {', '.join(missing)} "
+                          f"missing or wrong (edited by hand, or from an older TPrimat); {FIX}")
+    if manifest.get("fingerprint") != pair_fingerprint(files["bin"]["sha256"], files["idx"]["sha256"]):
+        raise DataProblem(f"{path}: its fingerprint is not that of the file hashes it records (edited by hand); {FIX}")
+    return manifest
+
+
+def prove_pair(prefix: Path) -> Verified:
+    """The manifest, then each file's size, then each file's sha256, against what data.verify recorded."""
+    manifest = read_manifest(prefix)
+    for suffix in SUFFIXES:
+        path, recorded = sibling(prefix, suffix), manifest["files"][suffix[1:]]
+        if not path.is_file():
+            raise DataProblem(f"{path}: missing although {manifest_path(prefix).name} exists; {FIX}")
+        size = path.stat().st_size
+        if size != recorded["bytes"]:
+            raise DataProblem(f"{path}: {size} bytes, data.verify verified {recorded['bytes']} (the file changed "
+                              f"after verification); {FIX}")
+    hashes, hashed = pair_hashes(prefix)
+    for suffix in SUFFIXES:
+        recorded = manifest["files"][suffix[1:]]["sha256"]
+        if hashes[suffix] != recorded:
+            raise DataProblem(f"{sibling(prefix, suffix)}: sha256 {hashes[suffix][:12]}... is not the "
+                              f"{recorded[:12]}... data.verify verified (the file changed after verification); {FIX}")
+    return Verified(prefix, pair_fingerprint(hashes[".bin"], hashes[".idx"]), manifest["tokenizer"]["sha256"],
+                    manifest, hashed)
+
+
+def check_tokenizer(verified: Verified, tokenizer_dir: Path, model: str) -> None:
+    """The tokenizer directory holds the files that encoded the pair, and they are the model's."""
+    from data.tokenizer import tokenizer_sha256
+
+    recorded = verified.manifest["tokenizer"]
+    if recorded.get("model") and recorded["model"] != model:
+        raise DataProblem(f"{verified.prefix}: encoded with the {recorded['model']} tokenizer, not {model}'s "
+                          f"(a pair renamed or copied from another model); {FIX}")
+    if not tokenizer_dir.is_dir():
+        raise DataProblem(f"{tokenizer_dir}: tokenizer directory missing; {FIX}")
+    if tokenizer_sha256(tokenizer_dir)[0] != recorded["sha256"]:
+        raise DataProblem(f"{tokenizer_dir}: the tokenizer files are not those that encoded {verified.prefix.name} "
+                          f"(changed or replaced after verification); {FIX}")
+
+
+def check_vocabulary(verified: Verified, model: str, vocab_size: int) -> None:
+    """Every token id fits the model's embedding rows (a larger one fails inside the model at step 1)."""
+    top = verified.manifest["statistics"]["max_token_id"]
+    if top >= vocab_size:
+        raise DataProblem(f"{sibling(verified.prefix, '.bin')}: token ids up to {top}, beyond {model}'s vocabulary "
+                          f"of {vocab_size} (data of another tokenizer); {FIX}")
+
+
+def prove(prefix: Path, tokenizer_dir: Path, model: str, vocab_size: int) -> Verified:
+    """Everything a run needs proven about its data before a model is built; raises DataProblem."""
+    verified = prove_pair(prefix)
+    check_tokenizer(verified, tokenizer_dir, model)
+    check_vocabulary(verified, model, vocab_size)
+    return verified
+
+
+def forget_sample_indices(prefix: Path) -> None:
+    """Remove the sample indices megatron-core cached for the prefix's old contents where NeMo and Primus keep them
+    (PREFIX/cache/GPTDataset_indices, its default): they are named after the path, not the contents, and would be
+    reused for new data. TPrimat's own trainer names its cache after the dataset fingerprint instead."""
+    shutil.rmtree(prefix / "cache" / "GPTDataset_indices", ignore_errors=True)
+
+
+def invalidate(prefix: Path) -> None:
+    """Forget that the prefix was verified (manifest, remembered hashes, cached sample indices): called first by
+    whatever rewrites its files."""
+    for path in (manifest_path(prefix), cache_path(prefix)):
+        path.unlink(missing_ok=True)
+    forget_sample_indices(prefix)
