@@ -208,7 +208,11 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
      "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, all, each once"),
     ("STRATEGY", "balanced,balanced", "STRATEGY=balanced,balanced: balanced twice; valid: a comma list of all, "
      "minimal_communication, balanced, truly_identical, memory_optimized, maximum_performance, custom, each once"),
-    ("MASTER_ADDR", "", "MASTER_ADDR=: must be an IP address or host name of node 0 (no spaces)"),
+    ("MASTER_ADDR", "", "MASTER_ADDR=: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),
+    ("MASTER_ADDR", "１２７.0.0.1",
+     "MASTER_ADDR=１２７.0.0.1: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),
+    ("MASTER_ADDR", "node 0",
+     "MASTER_ADDR=node 0: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),
     ("NET_IB_GID_INDEX", "³", "NET_IB_GID_INDEX=³: must be empty or an integer (digits 0-9 only)"),
     ("DATA_DIR", "", "DATA_DIR=: must name a directory (relative = the repository root)"),
     ("OUTPUT_DIR", "$TPRIMAT_NOT_SET/runs", "OUTPUT_DIR=$TPRIMAT_NOT_SET/runs: $TPRIMAT_NOT_SET is not set "
@@ -314,3 +318,9 @@ def test_the_cli_prints_warnings_unless_quiet():
     quiet = subprocess.run([sys.executable, "-m", "utils.config", "get", "SEED", "--quiet"], cwd=ROOT,
                            capture_output=True, text=True, env=env)
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_the_cpu_profile_is_checked_on_gpu_nodes_too(tmp_path):
+    """A slip in a CPU_ line must not wait for the first CPU run to show."""
+    path = config_variant(tmp_path, lambda b: b.replace(b"CPU_TRAIN_ITERS=30 ", b"CPU_TRAIN_ITERS=3O "))
+    assert problems_of(GPU_NODE, path) == ["CPU_TRAIN_ITERS=3O: " + INT_RULE.format(1, 2147483647)]

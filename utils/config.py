@@ -100,7 +100,8 @@ KNOBS: dict[str, Knob] = {
     "NNODES": POSITIVE,
     "GPUS_PER_NODE": POSITIVE,
     "NODE_RANK": COUNT,
-    "MASTER_ADDR": Knob("str", pattern=r"\S+", rule="an IP address or host name of node 0 (no spaces)"),
+    "MASTER_ADDR": Knob("str", pattern=r"[A-Za-z0-9.:_-]+",
+                        rule="an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),
     "MASTER_PORT": Knob("int", low=1, high=65535),
     "LAUNCHER": Knob("enum", ("auto", "local", "slurm")),
     "SLURM_PARTITION": Knob("str"),
@@ -418,6 +419,9 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
         sources["PLATFORM"] = "detected"
 
     values = {key: _convert(key, raw[key], knob, problems) for key, knob in KNOBS.items()}
+    if platform != "cpu":  # unused here, but a slip in a CPU_ line should not wait for the first CPU run
+        for key, value in cpu_profile.items():
+            _convert(CPU_PREFIX + key, value, KNOBS[key], problems)
     if values["MODEL_SIZE"] == "auto":
         values["MODEL_SIZE"] = "tiny" if platform == "cpu" else "full"
     if values["PRECISION"] == "auto":
