@@ -200,6 +200,7 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
     ("LR", "nan", "LR=nan: must be a number in (0, 1], in digits 0-9 (e.g. 3e-4)"),
     ("LR", "0", "LR=0: must be a number in (0, 1], in digits 0-9 (e.g. 3e-4)"),
     ("GRAD_CLIP", "inf", "GRAD_CLIP=inf: must be a number >= 0, in digits 0-9 (e.g. 3e-4)"),
+    ("WEIGHT_DECAY", "1e999", "WEIGHT_DECAY=1e999: must be a number >= 0, in digits 0-9 (e.g. 3e-4)"),
     ("BETA2", "1", "BETA2=1: must be a number in [0, 1), in digits 0-9 (e.g. 3e-4)"),
     ("MODELS", "llama,,qwen", "MODELS=llama,,qwen: an empty item; valid: a comma list of llama, qwen, each once"),
     ("MODELS", "llama,llama", "MODELS=llama,llama: llama twice; valid: a comma list of llama, qwen, each once"),
@@ -208,6 +209,8 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
      "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, all, each once"),
     ("STRATEGY", "balanced,balanced", "STRATEGY=balanced,balanced: balanced twice; valid: a comma list of all, "
      "minimal_communication, balanced, truly_identical, memory_optimized, maximum_performance, custom, each once"),
+    ("STRATEGY", "all,balanced",
+     "STRATEGY=all,balanced: all already names every strategy; write all alone or list names"),
     ("MASTER_ADDR", "", "MASTER_ADDR=: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),
     ("MASTER_ADDR", "１２７.0.0.1",
      "MASTER_ADDR=１２７.0.0.1: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),

@@ -63,7 +63,6 @@ class Knob:
 
 POSITIVE = Knob("int", low=1)
 COUNT = Knob("int")
-FRACTION = Knob("float", high=1)
 
 KNOBS: dict[str, Knob] = {
     "PLATFORM": Knob("enum", ("auto",) + PLATFORMS),
@@ -84,7 +83,7 @@ KNOBS: dict[str, Knob] = {
     "MBS": POSITIVE,
     "SL": POSITIVE,
     "LR": Knob("float", high=1, bounds="(]"),
-    "MIN_LR": FRACTION,
+    "MIN_LR": Knob("float", high=1),
     "WARMUP_STEPS": COUNT,
     "TRAIN_ITERS": POSITIVE,
     "WEIGHT_DECAY": Knob("float", high=math.inf),
@@ -237,22 +236,30 @@ def _number(value: str, knob: Knob):
     if not (INTEGER if knob.kind == "int" else NUMBER).fullmatch(value):
         return None
     number = int(value) if knob.kind == "int" else float(value)
+    if not math.isfinite(number):  # "1e999" is written plainly yet overflows to inf
+        return None
     above = number > knob.low if knob.bounds[0] == "(" else number >= knob.low
     below = number < knob.high if knob.bounds[1] == ")" else number <= knob.high
     return number if above and below else None
 
 
-def list_items(name: str, raw: str, choices: tuple[str, ...] | list[str], problems: list[str]) -> list[str]:
+def _list_items(name: str, raw: str, choices: tuple[str, ...] | list[str], problems: list[str]) -> list[str]:
     """A comma list of known names, each once: an empty item or a repeat is a slip, not a wish."""
     items = [item.strip() for item in raw.split(",")]
     unknown = [item for item in items if item and item not in choices]
     twice = [item for item in dict.fromkeys(items) if item and items.count(item) > 1]
-    why = ("unknown " + ", ".join(unknown) if unknown else " and ".join(twice) + " twice" if twice
-           else "an empty item" if "" in items and items != [""] else "empty" if items == [""] else "")
-    if why:
-        problems.append(f"{name}={raw}: {why}; valid: a comma list of {', '.join(choices)}, each once")
-        return []
-    return items
+    if items == [""]:
+        why = "empty"
+    elif unknown:
+        why = "unknown " + ", ".join(unknown)
+    elif twice:
+        why = " and ".join(twice) + " twice"
+    elif "" in items:
+        why = "an empty item"
+    else:
+        return items
+    problems.append(f"{name}={raw}: {why}; valid: a comma list of {', '.join(choices)}, each once")
+    return []
 
 
 def _path(name: str, raw: str, value: str, problems: list[str]) -> str:
@@ -292,7 +299,7 @@ def _convert(name: str, raw: str, knob: Knob, problems: list[str]):
             return None
         return value
     if knob.kind == "list":
-        return list_items(name, raw, knob.choices, problems) or None
+        return _list_items(name, raw, knob.choices, problems) or None
     if knob.kind == "bool":
         if value.lower() in TRUE_WORDS:
             return True
@@ -501,7 +508,7 @@ def _resolve_strategies(value: str, table: dict, problems: list[str]) -> list[st
     """STRATEGY: empty -> custom (TP/PP/DP/GA), a name, a comma list, or all."""
     if not value.strip():
         return [CUSTOM]
-    names = list_items("STRATEGY", value, ["all", *table, CUSTOM], problems)
+    names = _list_items("STRATEGY", value, ["all", *table, CUSTOM], problems)
     if "all" in names and names != ["all"]:
         problems.append(f"STRATEGY={value}: all already names every strategy; write all alone or list names")
     return list(table) if names == ["all"] else names
