@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
-from data.cli import Parser, UsageError, run
+from data.cli import Parser, UsageError, run, worker_signals
 from data.fetch import source_meta_path
 from utils.files import atomic_open, read_json, write_json
 from data.quality import RULES, failed_rule
@@ -119,7 +119,7 @@ def clean_file(input_path: Path, output: Path, workers: int = 1, progress: bool 
     seen: set[bytes] = set()
     records = documents = kept = words = 0
     with atomic_open(output, encoding="utf-8") as handle, \
-            ProcessPoolExecutor(workers) as pool, \
+            ProcessPoolExecutor(workers, initializer=worker_signals) as pool, \
             tqdm(unit="record", desc="clean", disable=not progress, file=sys.stderr, mininterval=1.0) as bar:
         pending: deque = deque()
 

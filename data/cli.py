@@ -2,14 +2,16 @@
 
 A tool raises UsageError or WorkError with one line naming the problem and the fix; `run` turns it
 into that line on stderr and the exit code, never a traceback. A full disk is a failure of the
-work with its own fix, whatever stage hits it. `Parser` gives a bad command line the same one line
-(argparse's own prints the whole usage before it).
+work with its own fix, whatever stage hits it. Ctrl-C (SIGINT) and SIGTERM end a tool the same way:
+its cleanup runs (partial files removed), one line, exit 130 or 143. `Parser` gives a bad command
+line the same one line (argparse's own prints the whole usage before it).
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import signal
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -31,8 +33,24 @@ class WorkError(Exception):
     """The work itself failed (network, corrupt data, a broken invariant): exit 1."""
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the tool is so that its cleanup runs as for Ctrl-C."""
+
+
+def _terminate(signum, frame) -> NoReturn:
+    raise Terminated()
+
+
+def worker_signals() -> None:
+    """Initializer of worker processes: Ctrl-C reaches the whole process group, and only the parent reports it
+    (after the workers finish their block); a SIGTERM sent to a worker simply ends it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run(main: Callable[[list[str] | None], int], tool: str) -> None:
     """Call main() and exit with its code, mapping the errors above to one line each."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         code = main(None)
     except UsageError as err:
@@ -51,4 +69,7 @@ def run(main: Callable[[list[str] | None], int], tool: str) -> None:
     except KeyboardInterrupt:
         print(f"{tool}: interrupted", file=sys.stderr)
         code = 130
+    except Terminated:
+        print(f"{tool}: terminated", file=sys.stderr)
+        code = 143
     sys.exit(code)

@@ -37,7 +37,7 @@ from typing import Iterator
 import numpy as np
 
 from data.bpe import Proof, TiktokenTwin, load_proof
-from data.cli import Parser, UsageError, run
+from data.cli import Parser, UsageError, run, worker_signals
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
 from data.integrity import invalidate
 
@@ -217,7 +217,7 @@ def encode_file(input_path: Path, tokenizer_dir: Path, output_prefix: str, *, ke
     bar = tqdm(total=input_path.stat().st_size, unit="B", unit_scale=True, disable=not progress,
                desc=f"encode {Path(output_prefix).name}", mininterval=1.0, file=sys.stderr)
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals) as pool:
             pending: deque = deque()
 
             def drain_one() -> None:

@@ -183,29 +183,68 @@ def test_a_bad_line_is_reported_with_its_number(tokenizers, cache, tmp_path):
     assert not list(tmp_path.glob("b_*"))
 
 
-def test_a_killed_encode_leaves_no_finished_looking_pair_and_a_rerun_starts_clean(tokenizers, cache, tmp_path):
+def big_corpus(tmp_path: Path) -> Path:
+    """~9 MB of JSON lines: long enough for an encode to be stopped in the middle."""
     texts = [json.loads(line)["text"] for line in gzip.open(SAMPLE, "rt", encoding="utf-8")]
     big = tmp_path / "big.jsonl"
     with open(big, "w", encoding="utf-8") as handle:
-        for i in range(8):  # ~9 MB: long enough to be killed in the middle
+        for i in range(8):
             for text in texts:
                 handle.write(json.dumps({"text": f"{i} {text}"}) + "\n")
-    prefix = tmp_path / "k"
-    bin_path, idx_path = Path(f"{prefix}_text_document.bin"), Path(f"{prefix}_text_document.idx")
-    bin_path.write_bytes(b"old")  # a finished pair from an earlier run must not survive next to new data
-    idx_path.write_bytes(b"old")
+    return big
+
+
+def verified_pair(prefix: Path) -> tuple[Path, Path, Path]:
+    """An earlier pair at the encode's output names, with the manifest data.verify gave it."""
+    paths = tuple(Path(f"{prefix}_text_document{suffix}") for suffix in (".bin", ".idx", ".manifest.json"))
+    for path in paths[:2]:
+        path.write_bytes(b"old")
+    paths[2].write_text('{"verified": true}')
+    return paths
+
+
+def start_encode(tokenizers, cache, big: Path, prefix: Path) -> subprocess.Popen:
+    """An encode in its own process group, returned once it writes its partial .bin."""
     command = [sys.executable, "-m", "data.encode", "--input", str(big), "--tokenizer-model", str(tokenizers["qwen"]),
-               "--output-prefix", str(prefix), "--workers", "1", "--append-eod", "--quiet"]
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
-    proc = subprocess.Popen(command, cwd=REPO, start_new_session=True, env=env)
+               "--output-prefix", str(prefix), "--workers", "2", "--append-eod", "--quiet"]
+    proc = subprocess.Popen(command, cwd=REPO, start_new_session=True, env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial_bin = partial(Path(f"{prefix}_text_document.bin"))
     deadline = time.monotonic() + 120
-    while not (partial(bin_path).exists() and partial(bin_path).stat().st_size > 0):
-        assert proc.poll() is None and time.monotonic() < deadline, "encode ended before it could be killed"
+    while not (partial_bin.exists() and partial_bin.stat().st_size > 0):
+        assert proc.poll() is None and time.monotonic() < deadline, "encode ended before it could be stopped"
         time.sleep(0.01)
+    return proc
+
+
+def test_a_killed_encode_keeps_the_old_pair_unvouched_for_and_a_rerun_starts_clean(tokenizers, cache, tmp_path):
+    prefix = tmp_path / "k"
+    bin_path, idx_path, manifest = verified_pair(prefix)
+    proc = start_encode(tokenizers, cache, big_corpus(tmp_path), prefix)
+    assert not manifest.exists()  # removed first: no `verified: true` beside data data.verify has not seen
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not bin_path.exists() and not idx_path.exists()
-    command[command.index("--input") + 1] = str(CORPUS)  # a short rerun: it must clear the partial files
-    assert subprocess.run(command, cwd=REPO, env=env).returncode == 0
-    assert bin_path.exists() and idx_path.exists()
+    proc.communicate()
+    assert bin_path.read_bytes() == b"old" and idx_path.read_bytes() == b"old"  # replaced only by a complete pair
+    rerun = encode_command(tokenizers["qwen"], prefix)
+    assert subprocess.run(rerun, cwd=REPO, env={**os.environ, "XDG_CACHE_HOME": str(cache)}).returncode == 0
+    assert bin_path.read_bytes() != b"old" and idx_path.read_bytes() != b"old"
     assert not partial(bin_path).exists() and not partial(idx_path).exists()
+
+
+@pytest.mark.parametrize("signum, code, word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+def test_sigterm_and_ctrl_c_clean_up_and_say_so_in_one_line(tokenizers, cache, tmp_path, signum, code, word):
+    """SIGTERM to the encode, or Ctrl-C (SIGINT to its whole process group, workers included)."""
+    prefix = tmp_path / "s"
+    bin_path, idx_path, _ = verified_pair(prefix)
+    proc = start_encode(tokenizers, cache, big_corpus(tmp_path), prefix)
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code
+    assert err.splitlines() == [f"data.encode: {word}"]
+    assert not partial(bin_path).exists() and not partial(idx_path).exists()
+    assert bin_path.read_bytes() == b"old" and idx_path.read_bytes() == b"old"
+
+

@@ -9,28 +9,44 @@ import subprocess
 import pytest
 
 from evaluate import fingerprint
+from tests.fixtures.data.verified import write_manifest
 
 
 @pytest.fixture
 def dataset(tmp_path):
     prefix = tmp_path / "sample_llama_text_document"
     prefix.with_name(prefix.name + ".bin").write_bytes(b"\x01\x00\x00\x00" * 10)
-    prefix.with_name(prefix.name + ".idx").write_bytes(b"MMIDIDX\x00\x00")
+    prefix.with_name(prefix.name + ".idx").write_bytes(b"MMIDIDX\x00\x00\x01" + bytes(7) + b"\x04" + bytes(16))
     return prefix
 
 
-def test_manifest_fingerprints_are_used_when_present(dataset):
+def file_fingerprint(prefix) -> str:
+    shas = [hashlib.sha256(prefix.with_name(prefix.name + s).read_bytes()).hexdigest() for s in (".bin", ".idx")]
+    return hashlib.sha256("\n".join(shas).encode()).hexdigest()
+
+
+def test_a_verified_dataset_is_fingerprinted_by_its_files_and_says_verified(dataset, tmp_path):
+    tokenizer = tmp_path / "tokenizers" / "llama"
+    tokenizer.mkdir(parents=True)
+    (tokenizer / "tokenizer.json").write_text("{}")
+    manifest = write_manifest(dataset, tokenizer, "llama")
+    assert fingerprint.dataset_fingerprint(dataset) == {
+        "fingerprint": file_fingerprint(dataset), "tokenizer_fingerprint": manifest["tokenizer"]["sha256"],
+        "source": "verified", "verified": True}
+
+
+def test_a_manifest_does_not_lend_its_fingerprint_to_other_files(dataset):
+    """The manifest's word is never the fingerprint: a result carries that of the files it read."""
     manifest = dataset.with_name(dataset.name + ".manifest.json")
     manifest.write_text(json.dumps({"fingerprint": "f" * 64, "tokenizer": {"sha256": "t" * 64}, "verified": True}))
-    assert fingerprint.dataset_fingerprint(dataset) == {"fingerprint": "f" * 64, "tokenizer_fingerprint": "t" * 64,
-                                                        "source": "manifest", "verified": True}
+    found = fingerprint.dataset_fingerprint(dataset)
+    assert found["fingerprint"] == file_fingerprint(dataset) and found["tokenizer_fingerprint"] == "t" * 64
+    assert found["source"] == "computed" and found["verified"] is False and "run_data.sh" in found["problem"]
 
 
 def test_without_a_manifest_the_fingerprint_is_computed_from_both_files(dataset):
-    bin_hash = hashlib.sha256(b"\x01\x00\x00\x00" * 10).hexdigest()
-    idx_hash = hashlib.sha256(b"MMIDIDX\x00\x00").hexdigest()
     found = fingerprint.dataset_fingerprint(dataset)
-    assert found["fingerprint"] == hashlib.sha256(f"{bin_hash}\n{idx_hash}".encode()).hexdigest()
+    assert found["fingerprint"] == file_fingerprint(dataset)
     assert found["source"] == "computed" and found["tokenizer_fingerprint"] is None
 
 

@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tests.fixtures.data.verified import write_manifest
 from tests.fixtures.train_matrix.requests import node
 from utils.fairness import profile
 from train.plan import build_plan, data_problems, estimate_s, request, table
@@ -84,27 +86,30 @@ def test_request_holds_identity_layout_workload_data_and_every_knob():
     assert json.loads(json.dumps(req)) == req
 
 
-def prepare(data_dir: Path, model: str, *, verified: bool = True, tokenizer: bool = True) -> None:
+def prepare(data_dir: Path, model: str, *, verified: bool = True) -> None:
+    """A small pair with its tokenizer and a manifest as data.verify writes it."""
     prefix = data_dir / f"sample_{model}_text_document"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    for suffix in (".bin", ".idx"):
-        prefix.with_name(prefix.name + suffix).write_bytes(b"x")
-    prefix.with_name(prefix.name + ".manifest.json").write_text(json.dumps({"verified": verified}))
-    if tokenizer:
-        (data_dir / "tokenizers" / model).mkdir(parents=True, exist_ok=True)
-        (data_dir / "tokenizers" / model / "tokenizer.json").write_text("{}")
+    tokenizer = data_dir / "tokenizers" / model
+    tokenizer.mkdir(parents=True, exist_ok=True)
+    (tokenizer / "tokenizer.json").write_text("{}")
+    prefix.with_name(prefix.name + ".bin").write_bytes(np.arange(8, dtype=np.int32).tobytes())
+    prefix.with_name(prefix.name + ".idx").write_bytes(b"MMIDIDX\x00\x00\x01" + bytes(7) + b"\x04" + bytes(16))
+    write_manifest(prefix, tokenizer, model, verified=verified)
 
 
-def test_data_check_names_what_is_missing_or_unverified(tmp_path):
+def test_data_check_names_what_is_missing_unverified_or_changed(tmp_path):
     prepare(tmp_path, "llama")
     prepare(tmp_path, "qwen", verified=False)
     problems = data_problems(node("cpu", 0, DATA_DIR=str(tmp_path)))
     assert len(problems) == 1 and problems[0].startswith("qwen:") and "verified" in problems[0]
     prepare(tmp_path, "qwen")
     assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path))) == []
+    (tmp_path / "sample_qwen_text_document.bin").write_bytes(np.arange(1, 9, dtype=np.int32).tobytes())
+    (changed,) = data_problems(node("cpu", 0, DATA_DIR=str(tmp_path)))
+    assert changed.startswith(f"qwen: {tmp_path}/sample_qwen_text_document.bin: sha256 ") and "run_data.sh" in changed
     (tmp_path / "sample_llama_text_document.idx").unlink()
-    assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path))) == \
-        [f"llama: sample_llama_text_document.idx missing in {tmp_path}"]
+    assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path)))[0] == \
+        f"llama: sample_llama_text_document.idx missing in {tmp_path}"
     assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path), MOCK_DATA="1")) == []
 
 
