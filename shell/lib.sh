@@ -161,13 +161,16 @@ tp_python() {
   (cd "${TPRIMAT_ROOT}" && "${python}" "$@")
 }
 
-# Print which secrets file is missing when a gated download will need HF_TOKEN, then stop.
+# Stop, naming the file to create, when a gated download will need HF_TOKEN and neither the environment
+# nor secrets.env has one, secrets.env read by utils.secrets (the one reader: never grep).
 tp_require_token() {
-  local why="$1"
-  if [[ -n "${HF_TOKEN:-}" ]] || grep -qs '^HF_TOKEN=..*' "${TPRIMAT_ROOT}/secrets.env"; then
-    return 0
-  fi
-  tp_die 2 "${why} needs HF_TOKEN: create secrets.env from secrets.env.example (cp secrets.env.example secrets.env) and put your Hugging Face token in it"
+  local why="$1" found=0
+  (cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.secrets has HF_TOKEN) || found=$?
+  case "${found}" in
+    0) return 0 ;;
+    1) tp_die 2 "${why} needs HF_TOKEN: create secrets.env from secrets.env.example (cp secrets.env.example secrets.env) and put your Hugging Face token in it" ;;
+    *) exit 2 ;;  # utils.secrets said which line of secrets.env it cannot read
+  esac
 }
 
 # --- Host runtime: a virtual environment from pinned requirements -----------------------------------
@@ -302,12 +305,15 @@ tp_warn_without_rdma() {
 }
 
 # The `docker run` words (one per line) that run COMMAND... in the platform's image, with the
-# repository and data mounted at their host paths, the configuration as environment and secrets
-# only through --env-file. DETACH=1 runs a named background container.
+# repository and data mounted at their host paths, the configuration as environment and secrets by
+# name only (--env HF_TOKEN: tp_docker_run starts docker with their values as utils.secrets reads
+# them; docker's --env-file would read secrets.env by other rules). DETACH=1 runs a named background
+# container. Returns 2 when utils.secrets cannot read secrets.env (it says which line).
 tp_docker_run_words() {
   local platform="$1" name="$2"
   shift 2
-  local dir key
+  local dir key names
+  names="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.secrets names)" || return 2
   printf '%s\n' docker run
   if [[ "${DETACH:-0}" == 1 ]]; then
     printf '%s\n' --detach --name "${name}"
@@ -323,14 +329,20 @@ tp_docker_run_words() {
   for key in $(tp_config_knobs); do
     [[ -v "${key}" ]] && printf '%s\n' --env "${key}=${!key}"
   done
-  [[ -f "${TPRIMAT_ROOT}/secrets.env" ]] && printf '%s\n' --env-file "${TPRIMAT_ROOT}/secrets.env"
+  for key in ${names}; do
+    printf '%s\n' --env "${key}"
+  done
   printf '%s\n' "$(tp_image "${platform}")" "$@"
 }
 
-# The `docker run` of tp_docker_run_words as one line a user can paste (what a dry run shows).
+# The `docker run` of tp_docker_run_words as one line a user can paste (what a dry run shows); the
+# secrets are named, never written out, so the shell it is pasted into must export them. Returns 2
+# as tp_docker_run_words does.
 tp_docker_command_line() {
+  local listing
   local -a words
-  mapfile -t words < <(tp_docker_run_words "$@")
+  listing="$(tp_docker_run_words "$@")" || return 2
+  mapfile -t words <<<"${listing}"
   printf '%q ' "${words[@]}"
 }
 
@@ -341,23 +353,27 @@ tp_config_knobs() {
 }
 
 # Run COMMAND... in a container; DETACH=1 refuses a second start and says how to follow and stop.
+# docker is started by utils.secrets with the secrets set in its environment, whence `--env NAME`
+# copies them into the container when it is created: no file holds them but secrets.env, and
+# nothing is left to remove, detached or not.
 tp_docker_run() {
   local platform="$1" name="$2"
   shift 2
   local listing
-  local -a words
-  listing="$(tp_docker_run_words "${platform}" "${name}" "$@")" || tp_die 1 "could not compose the docker command"
+  local -a words with_secrets
+  listing="$(tp_docker_run_words "${platform}" "${name}" "$@")" || exit 2
   mapfile -t words <<<"${listing}"
+  with_secrets=("$(tp_host_python)" -m utils.secrets exec --)
   if [[ "${DETACH:-0}" == 1 ]]; then
     if [[ -n "$(docker ps --quiet --filter "name=^${name}\$" 2>/dev/null)" ]]; then
       tp_die 2 "container ${name} is already running; follow it with 'docker logs -f ${name}' or stop it with 'docker stop ${name}'"
     fi
     docker rm "${name}" >/dev/null 2>&1 || true
-    "${words[@]}" >/dev/null
+    (cd "${TPRIMAT_ROOT}" && "${with_secrets[@]}" "${words[@]}") >/dev/null
     tp_log "started container ${name} in the background"
     tp_log "follow it: docker logs -f ${name}    stop it: docker stop ${name}"
   else
-    "${words[@]}"
+    (cd "${TPRIMAT_ROOT}" && "${with_secrets[@]}" "${words[@]}")
   fi
 }
 
@@ -384,7 +400,7 @@ tp_slurm_wanted() {
 # the launcher's dry run need only the standard library), where shell/train.sh prints each run's
 # command with the container invocation that would wrap it.
 tp_docker_dry_run() {
-  local stage="$1" image
+  local stage="$1" image line
   shift
   image="$(tp_image "${PLATFORM}")"
   if tp_image_current "${PLATFORM}"; then
@@ -392,7 +408,8 @@ tp_docker_dry_run() {
   else
     tp_log "dry run: a real run would first build ${image} from ${PLATFORM}.Dockerfile (./shell/build.sh)"
   fi
-  tp_log "dry run: a real run would start: $(tp_docker_command_line "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@")"
+  line="$(tp_docker_command_line "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@")" || exit 2
+  tp_log "dry run: a real run would start: ${line}"
   TPRIMAT_RUNTIME=docker TPRIMAT_PYTHON="${TPRIMAT_PYTHON:-$(tp_host_python)}" \
     bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@"
 }
