@@ -254,15 +254,20 @@ def config_variant(tmp_path: Path, edit) -> Path:
 LINES = len(CONFIG_FILE.read_bytes().splitlines())
 
 
+def line_of(key: str) -> int:
+    return next(n for n, line in enumerate(CONFIG_FILE.read_text().splitlines(), 1) if line.startswith(key + "="))
+
+
 @pytest.mark.parametrize("edit, expected", [
     (lambda b: b + b"# caf\xe9\n",
      [f"config.env:{LINES + 1}: byte 0xe9 at column 6 is not UTF-8; save config.env as UTF-8"]),
     (lambda b: b + b"SEED=7   # again\n",
-     [f"config.env:{LINES + 1}: SEED is set twice (lines 25 and {LINES + 1}); keep one"]),
+     [f"config.env:{LINES + 1}: SEED is set twice (lines {line_of('SEED')} and {LINES + 1}); keep one"]),
     (lambda b: b.replace(b"SLURM_ACCOUNT=  ", b'SLURM_ACCOUNT="a'),
-     ['config.env:55: the quote " of SLURM_ACCOUNT is not closed']),
+     [f'config.env:{line_of("SLURM_ACCOUNT")}: the quote " of SLURM_ACCOUNT is not closed']),
     (lambda b: b.replace(b"SLURM_ACCOUNT=  ", b'SLURM_ACCOUNT="a" b'),
-     ["config.env:55: text after the closing quote of SLURM_ACCOUNT; put comments after ' #'"]),
+     [f"config.env:{line_of('SLURM_ACCOUNT')}: text after the closing quote of SLURM_ACCOUNT; "
+      "put comments after ' #'"]),
     (lambda b: b + b"seed=7\n", ["config.env: unknown variable seed; did you mean SEED?"]),
     (lambda b: b"", ["{path}: empty; restore it from the repository (git checkout config.env)"]),
 ])
