@@ -99,7 +99,7 @@ def needles(values: list[tuple[str, str]]) -> Needles:
 
 def mask(text: str, secrets: Needles) -> str:
     """text with every secret value replaced by its name, so that a message may quote a file name."""
-    for label, value in secrets:
+    for label, value in sorted(secrets, key=lambda secret: -len(secret[1])):  # a value within another: the longer first
         text = text.replace(value.decode(errors="replace"), f"[{label}]")
     return text
 
