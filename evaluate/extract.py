@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Callable
 
 from evaluate import fingerprint
-from evaluate.logs import FRAMEWORKS, ParsedLog, complete_batch, parse_logs
+from evaluate.logs import FRAMEWORKS, ParsedLog, complete_batch, missing_steps, parse_logs, step_ranges
 from utils import metrics
 from utils.config import PLATFORMS, PRECISIONS, ConfigError, load_config
 from utils.fairness import request_identity
@@ -284,11 +284,12 @@ def _system(run_dir: Path | None, system_file: Path | None, notes: list[str]) ->
     return {}
 
 
-def _status(parsed: ParsedLog, steps_requested: int, exit_code: int | None) -> str:
+def _status(parsed: ParsedLog, steps_requested: int, exit_code: int | None, missing: list[int]) -> str:
+    """failed: an error; incomplete: the run stopped early, or steps before its last have no record."""
     done = parsed.records[-1]["step"] if parsed.records else 0
     if exit_code not in (None, 0) or (parsed.error_seen and done < steps_requested):
         return "failed"
-    if parsed.truncated or done < steps_requested:
+    if parsed.truncated or done < steps_requested or missing:
         return "incomplete"
     return "ok"
 
@@ -326,7 +327,10 @@ def extract(parsed: ParsedLog, logs: list[Path], request: dict, *, framework: st
     seq_len = request["sl"]
     for record in parsed.records:
         record["tokens"] = request["gbs"] * seq_len
-    status = _status(parsed, request["train_iters"], exit_code)
+    missing = missing_steps(parsed)
+    gap = [f"missing steps {step_ranges(missing)} (no iteration line for them)"] if missing else []
+    notes.extend(gap)
+    status = _status(parsed, request["train_iters"], exit_code, missing)
     mock = bool(request.get("mock_data"))
     data = {"fingerprint": None, "tokenizer_fingerprint": None}
     if not mock and request.get("data_prefix"):
@@ -343,7 +347,7 @@ def extract(parsed: ParsedLog, logs: list[Path], request: dict, *, framework: st
                 if any(h in k for h in FEATURE_HINTS) and (v is None or isinstance(v, (bool, str)))}
     run = {"id": request.get("run_id") or logs[0].stem, "started_at": started_at, "ended_at": ended_at,
            "status": status, "exit_code": exit_code,
-           "error_excerpt": redact("\n".join(parsed.tail)) if status != "ok" else None,
+           "error_excerpt": redact("\n".join(parsed.tail + gap)) if status != "ok" else None,
            "commit": commit, "source": "extract", "log_files": [str(p) for p in logs]}
     fairness = request.get("fairness", {})
     return build_result(

@@ -18,7 +18,7 @@ log may name: a device line (nvidia-smi -L, rocm-smi, amd-smi) or the collective
 version (NCCL +cuda, RCCL), and Primus's HIP memory fields. With NCCL_DEBUG=INFO, NCCL and RCCL
 name the network each communicator uses: "IB" (RDMA, over InfiniBand or RoCE) or "Socket" (TCP).
 
-Public: parse_logs, complete_batch, mock_data_evidence, effective_settings.
+Public: parse_logs, missing_steps, step_ranges, complete_batch, mock_data_evidence, effective_settings.
 """
 
 from __future__ import annotations
@@ -35,13 +35,22 @@ FRAMEWORKS = ("mega", "prim", "nemo")
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
 NUMBER = re.compile(r"^([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?))\s*(GiB|GB|MiB|MB|%)?$",
                     re.IGNORECASE)
-NEMO_ITERATION = re.compile(r"Training epoch (\d+), iteration (\d+)/(\d+)")
-MEGATRON_ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-MEMORY_REPORT = re.compile(r"\(after (\d+) iterations\) memory \(MB\)")
+# A record counts only where the framework printed it: at the start of a line, after nothing but a launcher's
+# rank label (srun --label "7: ", torchrun --tee "[rank7]:" or "[default7]:") and the framework's own prefix
+# (Megatron's timestamp, Primus's logger prefix, NeMo's logging prefix). The same text quoted by a traceback
+# (an indented source line, a string, an exception message) is not a record.
+RECORD_START = (r"^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
+                r"(?: ?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\]"
+                r"|\[\d{8} \d\d:\d\d:\d\d\]\[rank-\d+/\d+\]\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]\s*\[[^\]]*\]\s*:"
+                r"|\[NeMo [IWDEC] [^\]]*\])? {0,2}")
+NEMO_ITERATION = re.compile(RECORD_START + r"Training epoch (\d+), iteration (\d+)/(\d+)")
+MEGATRON_ITERATION = re.compile(RECORD_START + r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+MEMORY_REPORT = re.compile(RECORD_START + r"\[Rank \d+\] \(after (\d+) iterations\) memory \(MB\)")
 PRIMUS_PREFIX = re.compile(r"\[rank-\d+/\d+\]\s*\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]")
 ARGUMENT = re.compile(r"(?:^|[\s:])([a-z_][a-z0-9_]*) \.{3,} (.*?)\s*$")
 EFFECTIVE_MARKER = "TPRIMAT_EFFECTIVE"
 STEP_MARKER = "TPRIMAT_STEP"  # train/nemo_timer.py: NeMo runs' device-synchronised step time and peak memory
+STEP_LINE = re.compile(RECORD_START + STEP_MARKER + r" (.*)$")
 MOCK_CLASSES = ("MockGPTDataset", "MockDataModule")
 # NeMo (megatron_init): "Rank 0 has tensor model parallel group: [0, 1]"; the group's length is the size.
 PARALLEL_GROUP = re.compile(r"\bRank \d+ has (data|tensor model|pipeline model|context) parallel group\s*:"
@@ -90,11 +99,19 @@ ARGUMENT_FIELDS = {
     "overlap_param_gather": "overlap_param_gather", "ddp_average_in_collective": "average_in_collective",
     "fp8_amax_history_len": "fp8_amax_history_len",
     "fp8_amax_compute_algo": "fp8_amax_compute_algo",
+    "log_interval": "log_interval",  # Megatron prints every log_interval-th iteration only
 }
 # The padded vocabulary as built: Megatron-LM/Primus " > padded vocab (size: 151665) with 399 dummy tokens
 # (new size: 152064)"; NeMo 2.3 "Use preset vocab_size: 152064, ..." or "Padded vocab_size: 152064, ...".
 PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)"
                           r"|(?:Use preset|Padded) vocab_size: (\d+),")
+# What a setting must be: sizes and counts are whole numbers above 0, the seed and the warm-up whole numbers,
+# rates finite numbers >= 0. A value printed otherwise (a damaged line) is no setting: ignored, and named.
+WHOLE_ABOVE_ZERO = frozenset({"tp", "pp", "dp", "cp", "ga", "mbs", "gbs", "seq_len", "steps", "num_gpus", "num_layers",
+                              "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
+                              "padded_vocab_size", "parameters", "log_interval"})
+WHOLE_NUMBERS = frozenset({"seed", "warmup_steps", "fp8_amax_history_len"})
+RATES = frozenset({"lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip", "init_method_std"})
 # megatron-core's config reprs use the argument names, except for the dataset's seed and length.
 CONFIG_FIELDS = {**ARGUMENT_FIELDS, "random_seed": "seed", "sequence_length": "seq_len"}
 
@@ -125,8 +142,8 @@ class _Run:
 
     start_line: int
     records: dict[int, dict] = field(default_factory=dict)
-    first_step: int = 0
-    last_step: int = 0
+    last_step: dict[str, int] = field(default_factory=dict)  # the last step each kind of record line printed
+    printed_lines: dict[tuple[int, str], str] = field(default_factory=dict)  # (step, kind) -> the values it printed
     total: int | None = None
     framework: str | None = None
     memory: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -199,7 +216,13 @@ def _value(text: str) -> list[float] | None:
 
 
 def _count(value: float) -> int:
-    return int(value) if math.isfinite(value) else 1
+    """A count of NaN or skipped iterations; one that is no whole number >= 0 counts as one (flagged, not lost)."""
+    return int(value) if math.isfinite(value) and value >= 0 and value.is_integer() else 1
+
+
+def _batch(value: float) -> int | None:
+    """A global batch size: a whole number above 0, else none (a damaged field)."""
+    return int(value) if math.isfinite(value) and value >= 1 and value.is_integer() else None
 
 
 def _fields(rest: str, complete: bool, kind_of) -> Iterable[tuple[str, list[float]]]:
@@ -227,10 +250,14 @@ def _new_record(step: int) -> dict:
             "mem_allocated_gib": None, "mem_reserved_gib": None}
 
 
-def _megatron_record(step: int, rest: str, complete: bool) -> tuple[dict, int | None, bool]:
-    """One Megatron/Primus iteration line -> (record, global batch size, shows Primus fields)."""
+def _megatron_record(step: int, rest: str) -> tuple[dict, int | None, bool]:
+    """One Megatron/Primus iteration line -> (record, global batch size, shows Primus fields).
+
+    Both end every field with " |", so text after the last "|" is no field: a line cut off, or cut short by
+    another rank's output ("elapsed time per iteration (ms): 9" and a line end is a piece of 9295.0).
+    """
     record, gbs, primus = _new_record(step), None, False
-    for kind, numbers in _fields(rest, complete, _megatron_kind):
+    for kind, numbers in _fields(rest, False, _megatron_kind):
         first = numbers[0]
         average = numbers[1] if len(numbers) > 1 else None
         if kind == "step_time_ms":
@@ -242,7 +269,7 @@ def _megatron_record(step: int, rest: str, complete: bool) -> tuple[dict, int | 
         elif kind in ("skipped", "nan"):
             record[kind] = _count(first)
         elif kind == "gbs":
-            gbs = int(first) if math.isfinite(first) else None
+            gbs = _batch(first)
         elif kind in ("fw_tflops", "fw_tokens"):
             key = "fw_tflop_per_s_per_gpu" if kind == "fw_tflops" else "fw_tokens_per_s_per_gpu"
             record[key] = first
@@ -264,7 +291,7 @@ def _nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int |
         elif kind in ("lr", "loss", "grad_norm", "fw_step_time_s"):
             record[kind] = first
         elif kind == "gbs":
-            gbs = int(first) if math.isfinite(first) else None
+            gbs = _batch(first)
         elif kind.startswith("fw_mem_"):  # bytes
             record[kind] = first / GIB
         elif kind == "fw_tflops":  # NeMo's FLOPs callback: its own (non-causal) convention
@@ -294,27 +321,24 @@ class _Stream:
         self.runs_found = 0
         self.pending = _Run(start_line=1)  # what precedes the first iteration of the next run
         self.error_seen = False
+        self.notes: list[str] = []
 
     def line(self, number: int, text: str, complete: bool) -> None:
-        if STEP_MARKER in text:
-            self._timer(number, text)
+        timer = STEP_LINE.match(text) if STEP_MARKER in text else None
+        if timer:
+            self._timer(number, timer.group(1))
             return
         if "iteration" in text:
-            nemo = NEMO_ITERATION.search(text) if "Training epoch" in text else None
+            nemo = NEMO_ITERATION.match(text) if "Training epoch" in text else None
             if nemo:
                 record, gbs = _nemo_record(int(nemo.group(2)), text[nemo.end():], complete)
                 self._step(number, record, int(nemo.group(3)) + 1, gbs, "nemo", complete)
                 return
-            megatron = MEGATRON_ITERATION.search(text)
+            megatron = MEGATRON_ITERATION.match(text)
             if megatron:
-                record, gbs, primus_fields = _megatron_record(int(megatron.group(1)), text[megatron.end():], complete)
-                primus = primus_fields or bool(PRIMUS_PREFIX.search(text[:megatron.start()]))
-                self._step(number, record, int(megatron.group(2)), gbs, "prim" if primus else "mega", complete)
-                usage = HIP_MEMORY.search(text) if primus_fields else None
-                if usage:
-                    self._vendor(self.run, "amd", usage.group(0))
+                self._megatron(number, megatron, text, complete)
                 return
-            memory = MEMORY_REPORT.search(text)
+            memory = MEMORY_REPORT.match(text)
             if memory:
                 self._memory(int(memory.group(1)), text[memory.end():], complete)
                 return
@@ -331,6 +355,18 @@ class _Stream:
         if "Traceback" in text or "out of memory" in text or "OutOfMemoryError" in text:
             self.error_seen = True
         self._printed(text)
+
+    def _megatron(self, number: int, match: re.Match, text: str, complete: bool) -> None:
+        step = int(match.group(1))
+        if step < 1:
+            self.notes.append(f"line {number}: iteration {step} is no step (Megatron counts from 1): ignored")
+            return
+        record, gbs, primus_fields = _megatron_record(step, text[match.end():])
+        primus = primus_fields or bool(PRIMUS_PREFIX.search(match.group(0)))
+        self._step(number, record, int(match.group(2)), gbs, "prim" if primus else "mega", complete)
+        usage = HIP_MEMORY.search(text) if primus_fields else None
+        if usage:
+            self._vendor(self.run, "amd", usage.group(0))
 
     def _printed(self, text: str) -> None:
         """Settings and hardware printed outside the argument dump (most of what a NeMo log says)."""
@@ -387,10 +423,10 @@ class _Stream:
         if isinstance(values, dict):
             self._target().declared.update(values)
 
-    def _timer(self, number: int, text: str) -> None:
+    def _timer(self, number: int, payload: str) -> None:
         """TPrimat's TPRIMAT_STEP line (train/nemo_timer.py); a line cut or broken by other output is skipped."""
         try:
-            values = json.loads(text.split(STEP_MARKER, 1)[1])
+            values = json.loads(payload)
             step, steps, seconds = int(values["step"]), int(values["steps"]), float(values["step_time_s"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             return
@@ -399,7 +435,7 @@ class _Stream:
         for key, name in (("peak_allocated_bytes", "mem_allocated_gib"), ("peak_reserved_bytes", "mem_reserved_gib")):
             if isinstance(values.get(key), (int, float)):
                 record[name] = values[key] / GIB
-        self._step(number, record, steps, None, "nemo", True)
+        self._step(number, record, steps, None, "timer", True)
         self.run.timed = True
 
     def _memory(self, step: int, rest: str, complete: bool) -> None:
@@ -408,25 +444,37 @@ class _Stream:
         if allocated and reserved:
             self.run.memory[step] = (allocated[0] / 1024.0, reserved[0] / 1024.0)
 
-    def _step(self, number: int, record: dict, total: int, gbs: int | None, framework: str, complete: bool) -> None:
+    def _step(self, number: int, record: dict, total: int, gbs: int | None, kind: str, complete: bool) -> None:
+        """Keep a step of the current run, or start the next run where the step counter restarts.
+
+        kind: the line that printed it (mega, prim, nemo or timer: TPrimat's TPRIMAT_STEP). The counter restarts
+        (runs appended, a run resumed from a checkpoint) where a kind of line goes back to an earlier step, or
+        prints the same step again with other values; NeMo's progress line may be redrawn, so only going back
+        counts there. The same line printed twice is one step; a cut-off line is completed by a later one.
+        """
         step, run = record["step"], self.run
-        restart = run.records and step < run.last_step and step <= run.first_step
+        values = repr(sorted(record.items()))
+        again, last = run.printed_lines.get((step, kind)), run.last_step.get(kind, 0)
+        if again == values and step == last:
+            return
+        restart = bool(run.records) and (step < last or (again is not None and kind != "nemo"))
         if not run.records or restart:
             if restart:
                 self.runs_found += 1
             self.run = run = self._start(number)
-        if not complete:
+        if complete:
+            run.printed_lines[(step, kind)] = values
+        else:
             record["truncated"] = True
         existing = run.records.get(step)
         if existing is None:
             run.records[step] = record
-        else:  # the same step printed again (another rank, or a line broken by other output)
+        else:  # printed by another kind of line (NeMo's and TPrimat's), or completing a cut-off line
             for key, value in record.items():
                 if existing.get(key) is None:
                     existing[key] = value
-        run.first_step = run.first_step or step
-        run.last_step = max(run.last_step, step)
-        run.total, run.framework = total, framework
+        run.last_step[kind] = max(run.last_step.get(kind, 0), step)
+        run.total, run.framework = total, "nemo" if kind == "timer" else kind
         if gbs is not None:
             run.line_gbs = gbs
 
@@ -455,17 +503,46 @@ def _precision(arguments: dict) -> str:
     return "bf16" if arguments.get("bf16") else "fp16" if arguments.get("fp16") else "fp32"
 
 
-def _effective(run: _Run) -> dict:
+def _unfit(key: str, value) -> str | None:
+    """What a setting's value should have been, where it is not that; None where it fits (or is None: unsaid)."""
+    if value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    whole = number and isinstance(value, int)
+    if key in WHOLE_ABOVE_ZERO and not (whole and value >= 1):
+        return "a whole number above 0"
+    if key in WHOLE_NUMBERS and not (whole and value >= 0):
+        return "a whole number of 0 or more"
+    if key in RATES and not (number and math.isfinite(value) and value >= 0):
+        return "a finite number of 0 or more"
+    return None
+
+
+def _fitting(pairs: Iterable[tuple[str, str, object]], notes: list[str]) -> dict:
+    """{key: value} of the (name in the log, key, value) triples whose value fits its key; the others named."""
+    kept = {}
+    for name, key, value in pairs:
+        problem = _unfit(key, value)
+        if problem:
+            notes.append(f"the log's {name} is {value!r}, not {problem}: ignored")
+        else:
+            kept[key] = value
+    return kept
+
+
+def _effective(run: _Run, notes: list[str]) -> dict:
     """Settings the framework itself reports, keyed like the result's parallelism/training/model fields.
 
     The argument dump wins over other printed lines, the iteration lines over both for the global
-    batch and the steps, and TPrimat's own TPRIMAT_EFFECTIVE line over everything.
+    batch and the steps, and TPrimat's own TPRIMAT_EFFECTIVE line over everything. A value that is
+    not what its setting must be is left out, with a note.
     """
-    values: dict = dict(run.printed)
-    for key, value in run.arguments.items():
+    values = _fitting(((key, key, value) for key, value in run.printed.items()), notes)
+    for name, value in run.arguments.items():
         # data_path and train_data_path both name the data: the one that is set wins over a None
-        if key in ARGUMENT_FIELDS and (value is not None or values.get(ARGUMENT_FIELDS[key]) is None):
-            values[ARGUMENT_FIELDS[key]] = value
+        key = ARGUMENT_FIELDS.get(name)
+        if key and (value is not None or values.get(key) is None):
+            values.update(_fitting([(name, key, value)], notes))
     if "bf16" in run.arguments or "fp8" in run.arguments:
         values["precision"] = _precision(run.arguments)
     if "num_attention_heads" in values and "group_query_attention" in run.arguments:
@@ -474,7 +551,7 @@ def _effective(run: _Run) -> dict:
     if run.line_gbs is not None:
         values["gbs"] = run.line_gbs
     if run.total is not None:
-        values["steps"] = run.total
+        values.update(_fitting([("iteration lines' total", "steps", run.total)], notes))
     complete_batch(values)
     if values.get("parameters") is not None and (values.get("tp"), values.get("pp")) != (1, 1):
         del values["parameters"]  # one stage's share of a split model: not the model's count
@@ -484,7 +561,7 @@ def _effective(run: _Run) -> dict:
         values["collective_transport"] = ", ".join(sorted(run.networks))
         if "Socket" in run.networks or run.networks <= RDMA_NETWORKS:  # a plugin's network: not known here
             values["collective_rdma"] = "Socket" not in run.networks
-    values.update(run.declared)
+    values.update(_fitting(((f"{EFFECTIVE_MARKER} {key}", key, value) for key, value in run.declared.items()), notes))
     return values
 
 
@@ -563,12 +640,17 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
     lines, truncated, tail = _iterate([Path(p) for p in paths], stream)
     run = stream.run if stream.run.records else stream.pending
     records = [run.records[step] for step in sorted(run.records)]
-    notes = []
+    notes = stream.notes
     if run.framework == "nemo" and records and not run.timed:
         _nemo_own_figures(records)
         notes.append("no TPRIMAT_STEP line: step times are NeMo's TimingCallback host times on rank 0 (no device "
                      "synchronisation; logging and callbacks between steps outside) and memory is rank 0's: not "
                      "comparable with other frameworks")
+    for record in records:  # a step time of 0 or below is no duration: flagged with the nan/inf values
+        seconds = record["step_time_s"]
+        if seconds is not None and seconds <= 0:
+            notes.append(f"step {record['step']}: step time {seconds:g} s is no duration (flagged like nan)")
+            record["step_time_s"] = math.nan
     for step, (allocated, reserved) in run.memory.items():
         target = next((r for r in reversed(records) if r["step"] <= step), None)
         if target is not None:
@@ -586,11 +668,36 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
         notes.append("the log ends in the middle of a line (the run was cut off)")
     if framework and run.framework and framework != run.framework and {framework, run.framework} != {"mega", "prim"}:
         notes.append(f"the log looks like {run.framework}, not {framework} as given")
+    effective = _effective(run, notes)
     return ParsedLog(framework=run.framework, records=records, total_steps=run.total, truncated=truncated,
-                     runs_found=stream.runs_found + (1 if records else 0), effective=_effective(run),
+                     runs_found=stream.runs_found + (1 if records else 0), effective=effective,
                      mock_evidence=run.mock_evidence, error_seen=stream.error_seen, tail=_clean_tail(tail),
                      device_name=run.device_name, gpu_vendor=run.gpu_vendor, vendor_evidence=run.vendor_evidence,
                      warnings=notes, lines_read=lines)
+
+
+def missing_steps(parsed: ParsedLog) -> list[int]:
+    """The steps up to the last one recorded that the framework should have printed and did not.
+
+    Megatron prints every log_interval-th iteration (the argument dump's, else every one), so a gap is a
+    line lost (cut, broken beyond recognition, or never printed); steps after the last one recorded are
+    the run's end, which steps_completed and the status already say.
+    """
+    interval = parsed.effective.get("log_interval") or 1
+    seen = {record["step"] for record in parsed.records}
+    last = max(seen, default=0)
+    return [step for step in range(interval, last + 1, interval) if step not in seen]
+
+
+def step_ranges(steps: Iterable[int]) -> str:
+    """Steps in a few words: [4, 5, 6, 9] -> "4-6, 9"."""
+    spans: list[list[int]] = []
+    for step in sorted(set(steps)):
+        if spans and step == spans[-1][1] + 1:
+            spans[-1][1] = step
+        else:
+            spans.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _nemo_own_figures(records: list[dict]) -> None:
