@@ -2,7 +2,9 @@
 
 Standard library only: the shell runs it before any container or virtual environment exists.
 Every problem is reported at once, one line each, naming the variable, its value, the rule and
-the valid alternatives; then the process exits 2 without a traceback.
+the valid alternatives; then the process exits 2 without a traceback. An environment variable
+that is not a knob but is named like one (TRAIN_ITER, train_iters) would be ignored unseen, so it
+gets a warning line.
 
     python3 -m utils.config check   # validate and print the effective configuration
     python3 -m utils.config env     # validate and print `export KEY=value` lines for the shell
@@ -556,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("check", "env", "json", "get"))
     parser.add_argument("key", nargs="?", help="with get: the variable to print")
-    parser.add_argument("--quiet", action="store_true", help="do not print notes")
+    parser.add_argument("--quiet", action="store_true", help="do not print notes or warnings")
     args = parser.parse_args(argv)
     try:
         config = load_config()
