@@ -65,6 +65,7 @@ class Knob:
 
 POSITIVE = Knob("int", low=1)
 COUNT = Knob("int")
+NAME = Knob("str", pattern="[!-~]*", rule="printable ASCII without spaces (empty: the default)")  # passed on as is
 
 KNOBS: dict[str, Knob] = {
     "PLATFORM": Knob("enum", ("auto",) + PLATFORMS),
@@ -88,7 +89,7 @@ KNOBS: dict[str, Knob] = {
     "MIN_LR": Knob("float", high=1),
     "WARMUP_STEPS": COUNT,
     "TRAIN_ITERS": POSITIVE,
-    "WEIGHT_DECAY": Knob("float", high=math.inf),
+    "WEIGHT_DECAY": Knob("float", high=1),
     "BETA1": Knob("float", high=1, bounds="[)"),
     "BETA2": Knob("float", high=1, bounds="[)"),
     "GRAD_CLIP": Knob("float", high=math.inf),
@@ -105,16 +106,16 @@ KNOBS: dict[str, Knob] = {
                         rule="an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),
     "MASTER_PORT": Knob("int", low=1, high=65535),
     "LAUNCHER": Knob("enum", ("auto", "local", "slurm")),
-    "SLURM_PARTITION": Knob("str"),
-    "SLURM_ACCOUNT": Knob("str"),
-    "SLURM_QOS": Knob("str"),
+    "SLURM_PARTITION": NAME,
+    "SLURM_ACCOUNT": NAME,
+    "SLURM_QOS": NAME,
     "SLURM_TIME": Knob("str", pattern=r"([0-9]+-)?[0-9]{1,2}(:[0-9]{2}){0,2}",
                        rule="a Slurm time limit [D-]HH:MM:SS, e.g. 04:00:00"),
     "SLURM_CONTAINER": Knob("enum", ("none", "pyxis")),
     "SLURM_CONTAINER_IMAGE": Knob("str"),
     "SLURM_PENDING_TIMEOUT": POSITIVE,
-    "NET_SOCKET_IFNAME": Knob("str"),
-    "NET_IB_HCA": Knob("str"),
+    "NET_SOCKET_IFNAME": NAME,
+    "NET_IB_HCA": NAME,
     "NET_IB_GID_INDEX": Knob("str", pattern="[0-9]*", rule="empty or an integer (digits 0-9 only)"),
     "NET_DEBUG": Knob("enum", ("", "VERSION", "WARN", "INFO", "TRACE")),
     "RUNS": POSITIVE,

@@ -53,11 +53,16 @@ def _value(rest: str, key: str) -> tuple[str, str]:
     """The value of what follows `=`: quoted verbatim, or up to a ' #' comment; and a problem or ''."""
     quote = rest[:1]
     if quote not in ("'", '"'):
-        return ("" if rest.startswith("#") else rest.split(" #", 1)[0].split("\t#", 1)[0].strip()), ""
+        return _uncommented(rest), ""
     end = rest.find(quote, 1)
-    if end < 0:
-        return rest, f"the quote {quote} of {key} is not closed"
+    if end < 0:  # read on as if unquoted, so that the one slip gives one line
+        return _uncommented(rest[1:]), f"the quote {quote} of {key} is not closed"
     after = rest[end + 1:].strip()
     if after and not after.startswith("#"):
         return rest[1:end], f"text after the closing quote of {key}; put comments after ' #'"
     return rest[1:end], ""
+
+
+def _uncommented(rest: str) -> str:
+    """An unquoted value: everything before a ' #' comment."""
+    return "" if rest.startswith("#") else rest.split(" #", 1)[0].split("\t#", 1)[0].strip()
