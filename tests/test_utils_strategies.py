@@ -113,3 +113,11 @@ def test_every_strategy_file_mistake_is_reported_at_once(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_config({**NVD, "STRATEGIES_FILE": str(extra)})
     assert len(caught.value.problems) == 2
+
+
+def test_a_strategy_file_mistake_is_reported_with_the_other_problems(tmp_path):
+    extra = tmp_path / "strategies.json"
+    extra.write_text('{"x": {"*": {"*": [true, 1, 8]}}}')
+    with pytest.raises(ConfigError) as caught:
+        load_config({**NVD, "STRATEGIES_FILE": str(extra), "SEED": "-1"})
+    assert [p.split(":")[0] for p in caught.value.problems] == ["SEED=-1", f"STRATEGIES_FILE={extra}"]

@@ -437,6 +437,7 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     if values["PRECISION"] == "auto":
         values["PRECISION"], why = cpu_precision(env) if platform == "cpu" else ("bf16", "bf16 on GPUs")
         sources["PRECISION"] = f"{sources.get('PRECISION', 'config.env')}: auto, {why}"
+    table = _strategy_table(values["STRATEGIES_FILE"], problems)
     if problems or values["PLATFORM"] is None:
         raise ConfigError(problems)
 
@@ -474,11 +475,6 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
             problems.append(f"SL={values['SL']}: {spec.display_name} has a context of "
                             f"{spec.max_position_embeddings} tokens; use SL <= {spec.max_position_embeddings}")
 
-    try:
-        table = load_table(Path(values["STRATEGIES_FILE"]) if values["STRATEGIES_FILE"] else None,
-                           PLATFORMS, MODEL_KEYS)
-    except StrategyError as err:
-        raise ConfigError(problems + err.problems) from None
     unknown: list[str] = []
     strategies = _resolve_strategies(values["STRATEGY"], table, unknown)
     if unknown:
@@ -497,6 +493,15 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _strategy_table(extra_file: str, problems: list[str]) -> dict:
+    """The strategy table with STRATEGIES_FILE's additions; the file's mistakes join the other problems."""
+    try:
+        return load_table(Path(extra_file) if extra_file else None, PLATFORMS, MODEL_KEYS)
+    except StrategyError as err:
+        problems.extend(err.problems)
+        return {}
 
 
 def launch_mode(values: dict, env: dict) -> str:
