@@ -208,7 +208,7 @@ def test_what_cannot_be_searched_is_not_packed(output_dir, secrets_env, tmp_path
 def test_an_unreadable_secrets_env_line_stops_the_wrap_naming_the_line_not_its_text(output_dir, secrets_env, tmp_path,
                                                                                      capsys):
     secrets_env.write_text(f"# mine\nHF_TOKEN {TOKEN}\n")
-    wrap_refuses(output_dir, tmp_path, capsys, said="secrets.env:2: a line TPrimat cannot read", code=2)
+    wrap_refuses(output_dir, tmp_path, capsys, said="secrets.env:2: expected KEY=VALUE (the line is not shown", code=2)
 
 
 def test_a_value_too_short_to_search_for_is_named_not_silently_skipped(output_dir, secrets_env, tmp_path, capsys):

@@ -50,3 +50,11 @@ def test_has_answers_with_its_exit_code_and_prints_no_value(tmp_path, secrets, c
                           capture_output=True, text=True)
     assert proc.returncode == code, proc.stderr
     assert proc.stdout == "" and TOKEN not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_key_set_twice_is_refused_since_one_of_its_values_would_go_unsearched(tmp_path):
+    path = tmp_path / "secrets.env"
+    path.write_text(f"HF_TOKEN={TOKEN}\nHF_TOKEN=hf_TESTSECRETsecond0000000\n")
+    with pytest.raises(SecretsError, match="HF_TOKEN is set twice") as raised:
+        known_values(path, env={})
+    assert TOKEN not in str(raised.value) and "second" not in str(raised.value)

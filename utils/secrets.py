@@ -15,7 +15,6 @@ Each exits 2, naming the line and not its text, when secrets.env has a line it c
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -34,10 +33,10 @@ def _read(path: Path | None, strict: bool = True) -> dict[str, str]:
     path = SECRETS_FILE if path is None else path
     values, problems = parse_env_file(path)
     if problems and strict:
-        # A problem quotes its line, which may hold a secret: say only where it is.
-        where = [match.group(0) if (match := re.match(r"[^:]*:\d+", p)) else path.name for p in problems]
-        raise SecretsError(f"{', '.join(where)}: a line TPrimat cannot read as one KEY=VALUE (its text is not shown: "
-                           "it may hold a secret); fix it as in secrets.env.example")
+        # A line it cannot split is quoted after ", got": not here, where it may hold a secret.
+        said = [problem.split(", got ", 1)[0] + (" (the line is not shown: it may hold a secret)" if ", got " in problem
+                                                else "") for problem in problems]
+        raise SecretsError(f"{'; '.join(said)}; fix secrets.env as secrets.env.example shows")
     return values
 
 
