@@ -2,9 +2,12 @@
 
     python3 -m evaluate.validate RESULT_OR_DIR_OR_ZIP...
 
-Each result: schema-valid, status ok, every requested step ran, losses finite, loss lower at the
-end than at the start, no NaN or skipped iterations, real data unless mock data was requested,
-effective settings equal to the requested ones (the fairness profile's too). The set: results of
+Each result: schema-valid, status ok, every requested step ran and has its record, losses finite,
+loss lower at the end than at the start, no NaN or skipped iterations, real data unless mock data
+was requested, effective settings equal to the requested ones (the fairness profile's too), and
+figures it earned: every step time finite, above 0 and no faster than the device's peak allows for
+the step's FLOPs (utils.models' formula, utils.hardware's peaks), the headline figures those
+utils.metrics gives from the step times, an MFU of at most 1, no memory below 0. The set: results of
 the same model must share variant, sequence length, precision, steps, dataset and tokenizer
 fingerprints, the fairness profile and the workload conventions (init std, padded vocabulary, EOD
 loss masking, sampler, NaN check, FP8 recipe; a different LR warm-up convention, NeMo's, is
@@ -24,7 +27,11 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 from evaluate.collect import CollectError, Loaded, load
+from evaluate.logs import step_ranges
+from utils import metrics
 from utils.fairness import IDENTITY_KEYS, PROFILES, profile
+from utils.hardware import DEVICES
+from utils.models import by_variant
 from utils.result import schema_errors
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
@@ -70,6 +77,10 @@ REQUESTED.update({key: ("training", key) for key in IDENTITY_KEYS})
 # The fairness profile's settings a framework reports: compared with the recorded profile's table.
 PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32", "average_in_collective")
 FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo")  # printed flat by Megatron/Primus
+# The highest dense peak of utils/hardware.py's table: no result's peak is above it, and it bounds the step
+# time where the device is unknown (nothing TPrimat knows computes faster).
+HIGHEST_PEAK = max(peak for _, spec in DEVICES for peak in (spec.bf16_tflops, spec.fp8_tflops) if peak)
+MEMORY_SERIES = ("mem_allocated_gib", "mem_reserved_gib", "mem_host_rss_gib")
 
 
 @dataclass(frozen=True)
@@ -106,8 +117,7 @@ def check_result(item: Loaded) -> list[Finding]:
     if run["status"] != "ok":
         excerpt = (run["error_excerpt"] or "").strip().splitlines()[-1:] or ["no error excerpt"]
         found.append(Finding(name, "status", f"{run['status']} (exit code {run['exit_code']}): {excerpt[0][:200]}"))
-    if run["steps_completed"] != training["steps"]:
-        found.append(Finding(name, "steps", f"{run['steps_completed']} steps ran, {training['steps']} requested"))
+    found += _steps(name, run, training, series, r["effective"])
     losses = series["loss"]
     bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
     if bad:
@@ -140,7 +150,99 @@ def check_result(item: Loaded) -> list[Finding]:
                 and not _same(effective[key], r[section][field]):
             found.append(Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, "
                                  f"{r[section][field]!r} requested"))
-    return found + _profile_applied(name, training, effective)
+    return found + _profile_applied(name, training, effective) + _figures(name, r) + _memory(name, r)
+
+
+def _steps(name: str, run: dict, training: dict, series: dict, effective: dict) -> list[Finding]:
+    """Every requested step ran and has its record: Megatron's log_interval-th steps where the log said one."""
+    completed, requested, recorded = run["steps_completed"], training["steps"], series["step"]
+    interval = effective.get("log_interval")
+    interval = interval if isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1 else 1
+    last = max(recorded, default=0)
+    missing = sorted(set(range(interval, requested + 1, interval)) - set(recorded))
+    beyond = [step for step in recorded if step > requested]
+    said = []
+    if completed != requested:
+        said.append(f"{completed} steps ran, {requested} requested")
+    if completed > last:
+        said.append(f"steps_completed {completed} but the last recorded step is {last}")
+    if missing:
+        said.append(f"missing steps {step_ranges(missing)}")
+    if beyond:
+        said.append(f"step(s) {step_ranges(beyond)} beyond the {requested} requested")
+    return [Finding(name, "steps", "; ".join(said))] if said else []
+
+
+def _figures(name: str, r: dict) -> list[Finding]:
+    """The figures again, from the step times by utils.metrics, the FLOPs formula and the peak table.
+
+    A step time that is not a finite number above 0, or that is shorter than the step's FLOPs take at the
+    peak (the device's, else the fastest of the table), is named: no device runs faster than its peak,
+    so such a step (an MFU above 1) is a misread or made-up figure.
+    """
+    training, performance, series = r["training"], r["performance"], r["series"]
+    try:
+        spec = by_variant(r["model"]["variant"])
+    except ValueError as err:
+        return [Finding(name, "figures", f"{err}: its FLOPs are unknown")]
+    found = []
+    peak = performance["peak_tflop_per_s_per_gpu"]
+    plausible = peak is not None and 0 < peak <= HIGHEST_PEAK
+    if peak is not None and not plausible:
+        found.append(Finding(name, "figures", f"peak {peak:g} TFLOP/s is no device's: utils/hardware.py's "
+                             f"highest is {HIGHEST_PEAK:g}"))
+    bound, whose = (peak, "the device's peak") if plausible else (HIGHEST_PEAK, "the fastest peak in utils/hardware.py")
+    num_gpus, seq_len = r["parallelism"]["num_gpus"], training["seq_len"]
+    tokens_per_step = training["gbs"] * seq_len
+    flops_per_gpu = spec.flops_per_token(seq_len) * tokens_per_step / num_gpus
+    fastest = flops_per_gpu / (bound * 1e12)
+    steps, times = series["step"], series["step_time_s"]
+    broken = sorted({item["step"] for item in r["health"]["nonfinite"] if item["field"] == "step_time_s"}
+                    | {step for step, t in zip(steps, times) if t is not None and t <= 0})
+    if broken:
+        found.append(Finding(name, "step times", f"step(s) {step_ranges(broken)}: step time nan/inf, 0 or below"))
+    too_fast = [step for step, t in zip(steps, times) if t is not None and 0 < t < fastest]
+    if too_fast:
+        found.append(Finding(name, "step times", f"step(s) {step_ranges(too_fast)}: faster than {fastest:.3g} s, "
+                             f"the least {flops_per_gpu:.3g} FLOPs per GPU take at {whose} {bound:g} TFLOP/s"))
+    if performance["mfu"] is not None and performance["mfu"] > 1:
+        found.append(Finding(name, "figures", f"MFU {performance['mfu']:g} is above 1: no device computes faster "
+                             "than its peak"))
+    expected: dict = {"tokens_per_step": tokens_per_step, "flops_per_token": spec.flops_per_token(seq_len)}
+    window = metrics.steady_window(steps, times, performance["warmup_skip"])
+    if window is None:
+        found.append(Finding(name, "figures", f"no throughput figure: no step after WARMUP_SKIP="
+                             f"{performance['warmup_skip']} has a step time"))
+    elif not any(t is not None and t <= 0 for t in times):  # else named above; tokens/s of such times is none
+        kept = set(window.steps)
+        median = metrics.summarize(t for step, t in zip(steps, times) if step in kept).median
+        per_gpu = metrics.per_gpu(metrics.tokens_per_second(tokens_per_step, median), num_gpus)
+        tflops = metrics.tflops_per_gpu(spec, seq_len, per_gpu)
+        expected.update(median_step_time_s=median, tokens_per_s=per_gpu * num_gpus, tokens_per_s_per_gpu=per_gpu,
+                        tflop_per_s_per_gpu=tflops, mfu=metrics.mfu(tflops, peak))
+    recorded = {**performance, "median_step_time_s": (performance["step_time_s"] or {}).get("median")}
+    for key, value in expected.items():
+        if not _same(recorded[key], value):
+            found.append(Finding(name, "figures", f"{key} is {_shown(recorded[key])} in the result, {_shown(value)} "
+                                 "from its step times"))
+    return found
+
+
+def _shown(value: float | None) -> str:
+    return "none" if value is None else f"{value:.4g}"
+
+
+def _memory(name: str, r: dict) -> list[Finding]:
+    """Memory is never below 0."""
+    memory, series = r["memory"], r["series"]
+    below = [key for key, value in memory.items() if isinstance(value, (int, float)) and value < 0]
+    if any(value < 0 for value in memory.get("host_rss_gib_per_worker", [])):
+        below.append("host_rss_gib_per_worker")
+    for key in MEMORY_SERIES:
+        steps = [step for step, value in zip(series["step"], series.get(key, [])) if value is not None and value < 0]
+        if steps:
+            below.append(f"{key} at step(s) {step_ranges(steps)}")
+    return [Finding(name, "memory", f"below 0: {'; '.join(below)}")] if below else []
 
 
 def _profile_applied(name: str, training: dict, effective: dict) -> list[Finding]:

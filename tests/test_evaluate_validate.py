@@ -2,15 +2,17 @@
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from evaluate import validate
+from evaluate import extract, validate
 from evaluate.collect import Loaded
 from utils.fairness import identity, profile, workload
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
+LOGS = Path(__file__).parent / "fixtures" / "logs"
 FINGERPRINTS = {"dataset_fingerprint": "d" * 64, "tokenizer_fingerprint": "t" * 64}
 
 
@@ -184,3 +186,117 @@ def test_cli_prints_one_line_per_problem_and_exits_1(capsys):
 def test_cli_rejects_a_missing_input_with_exit_2(tmp_path, capsys):
     assert validate.main([str(tmp_path / "nothing")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# --- No figure a result did not earn: every result is checked, whatever wrote it ---------------------------
+
+H100_BF16 = 989.4  # utils/hardware.py's NVIDIA H100 SXM
+
+
+def on_h100(data):
+    """A result whose device peak is known (the golden logs name no device)."""
+    performance = data["performance"]
+    performance["peak_tflop_per_s_per_gpu"] = H100_BF16
+    performance["mfu"] = performance["tflop_per_s_per_gpu"] / H100_BF16
+    return data
+
+
+def messages(data, check):
+    return [f.message for f in validate.check_result(Loaded("test", data, {})) if f.check == check and f.fatal]
+
+
+def extracted(tmp_path, log_text):
+    """The result evaluate.extract makes of a log, under the golden logs' request."""
+    log, run_dir = tmp_path / "train.log", tmp_path / "run"
+    log.write_text(log_text)
+    run_dir.mkdir()
+    shutil.copy(LOGS / "config-nvd.json", run_dir / "config.json")
+    assert extract.main([str(log), "--run-dir", str(run_dir), "-o", str(run_dir / "result.json")]) == 0
+    data = json.loads((run_dir / "result.json").read_text())
+    data["training"].update(FINGERPRINTS)
+    return data
+
+
+def test_a_sound_result_on_a_known_device_passes():
+    assert checks(on_h100(result("megatron"))) == set()
+
+
+def test_an_mfu_above_one_is_impossible_and_fails():
+    data = on_h100(result("megatron"))
+    data["performance"].update(mfu=1545.0, tflop_per_s_per_gpu=1.528e6)
+    found = messages(data, "figures")
+    assert "MFU 1545 is above 1: no device computes faster than its peak" in found
+    assert any(m.startswith("tflop_per_s_per_gpu is 1.528e+06 in the result, 164.") for m in found)
+
+
+def test_a_headline_its_step_times_do_not_give_fails_naming_the_field():
+    data = result("megatron")
+    data["performance"]["tokens_per_s_per_gpu"] = 32768000.0
+    assert messages(data, "figures") == ["tokens_per_s_per_gpu is 3.277e+07 in the result, 3523 from its step times"]
+
+
+def test_step_times_faster_than_the_device_allows_fail_and_are_named():
+    """The fastest step: FLOPs per token (utils.models' one formula) x tokens per step / GPUs / the peak."""
+    data = on_h100(result("megatron"))
+    data["series"]["step_time_s"][6] = data["series"]["step_time_s"][8] = 0.009  # the median is still 9.3 s
+    assert messages(data, "step times") == [
+        "step(s) 7, 9: faster than 1.54 s, the least 1.53e+15 FLOPs per GPU take at the device's peak 989.4 TFLOP/s"]
+
+
+def test_without_a_known_device_the_fastest_device_of_the_table_bounds_the_step_time():
+    data = result("megatron")
+    assert data["performance"]["peak_tflop_per_s_per_gpu"] is None
+    data["series"]["step_time_s"][6] = 0.009
+    assert messages(data, "step times") == ["step(s) 7: faster than 0.306 s, the least 1.53e+15 FLOPs per GPU take "
+                                            "at the fastest peak in utils/hardware.py 5000 TFLOP/s"]
+
+
+def test_a_peak_that_is_no_devices_fails():
+    data = result("megatron")
+    data["performance"].update(peak_tflop_per_s_per_gpu=1e9, mfu=data["performance"]["tflop_per_s_per_gpu"] / 1e9)
+    assert messages(data, "figures") == ["peak 1e+09 TFLOP/s is no device's: utils/hardware.py's highest is 5000"]
+
+
+def test_non_finite_step_times_fail_named_and_no_figure_fails(tmp_path):
+    data = extracted(tmp_path, (LOGS / "megatron_inf_step_times.log").read_text())
+    assert messages(data, "step times") == ["step(s) 1-12: step time nan/inf, 0 or below"]
+    assert messages(data, "figures") == ["no throughput figure: no step after WARMUP_SKIP=2 has a step time"]
+
+
+def test_a_step_time_of_zero_fails_named(tmp_path):
+    data = extracted(tmp_path, (LOGS / "megatron_zero_step_time.log").read_text())
+    assert messages(data, "step times") == ["step(s) 7-8: step time nan/inf, 0 or below"]
+
+
+def test_missing_steps_are_named():
+    data = result("megatron")
+    for values in data["series"].values():
+        del values[3:11]
+    assert messages(data, "steps") == ["missing steps 4-11"]
+
+
+def test_steps_after_the_log_interval_are_all_the_steps(tmp_path):
+    text = (LOGS / "megatron.log").read_text()
+    kept = [line for line in text.splitlines(True) if " iteration " not in line
+            or any(f"iteration {step:8d}/" in line for step in (4, 8, 12))]
+    data = extracted(tmp_path, "".join(kept).replace("  lr ....", f"  log_interval {'.' * 36} 4\n  lr ....", 1))
+    assert data["series"]["step"] == [4, 8, 12] and messages(data, "steps") == []
+
+
+def test_more_steps_than_requested_fail():
+    data = result("megatron")
+    data["run"]["steps_completed"] = 13
+    assert messages(data, "steps") == ["13 steps ran, 12 requested; steps_completed 13 but the last recorded step is 12"]
+
+
+def test_negative_memory_fails():
+    data = result("megatron")
+    data["memory"]["peak_reserved_gib"] = -1.0
+    data["series"]["mem_allocated_gib"][0] = -59.8
+    assert messages(data, "memory") == ["below 0: peak_reserved_gib; mem_allocated_gib at step(s) 1"]
+
+
+def test_an_mfu_without_a_peak_fails():
+    data = result("megatron")
+    data["performance"]["mfu"] = 0.4
+    assert messages(data, "figures") == ["mfu is 0.4 in the result, none from its step times"]
