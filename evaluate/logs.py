@@ -143,7 +143,7 @@ class _Run:
     start_line: int
     records: dict[int, dict] = field(default_factory=dict)
     last_step: dict[str, int] = field(default_factory=dict)  # the last step each kind of record line printed
-    printed_lines: dict[tuple[int, str], str] = field(default_factory=dict)  # (step, kind) -> the values it printed
+    printed_lines: dict[tuple[int, str], str] = field(default_factory=dict)  # (step, kind) -> the text it printed
     total: int | None = None
     framework: str | None = None
     memory: dict[int, tuple[float, float]] = field(default_factory=dict)
@@ -331,8 +331,9 @@ class _Stream:
         if "iteration" in text:
             nemo = NEMO_ITERATION.match(text) if "Training epoch" in text else None
             if nemo:
-                record, gbs = _nemo_record(int(nemo.group(2)), text[nemo.end():], complete)
-                self._step(number, record, int(nemo.group(3)) + 1, gbs, "nemo", complete)
+                rest = text[nemo.end():]
+                record, gbs = _nemo_record(int(nemo.group(2)), rest, complete)
+                self._step(number, record, int(nemo.group(3)) + 1, gbs, "nemo", complete, rest)
                 return
             megatron = MEGATRON_ITERATION.match(text)
             if megatron:
@@ -361,9 +362,10 @@ class _Stream:
         if step < 1:
             self.notes.append(f"line {number}: iteration {step} is no step (Megatron counts from 1): ignored")
             return
-        record, gbs, primus_fields = _megatron_record(step, text[match.end():])
+        rest = text[match.end():]
+        record, gbs, primus_fields = _megatron_record(step, rest)
         primus = primus_fields or bool(PRIMUS_PREFIX.search(match.group(0)))
-        self._step(number, record, int(match.group(2)), gbs, "prim" if primus else "mega", complete)
+        self._step(number, record, int(match.group(2)), gbs, "prim" if primus else "mega", complete, rest)
         usage = HIP_MEMORY.search(text) if primus_fields else None
         if usage:
             self._vendor(self.run, "amd", usage.group(0))
@@ -435,7 +437,7 @@ class _Stream:
         for key, name in (("peak_allocated_bytes", "mem_allocated_gib"), ("peak_reserved_bytes", "mem_reserved_gib")):
             if isinstance(values.get(key), (int, float)):
                 record[name] = values[key] / GIB
-        self._step(number, record, steps, None, "timer", True)
+        self._step(number, record, steps, None, "timer", True, payload)
         self.run.timed = True
 
     def _memory(self, step: int, rest: str, complete: bool) -> None:
@@ -444,18 +446,19 @@ class _Stream:
         if allocated and reserved:
             self.run.memory[step] = (allocated[0] / 1024.0, reserved[0] / 1024.0)
 
-    def _step(self, number: int, record: dict, total: int, gbs: int | None, kind: str, complete: bool) -> None:
+    def _step(self, number: int, record: dict, total: int, gbs: int | None, kind: str, complete: bool,
+              printed: str) -> None:
         """Keep a step of the current run, or start the next run where the step counter restarts.
 
-        kind: the line that printed it (mega, prim, nemo or timer: TPrimat's TPRIMAT_STEP). The counter restarts
+        kind: the line that printed it (mega, prim, nemo or timer: TPrimat's TPRIMAT_STEP); printed: its text after
+        the iteration number (the values, without the timestamp). The counter restarts
         (runs appended, a run resumed from a checkpoint) where a kind of line goes back to an earlier step, or
         prints the same step again with other values; NeMo's progress line may be redrawn, so only going back
         counts there. The same line printed twice is one step; a cut-off line is completed by a later one.
         """
         step, run = record["step"], self.run
-        values = repr(sorted(record.items()))
         again, last = run.printed_lines.get((step, kind)), run.last_step.get(kind, 0)
-        if again == values and step == last:
+        if again == printed and step == last:
             return
         restart = bool(run.records) and (step < last or (again is not None and kind != "nemo"))
         if not run.records or restart:
@@ -463,7 +466,7 @@ class _Stream:
                 self.runs_found += 1
             self.run = run = self._start(number)
         if complete:
-            run.printed_lines[(step, kind)] = values
+            run.printed_lines[(step, kind)] = printed
         else:
             record["truncated"] = True
         existing = run.records.get(step)
