@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
-from data.cli import Parser, UsageError, run, worker_signals
+from data.cli import Parser, UsageError, run, stop_if_signalled, worker_signals
 from data.fetch import source_meta_path
 from utils.files import atomic_open, read_json, write_json
 from data.quality import RULES, failed_rule
@@ -125,6 +125,7 @@ def clean_file(input_path: Path, output: Path, workers: int = 1, progress: bool 
 
         def drain() -> None:
             nonlocal records, documents, kept, words
+            stop_if_signalled()
             size, future = pending.popleft()
             records += size
             for doc, rule in future.result():
@@ -147,6 +148,7 @@ def clean_file(input_path: Path, output: Path, workers: int = 1, progress: bool 
                 drain()
         while pending:
             drain()
+        stop_if_signalled()  # before atomic_open puts the output in place
     report = {
         "input": str(input_path), "records": records, "documents": documents, "kept": kept, "words_kept": words,
         "dropped": {name: dropped.get(name, 0) for name in [r.name for r in RULES] + [DUPLICATE]},

@@ -37,8 +37,25 @@ class Terminated(BaseException):
     """SIGTERM, raised where the tool is so that its cleanup runs as for Ctrl-C."""
 
 
-def _terminate(signum, frame) -> NoReturn:
-    raise Terminated()
+_STOPS: list[int] = []  # signals received; see stop_if_signalled
+
+
+def _stop(signum, frame) -> NoReturn:
+    _STOPS.append(signum)
+    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+
+
+def _unraisable(info) -> None:
+    """A stop swallowed where exceptions cannot propagate is raised again by stop_if_signalled: no traceback here."""
+    if not isinstance(info.exc_value, (KeyboardInterrupt, Terminated)):
+        sys.__unraisablehook__(info)
+
+
+def stop_if_signalled() -> None:
+    """Raise again a stop whose exception was swallowed: one arriving while a worker is forked is raised inside
+    an at-fork hook (logging's), which ignores it. Call before work is committed."""
+    if _STOPS:
+        raise KeyboardInterrupt() if _STOPS[0] == signal.SIGINT else Terminated()
 
 
 def worker_signals() -> None:
@@ -50,7 +67,9 @@ def worker_signals() -> None:
 
 def run(main: Callable[[list[str] | None], int], tool: str) -> None:
     """Call main() and exit with its code, mapping the errors above to one line each."""
-    signal.signal(signal.SIGTERM, _terminate)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _stop)
+    sys.unraisablehook = _unraisable
     try:
         code = main(None)
     except UsageError as err:

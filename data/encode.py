@@ -37,7 +37,7 @@ from typing import Iterator
 import numpy as np
 
 from data.bpe import Proof, TiktokenTwin, load_proof
-from data.cli import Parser, UsageError, run, worker_signals
+from data.cli import Parser, UsageError, run, stop_if_signalled, worker_signals
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
 from data.integrity import invalidate
 
@@ -229,6 +229,7 @@ def encode_file(input_path: Path, tokenizer_dir: Path, output_prefix: str, *, ke
                     number, reason = err.args
                     raise UsageError(f"--input {input_path}: line {line_offset + number + 1} is not a JSON object "
                                      f"with {', '.join(keys)} ({reason})") from None
+                stop_if_signalled()
                 for key in keys:
                     writers[key].add(block.tokens[key], block.lengths[key], block.per_doc[key])
                 documents += block.documents
@@ -244,6 +245,7 @@ def encode_file(input_path: Path, tokenizer_dir: Path, output_prefix: str, *, ke
                     drain_one()
             while pending:
                 drain_one()
+        stop_if_signalled()
         for writer in writers.values():
             writer.finish()
     except BaseException:

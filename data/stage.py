@@ -7,12 +7,15 @@ A stage is current when its stamp (DATA_DIR/stamps/NAME.json) records the same p
 same sha256 of every input (files, or directories hashed file by file; the stage's own code is
 passed as inputs too) and outputs that still exist with the sha256 recorded. Otherwise
 `python -m MODULE ARG...` runs and, on success, the stamp is rewritten; on failure the stamp is
-removed so a rerun starts the stage again. --force (FORCE=1) reruns regardless.
+removed so a rerun starts the stage again. --force (FORCE=1) reruns regardless. Ctrl-C reaches the
+tool (same process group), which reports it; SIGTERM is passed on to it; either way the tool's exit
+code (130, 143) comes back with no second line.
 """
 
 from __future__ import annotations
 
 import hashlib
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +54,19 @@ def is_current(stamp: Path, params: dict, inputs: list[Path], outputs: list[Path
     return True, ""
 
 
+def call_tool(command: list[str]) -> int:
+    """Run `python -m COMMAND` to its end; its exit code (128 + N when signal N killed it)."""
+    child = subprocess.Popen([sys.executable, "-m", *command], cwd=ROOT)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))}
+    try:
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 128 - code if code < 0 else code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)  # what follows -- is the stage's own command line
@@ -82,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"[tprimat] {args.name}: running ({'FORCE=1' if args.force else why})", file=sys.stderr)
     stamp.unlink(missing_ok=True)
-    code = subprocess.call([sys.executable, "-m", *command], cwd=ROOT)
+    code = call_tool(command)
     if code != 0:
         return code
     missing = [str(p) for p in args.outputs if digest(p) is None]

@@ -3,7 +3,8 @@
 # Stage script, run by ./shell/run_data.sh in the chosen runtime: prepares DATASET for every model of
 # MODELS in DATA_DIR through data.fetch -> data.clean -> data.encode -> data.verify. Each stage is
 # skipped when its stamp (DATA_DIR/stamps) shows its outputs complete and made from the same inputs,
-# code and parameters; FORCE=1 redoes everything.
+# code and parameters; FORCE=1 redoes everything. One run per DATA_DIR at a time: a second waits for
+# the first (data/lock.py). Ctrl-C or SIGTERM: the stage running says so in one line, exit 130 or 143.
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 # data_stage NAME [--input P | --output P | --param K=V]... -- MODULE ARG...
@@ -13,6 +14,7 @@ data_stage() {
   local -a rerun=()
   [[ "${FORCE}" == 1 ]] && rerun=(--force)
   tp_python -m data.stage --name "${name}" --stamps "${DATA_DIR}/stamps" "${rerun[@]}" "$@" || code=$?
+  (( code != 130 && code != 143 )) || exit "${code}"  # interrupted: the stage said so
   (( code == 0 )) || tp_die "${code}" "data stage ${name} failed (see above); fix it and rerun ./shell/run_data.sh"
 }
 
@@ -53,6 +55,11 @@ main() {
   workers="$(nproc)"
   local -a bundled=()
   [[ "${DATASET}" == sample ]] && bundled=(--input data/sample/sample.jsonl.gz)
+  local lock code=0
+  mkdir -p "${DATA_DIR}" || tp_die 2 "DATA_DIR=${DATA_DIR}: cannot create it"
+  exec {lock}<>"${DATA_DIR}/.run_data.lock" || tp_die 2 "DATA_DIR=${DATA_DIR}: cannot write its lock file"
+  tp_python -m data.lock --fd "${lock}" --pid "$$" --data-dir "${DATA_DIR}" || code=$?
+  (( code == 0 )) || exit "${code}"  # data.lock said why
   tp_log "data: ${DATASET} (${DATA_SAMPLES} records, seed ${SEED}) for ${MODELS} into ${DATA_DIR}"
   data_stage "fetch-${DATASET}" --input data/fetch.py "${bundled[@]}" \
     --output "${raw}" --output "${DATA_DIR}/raw/${DATASET}.source.json" \

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,10 +53,14 @@ def test_a_param_without_a_value_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "out.json").exists()
 
 
+def sample_env(tmp_path: Path) -> dict:
+    return {**os.environ, "PLATFORM": "cpu", "DATASET": "sample", "MODELS": "qwen", "DATA_DIR": str(tmp_path / "data"),
+            "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TPRIMAT_PYTHON": sys.executable, "FORCE": "0",
+            "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
 def test_data_sh_prepares_the_sample_offline_and_skips_it_the_second_time(tmp_path):
-    env = {**os.environ, "PLATFORM": "cpu", "DATASET": "sample", "MODELS": "qwen", "DATA_DIR": str(tmp_path / "data"),
-           "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TPRIMAT_PYTHON": sys.executable, "FORCE": "0",
-           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = sample_env(tmp_path)
     first = subprocess.run(["bash", "shell/data.sh"], cwd=REPO, env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "OFFLINE tokenizer" in first.stderr and "data.verify: OK" in first.stderr
@@ -66,6 +72,37 @@ def test_data_sh_prepares_the_sample_offline_and_skips_it_the_second_time(tmp_pa
     assert second.returncode == 0
     for name in ("fetch-sample", "clean-sample", "tokenizer-qwen", "encode-sample-qwen", "verify-sample-qwen"):
         assert f"{name}: up to date, skipped" in second.stderr
+
+
+def test_two_data_sh_on_one_data_dir_both_succeed_the_second_waiting_for_the_first(tmp_path):
+    runs = [subprocess.Popen(["bash", "shell/data.sh"], cwd=REPO, env=sample_env(tmp_path), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [run.communicate(timeout=600)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], errors
+    assert sum("another run_data.sh is preparing" in err for err in errors) == 1
+    assert json.loads((tmp_path / "data" / "sample_qwen_text_document.manifest.json").read_text())["verified"]
+
+
+def test_ctrl_c_in_a_stage_is_the_tool_s_one_line_and_exit_130(tmp_path):
+    from tests.test_data_encode import big_corpus, partial
+    from tests.test_data_tokenizer import offline_tokenizer
+
+    tokenizer = offline_tokenizer("qwen", tmp_path)
+    prefix = tmp_path / "c"
+    command = [sys.executable, "-m", "data.stage", "--name", "encode", "--stamps", str(tmp_path / "stamps"), "--",
+               "data.encode", "--input", str(big_corpus(tmp_path)), "--tokenizer-model", str(tokenizer),
+               "--output-prefix", str(prefix), "--workers", "2", "--append-eod", "--quiet"]
+    proc = subprocess.Popen(command, cwd=REPO, start_new_session=True, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    deadline = time.monotonic() + 120
+    while not partial(Path(f"{prefix}_text_document.bin")).exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "encode ended before Ctrl-C"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "data.encode: interrupted" and "Traceback" not in err
+    assert err.count("interrupted") == 1
 
 
 def test_the_sample_corpus_states_its_licence():
