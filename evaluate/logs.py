@@ -1,12 +1,16 @@
 """Streaming parsers of Megatron-LM, Primus and NeMo training logs (../shared/reference/log-formats.md).
 
 Lines are read one at a time, and only the current run's steps are kept, so memory does not grow
-with the size of the log. Fields are found by name, never by position, and every field but the
+with the size of the log. A step is a line the framework printed: its record at the start of the
+line, after nothing but a launcher's rank label and the framework's own prefix; the same text quoted
+by a traceback is no step. Fields are found by name, never by position, and every field but the
 iteration number is optional. What the parsers survive: ANSI colour codes, carriage returns and
 CRLF line ends, other ranks' output interleaved or glued into a line (a value is taken only when
-the whole field is a number), a last line cut off (flagged as truncated), nan/inf (kept as float
-nan/inf: utils.result turns them into flagged nulls), and several runs appended to one file (split
-where the iteration counter restarts; the last run is returned).
+the whole field is a number, and a Megatron field only when its closing "|" follows), a last line
+cut off (flagged as truncated), nan/inf and step times of 0 or below (kept as float nan: utils.result
+turns them into flagged nulls), settings that are no number where one belongs (left out, named), and
+several runs appended to one file or a run resumed from a checkpoint (split where the iteration
+counter goes back or a step is printed again with other values; the last run is returned).
 
 Besides the steps, the parsers read the settings a log prints, so that a log from elsewhere needs
 no run request: Megatron-LM's and Primus's argument dump (layout, batch, steps, precision, LR
