@@ -362,12 +362,8 @@ class _Stream:
         self._printed(text)
 
     def _megatron(self, number: int, match: re.Match, text: str, complete: bool) -> None:
-        step = int(match.group(1))
-        if step < 1:
-            self.notes.append(f"line {number}: iteration {step} is no step (Megatron counts from 1): ignored")
-            return
         rest = text[match.end():]
-        record, gbs, primus_fields = _megatron_record(step, rest)
+        record, gbs, primus_fields = _megatron_record(int(match.group(1)), rest)
         primus = primus_fields or bool(PRIMUS_PREFIX.search(match.group(0)))
         self._step(number, record, int(match.group(2)), gbs, "prim" if primus else "mega", complete, rest)
         usage = HIP_MEMORY.search(text) if primus_fields else None
@@ -461,6 +457,9 @@ class _Stream:
         counts there. The same line printed twice is one step; a cut-off line is completed by a later one.
         """
         step, run = record["step"], self.run
+        if step < 1:
+            self.notes.append(f"line {number}: a step numbered {step} is no step (steps count from 1): ignored")
+            return
         again, last = run.printed_lines.get((step, kind)), run.last_step.get(kind, 0)
         if again == printed and step == last:
             return

@@ -554,7 +554,17 @@ def test_iteration_zero_is_no_step(tmp_path):
     code, result = run_extract(tmp_path, "megatron.log")
     parsed = logs.parse_logs([log])
     assert [r["step"] for r in parsed.records] == list(range(1, 13))
-    assert any("iteration 0 is no step" in w for w in parsed.warnings)
+    assert any(w.endswith("a step numbered 0 is no step (steps count from 1): ignored") for w in parsed.warnings)
+
+
+@pytest.mark.parametrize("old, new", [('"step": 6, "steps": 12', '"step": 0, "steps": 12'),
+                                      ("global_step: 5 |", "global_step: -5 |")])
+def test_a_step_numbered_below_one_is_no_step_and_no_crash(tmp_path, old, new):
+    log = tmp_path / "nemo_timed.log"
+    log.write_text((FIXTURES / "nemo_timed.log").read_text().replace(old, new))
+    parsed = logs.parse_logs([log])
+    assert min(r["step"] for r in parsed.records) == 1
+    assert any("is no step (steps count from 1): ignored" in w for w in parsed.warnings)
 
 
 @pytest.mark.parametrize("count", ["-3", "1.5"])
