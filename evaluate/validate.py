@@ -81,6 +81,7 @@ FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo")  # printed flat by 
 # time where the device is unknown (nothing TPrimat knows computes faster).
 HIGHEST_PEAK = max(peak for _, spec in DEVICES for peak in (spec.bf16_tflops, spec.fp8_tflops) if peak)
 MEMORY_SERIES = ("mem_allocated_gib", "mem_reserved_gib", "mem_host_rss_gib")
+HEADLINE = ("median_step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu", "mfu")
 
 
 @dataclass(frozen=True)
@@ -211,14 +212,17 @@ def _figures(name: str, r: dict) -> list[Finding]:
     expected: dict = {"tokens_per_step": tokens_per_step, "flops_per_token": spec.flops_per_token(seq_len)}
     window = metrics.steady_window(steps, times, performance["warmup_skip"])
     if window is None:
-        found.append(Finding(name, "figures", f"no throughput figure: no step after WARMUP_SKIP="
-                             f"{performance['warmup_skip']} has a step time"))
-    elif not any(t is not None and t <= 0 for t in times):  # else named above; tokens/s of such times is none
+        expected.update(dict.fromkeys(HEADLINE))
+        if steps:  # steps recorded, and no figure (a run without steps fails "steps")
+            found.append(Finding(name, "figures", f"no throughput figure: no step after WARMUP_SKIP="
+                                 f"{performance['warmup_skip']} has a step time"))
+    elif not any(t is not None and t <= 0 for t in times):  # else named above: no tokens/s of those
         kept = set(window.steps)
         median = metrics.summarize(t for step, t in zip(steps, times) if step in kept).median
-        per_gpu = metrics.per_gpu(metrics.tokens_per_second(tokens_per_step, median), num_gpus)
+        tokens_per_s = metrics.tokens_per_second(tokens_per_step, median)
+        per_gpu = metrics.per_gpu(tokens_per_s, num_gpus)
         tflops = metrics.tflops_per_gpu(spec, seq_len, per_gpu)
-        expected.update(median_step_time_s=median, tokens_per_s=per_gpu * num_gpus, tokens_per_s_per_gpu=per_gpu,
+        expected.update(median_step_time_s=median, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=per_gpu,
                         tflop_per_s_per_gpu=tflops, mfu=metrics.mfu(tflops, peak))
     recorded = {**performance, "median_step_time_s": (performance["step_time_s"] or {}).get("median")}
     for key, value in expected.items():

@@ -300,3 +300,11 @@ def test_an_mfu_without_a_peak_fails():
     data = result("megatron")
     data["performance"]["mfu"] = 0.4
     assert messages(data, "figures") == ["mfu is 0.4 in the result, none from its step times"]
+
+
+def test_figures_without_a_step_time_behind_them_fail():
+    data = result("megatron")
+    data["series"]["step_time_s"] = [None] * len(data["series"]["step"])
+    found = messages(data, "figures")
+    assert found[0] == "no throughput figure: no step after WARMUP_SKIP=2 has a step time"
+    assert "tokens_per_s_per_gpu is 3523 in the result, none from its step times" in found
