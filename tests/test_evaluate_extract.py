@@ -551,7 +551,6 @@ def test_iteration_zero_is_no_step(tmp_path):
     first = next(line for line in text.splitlines(True) if " iteration " in line)
     log = tmp_path / "zero.log"
     log.write_text(text.replace(first, first.replace("iteration        1/", "iteration        0/") + first, 1))
-    code, result = run_extract(tmp_path, "megatron.log")
     parsed = logs.parse_logs([log])
     assert [r["step"] for r in parsed.records] == list(range(1, 13))
     assert any(w.endswith("a step numbered 0 is no step (steps count from 1): ignored") for w in parsed.warnings)
