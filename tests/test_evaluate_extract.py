@@ -451,14 +451,15 @@ def test_a_traceback_quoting_an_iteration_line_is_no_step(tmp_path, capsys):
     "    Training epoch 0, iteration 11/11 | global_step: 11 | train_step_timing in s: 0.001",
     "RuntimeError: bad line [20251218 10:11:12][rank-7/8][INFO]     [--------trainer.py:2660] :  iteration   12/  12 "
     "| elapsed time per iteration (ms): 1.0/1.0 |",
-    '    raise ValueError("[Rank 0] (after 12 iterations) memory (MB) | allocated: 1 | max allocated: -5 | '
-    'reserved: 1 | max reserved: -5")',
+    "RuntimeError: [Rank 0] (after 12 iterations) memory (MB) | allocated: 1 | max allocated: -5 | reserved: 1 | "
+    "max reserved: -5",
 ])
 def test_records_quoted_inside_other_output_are_not_records(tmp_path, quoted):
     log = tmp_path / "quoted.log"
     log.write_text((FIXTURES / "no_iterations.log").read_text() + quoted + "\n")
     parsed = logs.parse_logs([log])
     assert parsed.records == [] and parsed.error_seen
+    assert not logs.parse_logs([FIXTURES / "megatron.log", log]).records[-1]["mem_reserved_gib"]
 
 
 @pytest.mark.parametrize("prefix", ["7: ", "[rank7]:", "[default7]:"])
