@@ -35,6 +35,11 @@ def test_steady_window_skips_warmup_steps_and_steps_without_a_time():
     assert (window.first_step, window.last_step, window.steps) == (3, 5, [3, 5])
 
 
+def test_steady_window_leaves_out_step_times_that_are_no_duration():
+    window = metrics.steady_window([1, 2, 3, 4], [1.0, 0.0, -2.0, 1.1], warmup_skip=0)
+    assert window.steps == [1, 4]
+
+
 def test_steady_window_is_none_when_every_step_is_warmup():
     assert metrics.steady_window([1, 2], [1.0, 1.0], warmup_skip=2) is None
 

@@ -64,14 +64,14 @@ class Window:
 
 
 def steady_window(steps: Sequence[int], step_times: Sequence[float | None], warmup_skip: int) -> Window | None:
-    """Steps numbered above warmup_skip (1-based) that have a finite step time; None if there are none.
+    """Steps numbered above warmup_skip (1-based) with a finite step time above 0; None if there are none.
 
     Warm-up steps carry compilation, autotuning and allocator growth, so they are left out.
     """
     if warmup_skip < 0:
         raise ValueError(f"warmup_skip must be >= 0, got {warmup_skip}")
     kept = [step for step, t in zip(steps, step_times)
-            if step > warmup_skip and t is not None and math.isfinite(t)]
+            if step > warmup_skip and t is not None and math.isfinite(t) and t > 0]
     if not kept:
         return None
     return Window(first_step=kept[0], last_step=kept[-1], steps=kept)
