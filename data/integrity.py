@@ -57,7 +57,8 @@ def pair_fingerprint(bin_sha: str, idx_sha: str) -> str:
     return hashlib.sha256(f"{bin_sha}\n{idx_sha}".encode()).hexdigest()
 
 
-def _stat_key(path: Path) -> dict:
+def stat_key(path: Path) -> dict:
+    """What changes whenever the file is written: inode, size, mtime, ctime."""
     st = os.stat(path)
     return {"inode": st.st_ino, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
 
@@ -90,14 +91,14 @@ def pair_hashes(prefix: Path) -> tuple[dict[str, str], bool]:
     hashes, hashed, changed = {}, False, False
     for suffix in SUFFIXES:
         path = sibling(prefix, suffix)
-        key = _stat_key(path)
+        key = stat_key(path)
         entry = cache.get(suffix) or {}
         if entry.get("sha256") and {k: entry.get(k) for k in key} == key:
             hashes[suffix] = entry["sha256"]
             continue
         start = time.time_ns()
         sha = sha256_file(path)
-        after = _stat_key(path)
+        after = stat_key(path)
         hashes[suffix], hashed = sha, True
         if after == key and after["ctime_ns"] < start - RACY_NS:
             cache[suffix], changed = {**after, "sha256": sha}, True

@@ -7,9 +7,11 @@ Checks, in order (exit 1 at the first broken one, naming the file, the check and
 header (magic, version, dtype code for the tokenizer's vocabulary), .idx size = 34 + 12 S + 8 D,
 document index from 0 to S and increasing (an equal pair is an empty document), no empty
 sequence, pointers = bytes of the lengths before them, .bin size = bytes of all tokens, every token
-in [0, tokenizer size), EOD closing every document, megatron-core's IndexedDataset opens the pair,
+in [0, tokenizer size), EOD closing every document, the BOS the tokenizer adds opening every
+document, megatron-core's IndexedDataset opens the pair,
 and megatron-core's GPTDataset builds N samples of SL tokens from it (its C++ helpers compiled first
-where a Megatron-LM source checkout lacks them). Then PREFIX.manifest.json:
+where a Megatron-LM source checkout lacks them); the files hashed must be those checked (a pair
+written to during verification fails). Then PREFIX.manifest.json:
 source dataset and revision, cleaning report, tokenizer identity, counts, token statistics, sha256
 of both files and their fingerprint (sha256 of the two hashes joined by a newline), verified: true.
 Verifying a prefix whose earlier manifest recorded other hashes says so, file by file: the data
@@ -28,7 +30,7 @@ import numpy as np
 from data.cli import Parser, UsageError, WorkError, run
 from utils.files import read_json, write_json
 from data.integrity import MANIFEST_SCHEMA, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \
-    pair_hashes
+    pair_hashes, stat_key
 from data.indexed import CODE_OF, DTYPE_CODES, HEADER_SIZE, MAGIC, VERSION, optimal_dtype, read_header
 from data.tokenizer import read_identity
 
@@ -57,17 +59,20 @@ class Summary:
     seq_length: int
 
 
-def _tokenizer_facts(directory: Path) -> tuple[int, int | None]:
-    """(tokenizer size with added tokens, as Megatron counts it; eos id) read with `tokenizers` alone (fast)."""
+def _tokenizer_facts(directory: Path) -> tuple[int, int | None, int | None]:
+    """(tokenizer size with added tokens, as Megatron counts it; eos id; the BOS id its post-processor puts before
+    every document, None when it adds none) read with `tokenizers` alone (fast)."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
     eos = read_json(directory / "tokenizer_config.json").get("eos_token")
     eos = eos.get("content") if isinstance(eos, dict) else eos
-    return tokenizer.get_vocab_size(with_added_tokens=True), tokenizer.token_to_id(eos) if eos else None
+    added = tokenizer.encode("", add_special_tokens=True).ids
+    return (tokenizer.get_vocab_size(with_added_tokens=True), tokenizer.token_to_id(eos) if eos else None,
+            added[0] if len(added) == 1 else None)
 
 
-def check_pair(bin_path: Path, idx_path: Path, vocab_size: int, eod: int | None) -> Summary:
+def check_pair(bin_path: Path, idx_path: Path, vocab_size: int, eod: int | None, bos: int | None = None) -> Summary:
     """Every structural check of data.md on the pair; raises Broken at the first failure."""
     for path in (bin_path, idx_path):
         if not path.is_file():
@@ -129,6 +134,12 @@ def check_pair(bin_path: Path, idx_path: Path, vocab_size: int, eod: int | None)
         last = np.asarray(data[seq_ends[docs[1:] - 1] - 1])
         if (bad := np.flatnonzero(last != eod)).size:
             raise Broken(bin_path, "missing EOD", f"document {bad[0]} ends with {int(last[bad[0]])}, not EOD {eod}")
+    if bos is not None:
+        first = np.asarray(data[np.concatenate([[0], seq_ends[docs[1:-1] - 1]])])
+        if (bad := np.flatnonzero(first != bos)).size:
+            raise Broken(bin_path, "missing BOS", f"document {bad[0]} starts with {int(first[bad[0]])}, not BOS {bos} (encoded "
+                         "without the special tokens its tokenizer adds: encode it with data.encode, or Megatron-LM's "
+                         "tool with --tokenizer-hf-include-special-tokens)")
     return Summary(documents=d - 1, sequences=s, tokens=tokens, mean_document_tokens=float(doc_tokens.mean()),
                    max_document_tokens=int(doc_tokens.max()), min_token_id=low, max_token_id=high,
                    dtype=expected.name, eod=eod, gpt_samples=0, seq_length=0)
@@ -197,9 +208,13 @@ def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_
            seed: int, append_eod: bool = True) -> dict:
     """Check the pair and write its manifest; returns the manifest."""
     identity = read_identity(tokenizer_dir)
-    vocab_size, eos = _tokenizer_facts(tokenizer_dir)
+    vocab_size, eos, bos = _tokenizer_facts(tokenizer_dir)
     bin_path, idx_path = Path(str(prefix) + ".bin"), Path(str(prefix) + ".idx")
-    summary = check_pair(bin_path, idx_path, vocab_size, eos if append_eod else None)
+    if append_eod and eos is None:
+        raise UsageError(f"{tokenizer_dir}: the tokenizer names no eos_token, so EOD cannot be checked; give --no-eod "
+                         "if the pair was encoded without --append-eod")
+    before = {path: stat_key(path) for path in (bin_path, idx_path) if path.is_file()}
+    summary = check_pair(bin_path, idx_path, vocab_size, eos if append_eod else None, bos)
     needed = samples * seq_length + 1
     if summary.tokens < needed:
         raise Broken(bin_path, "too few tokens", f"{summary.tokens} tokens, {samples} samples of {seq_length} need "
@@ -211,6 +226,9 @@ def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_
     summary.seq_length = seq_length
     cache_path(prefix).unlink(missing_ok=True)  # hashed in full here, whatever was remembered
     hashes, _ = pair_hashes(prefix)
+    for path, key in before.items():  # what was hashed is what was checked
+        if stat_key(path) != key:
+            raise Broken(path, "changed during verification", "another process wrote it; verify again once it is done")
     bin_sha, idx_sha = hashes[".bin"], hashes[".idx"]
     report = read_json(clean_report) if clean_report else {}
     source = report.get("source") or {}

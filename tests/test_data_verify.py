@@ -5,14 +5,17 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import shutil
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from data import verify as verify_module
 from data.encode import encode_file
 from data.verify import Broken, _tokenizer_facts, check_pair
 from tests.test_data_tokenizer import offline_tokenizer
@@ -27,6 +30,21 @@ def good(tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.getbasetemp()
     tokenizer = offline_tokenizer("qwen", base)
     work = tmp_path_factory.mktemp("verify")
+    corpus = work / "corpus.jsonl"
+    with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines, open(corpus, "w", encoding="utf-8") as out:
+        for _, line in zip(range(40), lines):
+            out.write(json.dumps({"text": json.loads(line)["text"]}) + "\n")
+    encode_file(corpus, tokenizer, str(work / "good"), keys=["text"], workers=1, append_eod=True, progress=False,
+                cache=work / "proofs")
+    return work / "good_text_document", tokenizer
+
+
+@pytest.fixture(scope="module")
+def good_llama(tmp_path_factory) -> tuple[Path, Path]:
+    """A sound llama pair (its documents start with BOS 128000) of 40 sample documents, and its tokenizer."""
+    base = tmp_path_factory.getbasetemp()
+    tokenizer = offline_tokenizer("llama", base)
+    work = tmp_path_factory.mktemp("verify-llama")
     corpus = work / "corpus.jsonl"
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines, open(corpus, "w", encoding="utf-8") as out:
         for _, line in zip(range(40), lines):
@@ -115,6 +133,70 @@ def test_the_good_pair_passes(good):
     prefix, tokenizer = good
     summary = check_pair(Path(f"{prefix}.bin"), Path(f"{prefix}.idx"), *_tokenizer_facts(tokenizer))
     assert summary.documents == 40 and summary.max_token_id == 151643 and summary.dtype == "int32"
+
+
+def _bos(b, i):
+    s, _ = _counts(i)
+    lengths = np.frombuffer(bytes(i), np.int32, s, 34)
+    tokens = np.frombuffer(b, np.int32).copy()
+    tokens[int(lengths[:5].sum())] = 9906  # the first token of document 5
+    return tokens.tobytes()
+
+
+def test_a_document_without_the_bos_its_tokenizer_adds_is_caught(good_llama, tmp_path):
+    bin_path, idx_path = corrupt(good_llama, tmp_path, _bos)
+    with pytest.raises(Broken, match=r"x\.bin: missing BOS: document 5 starts with 9906, not BOS 128000"):
+        check_pair(bin_path, idx_path, *_tokenizer_facts(good_llama[1]))
+    prefix, tokenizer = good_llama
+    assert check_pair(Path(f"{prefix}.bin"), Path(f"{prefix}.idx"), *_tokenizer_facts(tokenizer)).documents == 40
+
+
+def copy_pair(good: tuple[Path, Path], directory: Path) -> Path:
+    prefix = directory / "sample_qwen_text_document"
+    for suffix in (".bin", ".idx"):
+        shutil.copyfile(f"{good[0]}{suffix}", f"{prefix}{suffix}")
+    return prefix
+
+
+def verify_cli(prefix: Path, tokenizer: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "data.verify", "--prefix", str(prefix), "--tokenizer", str(tokenizer),
+                           "--seq-length", "64", "--samples", "10"], cwd=REPO, capture_output=True, text=True)
+
+
+def test_verifying_a_changed_pair_again_says_which_hashes_changed_and_drops_stale_sample_indices(good, tmp_path):
+    prefix = copy_pair(good, tmp_path)
+    first = verify_cli(prefix, good[1])
+    assert first.returncode == 0 and "CHANGED" not in first.stderr
+    old = json.loads(Path(f"{prefix}.manifest.json").read_text())["files"]["bin"]["sha256"]
+    stale = prefix / "cache" / "GPTDataset_indices"  # where NeMo and Primus cache sample indices by path
+    stale.mkdir(parents=True)
+    (stale / "abc-GPTDataset-train-sample_index.npy").write_bytes(b"old")
+    tokens = np.fromfile(f"{prefix}.bin", np.int32)
+    tokens[[3, 4]] = tokens[[4, 3]]  # still a sound pair, but other data
+    tokens.tofile(f"{prefix}.bin")
+    second = verify_cli(prefix, good[1])
+    assert second.returncode == 0, second.stderr
+    new = json.loads(Path(f"{prefix}.manifest.json").read_text())["files"]["bin"]["sha256"]
+    assert f"CHANGED since the last verification: .bin sha256 {old} -> {new}" in second.stderr
+    assert ".idx sha256" in second.stderr and "CHANGED since the last verification: .idx" not in second.stderr
+    assert not stale.exists()
+
+
+def test_a_pair_changed_while_it_is_verified_gets_no_manifest(good, tmp_path, monkeypatch):
+    prefix = copy_pair(good, tmp_path)
+    checked = verify_module.check_pair
+
+    def check_then_change(bin_path, *args):
+        summary = checked(bin_path, *args)
+        time.sleep(0.05)  # past the file clock's tick
+        with open(bin_path, "r+b") as handle:  # another process rewrites a token, same size
+            handle.write(b"\x07\x00\x00\x00")
+        return summary
+
+    monkeypatch.setattr(verify_module, "check_pair", check_then_change)
+    with pytest.raises(Broken, match=r"\.bin: changed during verification"):
+        verify_module.verify(prefix, good[1], clean_report=None, seq_length=64, samples=10, seed=1)
+    assert not Path(f"{prefix}.manifest.json").exists()
 
 
 @pytest.mark.parametrize("name", list(CORRUPTIONS))
