@@ -208,6 +208,21 @@ def test_a_manifest_edited_by_hand_is_refused(data_dir, edit, says):
     assert says in problem
 
 
+def test_encoding_over_a_verified_prefix_first_takes_its_verification_away(data_dir):
+    """The manifest, the remembered hashes and the sample indices NeMo and Primus cached under the prefix."""
+    prove_pair(qwen(data_dir))
+    stale = qwen(data_dir) / "cache" / "GPTDataset_indices"
+    stale.mkdir(parents=True)
+    corpus = data_dir / "one.jsonl"
+    corpus.write_text('{"text": "A new document."}\n')
+    encode_file(corpus, data_dir / "tokenizers" / "qwen", str(data_dir / "sample_qwen"), keys=["text"], workers=1,
+                append_eod=True, progress=False, cache=data_dir / "proofs")
+    assert not qwen(data_dir, ".manifest.json").exists() and not qwen(data_dir, ".hashed.json").exists()
+    assert not stale.exists()
+    (problem,) = data_problems(config(data_dir))
+    assert "no data manifest" in problem
+
+
 def test_megatrons_sample_index_cache_is_named_after_the_dataset_fingerprint():
     """A cached sample index built from other contents at the same path is never reused."""
     one, other = DatasetTokenizer(1, 10, "t", "a" * 64), DatasetTokenizer(1, 10, "t", "b" * 64)
