@@ -414,6 +414,49 @@ tp_docker_dry_run() {
     bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@"
 }
 
+# The signals that stop a command, one trap each: hangup (an SSH disconnect), Ctrl-C, Ctrl-\, kill.
+TP_STOP_SIGNALS=(HUP INT QUIT TERM)
+
+# tp_supervise COMMAND...: run COMMAND (a program, or a function of this library) in a process group
+# of its own, with no terminal input, and wait for it. A stop signal to this shell goes to that whole
+# group, and the shell waits until COMMAND has ended (so it records the stop, and nothing prints after
+# the prompt) and exits 128+signal, saying so in one line unless COMMAND did. A program also gets SIGTERM when
+# this shell dies, even by SIGKILL (PR_SET_PDEATHSIG); a function's subshell only defers the signals
+# until what it runs, which got them from the group, has ended.
+tp_supervise() {
+  local child rc sig
+  TP_STOPPED=""
+  for sig in "${TP_STOP_SIGNALS[@]}"; do
+    # shellcheck disable=SC2064  # the signal's name is fixed now, the child's group when it arrives
+    trap "tp_forward_stop ${sig}" "${sig}"
+  done
+  set -m  # job control: the background command leads a process group of its own
+  if declare -F "$1" >/dev/null; then
+    (trap : "${TP_STOP_SIGNALS[@]}"; "$@") </dev/null &
+  else
+    setpriv --pdeathsig TERM -- "$@" </dev/null &
+  fi
+  TP_CHILD=$!
+  set +m
+  while true; do
+    rc=0
+    wait "${TP_CHILD}" || rc=$?
+    kill -0 "${TP_CHILD}" 2>/dev/null || break
+  done
+  [[ -n "${TP_STOPPED}" ]] || return "${rc}"
+  local code=$((128 + $(kill -l "${TP_STOPPED}")))
+  trap '' PIPE  # after a hangup the terminal may be gone: the exit status still says what happened
+  # a command that exits 128+signal has said why itself
+  ((rc == code)) || tp_log "interrupted by SIG${TP_STOPPED}: everything it started has ended" || true
+  exit "${code}"
+}
+
+# A stop signal: pass it to the supervised command's process group (a second Ctrl-C too: it hurries).
+tp_forward_stop() {
+  TP_STOPPED="${TP_STOPPED:-$1}"
+  kill -"$1" -- "-${TP_CHILD}" 2>/dev/null || true
+}
+
 tp_run_stage() {
   local stage="$1"
   shift
@@ -428,10 +471,10 @@ tp_run_stage() {
     docker)
       [[ "${stage}" != train ]] || tp_warn_without_rdma
       if [[ "${stage}" == train && "${DRY_RUN}" == 1 ]]; then
-        tp_docker_dry_run "${stage}" "$@"
+        tp_supervise tp_docker_dry_run "${stage}" "$@"
       else
         tp_build_image "${PLATFORM}"
-        tp_docker_run "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@"
+        tp_supervise tp_docker_run "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@"
       fi ;;
     host)
       if [[ "${stage}" == train && "${PLATFORM}" != cpu ]]; then
@@ -439,6 +482,6 @@ tp_run_stage() {
       elif [[ -z "${TPRIMAT_PYTHON:-}" ]]; then
         tp_ensure_venv requirements/host.txt
       fi
-      TPRIMAT_RUNTIME=host bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@" ;;
+      TPRIMAT_RUNTIME=host tp_supervise bash "${TPRIMAT_ROOT}/shell/${stage}.sh" "$@" ;;
   esac
 }

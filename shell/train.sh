@@ -9,21 +9,24 @@
 # Exit: 0 every run ok, 1 a run failed, 2 bad configuration or missing data, 130 interrupted.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-CHILD=""         # process id of the run in progress
-INTERRUPTED=0
+CHILD=""         # process id (and process group) of the run in progress
+STOPPED=""       # the first stop signal received (HUP, INT, QUIT or TERM)
 
-# Ctrl-C or SIGTERM (docker stop, scancel): pass it to the run in progress, which stops cleanly.
+# A stop signal (Ctrl-C, an SSH hangup, docker stop, scancel, ./shell/run_train.sh stopping): pass
+# it to the run in progress, which records the stop. The signal that reached this script's group
+# reached its other children already; a second one is passed on too (the launcher then kills at once).
 on_signal() {
-  INTERRUPTED=1
-  [[ -n "${CHILD}" ]] && kill -TERM "${CHILD}" 2>/dev/null
-  return 0
+  STOPPED="${STOPPED:-$1}"
+  [[ -z "${CHILD}" ]] || kill -"$1" -- "-${CHILD}" 2>/dev/null || true
 }
 
-# Run a command in the background and wait for it, so that a signal reaches on_signal at once.
+# Run one run in a process group of its own and wait for it, until it has ended whatever signals come.
 run_child() {
   local rc=0
-  "$@" &
+  set -m
+  "$@" </dev/null &
   CHILD=$!
+  set +m
   while true; do
     rc=0
     wait "${CHILD}" || rc=$?
@@ -61,20 +64,29 @@ wait_for_sample_data() {
     ((SECONDS < deadline)) \
       || tp_die 1 "node ${NODE_RANK}: node 0's verified sample data did not appear in ${DATA_DIR} within ${limit} s; DATA_DIR must be on a filesystem every node shares (or prepare the data on every node first: ./shell/run_data.sh)"
     sleep 5
-    ((INTERRUPTED == 0)) || tp_die 130 "node ${NODE_RANK}: interrupted while waiting for the sample data"
+    [[ -z "${STOPPED}" ]] || tp_die "$((128 + $(kill -l "${STOPPED}")))" "node ${NODE_RANK}: interrupted while waiting for the sample data"
   done
   tp_log "node ${NODE_RANK}: the sample corpus is ready"
 }
 
-# A new run-set directory (RUN_SET_DIR when a launcher such as Slurm created it for every node).
+# A new run-set directory (RUN_SET_DIR when a launcher such as Slurm created it for every node). The
+# name is claimed by mkdir itself, which fails on an existing directory: two commands started in the
+# same second never share a run set.
 make_run_set() {
-  local dir="${RUN_SET_DIR:-}" base n=1
-  if [[ -z "${dir}" ]]; then
+  local dir="${RUN_SET_DIR:-}" base n=1 why
+  if [[ -n "${dir}" ]]; then
+    why="$(mkdir -p -- "${dir}" 2>&1)" || tp_die 2 "RUN_SET_DIR=${dir}: cannot create the run set: ${why##*: }"
+  else
+    why="$(mkdir -p -- "${OUTPUT_DIR}" 2>&1)" && [[ -d "${OUTPUT_DIR}" ]] \
+      || tp_die 2 "OUTPUT_DIR=${OUTPUT_DIR}: cannot create the run set there: ${why##*: }"
     base="${OUTPUT_DIR}/$(date +%Y%m%d-%H%M%S)-${PLATFORM}"
     dir="${base}"
-    while [[ -e "${dir}" ]]; do n=$((n + 1)); dir="${base}-${n}"; done
+    until why="$(mkdir -- "${dir}" 2>&1)"; do
+      [[ -e "${dir}" ]] || tp_die 2 "OUTPUT_DIR=${OUTPUT_DIR}: cannot create the run set there: ${why##*: }"
+      n=$((n + 1))
+      dir="${base}-${n}"
+    done
   fi
-  mkdir -p "${dir}"
   (cd "${dir}" && pwd)
 }
 
@@ -89,7 +101,11 @@ print_container_command() {
 main() {
   tp_args "" "$@"
   tp_load_config --quiet
-  trap 'on_signal' INT TERM
+  local sig
+  for sig in HUP INT QUIT TERM; do
+    # shellcheck disable=SC2064  # the signal's name is fixed now
+    trap "on_signal ${sig}" "${sig}"
+  done
   local -a runs=()
   tp_python -m train.plan
   mapfile -t runs < <(tp_python -m train.plan --tsv)
@@ -102,13 +118,13 @@ main() {
   tp_log "run set: ${run_set}"
   if [[ "${NODE_RANK}" == 0 ]]; then
     tp_python -m evaluate.probe -o "${run_set}/system.json" \
-      || tp_warn "the system probe failed: results will have no system description"
+      || [[ -n "${STOPPED}" ]] || tp_warn "the system probe failed: results will have no system description"
   fi
 
   local line name framework model strategy repeat script index=0 rc failed=0
   local -a names=()
   for line in "${runs[@]}"; do
-    ((INTERRUPTED)) && break
+    [[ -z "${STOPPED}" ]] || break
     IFS=$'\t' read -r name framework model strategy repeat <<<"${line}"
     index=$((index + 1))
     names+=("${name}")
@@ -119,20 +135,16 @@ main() {
     rc=0
     STRATEGY="${strategy}" run_child bash "${TPRIMAT_ROOT}/${script}" --run-dir "${run_set}/${name}" \
       --repeat "${repeat}" || rc=$?
-    if ((INTERRUPTED)) || ((rc == 130)); then
-      INTERRUPTED=1
-      tp_warn "interrupted during ${name}; stopping the matrix (finished runs are kept)"
-      break
-    fi
     ((rc == 0)) || failed=1
   done
 
+  if [[ -n "${STOPPED}" ]]; then
+    ((${#names[@]} == 0 || NODE_RANK != 0)) || tp_python -m train.summary "${run_set}" "${names[@]}" || true
+    tp_warn "interrupted by SIG${STOPPED}${name:+ during ${name}}: nothing more starts; what finished is in ${run_set} (python3 -m evaluate.validate ${run_set})" || true
+    return "$((128 + $(kill -l "${STOPPED}")))"
+  fi
   [[ "${NODE_RANK}" == 0 ]] || { tp_log "node ${NODE_RANK}: done; node 0 writes the summary"; return "${failed}"; }
   tp_python -m train.summary "${run_set}" "${names[@]}" || failed=1
-  if ((INTERRUPTED)); then
-    tp_log "to evaluate what finished: python3 -m evaluate.validate ${run_set} && python3 -m evaluate.compare ${run_set} -o ${run_set}"
-    return 130
-  fi
   if [[ "${DRY_RUN}" == 1 ]]; then
     tp_log "dry run: commands and generated configurations are in ${run_set}; nothing was trained"
     return "${failed}"

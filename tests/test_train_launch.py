@@ -165,7 +165,7 @@ def test_a_run_that_died_before_its_first_step_still_records_its_workload_identi
     run_dir = tmp_path / "prim-qwen"
     run_dir.mkdir()
     (run_dir / "train.log").write_text("RuntimeError: HIP error: no ROCm-capable device is detected\n")
-    outcome = launch.Outcome(1, False, "2026-11-22T12:00:00+00:00", "2026-11-22T12:00:05+00:00", 5.0, [])
+    outcome = launch.Outcome(1, None, "2026-11-22T12:00:00+00:00", "2026-11-22T12:00:05+00:00", 5.0, [])
     result = launch.start_failure_result(req, run_dir, outcome, "exit code 1; no training step in the log")
     assert result["run"]["status"] == "failed" and result["run"]["steps_completed"] == 0
     training = result["training"]

@@ -25,13 +25,17 @@ the platform's environment (utils/platform_env) the run was started with, whatev
 and the network NCCL/RCCL used where the log names it (collective_transport, collective_rdma); a
 multi-node run whose collectives fell back to TCP sockets says so in its warnings.
 
-Exit: 0 ok, 1 the run failed, 2 bad input, 130 interrupted (Ctrl-C or SIGTERM).
+Exit: 0 ok, 1 the run failed, 2 bad input, 128+signal stopped by SIGHUP, SIGINT (Ctrl-C), SIGQUIT or
+SIGTERM (129, 130, 131, 143): the run's processes are ended, and launch.json and result.json record it
+as interrupted. After a stop the run's console goes on into train.log only (no traceback of the stop on
+the terminal).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import ctypes
 import json
 import os
 import shlex
@@ -57,10 +61,12 @@ from utils.netenv import network_env
 from utils.platform_env import platform_env
 from utils.strategies import CUSTOM
 
-EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+PR_SET_PDEATHSIG = 1
 LEFTOVER_GRACE_S = 30.0  # a finished run's processes get this long to exit before they are killed
 GPU_IDLE_TIMEOUT_S = 120.0
-STOP_GRACE_S = 20.0  # after Ctrl-C: SIGTERM to the run, SIGKILL after this long
+STOP_GRACE_S = 20.0  # after a stop signal: SIGTERM to the run, SIGKILL after this long (or at a second signal)
 NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
 # evaluate.validate's checks that fail a run at once: settings read back from the framework's log
 # differ from the request, or it trained on synthetic data although real data was requested.
@@ -174,51 +180,74 @@ def prepare(req: dict, run_dir: Path, work_dir: Path) -> Launch:
 @dataclass
 class Outcome:
     exit_code: int
-    interrupted: bool
+    stopped_by: int | None  # the stop signal that ended the run, if one did
     started_at: str
     ended_at: str
     wall_s: float
     warnings: list[str]
 
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
 
-def _copy_output(source, log_file) -> None:
-    """Raw bytes to the log and the terminal as they come (progress bars keep their carriage returns)."""
+
+def _copy_output(source, log_file, quiet: threading.Event) -> None:
+    """Raw bytes to the log and, until the run is stopped or the terminal is gone, to the terminal as they
+    come (progress bars keep their carriage returns)."""
     out = sys.stdout.buffer
     while chunk := source.read1(65536):
         log_file.write(chunk)
         log_file.flush()
-        out.write(chunk)
-        out.flush()
+        if quiet.is_set():
+            continue
+        try:
+            out.write(chunk)
+            out.flush()
+        except OSError:  # the terminal hung up
+            quiet.set()
+
+
+def _die_with_parent() -> None:
+    """In the run's first process: SIGTERM when the launcher dies, even by SIGKILL (torchrun then stops
+    its workers), rather than training on unsupervised into a closed pipe."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def execute(launch: Launch, log_path: Path, platform: str) -> Outcome:
-    """Run the command in its own session; Ctrl-C/SIGTERM stop the whole session, twice kills it."""
+    """Run the command in its own session; a stop signal ends the whole session, a second one kills it."""
     baseline = settle.gpu_memory_used_mib(platform)
     env = {**os.environ, **launch.env}
     started, t0 = now_iso(), time.monotonic()
     with open(log_path, "ab") as log_file:
         try:
             child = subprocess.Popen(launch.argv, cwd=launch.cwd, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as err:
             message = f"cannot start {launch.argv[0]} in {launch.cwd}: {err.strerror}"
             log_file.write(f"[tprimat] {message}\n".encode())
             print(f"[tprimat] error: {message}", file=sys.stderr, flush=True)
-            return Outcome(127, False, started, now_iso(), time.monotonic() - t0, [message])
-        stops: list[float] = []
+            return Outcome(127, None, started, now_iso(), time.monotonic() - t0, [message])
+        stops: list[tuple[float, int]] = []
+        quiet = threading.Event()
 
-        def stop(_signum, _frame) -> None:
-            # One Ctrl-C can arrive twice (from the terminal and forwarded by shell/train.sh): only a
-            # signal a second or more after the first escalates to SIGKILL.
-            stops.append(time.monotonic())
-            escalate = stops[-1] - stops[0] >= 1.0
+        def stop(signum, _frame) -> None:
+            # The run's own report of the stop (torchrun's traceback) goes to train.log only. One signal
+            # can arrive twice (sent to a process group and passed on by a parent): only one a second or
+            # more after the first escalates to SIGKILL.
+            quiet.set()
+            if signum == signal.SIGHUP:  # the terminal is gone: what is left to say goes nowhere
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.dup2(devnull, sys.stderr.fileno())
+            stops.append((time.monotonic(), signum))
+            escalate = stops[-1][0] - stops[0][0] >= 1.0
             try:
                 os.killpg(child.pid, signal.SIGKILL if escalate else signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        copier = threading.Thread(target=_copy_output, args=(child.stdout, log_file), daemon=True)
+        previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+        copier = threading.Thread(target=_copy_output, args=(child.stdout, log_file, quiet), daemon=True)
         copier.start()
         try:
             while True:
@@ -241,7 +270,7 @@ def execute(launch: Launch, log_path: Path, platform: str) -> Outcome:
         warnings.append(busy)
     for note in warnings:
         warn(note)
-    return Outcome(128 - code if code < 0 else code, bool(stops), started, ended, wall, warnings)
+    return Outcome(128 - code if code < 0 else code, stops[0][1] if stops else None, started, ended, wall, warnings)
 
 
 # --- The result: written by the trainer (mega) or extracted from the log, then checked ----------------
@@ -525,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(work_dir / "launch.json", record)
     print(f"[tprimat] {req['run_id']}: {status} (exit code {outcome.exit_code}, {outcome.wall_s:.0f} s)", flush=True)
     if outcome.interrupted:
-        return EXIT_INTERRUPTED
+        return 128 + outcome.stopped_by
     return EXIT_OK if status == "ok" else EXIT_FAILED
 
 

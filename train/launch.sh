@@ -13,7 +13,7 @@
 #   MOCK_DATA=1 synthetic tokens; otherwise the data must be prepared and verified (./shell/run_data.sh)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT   one node of a multi-node run
 #   PRIMUS_PATH the Primus checkout for prim (default /workspace/Primus, as in the AMD image)
-# Exit: 0 ok, 1 the run failed, 2 bad input or data not prepared, 130 interrupted.
+# Exit: 0 ok, 1 the run failed, 2 bad input or data not prepared, 128+signal stopped (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../shell/lib.sh"
 
 # A wrapper's usage: its own header, then what every run shares (this launcher's, after its usage line).
@@ -37,6 +37,8 @@ main() {
   shift 3
   tp_args "--run-dir= --repeat=" "$@"
   PLATFORM="${platform}" FRAMEWORK="${framework}" MODELS="${model}" tp_load_config --quiet
+  # A stop signal reaches the launcher too (one process group): this shell waits for it to record the stop.
+  trap : HUP INT QUIT TERM
   tp_python -m train.launch --platform "${platform}" --framework "${framework}" --model "${model}" "$@"
 }
 

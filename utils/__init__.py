@@ -1,9 +1,11 @@
-"""What every TPrimat tool shares; importing it also turns a missing library into one line.
+"""What every TPrimat tool shares; importing it also turns a missing library, or Ctrl-C, into one line.
 
 Most tools (`python3 -m data.fetch ...`, `evaluate.validate`, the trainer) need the project's
 environment, while utils.config, train.plan and the probe run on any Python 3. A tool started with
 a Python that lacks a pinned library would otherwise end in a traceback: it ends instead with one
-line naming the library and the way into the environment, exit 2. Standard library only.
+line naming the library and the way into the environment, exit 2. A tool stopped by Ctrl-C (SIGINT)
+says "interrupted" in one line and exits 130, as a shell does, instead of printing a traceback.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ PROJECT_PACKAGES = frozenset({"data", "evaluate", "train", "utils", "tests"})
 
 
 def _missing_library_hook(kind, value, traceback) -> None:
-    """sys.excepthook: a ModuleNotFoundError of a third-party library is the wrong Python, not a bug."""
+    """sys.excepthook: a ModuleNotFoundError of a third-party library is the wrong Python, not a bug;
+    neither is a KeyboardInterrupt."""
+    if issubclass(kind, KeyboardInterrupt):
+        print(f"{_tool()}: interrupted", file=sys.stderr)
+        sys.exit(130)
     name = (getattr(value, "name", None) or "").partition(".")[0]
     if not issubclass(kind, ModuleNotFoundError) or not name or name in PROJECT_PACKAGES:
         _previous_hook(kind, value, traceback)
