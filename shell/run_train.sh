@@ -18,7 +18,9 @@
 # TPRIMAT_HOST_PYTHON (it says so when that Python is too old); TPRIMAT_PYTHON uses an existing environment.
 # On GPUs the host runtime trains only with a Python that sees them and the vendor's stack (TPRIMAT_PYTHON,
 # or .venv as it is): otherwise it stops in one line naming what is missing.
-# Exit: 0 every run ok, 1 a run failed, 2 bad input or missing data, 130 interrupted.
+# Exit: 0 every run ok, 1 a run failed, 2 bad input or missing data, 128+signal stopped (129 SIGHUP,
+# 130 Ctrl-C, 131 SIGQUIT, 143 SIGTERM): a stop ends everything the command started, records the run in
+# progress as interrupted, and nothing starts after it.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 tp_args "" "$@"
 tp_run_stage train

@@ -6,7 +6,7 @@
 # DRY_RUN=1: every run's command and generated configuration, no training.
 # Multi-node (NODE_RANK/NNODES): every node walks the same matrix; node 0 probes, prepares the CPU
 # sample data when it is missing (the others wait for it) and writes the summary and report.
-# Exit: 0 every run ok, 1 a run failed, 2 bad configuration or missing data, 130 interrupted.
+# Exit: 0 every run ok, 1 a run failed, 2 bad configuration or missing data, 128+signal stopped (130 Ctrl-C).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CHILD=""         # process id (and process group) of the run in progress
@@ -64,7 +64,8 @@ wait_for_sample_data() {
     ((SECONDS < deadline)) \
       || tp_die 1 "node ${NODE_RANK}: node 0's verified sample data did not appear in ${DATA_DIR} within ${limit} s; DATA_DIR must be on a filesystem every node shares (or prepare the data on every node first: ./shell/run_data.sh)"
     sleep 5
-    [[ -z "${STOPPED}" ]] || tp_die "$((128 + $(kill -l "${STOPPED}")))" "node ${NODE_RANK}: interrupted while waiting for the sample data"
+    [[ -z "${STOPPED}" ]] \
+      || tp_die "$((128 + $(kill -l "${STOPPED}")))" "node ${NODE_RANK}: interrupted while waiting for the sample data"
   done
   tp_log "node ${NODE_RANK}: the sample corpus is ready"
 }

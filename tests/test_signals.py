@@ -32,7 +32,8 @@ class Command:
     def __init__(self, tmp_path: Path, script: str = "shell/run_train.sh", **env: str):
         self.fake = machine(tmp_path, amd=8)
         self.tmp = tmp_path
-        self.env = {**self.fake.env, "FRAMEWORK": "prim", "MODELS": "llama,qwen", "FAKE_PRIMUS_HANG": "llama", "MOCK_DATA": "1",
+        self.env = {**self.fake.env, "FRAMEWORK": "prim", "MODELS": "llama,qwen", "FAKE_PRIMUS_HANG": "llama",
+                    "MOCK_DATA": "1",
                     "TPRIMAT_PYTHON": str(FAKEBIN / "fake-gpu-python"), "FAKE_REAL_PYTHON": sys.executable,
                     **SHORT_RUN, **env}
         self.proc = subprocess.Popen(["bash", str(self.fake.root / script)], cwd=self.fake.root, env=self.env,
@@ -87,7 +88,7 @@ def assert_stopped_cleanly(command: Command, output: str, run_dir: Path, worker:
         time.sleep(0.1)
     assert command.leftovers() == []
     assert not (run_dir.parent / "prim-qwen").exists(), "a run started after the stop"
-    assert not any((run_dir.parent / name).exists() for name in ("compare.png", "report.md")), "compare ran after the stop"
+    assert not any((run_dir.parent / name).exists() for name in ("compare.png", "report.md")), "compared after the stop"
     assert "[tprimat] results: " not in output
 
 
@@ -155,6 +156,7 @@ def test_the_summary_waits_for_the_launcher_to_record_the_stop(tmp_path):
     (row,) = [line.split() for line in output.splitlines() if line.startswith("prim-llama ")]
     assert row[1] == "interrupted", output
     assert "killed?" not in output
+    assert " ".join(row[5:]) == "interrupted by SIGINT after step 2 of 6"
 
 
 def test_ctrl_c_during_the_system_probe_stops_before_any_run(tmp_path):

@@ -434,8 +434,9 @@ def judge(req: dict, run_dir: Path, outcome: Outcome, environment: dict[str, str
         problems.append(f"the training process exited with code {outcome.exit_code}")
     if outcome.interrupted:
         run["status"] = "incomplete"
-        run["error_excerpt"] = (f"interrupted by the user after step {run['steps_completed']} of "
-                                f"{req['train_iters']}\n{run['error_excerpt'] or ''}").strip()
+        stop = f"interrupted by {signal.Signals(outcome.stopped_by).name}"
+        run["error_excerpt"] = (f"{stop} after step {run['steps_completed']} of {req['train_iters']}\n"
+                                f"{run['error_excerpt'] or ''}").strip()
     elif problems:
         run["status"] = "failed"
         run["error_excerpt"] = "\n".join(problems + ([run["error_excerpt"]] if run["error_excerpt"] else []))
