@@ -10,14 +10,23 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CHILD=""         # process id (and process group) of the run in progress
+RUNNING=""       # its name
 STOPPED=""       # the first stop signal received (HUP, INT, QUIT or TERM)
+STOPPED_DURING="" # the run it arrived during, if any
 
 # A stop signal (Ctrl-C, an SSH hangup, docker stop, scancel, ./shell/run_train.sh stopping): pass
 # it to the run in progress, which records the stop. The signal that reached this script's group
 # reached its other children already; a second one is passed on too (the launcher then kills at once).
 on_signal() {
-  STOPPED="${STOPPED:-$1}"
+  [[ -n "${STOPPED}" ]] || { STOPPED="$1"; STOPPED_DURING="${RUNNING}"; }
   [[ -z "${CHILD}" ]] || kill -"$1" -- "-${CHILD}" 2>/dev/null || true
+}
+
+# After a stop nothing more starts: one line, and the exit status 128+signal.
+end_if_stopped() {
+  [[ -n "${STOPPED}" ]] || return 0
+  tp_warn "interrupted by SIG${STOPPED}${STOPPED_DURING:+ during ${STOPPED_DURING}}: nothing more starts${RUN_SET_DIR:+; what finished is in ${RUN_SET_DIR} (python3 -m evaluate.validate ${RUN_SET_DIR})}" || true
+  exit "$((128 + $(kill -l "${STOPPED}")))"
 }
 
 # Run one run in a process group of its own and wait for it, until it has ended whatever signals come.
@@ -40,11 +49,12 @@ run_child() {
 # multi-node run only node 0 does; the other nodes wait for it).
 check_data() {
   tp_python -m train.plan --check-data && return 0
+  end_if_stopped
   if [[ "${PLATFORM}" == cpu && "${DATASET}" == sample && "${DRY_RUN}" != 1 && "${NODE_RANK}" != 0 ]]; then
     wait_for_sample_data
   elif [[ "${PLATFORM}" == cpu && "${DATASET}" == sample && "${DRY_RUN}" != 1 ]]; then
     tp_log "preparing the bundled sample corpus (DATASET=sample on the CPU)"
-    bash "${TPRIMAT_ROOT}/shell/data.sh" || tp_die 1 "preparing the sample data failed (see above)"
+    bash "${TPRIMAT_ROOT}/shell/data.sh" || { end_if_stopped; tp_die 1 "preparing the sample data failed (see above)"; }
     tp_python -m train.plan --check-data || tp_die 1 "the sample data is still missing after shell/data.sh"
   elif [[ "${DRY_RUN}" == 1 ]]; then
     tp_warn "dry run: a real run would stop here until the data is prepared with ./shell/run_data.sh"
@@ -64,8 +74,7 @@ wait_for_sample_data() {
     ((SECONDS < deadline)) \
       || tp_die 1 "node ${NODE_RANK}: node 0's verified sample data did not appear in ${DATA_DIR} within ${limit} s; DATA_DIR must be on a filesystem every node shares (or prepare the data on every node first: ./shell/run_data.sh)"
     sleep 5
-    [[ -z "${STOPPED}" ]] \
-      || tp_die "$((128 + $(kill -l "${STOPPED}")))" "node ${NODE_RANK}: interrupted while waiting for the sample data"
+    end_if_stopped
   done
   tp_log "node ${NODE_RANK}: the sample corpus is ready"
 }
@@ -112,6 +121,7 @@ main() {
   mapfile -t runs < <(tp_python -m train.plan --tsv)
   ((${#runs[@]} > 0)) || tp_die 2 "the run list is empty; check FRAMEWORK and MODELS"
   check_data
+  end_if_stopped
 
   local run_set
   run_set="$(make_run_set)"
@@ -119,7 +129,7 @@ main() {
   tp_log "run set: ${run_set}"
   if [[ "${NODE_RANK}" == 0 ]]; then
     tp_python -m evaluate.probe -o "${run_set}/system.json" \
-      || [[ -n "${STOPPED}" ]] || tp_warn "the system probe failed: results will have no system description"
+      || { end_if_stopped; tp_warn "the system probe failed: results will have no system description"; }
   fi
 
   local line name framework model strategy repeat script index=0 rc failed=0
@@ -134,24 +144,28 @@ main() {
     tp_log "run ${index}/${#runs[@]}: ${name}"
     [[ "${DRY_RUN}" == 1 ]] && print_container_command "${script}" --run-dir "${run_set}/${name}" --repeat "${repeat}"
     rc=0
+    RUNNING="${name}"
     STRATEGY="${strategy}" run_child bash "${TPRIMAT_ROOT}/${script}" --run-dir "${run_set}/${name}" \
       --repeat "${repeat}" || rc=$?
+    RUNNING=""
     ((rc == 0)) || failed=1
   done
 
-  if [[ -n "${STOPPED}" ]]; then
-    ((${#names[@]} == 0 || NODE_RANK != 0)) || tp_python -m train.summary "${run_set}" "${names[@]}" || true
-    tp_warn "interrupted by SIG${STOPPED}${name:+ during ${name}}: nothing more starts; what finished is in ${run_set} (python3 -m evaluate.validate ${run_set})" || true
-    return "$((128 + $(kill -l "${STOPPED}")))"
+  if [[ -n "${STOPPED}" && "${NODE_RANK}" == 0 ]] && ((${#names[@]} > 0)); then
+    tp_python -m train.summary "${run_set}" "${names[@]}" || true
   fi
+  end_if_stopped
   [[ "${NODE_RANK}" == 0 ]] || { tp_log "node ${NODE_RANK}: done; node 0 writes the summary"; return "${failed}"; }
   tp_python -m train.summary "${run_set}" "${names[@]}" || failed=1
+  end_if_stopped
   if [[ "${DRY_RUN}" == 1 ]]; then
     tp_log "dry run: commands and generated configurations are in ${run_set}; nothing was trained"
     return "${failed}"
   fi
-  tp_python -m evaluate.validate "${run_set}" || tp_warn "validation found problems (listed above)"
-  tp_python -m evaluate.compare "${run_set}" -o "${run_set}" || { tp_warn "the comparison failed"; failed=1; }
+  tp_python -m evaluate.validate "${run_set}" || { end_if_stopped; tp_warn "validation found problems (listed above)"; }
+  end_if_stopped
+  tp_python -m evaluate.compare "${run_set}" -o "${run_set}" || { end_if_stopped; tp_warn "the comparison failed"; failed=1; }
+  end_if_stopped
   tp_log "results: ${run_set}"
   return "${failed}"
 }

@@ -187,3 +187,20 @@ def test_a_python_tool_interrupted_says_so_in_one_line_and_exits_130(tmp_path):
                             capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     assert result.returncode == 130
     assert result.stderr.splitlines() == ["tool.py: interrupted"]
+
+
+def test_ctrl_c_during_validation_starts_no_comparison(tmp_path):
+    marker = tmp_path / "validating"
+    slow = tmp_path / "python"  # evaluate.validate that takes its time
+    slow.write_text("#!/usr/bin/env bash\n"
+                    f'if [[ " $* " == *" evaluate.validate "* ]]; then touch {marker}; sleep 600; fi\n'
+                    f'exec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    command = Command(tmp_path, MODELS="llama", FAKE_PRIMUS_HANG="", FAKE_REAL_PYTHON=str(slow))
+    command.wait_for(marker.exists, "evaluate.validate")
+    os.killpg(command.proc.pid, signal.SIGINT)
+    output = command.finish()
+    assert command.proc.returncode == 130, output
+    assert "Traceback" not in output and "validation found problems" not in output
+    assert output.rstrip().splitlines()[-1].startswith("[tprimat] warning: interrupted by SIGINT: nothing more starts")
+    assert not list((tmp_path / "output").glob("*/compare.png")), "compared after the stop"
