@@ -39,7 +39,9 @@ def dataset_fingerprint(prefix: Path, compute: bool = False) -> dict:
     files = [sibling(prefix, suffix) for suffix in SUFFIXES]
     missing = [str(p) for p in files if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"{', '.join(missing)} missing; prepare the data with {PREPARE}")
+        manifest = manifest_path(prefix)
+        also = "" if manifest.is_file() else f" and no manifest {manifest.name}"
+        raise FileNotFoundError(f"{', '.join(missing)} missing{also}; prepare the data with {PREPARE}")
     if compute:
         cache_path(prefix).unlink(missing_ok=True)
     try:
