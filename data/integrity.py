@@ -121,6 +121,13 @@ class Verified:
     hashed: bool  # True when the files were hashed in full now, False when proven unchanged since their last hash
 
 
+def _field(data, *keys):
+    """data[k1][k2]..., or None where a level is missing or not an object (a manifest edited by hand)."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
 def read_manifest(prefix: Path) -> dict:
     """The manifest data.verify wrote, saying verified; DataProblem otherwise."""
     path = manifest_path(prefix)
@@ -133,16 +140,16 @@ def read_manifest(prefix: Path) -> dict:
         raise DataProblem(f"{path}: unreadable ({err}); {FIX}") from None
     if not isinstance(manifest, dict) or manifest.get("verified") is not True:
         raise DataProblem(f"{path}: does not say verified (data.verify did not pass); {FIX}")
-    files = manifest.get("files") or {}
     needed = {"schema": manifest.get("schema") == MANIFEST_SCHEMA,
-              "files.bin.sha256": bool((files.get("bin") or {}).get("sha256")),
-              "files.idx.sha256": bool((files.get("idx") or {}).get("sha256")),
-              "files.*.bytes": all(isinstance((files.get(k) or {}).get("bytes"), int) for k in ("bin", "idx")),
-              "tokenizer.sha256": bool((manifest.get("tokenizer") or {}).get("sha256")),
-              "statistics.max_token_id": isinstance((manifest.get("statistics") or {}).get("max_token_id"), int)}
+              "files.bin.sha256": isinstance(_field(manifest, "files", "bin", "sha256"), str),
+              "files.idx.sha256": isinstance(_field(manifest, "files", "idx", "sha256"), str),
+              "files.*.bytes": all(isinstance(_field(manifest, "files", k, "bytes"), int) for k in ("bin", "idx")),
+              "tokenizer.sha256": isinstance(_field(manifest, "tokenizer", "sha256"), str),
+              "statistics.max_token_id": isinstance(_field(manifest, "statistics", "max_token_id"), int)}
     if missing := [name for name, ok in needed.items() if not ok]:
         raise DataProblem(f"{path}: not a manifest data.verify ({MANIFEST_SCHEMA}) wrote: {', '.join(missing)} "
                           f"missing or wrong (edited by hand, or from an older TPrimat); {FIX}")
+    files = manifest["files"]
     if manifest.get("fingerprint") != pair_fingerprint(files["bin"]["sha256"], files["idx"]["sha256"]):
         raise DataProblem(f"{path}: its fingerprint is not that of the file hashes it records (edited by hand); {FIX}")
     return manifest

@@ -198,6 +198,7 @@ def test_a_tokenizer_changed_after_verification_is_refused(data_dir):
 
 @pytest.mark.parametrize("edit, says", [
     (lambda m: {"verified": True}, "not a manifest data.verify"),
+    (lambda m: {**m, "files": ["a.bin", "a.idx"]}, "files.bin.sha256, files.idx.sha256, files.*.bytes missing"),
     (lambda m: {**m, "fingerprint": "f" * 64}, "its fingerprint is not that of the file hashes"),
     (lambda m: {**m, "verified": False}, "does not say verified"),
 ])
