@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,7 +38,11 @@ class Command:
                     "TPRIMAT_PYTHON": str(FAKEBIN / "fake-gpu-python"), "FAKE_REAL_PYTHON": sys.executable,
                     **SHORT_RUN, **env}
         self.proc = subprocess.Popen(["bash", str(self.fake.root / script)], cwd=self.fake.root, env=self.env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                                     text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
 
     def wait_for(self, found, what: str):
         deadline = time.monotonic() + READY_S
@@ -45,7 +50,7 @@ class Command:
             value = found()
             if value:
                 return value
-            assert self.proc.poll() is None, f"the command ended before {what}: {self.proc.communicate()[0].decode()}"
+            assert self.proc.poll() is None, f"the command ended before {what}: {''.join(self.lines)}"
             time.sleep(0.1)
         pytest.fail(f"never reached: {what}")
 
@@ -58,9 +63,14 @@ class Command:
             return None
         return self.wait_for(worker, "the worker of the hanging run")
 
+    def said(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
     def finish(self) -> str:
         try:
-            return self.proc.communicate(timeout=HANG_TIMEOUT_S)[0].decode()
+            self.proc.wait(timeout=HANG_TIMEOUT_S)
+            self.reader.join(timeout=HANG_TIMEOUT_S)  # until every writer has closed the pipe
+            return "".join(self.lines)
         finally:
             self.kill_leftovers()
 
@@ -204,3 +214,18 @@ def test_ctrl_c_during_validation_starts_no_comparison(tmp_path):
     assert "Traceback" not in output and "validation found problems" not in output
     assert output.rstrip().splitlines()[-1].startswith("[tprimat] warning: interrupted by SIGINT: nothing more starts")
     assert not list((tmp_path / "output").glob("*/compare.png")), "compared after the stop"
+
+
+def test_a_second_ctrl_c_while_the_stop_is_recorded_cuts_only_the_wait_for_other_nodes(tmp_path):
+    """Node 0 of a two-node run waits for the other node's log after its run ended; a second Ctrl-C then
+    must not kill the launcher before it has written what it has."""
+    command = Command(tmp_path, NNODES="2", DP="16", GA="4", LAUNCHER="local")
+    run_dir, worker = command.hanging_run()
+    os.killpg(command.proc.pid, signal.SIGINT)
+    command.wait_for(lambda: command.said("waiting up to 300 s for node 1"), "the wait for node 1")
+    os.killpg(command.proc.pid, signal.SIGINT)
+    started = time.monotonic()
+    output = command.finish()
+    assert command.proc.returncode == 130, output
+    assert time.monotonic() - started < 30
+    assert_stopped_cleanly(command, output, run_dir, worker)

@@ -377,23 +377,29 @@ def _is_number(item: object) -> bool:
     return True
 
 
-def other_node_logs(run_dir: Path, nnodes: int, timeout_s: float = NODE_WAIT_S) -> list[Path]:
+def other_node_logs(run_dir: Path, nnodes: int, hurry: threading.Event, timeout_s: float = NODE_WAIT_S) -> list[Path]:
     """The other nodes' train.log once each has recorded its end (Megatron and Primus print their
-    iteration lines on the last rank, which lives on the last node); waits at most timeout_s."""
+    iteration lines on the last rank, which lives on the last node); waits at most timeout_s, or until
+    hurry is set (a stop signal)."""
     deadline = time.monotonic() + timeout_s
     pending = {rank: run_dir / f"node{rank}" for rank in range(1, nnodes)}
-    while pending and time.monotonic() < deadline:
+    said = False
+    while pending and time.monotonic() < deadline and not hurry.is_set():
         for rank, node_dir in list(pending.items()):
             try:
                 if "exit_code" in json.loads((node_dir / "launch.json").read_text()):
                     del pending[rank]
             except (OSError, json.JSONDecodeError):
                 pass
+        if pending and not said:
+            print(f"[tprimat] waiting up to {timeout_s:.0f} s for node {', '.join(map(str, pending))} to record the "
+                  "end of the run (Ctrl-C: extract from the logs there are now)", flush=True)
+            said = True
         if pending:
-            time.sleep(2.0)
+            hurry.wait(2.0)
     if pending:
-        warn(f"node(s) {', '.join(map(str, pending))} did not record the end of the run within {timeout_s:.0f} s; "
-             "extracting from the logs there are")
+        why = "stopped waiting" if hurry.is_set() else f"did not record the end of the run within {timeout_s:.0f} s"
+        warn(f"node(s) {', '.join(map(str, pending))}: {why}; extracting from the logs there are")
     return [run_dir / f"node{rank}" / "train.log" for rank in range(1, nnodes)
             if (run_dir / f"node{rank}" / "train.log").exists()]
 
@@ -421,11 +427,11 @@ def record_environment(req: dict, result: dict, environment: dict[str, str], log
     return []
 
 
-def judge(req: dict, run_dir: Path, outcome: Outcome, environment: dict[str, str]) -> str:
+def judge(req: dict, run_dir: Path, outcome: Outcome, environment: dict[str, str], hurry: threading.Event) -> str:
     """Final status of the run (ok | failed | incomplete | interrupted), written into result.json."""
     from utils.result import write_result
 
-    logs = [run_dir / "train.log"] + other_node_logs(run_dir, req["nnodes"])
+    logs = [run_dir / "train.log"] + other_node_logs(run_dir, req["nnodes"], hurry)
     result = collect_result(req, run_dir, outcome, logs)
     notes = record_environment(req, result, environment, logs)
     run = result["run"]
@@ -546,8 +552,13 @@ def main(argv: list[str] | None = None) -> int:
     if node_rank == 0 and not (run_dir.parent / "system.json").exists():
         probe_system(run_dir.parent / "system.json")
     outcome = execute(launch, work_dir / "train.log", req["platform"])
+    # The run has ended: a stop signal now (a second Ctrl-C) cuts only the wait for the other nodes short,
+    # never the record of the run.
+    hurry = threading.Event()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda _signum, _frame: hurry.set())
     if node_rank == 0:
-        status = judge(req, run_dir, outcome, run_environment(launch, req["platform"]))
+        status = judge(req, run_dir, outcome, run_environment(launch, req["platform"]), hurry)
     else:  # node 0 judges the run from every node's log
         status = "interrupted" if outcome.interrupted else ("ok" if outcome.exit_code == 0 else "failed")
     record.update(status=status, exit_code=outcome.exit_code, started_at=outcome.started_at,
