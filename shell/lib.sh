@@ -319,7 +319,7 @@ tp_docker_run_words() {
     printf '%s\n' --detach --name "${name}"
   else
     printf '%s\n' --rm
-    [[ -t 0 && -t 1 ]] && printf '%s\n' --interactive --tty
+    [[ "${TP_DOCKER_TTY:-0}" == 1 ]] && printf '%s\n' --interactive --tty
   fi
   tp_docker_device_flags "${platform}"
   for dir in "${TPRIMAT_ROOT}" "${DATA_DIR}" "${OUTPUT_DIR}" "${HF_HOME}"; do
@@ -361,7 +361,9 @@ tp_docker_run() {
   shift 2
   local listing
   local -a words with_secrets
-  listing="$(tp_docker_run_words "${platform}" "${name}" "$@")" || exit 2
+  local tty=0
+  [[ -t 0 && -t 1 ]] && tty=1  # asked here: inside $(...) below, stdout is never a terminal
+  listing="$(TP_DOCKER_TTY="${tty}" tp_docker_run_words "${platform}" "${name}" "$@")" || exit 2
   mapfile -t words <<<"${listing}"
   with_secrets=("$(tp_host_python)" -m utils.secrets exec --)
   if [[ "${DETACH:-0}" == 1 ]]; then
@@ -433,8 +435,11 @@ tp_supervise() {
   set -m  # job control: the background command leads a process group of its own
   if declare -F "$1" >/dev/null; then
     (trap : "${TP_STOP_SIGNALS[@]}"; "$@") </dev/null &
-  else
+  elif command -v setpriv >/dev/null; then
     setpriv --pdeathsig TERM -- "$@" </dev/null &
+  else
+    tp_warn "setpriv (util-linux) is missing: a SIGKILL of this command would not reach what it starts"
+    "$@" </dev/null &
   fi
   TP_CHILD=$!
   set +m

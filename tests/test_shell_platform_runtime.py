@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import shlex
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from tests.fixtures.train_matrix.shell import machine, run_dirs
-from tests.shell_harness import REPO, SECRET_VALUE, FakeMachine
+from tests.shell_harness import HANG_TIMEOUT_S, REPO, SECRET_VALUE, FakeMachine
 
 
 def nvidia_node(tmp_path, **kw):
@@ -344,3 +345,24 @@ def test_a_dry_run_of_a_multi_node_gpu_node_shows_rdma_devices_memlock_and_the_r
     assert len(commands) == 4
     assert all("NCCL_DEBUG=INFO" in line and all(f"{k}={v}" in line for k, v in PLATFORM_ENVIRONMENT[platform].items())
                for line in commands)
+
+
+def _run_in_a_terminal(node, script):
+    """Run a script with a pseudo-terminal as its stdin and stdout, as a user at a prompt does."""
+    node.log.write_text("")
+    subprocess.run(["script", "-qec", f"bash {node.root / script}", "/dev/null"], cwd=node.root,
+                   env={**node.env, "TERM": "dumb"}, capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    return [shlex.split(line) for line in node.log.read_text().splitlines()
+            if line.startswith("docker run")]
+
+
+def test_the_interactive_shell_gets_a_terminal_in_its_container(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    (run,) = _run_in_a_terminal(node, "shell/entry.sh")
+    assert "--interactive" in run and "--tty" in run
+
+
+def test_a_stage_started_from_a_terminal_gets_none_so_docker_passes_signals_on(tmp_path):
+    node = nvidia_node(tmp_path, engine=True)
+    (run,) = _run_in_a_terminal(node, "shell/run_train.sh")
+    assert "--tty" not in run  # docker's client proxies signals only to a container without a TTY
