@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     usage = "usage: python3 -m utils.secrets has KEY | names | exec -- CMD..."
     if args[:1] in (["-h"], ["--help"]):
-        print(__doc__)
+        print(f"{usage}\n\n{__doc__.strip()}")
         return 0
     try:
         secrets = load_secrets(strict=True)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as err:
             print(f"[tprimat] error: cannot run {args[2]}: {err.strerror}", file=sys.stderr)
             return 127
-    print(usage, file=sys.stderr)
+    print(f"{usage}\nutils.secrets: error: unrecognized arguments: {' '.join(args) or '(none)'}", file=sys.stderr)
     return 2
 
 
