@@ -338,6 +338,9 @@ def extract(parsed: ParsedLog, logs: list[Path], request: dict, *, framework: st
             data = fingerprint.dataset_fingerprint(Path(request["data_prefix"]), compute=False)
         except FileNotFoundError as err:
             notes.append(f"dataset fingerprint unknown: {err}")
+        if data.get("problem"):
+            notes.append(f"the dataset fingerprint is of the files as they are now, which are not the verified data: "
+                         f"{data['problem']}")
     commit = request.get("commit")
     if commit is None and from_run_dir:  # a log from elsewhere did not run this checkout
         commit = fingerprint.project_commit()

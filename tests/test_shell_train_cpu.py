@@ -1,8 +1,10 @@
 """./shell/run_train.sh on the CPU, end to end: the real launcher, trainer, extraction and comparison.
 
 The runs are the tiny models over gloo with a handful of steps. The data stage is replaced by a
-stand-in that writes the trainer tests' small prepared DATA_DIR (tests/fixtures/train/data_dir.py)
-and then corrupts Qwen's tokens, so that the second run of the matrix fails for real.
+stand-in that writes the trainer tests' small prepared DATA_DIR (tests/fixtures/train/data_dir.py),
+then truncates Qwen's tokens and forges a manifest that matches the truncated files (data corrupted
+after verification is refused before any run; a forged record is the one thing a hash cannot catch),
+so that the second run of the matrix fails for real when it reads past the end of its tokens.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ set -euo pipefail
 echo "data stage called" >> "${{DATA_DIR}}.calls"
 "{sys.executable}" -c "import sys; from pathlib import Path; sys.path.insert(0, '{REPO}')
 from tests.fixtures.train.data_dir import make_data_dir
-make_data_dir(Path('${{DATA_DIR}}'), documents=60)
-Path('${{DATA_DIR}}/sample_qwen_text_document.bin').write_bytes(b'')  # corrupted after verification"
+from tests.fixtures.data.verified import write_manifest
+data = make_data_dir(Path('${{DATA_DIR}}'), documents=60)
+qwen = data / 'sample_qwen_text_document'
+Path(f'{{qwen}}.bin').write_bytes(Path(f'{{qwen}}.bin').read_bytes()[:64])
+write_manifest(qwen, data / 'tokenizers' / 'qwen', 'qwen')"
 """
 
 

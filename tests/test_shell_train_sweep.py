@@ -1,7 +1,7 @@
 """A strategy sweep on the CPU, end to end (issue 8): every strategy of the list runs into its own
 directory, a failing run does not stop the sweep, and the comparison marks the faster strategy.
 
-Qwen's tokens are corrupted after verification (as in test_shell_train_cpu) so that its run of
+Qwen's tokens are truncated under a forged manifest (as in test_shell_train_cpu) so that its run of
 every strategy fails for real, while Llama's runs of both strategies succeed.
 """
 

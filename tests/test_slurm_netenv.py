@@ -61,10 +61,10 @@ def test_unknown_platform_is_an_error():
 
 def test_command_line_prints_shell_exports_from_the_environment():
     out = subprocess.run([sys.executable, "-m", "utils.netenv", "amd"], cwd=ROOT, capture_output=True, text=True,
-                         env={"NET_SOCKET_IFNAME": "eth 0", "PATH": "/usr/bin:/bin"}, check=True).stdout
-    assert out.splitlines() == ["export GLOO_SOCKET_IFNAME='eth 0'", "export NCCL_CROSS_NIC=0",
+                         env={"NET_SOCKET_IFNAME": "^docker0,lo", "PATH": "/usr/bin:/bin"}, check=True).stdout
+    assert out.splitlines() == ["export GLOO_SOCKET_IFNAME='^docker0,lo'", "export NCCL_CROSS_NIC=0",
                                 "export NCCL_DEBUG=INFO", "export NCCL_IB_GID_INDEX=3",
-                                "export NCCL_SOCKET_IFNAME='eth 0'"]
+                                "export NCCL_SOCKET_IFNAME='^docker0,lo'"]
 
 
 def test_command_line_reads_the_knobs_of_config_env_under_the_environment_as_the_launcher_does(tmp_path):

@@ -109,7 +109,7 @@ def test_data_check_names_what_is_missing_unverified_or_changed(tmp_path):
     assert changed.startswith(f"qwen: {tmp_path}/sample_qwen_text_document.bin: sha256 ") and "run_data.sh" in changed
     (tmp_path / "sample_llama_text_document.idx").unlink()
     assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path)))[0] == \
-        f"llama: sample_llama_text_document.idx missing in {tmp_path}"
+        f"llama: sample_llama_text_document.idx missing in {tmp_path}; prepare it: ./shell/run_data.sh"
     assert data_problems(node("cpu", 0, DATA_DIR=str(tmp_path), MOCK_DATA="1")) == []
 
 

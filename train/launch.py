@@ -484,8 +484,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict, Path]:
     strategy = cfg.strategies[0]
     missing = "; ".join(data_problems(cfg))
     if missing and not cfg["DRY_RUN"]:
-        raise InputError(f"data not prepared: {missing}; prepare it first: {PREPARE_COMMAND} "
-                         "(or MOCK_DATA=1 for synthetic tokens)")
+        raise InputError(f"data not prepared: {missing} (or MOCK_DATA=1 for synthetic tokens)")
     if missing:
         warn(f"dry run: data not prepared: {missing}; a real run stops here until {PREPARE_COMMAND} prepared it")
     if not cfg["DRY_RUN"] and cfg.platform != "cpu" and args.framework in IN_THIS_PYTHON:

@@ -119,7 +119,7 @@ def data_problems(cfg: Config) -> list[str]:
         missing = [p.name for p in (prefix.with_name(prefix.name + s) for s in (".bin", ".idx", ".manifest.json"))
                    if not p.exists()]
         if missing:
-            problems.append(f"{spec.key}: {', '.join(missing)} missing in {prefix.parent}")
+            problems.append(f"{spec.key}: {', '.join(missing)} missing in {prefix.parent}; prepare it: {PREPARE_COMMAND}")
             continue
         try:
             prove(prefix, tokenizer_dir(cfg["DATA_DIR"], spec.key), spec.key, spec.vocab_size)
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.check_data:
         problems = data_problems(cfg)
         for problem in problems:
-            print(f"data missing: {problem}", file=sys.stderr)
+            print(f"data not ready: {problem}", file=sys.stderr)
         if problems:
             print(f"prepare it first: {PREPARE_COMMAND}  (DATASET={cfg['DATASET']}, DATA_DIR={cfg['DATA_DIR']})",
                   file=sys.stderr)
