@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evaluate import extract, logs, validate
+from tests.fixtures.data.verified import write_manifest
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
@@ -254,12 +255,14 @@ def with_lines_before(tmp_path, fixture, *lines):
 
 
 def prepared_data(tmp_path):
-    """A data prefix whose manifest holds the fingerprints, as data.verify leaves it."""
+    """A data prefix as data.verify leaves it: a tiny pair, its tokenizer and a manifest of the files' hashes."""
     prefix = tmp_path / "bc_llama_text_document"
-    for suffix in (".bin", ".idx"):
-        prefix.with_name(prefix.name + suffix).write_bytes(b"tokens")
-    manifest = {"fingerprint": "a" * 64, "tokenizer": {"sha256": "b" * 64}, "verified": True}
-    (tmp_path / "bc_llama_text_document.manifest.json").write_text(json.dumps(manifest))
+    tokenizer = tmp_path / "tokenizers" / "llama"
+    tokenizer.mkdir(parents=True)
+    (tokenizer / "tokenizer.json").write_text("{}")
+    Path(f"{prefix}.bin").write_bytes(bytes(16))
+    Path(f"{prefix}.idx").write_bytes(b"MMIDIDX\x00\x00\x01" + bytes(7) + b"\x04" + bytes(16))
+    write_manifest(prefix, tokenizer, "llama")
     return prefix
 
 
@@ -288,6 +291,18 @@ def test_a_megatron_lm_log_with_the_platform_gives_a_result_that_validates(tmp_p
     assert result["run"]["commit"] is None  # a log from elsewhere did not run this checkout
     capsys.readouterr()
     assert validate.main([str(tmp_path / "result.json")]) == 0, capsys.readouterr().out
+
+
+def test_data_changed_since_its_verification_gives_the_fingerprint_of_what_is_there_and_says_so(tmp_path):
+    prefix = prepared_data(tmp_path)
+    _, clean = extract_alone(tmp_path, FIXTURES / "megatron_lm_arguments.log", "--platform", "nvd",
+                             "--data-prefix", str(prefix))
+    Path(f"{prefix}.bin").write_bytes(b"\x01" + bytes(15))  # one byte changed, same size
+    _, changed = extract_alone(tmp_path, FIXTURES / "megatron_lm_arguments.log", "--platform", "nvd",
+                               "--data-prefix", str(prefix))
+    assert changed["training"]["dataset_fingerprint"] != clean["training"]["dataset_fingerprint"]
+    assert not any("not the verified data" in note for note in clean["warnings"])
+    assert any("not the verified data" in note for note in changed["warnings"])
 
 
 @pytest.mark.parametrize("line, platform, peak", [
