@@ -221,7 +221,7 @@ def test_encoding_over_a_verified_prefix_first_takes_its_verification_away(data_
     assert not qwen(data_dir, ".manifest.json").exists() and not qwen(data_dir, ".hashed.json").exists()
     assert not stale.exists()
     (problem,) = data_problems(config(data_dir))
-    assert problem == f"qwen: sample_qwen_text_document.manifest.json missing in {data_dir}"
+    assert problem == f"qwen: sample_qwen_text_document.manifest.json missing in {data_dir}; prepare it: ./shell/run_data.sh"
 
 
 def test_megatrons_sample_index_cache_is_named_after_the_dataset_fingerprint():
