@@ -112,7 +112,7 @@ main() {
   tp_args "" "$@"
   tp_load_config --quiet
   local sig
-  for sig in HUP INT QUIT TERM; do
+  for sig in "${TP_STOP_SIGNALS[@]}"; do
     # shellcheck disable=SC2064  # the signal's name is fixed now
     trap "on_signal ${sig}" "${sig}"
   done
