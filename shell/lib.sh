@@ -419,6 +419,17 @@ tp_docker_dry_run() {
 # The signals that stop a command, one trap each: hangup (an SSH disconnect), Ctrl-C, Ctrl-\, kill.
 TP_STOP_SIGNALS=(HUP INT QUIT TERM)
 
+# tp_wait_ended PID: wait until the background job PID has ended, however many trapped signals cut a
+# wait short; returns its exit status.
+tp_wait_ended() {
+  local rc
+  while true; do
+    rc=0
+    wait "$1" || rc=$?
+    kill -0 "$1" 2>/dev/null || return "${rc}"
+  done
+}
+
 # tp_supervise COMMAND...: run COMMAND (a program, or a function of this library) in a process group
 # of its own, with no terminal input, and wait for it. A stop signal to this shell goes to that whole
 # group, and the shell waits until COMMAND has ended (so it records the stop, and nothing prints after
@@ -426,7 +437,7 @@ TP_STOP_SIGNALS=(HUP INT QUIT TERM)
 # this shell dies, even by SIGKILL (PR_SET_PDEATHSIG); a function's subshell only defers the signals
 # until what it runs, which got them from the group, has ended.
 tp_supervise() {
-  local child rc sig
+  local rc sig
   TP_STOPPED=""
   for sig in "${TP_STOP_SIGNALS[@]}"; do
     # shellcheck disable=SC2064  # the signal's name is fixed now, the child's group when it arrives
@@ -443,11 +454,8 @@ tp_supervise() {
   fi
   TP_CHILD=$!
   set +m
-  while true; do
-    rc=0
-    wait "${TP_CHILD}" || rc=$?
-    kill -0 "${TP_CHILD}" 2>/dev/null || break
-  done
+  rc=0
+  tp_wait_ended "${TP_CHILD}" || rc=$?
   [[ -n "${TP_STOPPED}" ]] || return "${rc}"
   local code=$((128 + $(kill -l "${TP_STOPPED}")))
   trap '' PIPE  # after a hangup the terminal may be gone: the exit status still says what happened

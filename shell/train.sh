@@ -36,11 +36,7 @@ run_child() {
   "$@" </dev/null &
   CHILD=$!
   set +m
-  while true; do
-    rc=0
-    wait "${CHILD}" || rc=$?
-    kill -0 "${CHILD}" 2>/dev/null || break
-  done
+  tp_wait_ended "${CHILD}" || rc=$?
   CHILD=""
   return "${rc}"
 }

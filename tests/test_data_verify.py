@@ -24,12 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "data" / "sample" / "sample.jsonl.gz"
 
 
-@pytest.fixture(scope="module")
-def good(tmp_path_factory) -> tuple[Path, Path]:
-    """A sound qwen pair of 40 sample documents, and its tokenizer."""
-    base = tmp_path_factory.getbasetemp()
-    tokenizer = offline_tokenizer("qwen", base)
-    work = tmp_path_factory.mktemp("verify")
+def sound_pair(tmp_path_factory, model: str) -> tuple[Path, Path]:
+    """A pair of 40 sample documents encoded as data.encode does for MODEL, and its tokenizer."""
+    tokenizer = offline_tokenizer(model, tmp_path_factory.getbasetemp())
+    work = tmp_path_factory.mktemp(f"verify-{model}")
     corpus = work / "corpus.jsonl"
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines, open(corpus, "w", encoding="utf-8") as out:
         for _, line in zip(range(40), lines):
@@ -37,21 +35,18 @@ def good(tmp_path_factory) -> tuple[Path, Path]:
     encode_file(corpus, tokenizer, str(work / "good"), keys=["text"], workers=1, append_eod=True, progress=False,
                 cache=work / "proofs")
     return work / "good_text_document", tokenizer
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> tuple[Path, Path]:
+    """A sound qwen pair, and its tokenizer."""
+    return sound_pair(tmp_path_factory, "qwen")
 
 
 @pytest.fixture(scope="module")
 def good_llama(tmp_path_factory) -> tuple[Path, Path]:
-    """A sound llama pair (its documents start with BOS 128000) of 40 sample documents, and its tokenizer."""
-    base = tmp_path_factory.getbasetemp()
-    tokenizer = offline_tokenizer("llama", base)
-    work = tmp_path_factory.mktemp("verify-llama")
-    corpus = work / "corpus.jsonl"
-    with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines, open(corpus, "w", encoding="utf-8") as out:
-        for _, line in zip(range(40), lines):
-            out.write(json.dumps({"text": json.loads(line)["text"]}) + "\n")
-    encode_file(corpus, tokenizer, str(work / "good"), keys=["text"], workers=1, append_eod=True, progress=False,
-                cache=work / "proofs")
-    return work / "good_text_document", tokenizer
+    """A sound llama pair (its documents start with BOS 128000), and its tokenizer."""
+    return sound_pair(tmp_path_factory, "llama")
 
 
 def corrupt(good: tuple[Path, Path], tmp_path: Path, change) -> tuple[Path, Path]:

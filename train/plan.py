@@ -17,12 +17,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from data.integrity import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
+from data.integrity import DataProblem, prove
 from utils.fairness import profile, sequence_parallel, workload
 from utils.config import ConfigError, Config, load_config
 from utils.hardware import cpu_precision
 from utils.strategies import CUSTOM, Layout
-
-PREPARE_COMMAND = "./shell/run_data.sh"
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,6 @@ def data_problems(cfg: Config) -> list[str]:
 
     Each prefix is proven here once per run (data.integrity.prove: manifest, sizes, sha256, tokenizer, token range
     against the model's vocabulary), before any framework is started, so the check covers mega, nemo and prim."""
-    from data.integrity import DataProblem, prove
-
     if cfg["MOCK_DATA"]:
         return []
     problems = []
