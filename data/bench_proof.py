@@ -1,4 +1,4 @@
-"""Measure what proving a pair costs (data.integrity) on this machine, and extrapolate to a 20 GB pair.
+"""Measure what proving a pair costs (utils.datafiles) on this machine, and extrapolate to a 20 GB pair.
 
     python3 -m data.bench_proof [--size-gib 2] [--dir DIR] [--repeat 3]
     python3 -m data.bench_proof --prefix DATA_DIR/c4_llama_text_document   # an existing, verified pair

@@ -39,7 +39,7 @@ import numpy as np
 from data.bpe import Proof, TiktokenTwin, load_proof
 from data.cli import Parser, UsageError, run, stop_if_signalled, worker_signals
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
-from data.integrity import invalidate
+from utils.datafiles import invalidate
 
 BLOCK_BYTES = 1 << 20  # 1 MiB of JSON lines per task: enough blocks that no worker idles long at the end
 

@@ -29,8 +29,8 @@ import numpy as np
 
 from data.cli import Parser, UsageError, WorkError, run
 from utils.files import read_json, write_json
-from data.integrity import MANIFEST_SCHEMA, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \
-    pair_hashes, stat_key
+from utils.datafiles import MANIFEST_SCHEMA, DataProblem, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \
+    ensure_dataset_helpers, pair_hashes, stat_key
 from data.indexed import CODE_OF, DTYPE_CODES, HEADER_SIZE, MAGIC, VERSION, optimal_dtype, read_header
 from data.tokenizer import read_identity
 
@@ -197,10 +197,9 @@ def _ensure_process_group() -> None:
 
 def _ensure_dataset_helpers() -> None:
     """GPTDataset's compiled index builder, compiled first in a source checkout (as the trainer does)."""
-    from train.mega_data import DataError, ensure_dataset_helpers
     try:
         ensure_dataset_helpers()
-    except DataError as err:
+    except DataProblem as err:
         raise UsageError(str(err)) from None
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from evaluate import fingerprint
+from utils import fingerprint
 from evaluate.logs import FRAMEWORKS, ParsedLog, complete_batch, missing_steps, parse_logs, step_ranges
 from utils import metrics
 from utils.config import PLATFORMS, PRECISIONS, ConfigError, load_config

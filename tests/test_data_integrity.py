@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data import integrity
+from utils import datafiles as integrity
 from data.encode import encode_file
-from data.integrity import DataProblem, check_vocabulary, prove, prove_pair
+from utils.datafiles import DataProblem, check_vocabulary, prove, prove_pair
 from data.verify import verify
-from evaluate.fingerprint import dataset_fingerprint
+from utils.fingerprint import dataset_fingerprint
 from tests.fixtures.train_matrix.requests import node
 from tests.test_data_tokenizer import offline_tokenizer
 from train.mega_data import DataError, DatasetTokenizer, locate

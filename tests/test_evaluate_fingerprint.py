@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from evaluate import fingerprint
+from utils import fingerprint
 from tests.fixtures.data.verified import write_manifest
 
 

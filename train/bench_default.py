@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evaluate.probe import host_info
+from utils.probe import host_info
 from utils.hardware import cpu_flags, cpu_precision
 
 ROOT = Path(__file__).resolve().parent.parent

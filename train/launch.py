@@ -49,11 +49,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evaluate.probe import stack_problem
+from utils.probe import stack_problem
 from train import settle
 from train.nemo_recipe import recipe_settings
 from train.plan import PREPARE_COMMAND, Run, data_problems, request, run_name
-from train.primus_config import DEFAULT_PRIMUS_PATH, ShippedConfigMissing, command as primus_command
+from utils.platform_env import DEFAULT_PRIMUS_PATH
+from train.primus_config import ShippedConfigMissing, command as primus_command
 from train.primus_config import write_experiment
 from utils.config import ROOT, ConfigError, load_config
 from utils.fairness import request_identity
@@ -457,7 +458,7 @@ def judge(req: dict, run_dir: Path, outcome: Outcome, environment: dict[str, str
 
 def probe_system(path: Path) -> None:
     """system.json for a run started alone (shell/train.sh writes it once per run set)."""
-    from evaluate import probe
+    from utils import probe
 
     if probe.main(["-o", str(path)]) != 0:
         warn("the system probe failed: the result will have no system description")
@@ -505,7 +506,7 @@ def resolve(args: argparse.Namespace) -> tuple[dict, Path]:
         raise InputError(f"{marker.parent} already holds a run; nothing is overwritten: choose a new --run-dir")
     node_dir(run_dir, cfg["NODE_RANK"]).mkdir(parents=True, exist_ok=True)
     run = Run(run_dir.name, args.framework, args.model, strategy, args.repeat, cfg.layout(args.model, strategy))
-    from evaluate.fingerprint import project_commit
+    from utils.fingerprint import project_commit
 
     return {**request(cfg, run), "commit": project_commit()}, run_dir
 

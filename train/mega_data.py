@@ -2,7 +2,7 @@
 
 Real data is megatron-core's GPTDataset over DATA_DIR/<dataset>_<model>_text_document through
 BlendedMegatronDatasetBuilder, as Megatron-LM reads it. A run refuses to start when that prefix
-is not proven to hold the files data.verify verified (data.integrity: sizes, sha256, tokenizer,
+is not proven to hold the files data.verify verified (utils.datafiles: sizes, sha256, tokenizer,
 token range), and its result carries the fingerprint of the files it read. MOCK_DATA=1 is the only way to synthetic
 tokens (megatron-core's MockGPTDataset), and the result then says so.
 
@@ -13,17 +13,15 @@ So a layout change (DP, GA, MBS) regroups the same samples but never changes whi
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
-from data.integrity import DataProblem, prove
-from train.plan import PREPARE_COMMAND, data_prefix, tokenizer_dir
+from utils.datafiles import PREPARE as PREPARE_COMMAND
+from utils.datafiles import DataProblem, data_prefix, ensure_dataset_helpers, prove, tokenizer_dir
 from utils.fairness import WORKLOAD
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
@@ -83,7 +81,7 @@ def read_tokenizer(directory: Path) -> tuple[int, int]:
 
 
 def locate(data_dir: str, dataset: str, model: str, vocab_size: int, mock: bool) -> DataSource:
-    """Prove the prepared data of one model (data.integrity.prove) before any model is built; raises DataError.
+    """Prove the prepared data of one model (utils.datafiles.prove) before any model is built; raises DataError.
 
     The launcher proved it already (train.plan.data_problems); here each rank proves it again, from the hashes
     remembered then, so that nothing trains on files changed since, and the fingerprint is of what is read."""
@@ -102,44 +100,6 @@ def locate(data_dir: str, dataset: str, model: str, vocab_size: int, mock: bool)
                         f"this is not the {model} tokenizer, prepare it with {PREPARE_COMMAND} (DATASET={dataset})")
     return DataSource(mock=False, dataset=dataset, prefix=prefix, fingerprint=verified.fingerprint,
                       tokenizer_fingerprint=verified.tokenizer_fingerprint, eod=eod, tokenizer_vocab=tokenizer_vocab)
-
-
-def _helpers_importable() -> bool:
-    importlib.invalidate_caches()  # a module compiled since the last look must be found
-    try:
-        importlib.import_module("megatron.core.datasets.helpers_cpp")
-    except ImportError:
-        return False
-    return True
-
-
-def ensure_dataset_helpers() -> None:
-    """megatron-core's compiled sample-index builder (helpers_cpp), compiled first where it is missing.
-
-    A megatron-core wheel ships it compiled; a Megatron-LM source checkout (Primus's, on the AMD image's
-    PYTHONPATH) has only helpers.cpp, which Megatron-LM compiles at start-up (initialize._compile_dependencies):
-    megatron-core's compile_helpers() (make) on global rank 0 while the other ranks wait. A node that still
-    lacks it after that has its own copy of the checkout (a container per node): its local rank 0 compiles
-    it there. Raises DataError with one line when it cannot be compiled. Call on every rank.
-    """
-    import torch.distributed as dist
-    from megatron.core.datasets import utils
-
-    distributed = dist.is_initialized()
-    rank = dist.get_rank() if distributed else 0
-    for compiles in (rank == 0, rank != 0 and os.environ.get("LOCAL_RANK", "0") == "0"):
-        if compiles and not _helpers_importable():
-            try:
-                utils.compile_helpers()
-            except (SystemExit, OSError):  # make failed (megatron-core exits 1) or is not installed
-                pass
-        if distributed:
-            dist.barrier()
-    if not _helpers_importable():
-        where = os.path.dirname(utils.__file__)
-        raise DataError(f"{where}: megatron-core's dataset helpers (helpers_cpp) are not compiled and `make -C "
-                        f"{where}` failed (its output is above); install a C++ compiler and pybind11 and run that "
-                        f"make, or install a megatron-core wheel, which ships them compiled")
 
 
 def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int, cache_dir: Path):
@@ -162,7 +122,10 @@ def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int,
         eod_mask_loss=bool(WORKLOAD["eod_mask_loss"]),  # the one workload of every framework (utils.fairness)
         create_attention_mask=False,  # causal attention needs no mask tensor
     )
-    ensure_dataset_helpers()
+    try:
+        ensure_dataset_helpers()
+    except DataProblem as err:
+        raise DataError(str(err)) from None
     cls = MockGPTDataset if source.mock else GPTDataset
     train, _, _ = BlendedMegatronDatasetBuilder(cls, [num_samples, 0, 0], lambda: True, config).build()
     if train is None or len(train) < num_samples:

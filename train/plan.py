@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.integrity import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
-from data.integrity import DataProblem, prove
+from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
+from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
 from utils.fairness import profile, sequence_parallel, workload
 from utils.config import ConfigError, Config, load_config
 from utils.hardware import cpu_precision
@@ -60,15 +60,6 @@ def build_plan(cfg: Config) -> list[Run]:
             for spec in cfg.models]
 
 
-def data_prefix(data_dir: str, dataset: str, model: str) -> Path:
-    """Megatron's dataset prefix (no .bin/.idx suffix) of one model's tokenization of a dataset."""
-    return Path(data_dir) / f"{dataset}_{model}_text_document"
-
-
-def tokenizer_dir(data_dir: str, model: str) -> Path:
-    return Path(data_dir) / "tokenizers" / model
-
-
 def request(cfg: Config, run: Run) -> dict:
     """The run's requested settings: identity, layout, workload (and its conventions), data, fairness profile and
     table, and every knob."""
@@ -107,7 +98,7 @@ def request(cfg: Config, run: Run) -> dict:
 def data_problems(cfg: Config) -> list[str]:
     """One line per model whose data is not proven to be what data.verify verified (none when MOCK_DATA is on).
 
-    Each prefix is proven here once per run (data.integrity.prove: manifest, sizes, sha256, tokenizer, token range
+    Each prefix is proven here once per run (utils.datafiles.prove: manifest, sizes, sha256, tokenizer, token range
     against the model's vocabulary), before any framework is started, so the check covers mega, nemo and prim."""
     if cfg["MOCK_DATA"]:
         return []

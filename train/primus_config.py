@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from utils.models import get_model
+from utils.platform_env import DEFAULT_PRIMUS_PATH
 
-DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where rocm/primus images hold their checkout
 CONFIG_DIR = "examples/megatron/configs/MI300X"
 # Shipped experiment files per model, newest naming first (Primus renamed them to -BF16-/-FP8- in
 # late 2025; older images ship the single -pretrain.yaml). {precision} is BF16 or FP8.

@@ -520,7 +520,7 @@ def _system(run_dir: Path) -> tuple[dict, list[str]]:
 def assemble_result(settings: Settings, trainer: Trainer | None, source: DataSource | None, run_dir: Path, *,
                     started_at: str, status: str, exit_code: int, error: str | None) -> dict:
     """The run's result in TPrimat's one shape (utils.result), figures from utils.metrics."""
-    from evaluate.fingerprint import project_commit
+    from utils.fingerprint import project_commit
     from utils.fairness import identity, workload
     from utils.result import build_result
 

@@ -25,6 +25,8 @@ from typing import MutableMapping
 
 from utils.config import ConfigError, load_config
 
+DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where rocm/primus images hold their checkout (PRIMUS_PATH overrides)
+
 PLATFORM_ENV: dict[str, dict[str, str]] = {
     # The values Primus v25.11's examples/run_pretrain.sh gives a Megatron run when the caller sets
     # none (its release branch, lines 223, 298 and 318), so that mega runs on AMD with the environment

@@ -19,6 +19,7 @@ tick, so it is not remembered and is hashed in full again next time (git's "raci
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -38,6 +39,16 @@ SUFFIXES = (".bin", ".idx")
 
 class DataProblem(Exception):
     """The prefix is not the verified data: one line naming the file, what differs and the fix."""
+
+
+def data_prefix(data_dir: str, dataset: str, model: str) -> Path:
+    """Megatron's dataset prefix (no .bin/.idx suffix) of one model's tokenization of a dataset."""
+    return Path(data_dir) / f"{dataset}_{model}_text_document"
+
+
+def tokenizer_dir(data_dir: str, model: str) -> Path:
+    """Where data.fetch puts one model's tokenizer files."""
+    return Path(data_dir) / "tokenizers" / model
 
 
 def sibling(prefix: Path, suffix: str) -> Path:
@@ -220,3 +231,43 @@ def invalidate(prefix: Path) -> None:
     for path in (manifest_path(prefix), cache_path(prefix)):
         path.unlink(missing_ok=True)
     forget_sample_indices(prefix)
+
+
+# --- Megatron's compiled sample-index builder, which data.verify and the trainer read the pair with --
+
+def _helpers_importable() -> bool:
+    importlib.invalidate_caches()  # a module compiled since the last look must be found
+    try:
+        importlib.import_module("megatron.core.datasets.helpers_cpp")
+    except ImportError:
+        return False
+    return True
+
+
+def ensure_dataset_helpers() -> None:
+    """megatron-core's compiled sample-index builder (helpers_cpp), compiled first where it is missing.
+
+    A megatron-core wheel ships it compiled; a Megatron-LM source checkout (Primus's, on the AMD image's
+    PYTHONPATH) has only helpers.cpp, which Megatron-LM compiles at start-up (initialize._compile_dependencies):
+    megatron-core's compile_helpers() (make) on global rank 0 while the other ranks wait. A node that still
+    lacks it after that has its own copy of the checkout (a container per node): its local rank 0 compiles
+    it there. Raises DataProblem with one line when it cannot be compiled. Call on every rank.
+    """
+    import torch.distributed as dist
+    from megatron.core.datasets import utils
+
+    distributed = dist.is_initialized()
+    rank = dist.get_rank() if distributed else 0
+    for compiles in (rank == 0, rank != 0 and os.environ.get("LOCAL_RANK", "0") == "0"):
+        if compiles and not _helpers_importable():
+            try:
+                utils.compile_helpers()
+            except (SystemExit, OSError):  # make failed (megatron-core exits 1) or is not installed
+                pass
+        if distributed:
+            dist.barrier()
+    if not _helpers_importable():
+        where = os.path.dirname(utils.__file__)
+        raise DataProblem(f"{where}: megatron-core's dataset helpers (helpers_cpp) are not compiled and `make -C "
+                        f"{where}` failed (its output is above); install a C++ compiler and pybind11 and run that "
+                        f"make, or install a megatron-core wheel, which ships them compiled")

@@ -1,0 +1,408 @@
+"""Describe the machine a benchmark runs on: system.json (MLPerf-style system description).
+
+    python3 -m evaluate.probe -o system.json     # or without -o: print it
+
+Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers), else from torch when it sees
+a device; software versions from the installed distributions; host facts from /proc, /etc and
+/sys. Whatever cannot be read stays null: on a CPU-only machine the GPU fields are empty, never
+invented.
+
+Nodes: the node count (NNODES) and the nodes' names in node-rank order, from the Slurm allocation
+(RUN_SET_DIR/slurm.json written by the job, else SLURM_JOB_NODELIST expanded by scontrol), else
+this host alone on one node; empty for a multi-node run started by hand (each node's launch.json
+names its host). Interconnect: the InfiniBand/RoCE adapters /sys shows, else the network
+interfaces; empty where /sys cannot be read.
+
+    python3 -m evaluate.probe --require-stack amd --frameworks mega,prim [--python PATH]
+
+checks, before a GPU run, that the Python which would train (PATH, default this one) sees the
+vendor's GPUs through its torch and has what each framework imports; otherwise it names what is
+missing and the two ways out in one line, exit 2. A CPU build of torch on a GPU node would
+otherwise train there, on the CPU, a run labelled amd or nvd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Mapping
+
+from utils.files import atomic_open
+
+PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
+TIMEOUT_S = 20
+NVIDIA_FIELDS = ("name", "memory.total", "driver_version", "clocks.sm", "clocks.max.sm", "power.limit")
+DISTRIBUTIONS = {"torch": ("torch",), "megatron_core": ("megatron-core", "megatron_core"),
+                 "transformer_engine": ("transformer-engine", "transformer_engine", "transformer_engine_torch"),
+                 "nemo": ("nemo-toolkit", "nemo_toolkit"), "primus": ("primus",), "primus_turbo": ("primus-turbo",),
+                 "numpy": ("numpy",)}
+
+
+def _run(*command: str) -> str | None:
+    """stdout of a tool, or None when it is missing, fails or hangs."""
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def _number(text: str | None) -> float | None:
+    match = re.search(r"[-+]?\d+(?:\.\d+)?", text or "")
+    return float(match.group()) if match else None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _empty_gpu() -> dict:
+    return {"vendor": None, "name": None, "count": 0, "memory_gib": None, "driver": None, "cuda": None,
+            "rocm": None, "devices": []}
+
+
+def nvidia_gpus() -> dict | None:
+    """nvidia-smi's view: names, memory, driver, clocks and power cap per GPU."""
+    out = _run("nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_FIELDS), "--format=csv,noheader,nounits")
+    if not out or not out.strip():
+        return None
+    devices, drivers = [], []
+    for index, line in enumerate(l for l in out.splitlines() if l.strip()):
+        values = [v.strip() for v in line.split(",")]
+        row = dict(zip(NVIDIA_FIELDS, values + [""] * (len(NVIDIA_FIELDS) - len(values))))
+        memory = _number(row["memory.total"])
+        drivers.append(row["driver_version"] or None)
+        devices.append({"index": index, "name": row["name"] or None,
+                        "memory_gib": round(memory / 1024, 2) if memory else None,
+                        "clock_sm_mhz": _number(row["clocks.sm"]), "clock_sm_max_mhz": _number(row["clocks.max.sm"]),
+                        "power_cap_w": _number(row["power.limit"])})
+    header = _run("nvidia-smi") or ""
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
+    return {**_empty_gpu(), "vendor": "nvidia", "name": devices[0]["name"], "count": len(devices),
+            "memory_gib": devices[0]["memory_gib"], "driver": drivers[0],
+            "cuda": cuda.group(1) if cuda else None, "devices": devices}
+
+
+def _key(card: dict, *needles: str) -> str | None:
+    """The value of the first key containing any needle (rocm-smi's key spellings vary by version)."""
+    for needle in needles:
+        for key, value in card.items():
+            if needle in key.lower():
+                return str(value)
+    return None
+
+
+def amd_gpus() -> dict | None:
+    """rocm-smi's view (JSON), else amd-smi's; ROCm version from /opt/rocm."""
+    rocm = (_read("/opt/rocm/.info/version") or "").strip() or None
+    out = _run("rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion", "--showmaxpower",
+               "--showclocks", "--json")
+    devices, driver = [], None
+    if out:
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError:
+            data = {}
+        for name, card in data.items():
+            if not name.startswith("card") or not isinstance(card, dict):
+                continue
+            memory = _number(_key(card, "vram total memory (b)"))
+            devices.append({"index": len(devices), "name": _key(card, "card series", "market", "card sku"),
+                            "memory_gib": round(memory / 2 ** 30, 2) if memory else None,
+                            "gfx": _key(card, "gfx version"), "clock_sm_mhz": _number(_key(card, "sclk")),
+                            "clock_sm_max_mhz": None, "power_cap_w": _number(_key(card, "max graphics package power"))})
+        driver = _key(data.get("system", {}), "driver version")
+    if not devices:
+        listing = _run("amd-smi", "list") or ""
+        static = _run("amd-smi", "static") or ""
+        names = re.findall(r"MARKET_NAME:\s*(.+)", static)
+        count = len(re.findall(r"^GPU:\s*\d+", listing, re.MULTILINE))
+        if not count:
+            return None
+        devices = [{"index": i, "name": (names[i] if i < len(names) else names[0] if names else None)}
+                   for i in range(count)]
+        devices = [{**d, "name": d["name"].strip() if d["name"] else None} for d in devices]
+    return {**_empty_gpu(), "vendor": "amd", "name": devices[0]["name"], "count": len(devices),
+            "memory_gib": devices[0].get("memory_gib"), "driver": driver, "rocm": rocm, "devices": devices}
+
+
+def torch_gpus() -> dict | None:
+    """torch's view, for machines where the vendor tool is absent but a device is visible."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        devices.append({"index": index, "name": props.name, "memory_gib": round(props.total_memory / 2 ** 30, 2)})
+    vendor = "amd" if torch.version.hip else "nvidia"
+    return {**_empty_gpu(), "vendor": vendor, "name": devices[0]["name"], "count": len(devices),
+            "memory_gib": devices[0]["memory_gib"], "cuda": torch.version.cuda, "rocm": torch.version.hip,
+            "devices": devices}
+
+
+def gpu_info() -> dict:
+    return nvidia_gpus() or amd_gpus() or torch_gpus() or _empty_gpu()
+
+
+def _distribution_version(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _megatron_imported() -> str | None:
+    """The version of the megatron-core that `import megatron.core` finds first, from its package_info.py
+    (wheels and source checkouts both ship it, pre-release tag included: Primus pins 0.15.0rc8), so that a
+    checkout on PYTHONPATH in front of an installed wheel is reported as what really runs."""
+    spec = importlib.util.find_spec("megatron")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        text = _read(os.path.join(location, "core", "package_info.py")) or ""
+        parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.MULTILINE) for k in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            pre = re.search(r"^PRE_RELEASE\s*=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
+            return ".".join(p.group(1) for p in parts) + (pre.group(1) if pre else "")
+    return None
+
+
+def software_info() -> dict:
+    """Python, framework and communication library versions (null where not installed)."""
+    info = {key: _distribution_version(names) for key, names in DISTRIBUTIONS.items()}
+    info["megatron_core"] = _megatron_imported() or info["megatron_core"]
+    info["python"] = platform.python_version()
+    info.update(torch_cuda=None, torch_hip=None, nccl=None, rccl=None)
+    if info["torch"]:
+        import torch
+
+        info["torch_cuda"], info["torch_hip"] = torch.version.cuda, torch.version.hip
+        if torch.version.cuda or torch.version.hip:
+            try:
+                version = ".".join(map(str, torch.cuda.nccl.version()))
+                info["rccl" if torch.version.hip else "nccl"] = version
+            except (RuntimeError, AttributeError, TypeError):
+                pass
+    return info
+
+
+def host_info() -> dict:
+    cpuinfo = _read("/proc/cpuinfo") or ""
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+    meminfo = _read("/proc/meminfo") or ""
+    memory_kib = re.search(r"^MemTotal:\s*(\d+)", meminfo, re.MULTILINE)
+    os_release = _read("/etc/os-release") or ""
+    pretty = re.search(r'^PRETTY_NAME="?([^"\n]+)"?', os_release, re.MULTILINE)
+    physical = None
+    if importlib.util.find_spec("psutil") is not None:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False)
+    return {"hostname": socket.gethostname(), "cpu_model": model.group(1).strip() if model else platform.processor() or None,
+            "cpu_cores": physical, "cpu_threads": os.cpu_count(),
+            "memory_gib": round(int(memory_kib.group(1)) / 2 ** 20, 1) if memory_kib else None,
+            "os": pretty.group(1) if pretty else platform.system(), "kernel": platform.release(),
+            "architecture": platform.machine()}
+
+
+def _rdma_adapter(device: Path) -> dict:
+    """One InfiniBand/RoCE adapter: its ports' rates and link layers (InfiniBand, or Ethernet for RoCE)."""
+    ports = sorted(device.glob("ports/*"))
+    values = {key: sorted({(_read(str(port / key)) or "").strip() for port in ports} - {""})
+              for key in ("rate", "link_layer")}
+    return {"device": device.name, "rates": values["rate"], "link_layers": values["link_layer"]}
+
+
+def _interface(path: Path) -> dict:
+    speed = _number(_read(str(path / "speed")))  # Mb/s; -1 or unreadable when the link is down or virtual
+    return {"name": path.name, "state": (_read(str(path / "operstate")) or "").strip() or None,
+            "speed_mbps": int(speed) if speed and speed > 0 else None, "physical": (path / "device").exists()}
+
+
+def _children(root: Path) -> list[Path]:
+    try:
+        return sorted(root.iterdir())
+    except OSError:
+        return []
+
+
+def interconnect_info(ib_root: Path = Path("/sys/class/infiniband"), net_root: Path = Path("/sys/class/net")) -> dict:
+    """What the nodes can talk over: the InfiniBand/RoCE adapters, else the network interfaces
+    (the physical ones when there are any, else every one but loopback, as a container sees them)."""
+    adapters = [_rdma_adapter(device) for device in _children(ib_root)]
+    interfaces: list[dict] = []
+    if not adapters:
+        interfaces = [_interface(path) for path in _children(net_root) if path.name != "lo"]
+        physical = [i for i in interfaces if i["physical"]]
+        interfaces = physical or interfaces
+    return {"infiniband": adapters, "interfaces": interfaces}
+
+
+def _nodes_of_slurm_json(run_set: str | None) -> list[str] | None:
+    if not run_set:
+        return None
+    try:
+        nodes = json.loads((Path(run_set) / "slurm.json").read_text()).get("nodes")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return nodes if isinstance(nodes, list) and nodes and all(isinstance(n, str) for n in nodes) else None
+
+
+def node_names(env: Mapping[str, str], nnodes: int | None) -> list[str]:
+    """The run set's nodes in node-rank order: Slurm's allocation, else this host for one node; [] unknown.
+
+    The job's node list counts only when it has as many nodes as the run (a one-node run inside a
+    larger allocation ran on this host alone)."""
+    recorded = _nodes_of_slurm_json(env.get("RUN_SET_DIR"))
+    if recorded:
+        return recorded
+    nodelist = env.get("SLURM_JOB_NODELIST")
+    if nodelist:
+        expanded = (_run("scontrol", "show", "hostnames", nodelist) or "").split()
+        if expanded and len(expanded) == (nnodes or len(expanded)):
+            return expanded
+    return [socket.gethostname()] if nnodes in (None, 1) else []
+
+
+def probe(env: Mapping[str, str] | None = None) -> dict:
+    """The whole system description."""
+    env = os.environ if env is None else env
+    count = env.get("NNODES")
+    nodes = int(count) if count and count.isdigit() else None
+    return {"probe_version": PROBE_VERSION, "collected_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "nodes": nodes, "node_names": node_names(env, nodes), "gpu": gpu_info(), "host": host_info(),
+            "software": software_info(), "interconnect": interconnect_info()}
+
+
+# --- The GPU stack a training Python must have ----------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+VENDOR_STACK = {"amd": ("hip", "ROCm", "AMD"), "nvd": ("cuda", "CUDA", "NVIDIA")}  # torch.version.<attr>, names
+# What each framework's trainer imports besides torch (prim: Primus's launcher, inside its checkout).
+FRAMEWORK_MODULES = {"mega": ("transformer_engine", "megatron.core"),
+                     "nemo": ("transformer_engine", "megatron.core", "nemo"), "prim": ("transformer_engine",)}
+
+
+def stack_facts() -> dict:
+    """What this Python sees: its torch build and GPUs, and which framework modules it can import."""
+    modules = sorted({name for names in FRAMEWORK_MODULES.values() for name in names})
+    facts: dict = {"torch": None, "hip": None, "cuda": None, "gpus": 0, "modules": {}}
+    for name in modules:
+        try:
+            facts["modules"][name] = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package that is missing or broken
+            facts["modules"][name] = False
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        facts.update(torch=torch.__version__, hip=torch.version.hip, cuda=torch.version.cuda,
+                     gpus=torch.cuda.device_count())
+    return facts
+
+
+def stack_problem(platform: str, frameworks: list[str], python: str, primus_path: str | None = None) -> str | None:
+    """One line naming what the Python `python` lacks to train the frameworks on the platform's GPUs,
+    and the two ways out; None when it has everything. Asked in a process of its own, so that the
+    caller never initialises a GPU runtime."""
+    attribute, build, vendor = VENDOR_STACK[platform]
+    missing: list[str] = []
+    try:
+        answer = subprocess.run([python, "-m", "evaluate.probe", "--stack-facts"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=120)
+        facts = json.loads(answer.stdout) if answer.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        facts = None
+    if facts is None:
+        missing.append(f"no working Python at {python}")
+    else:
+        if facts["torch"] is None:
+            missing.append("no torch")
+        elif not facts[attribute]:
+            missing.append(f"torch {facts['torch']} is not a {build} build")
+        elif not facts["gpus"]:
+            missing.append(f"torch {facts['torch']} sees no {vendor} GPU")
+        wanted = dict.fromkeys(name for framework in frameworks for name in FRAMEWORK_MODULES[framework])
+        missing += [f"no {name}" for name in wanted if not facts["modules"].get(name)]
+    if "prim" in frameworks:
+        from utils.platform_env import DEFAULT_PRIMUS_PATH
+
+        primus = Path(primus_path or DEFAULT_PRIMUS_PATH)
+        if not (primus / "examples" / "run_pretrain.sh").is_file():
+            missing.append(f"no Primus checkout at {primus} (PRIMUS_PATH)")
+    if not missing:
+        return None
+    return (f"{python} cannot train {','.join(frameworks)} on {vendor} GPUs: {', '.join(missing)}; run in the "
+            f"container (./shell/build.sh, then ./shell/run_train.sh with a Docker engine answering, or "
+            f"RUNTIME=docker; Slurm: SLURM_CONTAINER=pyxis) or set TPRIMAT_PYTHON to a Python environment with "
+            f"the {build} stack")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m evaluate.probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-o", "--output", type=Path, help="system.json to write (default: print)")
+    parser.add_argument("--require-stack", choices=sorted(VENDOR_STACK), metavar="PLATFORM",
+                        help="amd or nvd: exit 2 with one line unless --python can train --frameworks there")
+    parser.add_argument("--frameworks", default="", help="comma list of mega, nemo, prim (with --require-stack)")
+    parser.add_argument("--python", default=sys.executable, help="the Python that would train (default: this one)")
+    parser.add_argument("--stack-facts", action="store_true", help="print what this Python sees, as JSON")
+    args = parser.parse_args(argv)
+    if args.stack_facts:
+        print(json.dumps(stack_facts()))
+        return 0
+    if args.require_stack:
+        frameworks = [name for name in args.frameworks.split(",") if name]
+        unknown = [name for name in frameworks if name not in FRAMEWORK_MODULES]
+        if unknown or not frameworks:
+            print(f"evaluate.probe: --frameworks {args.frameworks!r}: give a comma list of "
+                  f"{', '.join(FRAMEWORK_MODULES)}", file=sys.stderr)
+            return 2
+        problem = stack_problem(args.require_stack, frameworks, args.python, os.environ.get("PRIMUS_PATH"))
+        if problem:
+            print(f"[tprimat] error: PLATFORM={args.require_stack}: {problem}", file=sys.stderr)
+            return 2
+        return 0
+    text = json.dumps(probe(), indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    with atomic_open(args.output, encoding="utf-8") as out:
+        out.write(text)
+    print(f"{args.output}: {describe(json.loads(text))}")
+    return 0
+
+
+def describe(system: dict) -> str:
+    """One line: "8 x NVIDIA H100 80GB HBM3, driver 550.54.15, CUDA 12.8" or "no GPU (CPU only)"."""
+    gpu = system.get("gpu") or {}
+    if not gpu.get("count"):
+        host = system.get("host") or {}
+        return f"no GPU (CPU only: {host.get('cpu_model') or 'unknown CPU'}, {host.get('cpu_threads') or '?'} threads)"
+    extras = [f"driver {gpu['driver']}" if gpu.get("driver") else "", f"CUDA {gpu['cuda']}" if gpu.get("cuda") else "",
+              f"ROCm {gpu['rocm']}" if gpu.get("rocm") else ""]
+    return ", ".join([f"{gpu['count']} x {gpu.get('name') or 'unknown GPU'}"] + [e for e in extras if e])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

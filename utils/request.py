@@ -1,0 +1,183 @@
+"""One run's request: what the planner asks one framework to do, typed, from plan to result.
+
+The planner (train/plan.py) builds it once from the validated configuration and the launcher writes it as
+the run's config.json; every launcher, trainer and generated framework file reads it from there
+(`Request.read`), and the result's parallelism and training sections come from it (`result_parallelism`,
+`result_training`). Its field names are the result schema's (utils/result.schema.json), so no layer renames
+a setting: seq_len is seq_len from config.json to result.json.
+
+config.json holds one object per section below, plus `knobs`: every configuration knob as resolved for the
+run (the record that reproduces it; code reads the typed sections, never the knobs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from utils.fairness import identity
+from utils.files import write_json
+
+
+class RequestError(ValueError):
+    """A config.json that is no request of this checkout; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which run this is."""
+
+    run_id: str  # its directory name inside the run set, e.g. "mega-llama" or "prim-qwen-balanced-r2"
+    platform: str  # amd | nvd | cpu
+    framework: str  # mega | nemo | prim
+    model: str  # the registry key (utils/models.py): llama | qwen
+    variant: str  # the model variant trained, e.g. "llama3.1-8b" or "qwen2.5-tiny"
+    repeat: int  # 1-based
+    commit: str | None = None  # the checkout's commit (None: not a git checkout)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """The layout: the result's parallelism section plus the machine size it runs on."""
+
+    strategy: str  # the named layout (utils/strategies.py), or "custom"
+    tp: int
+    pp: int
+    dp: int
+    ga: int  # gradient-accumulation steps (micro-batches per step)
+    sequence_parallel: bool
+    distributed_optimizer: bool  # the fairness profile's use_distributed_optimizer
+    nnodes: int
+    gpus_per_node: int  # worker processes per node on the CPU
+    num_gpus: int  # TP x PP x DP
+
+
+@dataclass(frozen=True)
+class Training:
+    """The workload and its optimiser: the result's training section, less what the data and profile add."""
+
+    steps: int
+    mbs: int
+    gbs: int
+    seq_len: int
+    precision: str  # bf16 | fp8 | fp32
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    weight_decay: float
+    beta1: float
+    beta2: float
+    grad_clip: float
+    seed: int
+    lr_decay_style: str = "cosine"
+
+
+@dataclass(frozen=True)
+class Data:
+    """What the run reads: a verified prepared pair, or synthetic tokens."""
+
+    dataset: str
+    prefix: str  # Megatron's dataset prefix (no .bin/.idx), utils/datafiles.py
+    tokenizer_dir: str
+    mock_data: bool
+
+
+@dataclass(frozen=True)
+class Fairness:
+    """The fairness profile the run applies (utils/fairness.py) and the workload conventions of its framework."""
+
+    profile: str  # FAIRNESS: spec | tuned
+    table: dict  # the profile's full settings table
+    workload: dict  # the workload-identity settings this framework applies
+
+
+@dataclass(frozen=True)
+class Environment:
+    """How this node runs and measures it."""
+
+    node_rank: int
+    dry_run: bool
+    warmup_skip: int  # steps left out of the steady-state figures
+    profiling: bool
+    profile_start_step: int
+    profile_end_step: int
+
+
+@dataclass(frozen=True)
+class Request:
+    """One run's request (config.json)."""
+
+    identity: Identity
+    parallelism: Parallelism
+    training: Training
+    data: Data
+    fairness: Fairness
+    environment: Environment
+    knobs: dict = field(default_factory=dict)  # every knob as resolved (utils.config), the record that reproduces it
+
+    # --- config.json ---------------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "config.json") -> "Request":
+        """The request of a config.json object; RequestError names what is missing or unknown."""
+        if not isinstance(data, Mapping):
+            raise RequestError(f"{where}: not a run request (a JSON object is expected); rerun the launcher")
+        sections = {}
+        for section in fields(cls):
+            if section.name == "knobs":
+                continue
+            kind = globals()[section.type] if isinstance(section.type, str) else section.type
+            given = data.get(section.name)
+            if not isinstance(given, Mapping):
+                raise RequestError(f"{where}: no '{section.name}' section: written by an older TPrimat or by hand; "
+                                   "rerun the launcher to write the request again")
+            names = {f.name for f in fields(kind)}
+            required = {f.name for f in fields(kind)
+                        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+            missing, unknown = sorted(required - set(given)), sorted(set(given) - names)
+            if missing or unknown:
+                raise RequestError(f"{where}: section '{section.name}' " + "; ".join(
+                    part for part in (f"lacks {', '.join(missing)}" if missing else "",
+                                      f"has unknown {', '.join(unknown)}" if unknown else "") if part)
+                    + "; rerun the launcher to write the request again")
+            sections[section.name] = kind(**given)
+        return cls(**sections, knobs=dict(data.get("knobs") or {}))
+
+    @classmethod
+    def read(cls, path: Path) -> "Request":
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as err:
+            raise RequestError(f"{path}: cannot read the run request ({err.strerror}); give a run directory the "
+                               "launcher wrote") from None
+        except json.JSONDecodeError as err:
+            raise RequestError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from None
+        return cls.from_json(data, str(path))
+
+    def write(self, path: Path) -> None:
+        """config.json, atomically."""
+        write_json(Path(path), self.to_json())
+
+    # --- The result's sections ------------------------------------------------------------------------
+
+    def result_parallelism(self) -> dict:
+        """The result's parallelism section."""
+        p = self.parallelism
+        return {"strategy": p.strategy, "tp": p.tp, "pp": p.pp, "dp": p.dp, "ga": p.ga, "nnodes": p.nnodes,
+                "sequence_parallel": p.sequence_parallel, "distributed_optimizer": p.distributed_optimizer}
+
+    def result_training(self, *, dataset_fingerprint: str | None = None,
+                        tokenizer_fingerprint: str | None = None) -> dict:
+        """The result's training section: the workload, the data and the workload-identity fields."""
+        mock = self.data.mock_data
+        return {**dataclasses.asdict(self.training),
+                "dataset": None if mock else self.data.dataset, "mock_data": mock,
+                "dataset_fingerprint": dataset_fingerprint, "tokenizer_fingerprint": tokenizer_fingerprint,
+                **identity(self.fairness.profile, self.fairness.table, self.fairness.workload,
+                           self.training.precision)}
