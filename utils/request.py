@@ -166,6 +166,16 @@ class Request:
 
     # --- The result's sections ------------------------------------------------------------------------
 
+    def result_sections(self, *, dataset_fingerprint: str | None = None,
+                        tokenizer_fingerprint: str | None = None) -> dict:
+        """Every utils.result.build_result argument the request decides, for `build_result(**sections, ...)`:
+        the one place a result's identity, layout, workload and measurement window come from."""
+        return {"platform": self.identity.platform, "framework": self.identity.framework,
+                "variant": self.identity.variant, "parallelism": self.result_parallelism(),
+                "training": self.result_training(dataset_fingerprint=dataset_fingerprint,
+                                                 tokenizer_fingerprint=tokenizer_fingerprint),
+                "warmup_skip": self.environment.warmup_skip, "num_gpus": self.parallelism.num_gpus}
+
     def result_parallelism(self) -> dict:
         """The result's parallelism section."""
         p = self.parallelism
