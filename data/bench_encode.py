@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from data.cli import Parser, UsageError, WorkError, run
+from utils.cli import Parser, UsageError, WorkError, run
 from utils.hardware import cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from data import integrity
-from data.cli import Parser, UsageError, run
+from utils.cli import Parser, UsageError, run
 from utils.files import sha256_file
 
 TWENTY_GB = 20e9

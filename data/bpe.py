@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.cli import UsageError
+from utils.cli import UsageError
 from data.tokenizer import tokenizer_sha256
 from utils.files import atomic_open, read_json, sha256_file, sha256_listing, write_json
 

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
-from data.cli import Parser, UsageError, run, stop_if_signalled, worker_signals
+from utils.cli import Parser, UsageError, run, stop_if_signalled, worker_signals
 from data.fetch import source_meta_path
 from utils.files import atomic_open, read_json, write_json
 from data.quality import RULES, failed_rule

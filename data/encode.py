@@ -37,7 +37,7 @@ from typing import Iterator
 import numpy as np
 
 from data.bpe import Proof, TiktokenTwin, load_proof
-from data.cli import Parser, UsageError, run, stop_if_signalled, worker_signals
+from utils.cli import Parser, UsageError, run, stop_if_signalled, worker_signals
 from data.indexed import IndexedWriter, optimal_dtype, output_paths
 from utils.datafiles import invalidate
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from data.cli import Parser, UsageError, WorkError, run
+from utils.cli import Parser, UsageError, WorkError, run
 from utils.files import atomic_open, sha256_file, sha256_listing, write_json
 from data.tokenizer import prepare_tokenizer
 from utils.models import MODEL_KEYS

@@ -15,7 +15,7 @@ import fcntl
 import os
 import sys
 
-from data.cli import Parser, run
+from utils.cli import Parser, run
 
 
 def holder(fd: int) -> str:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from data.cli import Parser, run
+from utils.cli import Parser, run
 from utils.files import read_json, sha256_file, write_json
 
 ROOT = Path(__file__).resolve().parent.parent

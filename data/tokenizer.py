@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from data.cli import UsageError, WorkError
+from utils.cli import UsageError, WorkError
 from utils.files import sha256_file, sha256_listing, write_json
 from utils.models import get_model
 

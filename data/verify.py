@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.cli import Parser, UsageError, WorkError, run
+from utils.cli import Parser, UsageError, WorkError, run
 from utils.files import read_json, write_json
 from utils.datafiles import MANIFEST_SCHEMA, DataProblem, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \
     ensure_dataset_helpers, pair_hashes, stat_key

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from data.cli import WorkError
+from utils.cli import WorkError
 from data.fetch import PASSAGE_SENTENCES, Source, _passages, fetch_dataset
 from tests.test_data_tokenizer import _raise, hub_error
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from data.cli import WorkError
+from utils.cli import WorkError
 from data.tokenizer import IDENTITY_FILE, prepare_tokenizer, read_identity
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Exit-code discipline shared by the data tools: 0 ok, 2 bad input, 1 failure of the work.
+"""Exit-code discipline shared by every command-line tool: 0 ok, 2 bad input, 1 failure of the work.
 
 A tool raises UsageError or WorkError with one line naming the problem and the fix; `run` turns it
 into that line on stderr and the exit code, never a traceback. A full disk is a failure of the
