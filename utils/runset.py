@@ -1,0 +1,42 @@
+"""The run set: the directory one matrix (or one run started alone) writes its runs into.
+
+A new run set is `OUTPUT_DIR/<YYYYmmdd-HHMMSS>-<platform>`, claimed by mkdir itself (which fails on an
+existing directory), so two commands started in the same second never share one: the second takes
+`...-2`, then `...-3`. A run set given by a launcher (RUN_SET_DIR, e.g. Slurm's for every node) is used
+as it is, created if need be.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from utils.cli import UsageError
+
+
+def make_run_set(output_dir: str | os.PathLike, platform: str, given: str | os.PathLike | None = None,
+                 now: datetime | None = None) -> Path:
+    """The run set's absolute path, created: `given` (RUN_SET_DIR) when set, else a new one under output_dir.
+    UsageError (one line naming the knob) when it cannot be created."""
+    if given:
+        try:
+            os.makedirs(given, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"RUN_SET_DIR={given}: cannot create the run set: {err.strerror}") from None
+        return Path(os.path.abspath(given))
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"OUTPUT_DIR={output_dir}: cannot create the run set there: {err.strerror}") from None
+    base = Path(os.path.abspath(output_dir)) / f"{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}-{platform}"
+    candidate, suffix = base, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            suffix += 1
+            candidate = base.with_name(f"{base.name}-{suffix}")
+        except OSError as err:
+            raise UsageError(f"OUTPUT_DIR={output_dir}: cannot create the run set there: {err.strerror}") from None
