@@ -62,10 +62,6 @@ class IndexedWriter:
         self._doc_ends.frombytes(ends.tobytes())
         self.tokens += int(tokens.size)
 
-    @property
-    def documents(self) -> int:
-        return len(self._doc_ends) - 1
-
     def finish(self) -> None:
         """Write the .idx, then rename .bin and, last, .idx: a pair without .idx is never finished."""
         self._bin.close()
