@@ -7,7 +7,8 @@ the run's config.json; every launcher, trainer and generated framework file read
 a setting: seq_len is seq_len from config.json to result.json.
 
 config.json holds one object per section below, plus `knobs`: every configuration knob as resolved for the
-run (the record that reproduces it; code reads the typed sections, never the knobs).
+run (the record that reproduces it; code reads the typed sections, and the knobs only where it hands them on
+as they are: the NET_* network settings, utils/netenv.py).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Data:
     """What the run reads: a verified prepared pair, or synthetic tokens."""
 
     dataset: str
+    data_dir: str  # DATA_DIR: the prepared pairs and the tokenizers (a framework's own launcher may want it)
     prefix: str  # Megatron's dataset prefix (no .bin/.idx), utils/datafiles.py
     tokenizer_dir: str
     mock_data: bool
@@ -99,6 +101,9 @@ class Environment:
     """How this node runs and measures it."""
 
     node_rank: int
+    master_addr: str  # node 0's address for the rendezvous of a multi-node run
+    master_port: int
+    hf_home: str  # the Hugging Face cache a framework's own launcher is given
     dry_run: bool
     warmup_skip: int  # steps left out of the steady-state figures
     profiling: bool
