@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from utils import probe
+from utils import probe, vendor_tools
 
 NVIDIA_SMI = """\
 #!/bin/sh
@@ -74,7 +74,7 @@ def test_amd_smi_answers_when_rocm_smi_is_absent(fake_path):
 
 def test_a_failing_vendor_tool_is_not_a_gpu(fake_path):
     fake_path("nvidia-smi", "#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
-    assert probe.nvidia_gpus() is None
+    assert vendor_tools.nvidia_gpus() is None
 
 
 def test_cpu_only_machine_leaves_gpu_fields_empty(fake_path, tmp_path, capsys):

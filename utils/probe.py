@@ -2,8 +2,8 @@
 
     python3 -m evaluate.probe -o system.json     # or without -o: print it
 
-Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers), else from torch when it sees
-a device; software versions from the installed distributions; host facts from /proc, /etc and
+Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers; utils.vendor_tools reads
+them), else from torch when it sees a device; software versions from the installed distributions; host facts from /proc, /etc and
 /sys. Whatever cannot be read stays null: on a CPU-only machine the GPU fields are empty, never
 invented.
 
@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -39,107 +38,13 @@ from pathlib import Path
 from typing import Mapping
 
 from utils.files import atomic_open
+from utils.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
 
 PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
-TIMEOUT_S = 20
-NVIDIA_FIELDS = ("name", "memory.total", "driver_version", "clocks.sm", "clocks.max.sm", "power.limit")
 DISTRIBUTIONS = {"torch": ("torch",), "megatron_core": ("megatron-core", "megatron_core"),
                  "transformer_engine": ("transformer-engine", "transformer_engine", "transformer_engine_torch"),
                  "nemo": ("nemo-toolkit", "nemo_toolkit"), "primus": ("primus",), "primus_turbo": ("primus-turbo",),
                  "numpy": ("numpy",)}
-
-
-def _run(*command: str) -> str | None:
-    """stdout of a tool, or None when it is missing, fails or hangs."""
-    if shutil.which(command[0]) is None:
-        return None
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
-def _number(text: str | None) -> float | None:
-    match = re.search(r"[-+]?\d+(?:\.\d+)?", text or "")
-    return float(match.group()) if match else None
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return None
-
-
-def _empty_gpu() -> dict:
-    return {"vendor": None, "name": None, "count": 0, "memory_gib": None, "driver": None, "cuda": None,
-            "rocm": None, "devices": []}
-
-
-def nvidia_gpus() -> dict | None:
-    """nvidia-smi's view: names, memory, driver, clocks and power cap per GPU."""
-    out = _run("nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_FIELDS), "--format=csv,noheader,nounits")
-    if not out or not out.strip():
-        return None
-    devices, drivers = [], []
-    for index, line in enumerate(l for l in out.splitlines() if l.strip()):
-        values = [v.strip() for v in line.split(",")]
-        row = dict(zip(NVIDIA_FIELDS, values + [""] * (len(NVIDIA_FIELDS) - len(values))))
-        memory = _number(row["memory.total"])
-        drivers.append(row["driver_version"] or None)
-        devices.append({"index": index, "name": row["name"] or None,
-                        "memory_gib": round(memory / 1024, 2) if memory else None,
-                        "clock_sm_mhz": _number(row["clocks.sm"]), "clock_sm_max_mhz": _number(row["clocks.max.sm"]),
-                        "power_cap_w": _number(row["power.limit"])})
-    header = _run("nvidia-smi") or ""
-    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
-    return {**_empty_gpu(), "vendor": "nvidia", "name": devices[0]["name"], "count": len(devices),
-            "memory_gib": devices[0]["memory_gib"], "driver": drivers[0],
-            "cuda": cuda.group(1) if cuda else None, "devices": devices}
-
-
-def _key(card: dict, *needles: str) -> str | None:
-    """The value of the first key containing any needle (rocm-smi's key spellings vary by version)."""
-    for needle in needles:
-        for key, value in card.items():
-            if needle in key.lower():
-                return str(value)
-    return None
-
-
-def amd_gpus() -> dict | None:
-    """rocm-smi's view (JSON), else amd-smi's; ROCm version from /opt/rocm."""
-    rocm = (_read("/opt/rocm/.info/version") or "").strip() or None
-    out = _run("rocm-smi", "--showproductname", "--showmeminfo", "vram", "--showdriverversion", "--showmaxpower",
-               "--showclocks", "--json")
-    devices, driver = [], None
-    if out:
-        try:
-            data = json.loads(out)
-        except json.JSONDecodeError:
-            data = {}
-        for name, card in data.items():
-            if not name.startswith("card") or not isinstance(card, dict):
-                continue
-            memory = _number(_key(card, "vram total memory (b)"))
-            devices.append({"index": len(devices), "name": _key(card, "card series", "market", "card sku"),
-                            "memory_gib": round(memory / 2 ** 30, 2) if memory else None,
-                            "gfx": _key(card, "gfx version"), "clock_sm_mhz": _number(_key(card, "sclk")),
-                            "clock_sm_max_mhz": None, "power_cap_w": _number(_key(card, "max graphics package power"))})
-        driver = _key(data.get("system", {}), "driver version")
-    if not devices:
-        listing = _run("amd-smi", "list") or ""
-        static = _run("amd-smi", "static") or ""
-        names = re.findall(r"MARKET_NAME:\s*(.+)", static)
-        count = len(re.findall(r"^GPU:\s*\d+", listing, re.MULTILINE))
-        if not count:
-            return None
-        devices = [{"index": i, "name": (names[i] if i < len(names) else names[0] if names else None)}
-                   for i in range(count)]
-        devices = [{**d, "name": d["name"].strip() if d["name"] else None} for d in devices]
-    return {**_empty_gpu(), "vendor": "amd", "name": devices[0]["name"], "count": len(devices),
-            "memory_gib": devices[0].get("memory_gib"), "driver": driver, "rocm": rocm, "devices": devices}
 
 
 def torch_gpus() -> dict | None:
@@ -155,13 +60,14 @@ def torch_gpus() -> dict | None:
         props = torch.cuda.get_device_properties(index)
         devices.append({"index": index, "name": props.name, "memory_gib": round(props.total_memory / 2 ** 30, 2)})
     vendor = "amd" if torch.version.hip else "nvidia"
-    return {**_empty_gpu(), "vendor": vendor, "name": devices[0]["name"], "count": len(devices),
+    return {**empty_gpu(), "vendor": vendor, "name": devices[0]["name"], "count": len(devices),
             "memory_gib": devices[0]["memory_gib"], "cuda": torch.version.cuda, "rocm": torch.version.hip,
             "devices": devices}
 
 
 def gpu_info() -> dict:
-    return nvidia_gpus() or amd_gpus() or torch_gpus() or _empty_gpu()
+    """What the vendor's tool says, else what torch sees, else no GPU."""
+    return nvidia_gpus() or amd_gpus() or torch_gpus() or empty_gpu()
 
 
 def _distribution_version(names: tuple[str, ...]) -> str | None:
@@ -181,7 +87,7 @@ def _megatron_imported() -> str | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     for location in spec.submodule_search_locations:
-        text = _read(os.path.join(location, "core", "package_info.py")) or ""
+        text = read_text(os.path.join(location, "core", "package_info.py")) or ""
         parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.MULTILINE) for k in ("MAJOR", "MINOR", "PATCH")]
         if all(parts):
             pre = re.search(r"^PRE_RELEASE\s*=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
@@ -209,11 +115,11 @@ def software_info() -> dict:
 
 
 def host_info() -> dict:
-    cpuinfo = _read("/proc/cpuinfo") or ""
+    cpuinfo = read_text("/proc/cpuinfo") or ""
     model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-    meminfo = _read("/proc/meminfo") or ""
+    meminfo = read_text("/proc/meminfo") or ""
     memory_kib = re.search(r"^MemTotal:\s*(\d+)", meminfo, re.MULTILINE)
-    os_release = _read("/etc/os-release") or ""
+    os_release = read_text("/etc/os-release") or ""
     pretty = re.search(r'^PRETTY_NAME="?([^"\n]+)"?', os_release, re.MULTILINE)
     physical = None
     if importlib.util.find_spec("psutil") is not None:
@@ -230,14 +136,14 @@ def host_info() -> dict:
 def _rdma_adapter(device: Path) -> dict:
     """One InfiniBand/RoCE adapter: its ports' rates and link layers (InfiniBand, or Ethernet for RoCE)."""
     ports = sorted(device.glob("ports/*"))
-    values = {key: sorted({(_read(str(port / key)) or "").strip() for port in ports} - {""})
+    values = {key: sorted({(read_text(str(port / key)) or "").strip() for port in ports} - {""})
               for key in ("rate", "link_layer")}
     return {"device": device.name, "rates": values["rate"], "link_layers": values["link_layer"]}
 
 
 def _interface(path: Path) -> dict:
-    speed = _number(_read(str(path / "speed")))  # Mb/s; -1 or unreadable when the link is down or virtual
-    return {"name": path.name, "state": (_read(str(path / "operstate")) or "").strip() or None,
+    speed = number_in(read_text(str(path / "speed")))  # Mb/s; -1 or unreadable when the link is down or virtual
+    return {"name": path.name, "state": (read_text(str(path / "operstate")) or "").strip() or None,
             "speed_mbps": int(speed) if speed and speed > 0 else None, "physical": (path / "device").exists()}
 
 
@@ -280,7 +186,7 @@ def node_names(env: Mapping[str, str], nnodes: int | None) -> list[str]:
         return recorded
     nodelist = env.get("SLURM_JOB_NODELIST")
     if nodelist:
-        expanded = (_run("scontrol", "show", "hostnames", nodelist) or "").split()
+        expanded = (run_tool("scontrol", "show", "hostnames", nodelist) or "").split()
         if expanded and len(expanded) == (nnodes or len(expanded)):
             return expanded
     return [socket.gethostname()] if nnodes in (None, 1) else []
