@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from utils.cli import UsageError
-from data.tokenizer import tokenizer_sha256
+from utils.datafiles import tokenizer_sha256
 from utils.files import atomic_open, read_json, sha256_file, sha256_listing, write_json
 
 PROOF_CORPUS = Path(__file__).resolve().parent / "sample" / "sample.jsonl.gz"

@@ -18,12 +18,11 @@ from importlib import metadata
 from pathlib import Path
 
 from utils.cli import UsageError, WorkError
-from utils.files import sha256_file, sha256_listing, write_json
+from utils.datafiles import IDENTITY_FILE, tokenizer_sha256
+from utils.files import sha256_file, write_json
 from utils.models import get_model
 
-IDENTITY_FILE = "tprimat_tokenizer.json"
 HUB_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -49,14 +48,6 @@ class TokenizerIdentity:
     fallback: bool
     sha256: str  # over the tokenizer files, see tokenizer_sha256
     files: dict[str, str]
-
-
-def tokenizer_sha256(directory: Path) -> tuple[str, dict[str, str]]:
-    """sha256 over the sorted (name, sha256) of every file of the directory but the identity file and model
-    weights (a model directory given as the tokenizer: gigabytes that are no part of it)."""
-    files = {p.name: sha256_file(p) for p in sorted(directory.iterdir())
-             if p.is_file() and p.name != IDENTITY_FILE and not p.name.endswith(WEIGHT_SUFFIXES)}
-    return sha256_listing(files.items()), files
 
 
 def read_identity(directory: Path) -> TokenizerIdentity:

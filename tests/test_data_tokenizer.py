@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from utils.cli import WorkError
-from data.tokenizer import IDENTITY_FILE, prepare_tokenizer, read_identity
+from data.tokenizer import prepare_tokenizer, read_identity
+from utils.datafiles import IDENTITY_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE_TOKENIZER_SHA256 = {  # the tokenizers the Megatron fixtures were made with (tests/fixtures/data/README.md)

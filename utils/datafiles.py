@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from utils.files import read_json, sha256_file, unique_tmp_path
+from utils.files import read_json, sha256_file, sha256_listing, unique_tmp_path
 
 PREPARE = "./shell/run_data.sh"
 FIX = f"prepare it again with {PREPARE}"
@@ -35,6 +35,8 @@ MANIFEST_SCHEMA = "tprimat.data-manifest/1"
 CACHE_SCHEMA = "tprimat.data-hashes/1"
 RACY_NS = 2_000_000_000  # a ctime this close to the hash's start is not trusted to prove "unchanged"
 SUFFIXES = (".bin", ".idx")
+IDENTITY_FILE = "tprimat_tokenizer.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
 
 
 class DataProblem(Exception):
@@ -49,6 +51,14 @@ def data_prefix(data_dir: str, dataset: str, model: str) -> Path:
 def tokenizer_dir(data_dir: str, model: str) -> Path:
     """Where data.fetch puts one model's tokenizer files."""
     return Path(data_dir) / "tokenizers" / model
+
+
+def tokenizer_sha256(directory: Path) -> tuple[str, dict[str, str]]:
+    """sha256 over the sorted (name, sha256) of every file of the directory but the identity file and model
+    weights (a model directory given as the tokenizer: gigabytes that are no part of it)."""
+    files = {p.name: sha256_file(p) for p in sorted(directory.iterdir())
+             if p.is_file() and p.name != IDENTITY_FILE and not p.name.endswith(WEIGHT_SUFFIXES)}
+    return sha256_listing(files.items()), files
 
 
 def sibling(prefix: Path, suffix: str) -> Path:
@@ -189,7 +199,6 @@ def prove_pair(prefix: Path) -> Verified:
 
 def check_tokenizer(verified: Verified, tokenizer_dir: Path, model: str) -> None:
     """The tokenizer directory holds the files that encoded the pair, and they are the model's."""
-    from data.tokenizer import tokenizer_sha256
 
     recorded = verified.manifest["tokenizer"]
     if recorded.get("model") and recorded["model"] != model:
