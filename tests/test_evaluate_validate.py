@@ -9,7 +9,7 @@ import pytest
 
 from evaluate import extract, validate
 from evaluate.collect import Loaded
-from utils.fairness import identity, profile, workload
+from utils.fairness import IDENTITY_KEYS
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -17,12 +17,9 @@ FINGERPRINTS = {"dataset_fingerprint": "d" * 64, "tokenizer_fingerprint": "t" * 
 
 
 def result(name, **training):
-    """A golden result with the fingerprints and the workload-identity fields a current request gives it
-    (the golden logs' requests predate them)."""
+    """A golden result with the fingerprints of prepared data (the golden requests' data prefix has none)."""
     data = json.loads((GOLDEN / f"{name}.json").read_text())
-    applied = workload(data["framework"], data["model"]["vocab_size"], data["parallelism"]["tp"])
-    data["training"].update(FINGERPRINTS, **identity("spec", profile("spec"), applied, data["training"]["precision"]))
-    data["training"].update(training)
+    data["training"].update(FINGERPRINTS, **training)
     return data
 
 
@@ -108,8 +105,9 @@ def test_mega_and_prim_share_the_whole_workload():
 
 
 def test_results_without_workload_identity_fields_only_warn():
-    old = json.loads((GOLDEN / "megatron.json").read_text())
-    old["training"].update(FINGERPRINTS)
+    old = result("megatron")
+    for key in IDENTITY_KEYS:  # as a result written before the profiles existed
+        del old["training"][key]
     found = validate.fairness([Loaded("a", old, {})])
     assert found and all(not f.fatal and "unknown" in f.message for f in found)
     assert any("init std unknown" in f.message for f in found)
