@@ -1,0 +1,97 @@
+"""Where and what to run (config.env's first section): the platform and its detection, the runtime,
+the frameworks, the models and the strategies, with the rules that concern them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from utils.config.parse import Knob, list_items
+from utils.models import MODEL_KEYS
+from utils.strategies import CUSTOM, StrategyError, load_table
+from utils.vendor_tools import detect_platform, gpu_count
+
+if TYPE_CHECKING:
+    from utils.config.resolved import Config
+
+PLATFORMS = ("amd", "nvd", "cpu")
+FRAMEWORKS = ("mega", "prim", "nemo")
+# The frameworks each platform can run; the vendor framework of the other platform maps onto its own.
+PLATFORM_FRAMEWORKS = {"nvd": ("mega", "nemo"), "amd": ("mega", "prim"), "cpu": ("mega",)}
+VENDOR_FRAMEWORK = {"nvd": "nemo", "amd": "prim"}
+# What the platform check says a machine lacks when PLATFORM names a vendor it does not have.
+MISSING_VENDOR = {"amd": "AMD GPU (no /dev/kfd; rocm-smi and amd-smi list none)",
+                  "nvd": "NVIDIA GPU (nvidia-smi -L lists none)"}
+
+KNOBS = {
+    "PLATFORM": Knob("enum", ("auto",) + PLATFORMS),
+    "RUNTIME": Knob("enum", ("auto", "docker", "host")),
+    "FRAMEWORK": Knob("list", FRAMEWORKS + ("all",)),
+    "MODELS": Knob("list", MODEL_KEYS),
+    "MODEL_SIZE": Knob("enum", ("auto", "full", "tiny")),
+    "STRATEGY": Knob("str"),  # checked against the strategy table, which STRATEGIES_FILE extends
+    "STRATEGIES_FILE": Knob("file"),
+}
+
+
+def detect(env: dict) -> tuple[str, int]:
+    """This machine's platform and GPU count (utils.vendor_tools); TPRIMAT_DETECTED_PLATFORM and
+    TPRIMAT_DETECTED_GPUS, once exported (shell_exports), spare the tools a second question."""
+    if env.get("TPRIMAT_DETECTED_PLATFORM"):
+        return env["TPRIMAT_DETECTED_PLATFORM"], int(env.get("TPRIMAT_DETECTED_GPUS") or 0)
+    platform = detect_platform(env)
+    return platform, gpu_count(platform)
+
+
+def resolve_model_size(values: dict, platform: str) -> None:
+    """MODEL_SIZE=auto: tiny on the CPU, full on GPUs."""
+    if values["MODEL_SIZE"] == "auto":
+        values["MODEL_SIZE"] = "tiny" if platform == "cpu" else "full"
+
+
+def strategy_table(extra_file: str, problems: list[str]) -> dict:
+    """The strategy table with STRATEGIES_FILE's additions; the file's mistakes join the other problems."""
+    try:
+        return load_table(Path(extra_file) if extra_file else None, PLATFORMS, MODEL_KEYS)
+    except StrategyError as err:
+        problems.extend(err.problems)
+        return {}
+
+
+def resolve_strategies(value: str, table: dict, problems: list[str]) -> list[str]:
+    """STRATEGY: empty -> custom (TP/PP/DP/GA), a name, a comma list, or all."""
+    if not value.strip():
+        return [CUSTOM]
+    names = list_items("STRATEGY", value, ["all", *table, CUSTOM], problems)
+    if "all" in names and names != ["all"]:
+        problems.append(f"STRATEGY={value}: all already names every strategy; write all alone or list names")
+    return list(table) if names == ["all"] else names
+
+
+def resolve_frameworks(requested: list[str], platform: str, notes: list[str]) -> list[str]:
+    """FRAMEWORK (with all) mapped onto what the platform runs: prim<->nemo, only mega on the CPU."""
+    available = PLATFORM_FRAMEWORKS[platform]
+    resolved: list[str] = []
+    for name in requested:
+        if name == "all":
+            resolved.extend(available)
+            continue
+        if name in available:
+            resolved.append(name)
+        elif platform == "cpu":
+            notes.append(f"FRAMEWORK={name}: the CPU runs mega only; {name} needs a GPU")
+            resolved.append("mega")
+        else:
+            own = VENDOR_FRAMEWORK[platform]
+            notes.append(f"FRAMEWORK={name}: {name} does not run on {platform}; its counterpart {own} runs instead")
+            resolved.append(own)
+    return list(dict.fromkeys(resolved))
+
+
+def problems(config: Config) -> list[str]:
+    """A GPU platform this machine does not have, unless nothing runs here (a dry run, or Slurm's nodes)."""
+    platform, detected = config.platform, config.detected_platform
+    if platform == "cpu" or platform == detected or config["DRY_RUN"] or config.launch == "slurm":
+        return []
+    return [f"PLATFORM={platform}: this machine has no {MISSING_VENDOR[platform]}; detected {detected}. "
+            "Unset PLATFORM to use what is here, or run on a matching node"]

@@ -1,0 +1,80 @@
+"""What a run computes and what of it is measured (config.env's Data, Training workload and Measurement
+sections), with the rules that concern them."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from utils.config.parse import COUNT, POSITIVE, Knob
+from utils.fairness import PROFILES
+from utils.hardware import cpu_precision
+
+if TYPE_CHECKING:
+    from utils.config.resolved import Config
+
+PRECISIONS = {"nvd": ("bf16", "fp8"), "amd": ("bf16", "fp8"), "cpu": ("fp32", "bf16")}
+
+DATA = {
+    "DATASET": Knob("enum", ("bc", "c4", "sample")),
+    "DATA_SAMPLES": POSITIVE,
+    "DATA_DIR": Knob("dir"),
+    "OUTPUT_DIR": Knob("dir"),
+    "HF_HOME": Knob("dir"),
+    "ALLOW_FALLBACK_TOKENIZER": Knob("bool"),
+    "MOCK_DATA": Knob("bool"),
+}
+
+TRAINING = {
+    "SEED": Knob("int", high=2**32 - 1, rule="the seeds numpy and torch accept"),
+    "MBS": POSITIVE,
+    "SL": POSITIVE,
+    "LR": Knob("float", high=1, bounds="(]"),
+    "MIN_LR": Knob("float", high=1),
+    "WARMUP_STEPS": COUNT,
+    "TRAIN_ITERS": POSITIVE,
+    "WEIGHT_DECAY": Knob("float", high=1),
+    "BETA1": Knob("float", high=1, bounds="[)"),
+    "BETA2": Knob("float", high=1, bounds="[)"),
+    "GRAD_CLIP": Knob("float", high=math.inf),
+    "PRECISION": Knob("enum", ("auto", "bf16", "fp8", "fp32")),
+    "FAIRNESS": Knob("enum", PROFILES),
+}
+
+MEASUREMENT = {
+    "RUNS": POSITIVE,
+    "WARMUP_SKIP": COUNT,
+    "PROFILING": Knob("bool"),
+    "PROFILE_START_STEP": POSITIVE,
+    "PROFILE_END_STEP": POSITIVE,
+}
+
+
+def resolve_precision(values: dict, sources: dict[str, str], platform: str, env: dict) -> None:
+    """PRECISION=auto: bf16 on GPUs, the CPU's fastest correct one (utils.hardware) on the CPU; its source says why."""
+    if values["PRECISION"] == "auto":
+        values["PRECISION"], why = cpu_precision(env) if platform == "cpu" else ("bf16", "bf16 on GPUs")
+        sources["PRECISION"] = f"{sources.get('PRECISION', 'config.env')}: auto, {why}"
+
+
+def problems(config: Config) -> list[str]:
+    """The rules between the workload's knobs, the platform and the models."""
+    v, found = config.values, []
+    if v["PRECISION"] not in PRECISIONS[config.platform]:
+        found.append(f"PRECISION={v['PRECISION']}: not supported on {config.platform}; valid: "
+                     + ", ".join(PRECISIONS[config.platform]))
+    if v["MIN_LR"] > v["LR"]:
+        found.append(f"MIN_LR={config.raw['MIN_LR']}: must not exceed LR={config.raw['LR']}")
+    if v["WARMUP_STEPS"] >= v["TRAIN_ITERS"]:  # megatron-core's scheduler needs a decay phase
+        found.append(f"WARMUP_STEPS={v['WARMUP_STEPS']}: must be < TRAIN_ITERS={v['TRAIN_ITERS']}")
+    if v["WARMUP_SKIP"] >= v["TRAIN_ITERS"]:
+        found.append(f"WARMUP_SKIP={v['WARMUP_SKIP']}: must be < TRAIN_ITERS={v['TRAIN_ITERS']} "
+                     "so that some steps are measured")
+    if v["PROFILING"] and not v["PROFILE_START_STEP"] <= v["PROFILE_END_STEP"] <= v["TRAIN_ITERS"]:
+        found.append(f"PROFILE_START_STEP={v['PROFILE_START_STEP']} PROFILE_END_STEP="
+                     f"{v['PROFILE_END_STEP']}: need start <= end <= TRAIN_ITERS={v['TRAIN_ITERS']}")
+    for spec in config.models:
+        if v["SL"] > spec.max_position_embeddings:
+            found.append(f"SL={v['SL']}: {spec.display_name} has a context of "
+                         f"{spec.max_position_embeddings} tokens; use SL <= {spec.max_position_embeddings}")
+    return found
