@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from utils.models import MODELS, by_variant, get_model
@@ -44,3 +48,19 @@ def test_tiny_variants_keep_each_family_and_the_real_vocabulary():
         assert spec.vocab_size == full.vocab_size and spec.qkv_bias == full.qkv_bias
         assert spec.rope_scaling == full.rope_scaling and spec.num_kv_heads < spec.num_attention_heads
         assert by_variant(spec.variant) is spec and spec.size == "tiny"
+
+
+def gated(models: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "utils.models", "gated", models], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_the_shell_learns_which_models_are_gated_here():
+    """Llama's Hub repository needs HF_TOKEN and an accepted licence; Qwen's does not."""
+    assert gated("qwen,llama").stdout == "llama\tmeta-llama/Llama-3.1-8B\tLlama 3.1 8B\n"
+    assert gated("qwen").stdout == ""
+
+
+def test_an_unknown_model_is_one_line_and_exit_2():
+    run = gated("llama,gpt")
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "'llama,gpt'" in run.stderr

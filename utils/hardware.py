@@ -34,8 +34,6 @@ class DeviceSpec:
     vendor: str  # "nvidia" | "amd"
     bf16_tflops: float  # peak dense BF16 TFLOP/s
     fp8_tflops: float | None  # peak dense FP8 TFLOP/s; None where the data sheet gives none
-    hbm_gb: float  # memory per device (GB as sold)
-    hbm_tb_per_s: float | None  # memory bandwidth (TB/s); None where not listed
 
     def peak_tflops(self, precision: str) -> float | None:
         """Peak for a run's precision ("bf16" or "fp8")."""
@@ -50,14 +48,14 @@ class DeviceSpec:
 # variants (NVL, PCIe) come before the generic H100 SXM entry. H100 SXM reports itself as
 # "NVIDIA H100 80GB HBM3"; a bare "H100" (or "H200 NVL", which has lower clocks) matches nothing.
 DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
-    (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None, 94, None)),
-    (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None, 80, None)),
-    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9, 80, 3.35)),
-    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9, 141, 4.8)),
-    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, 180, 8.0)),
-    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9, 192, 5.3)),
-    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9, 256, 6.0)),
-    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000, 288, 8.0)),
+    (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None)),
+    (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None)),
+    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9)),
+    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9)),
+    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500)),
+    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9)),
+    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9)),
+    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000)),
 )
 
 

@@ -3,11 +3,18 @@
 Standard library only: utils.config imports it to validate TP/PP before any environment exists.
 The FLOPs formula lives here too (Megatron's convention, causal attention halved), so every
 framework's throughput is converted to TFLOP/s the same way.
+
+    python3 -m utils.models gated llama,qwen   # the gated ones: KEY, Hub repository, name (tab-separated)
+
+The shell asks the second before preparing data: a gated model's tokenizer needs HF_TOKEN.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
+
+from utils.cli import Parser
 
 MODEL_KEYS = ("llama", "qwen")
 MODEL_SIZES = ("full", "tiny")
@@ -121,3 +128,22 @@ def by_variant(variant: str) -> ModelSpec:
             return spec
     raise ValueError(f"unknown model variant {variant!r}; known: "
                      + ", ".join(s.variant for s in MODELS.values()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python3 -m utils.models", description=__doc__.split("\n\n")[0])
+    parser.add_argument("question", choices=("gated",))
+    parser.add_argument("models", metavar="MODELS", help="comma list of " + ", ".join(MODEL_KEYS))
+    args = parser.parse_args(argv)
+    keys = [key.strip() for key in args.models.split(",") if key.strip()]
+    unknown = [key for key in keys if key not in MODEL_KEYS]
+    if unknown or not keys:
+        parser.error(f"MODELS {args.models!r}: give a comma list of {', '.join(MODEL_KEYS)}")
+    for spec in (get_model(key) for key in keys):
+        if spec.gated:
+            print(f"{spec.key}\t{spec.hf_id}\t{spec.display_name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
