@@ -135,7 +135,7 @@ def test_nemo_effective_settings_line_is_read_back(tmp_path):
 
 
 def test_megatron_argument_dump_is_read_back_as_effective_settings():
-    effective = logs.effective_settings([FIXTURES / "megatron.log"])
+    effective = logs.parse_logs([FIXTURES / "megatron.log"]).effective
     assert {k: effective[k] for k in ("tp", "pp", "dp", "ga", "mbs", "gbs", "seq_len", "steps", "precision")} == \
         {"tp": 1, "pp": 1, "dp": 8, "ga": 16, "mbs": 1, "gbs": 128, "seq_len": 2048, "steps": 12, "precision": "bf16"}
     assert effective["mock_data"] is False
@@ -150,7 +150,7 @@ def test_the_data_path_is_read_back_whichever_argument_names_it(tmp_path, data_p
             "  use_distributed_optimizer")
     log = tmp_path / "megatron.log"
     log.write_text(text.replace("  use_distributed_optimizer", dump, 1))
-    assert logs.effective_settings([log])["data_path"] == "['/data/bc_llama_text_document']"
+    assert logs.parse_logs([log]).effective["data_path"] == "['/data/bc_llama_text_document']"
 
 
 def test_ansi_codes_and_carriage_returns_do_not_hide_steps(tmp_path):
@@ -196,9 +196,9 @@ def test_two_runs_in_one_file_keep_the_last(tmp_path):
 
 
 def test_primus_mock_data_is_detected_and_flagged(tmp_path):
-    evidence = logs.mock_data_evidence([FIXTURES / "primus_mock.log"])
+    evidence = logs.parse_logs([FIXTURES / "primus_mock.log"]).mock_evidence
     assert evidence and "mock_data" in evidence
-    assert logs.mock_data_evidence([FIXTURES / "primus.log"]) is None
+    assert logs.parse_logs([FIXTURES / "primus.log"]).mock_evidence is None
     _, result = run_extract(tmp_path, "primus_mock.log", "config-amd.json")
     assert result["effective"]["mock_data"] is True
     assert any(w.startswith("MOCK DATA") for w in result["warnings"])
@@ -399,12 +399,12 @@ def test_the_missing_line_offers_only_the_variants_the_log_allows(tmp_path, caps
 
 
 def test_printed_settings_become_effective_settings_but_a_split_models_parameters_do_not():
-    nemo = logs.effective_settings([FIXTURES / "nemo_settings.log"])
+    nemo = logs.parse_logs([FIXTURES / "nemo_settings.log"]).effective
     assert {k: nemo[k] for k in ("tp", "pp", "dp", "cp", "ga", "mbs", "parameters", "seq_len", "seed", "lr")} == \
         {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ga": 16, "mbs": 1, "parameters": 8030261248, "seq_len": 2048,
          "seed": 1234, "lr": 3e-4}
     assert "min_lr" not in nemo  # NeMo's OptimizerConfig prints min_lr=None: the scheduler holds it
-    megatron = logs.effective_settings([FIXTURES / "megatron_lm_arguments.log"])
+    megatron = logs.parse_logs([FIXTURES / "megatron_lm_arguments.log"]).effective
     assert (megatron["num_kv_heads"], megatron["num_gpus"], megatron["qkv_bias"]) == (8, 8, False)
     assert "parameters" not in megatron  # rank (0, 0) holds half of a TP=2 model
 
@@ -432,7 +432,7 @@ USING_SOCKET = "gpu-02:5151:5190 [3] NCCL INFO Using network Socket"
     (("gpu-01:4242:4301 [0] NCCL INFO Using network AWS Libfabric",), "AWS Libfabric", None),  # a plugin: unknown
 ])
 def test_the_collective_librarys_network_is_read_back_with_whether_it_is_rdma(tmp_path, lines, transport, rdma):
-    effective = logs.effective_settings([with_lines_before(tmp_path, "primus.log", *lines)])
+    effective = logs.parse_logs([with_lines_before(tmp_path, "primus.log", *lines)]).effective
     assert effective["collective_transport"] == transport
     assert effective.get("collective_rdma") is rdma
 
@@ -442,11 +442,11 @@ def test_communicators_created_once_training_runs_count_too(tmp_path):
     text = (FIXTURES / "megatron.log").read_text()
     cut = text.index("\n", text.index(" iteration ")) + 1  # after the first iteration line
     log.write_text(text[:cut] + USING_SOCKET + "\n" + text[cut:])
-    assert logs.effective_settings([log])["collective_transport"] == "Socket"
+    assert logs.parse_logs([log]).effective["collective_transport"] == "Socket"
 
 
 def test_without_nccls_info_lines_the_transport_is_not_guessed():
-    effective = logs.effective_settings([FIXTURES / "megatron.log"])
+    effective = logs.parse_logs([FIXTURES / "megatron.log"]).effective
     assert "collective_transport" not in effective and "collective_rdma" not in effective
 
 

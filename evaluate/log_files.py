@@ -1,0 +1,89 @@
+"""Reading logs for evaluate.logs: block by block, only the lines that may matter decoded, and the tail kept.
+
+A log of any size is read in BLOCK-sized pieces; a line is decoded (UTF-8, damaged bytes replaced, ANSI
+colours dropped, carriage-return rewrites split) only when it holds one of MARKERS, and every other line
+is only counted. The last bytes of the last log are kept for error excerpts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+from evaluate.log_records import STEP_MARKER
+from evaluate.log_settings import EFFECTIVE_MARKER
+from evaluate.log_stream import Stream
+
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
+# Bytes that a line must contain to be worth decoding; every other line is only counted.
+MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback",
+           b"out of memory", b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
+           b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network",
+           b"vocab")
+TAIL_LINES = 20
+TAIL_BYTES = 64 << 10
+BLOCK = 8 << 20
+
+
+def _candidate_starts(block: bytes) -> list[int]:
+    """Offsets of the lines in a block that contain a marker (found with bytes.find, not per line)."""
+    starts = set()
+    for marker in MARKERS:
+        position = block.find(marker)
+        while position != -1:
+            starts.add(block.rfind(b"\n", 0, position) + 1)
+            position = block.find(marker, block.find(b"\n", position))
+    return sorted(starts)
+
+
+def _feed(stream: Stream, raw: bytes, number: int, complete: bool) -> None:
+    text = raw.decode("utf-8", "replace")
+    if "\x1b" in text:
+        text = ANSI.sub("", text)
+    pieces = text.split("\r")
+    last = len(pieces) - 1
+    for index, piece in enumerate(pieces):
+        stream.line(number, piece, complete or index < last)
+
+
+def read_lines(paths: Sequence[Path], stream: Stream) -> tuple[int, bool, bytes]:
+    """Feed every marked line of every log to the stream, block by block (memory stays bounded).
+
+    Returns (lines read, whether a log ended mid-line, the last bytes of the last log).
+    """
+    lines, truncated, tail = 0, False, b""
+    for path in paths:
+        carry, tail = b"", b""
+        with open(path, "rb") as handle:
+            while block := handle.read(BLOCK):
+                block = carry + block
+                cut = block.rfind(b"\n") + 1
+                block, carry = block[:cut], block[cut:]
+                counted = 0
+                for start in _candidate_starts(block):
+                    end = block.find(b"\n", start)
+                    lines += block.count(b"\n", counted, start)
+                    counted = start
+                    _feed(stream, block[start:end], lines + 1, True)
+                lines += block.count(b"\n", counted)
+                tail = (tail + block)[-TAIL_BYTES:]
+        if carry:  # the last line has no line end: the log was cut off
+            lines += 1
+            truncated = True
+            if any(marker in carry for marker in MARKERS):
+                _feed(stream, carry, lines, False)
+            tail = (tail + carry)[-TAIL_BYTES:]
+    return lines, truncated, tail
+
+
+def clean_tail(tail: bytes) -> list[str]:
+    """The last non-empty lines, without colours or progress-bar rewrites (for error excerpts)."""
+    out = []
+    for raw in tail.split(b"\n")[-TAIL_LINES - 1:]:
+        text = ANSI.sub("", raw.decode("utf-8", "replace")).split("\r")
+        kept = next((piece.rstrip() for piece in reversed(text) if piece.strip()), "")
+        if kept:
+            out.append(kept)
+    return out[-TAIL_LINES:]
+

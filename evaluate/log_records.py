@@ -1,0 +1,171 @@
+"""The step records of Megatron-LM, Primus and NeMo iteration lines, and of TPrimat's TPRIMAT_STEP lines.
+
+A record counts only where the framework printed it (RECORD_START); its fields are found by name between
+"|" separators, never by position, and a value is taken only when the whole field is a number (a field cut
+off or glued to another rank's output is refused). evaluate.log_stream feeds the lines; evaluate.logs
+assembles the run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from typing import Iterable
+
+NUMBER = re.compile(r"^([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?))\s*(GiB|GB|MiB|MB|%)?$",
+                    re.IGNORECASE)
+# A record counts only where the framework printed it: at the start of a line, after nothing but a launcher's
+# rank label (srun --label "7: ", torchrun --tee "[rank7]:" or "[default7]:") and the framework's own prefix
+# (Megatron's timestamp, Primus's logger prefix, NeMo's logging prefix). The same text quoted by a traceback
+# (an indented source line, a string, an exception message) is not a record.
+RECORD_START = (r"^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
+                r"(?: ?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\]"
+                r"|\[\d{8} \d\d:\d\d:\d\d\]\[rank-\d+/\d+\]\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]\s*\[[^\]]*\]\s*:"
+                r"|\[NeMo [IWDEC] [^\]]*\])? {0,2}")
+NEMO_ITERATION = re.compile(RECORD_START + r"Training epoch (\d+), iteration (\d+)/(\d+)")
+MEGATRON_ITERATION = re.compile(RECORD_START + r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+MEMORY_REPORT = re.compile(RECORD_START + r"\[Rank \d+\] \(after (\d+) iterations\) memory \(MB\)")
+PRIMUS_PREFIX = re.compile(r"\[rank-\d+/\d+\]\s*\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]")
+STEP_MARKER = "TPRIMAT_STEP"  # train/nemo_timer.py: NeMo runs' device-synchronised step time and peak memory
+STEP_LINE = re.compile(RECORD_START + STEP_MARKER + r" (.*)$")
+GIB = 2.0 ** 30
+
+# Field names (lower case, single spaces) -> what they are; names not listed are not parsed at all.
+MEGATRON_FIELDS = {"elapsed time per iteration (ms)": "step_time_ms", "learning rate": "lr", "lm loss": "loss",
+                   "grad norm": "grad_norm", "number of skipped iterations": "skipped",
+                   "number of nan iterations": "nan", "global batch size": "gbs"}
+MEMORY_FIELDS = {"max allocated": "allocated", "max reserved": "reserved"}
+# NeMo's own timing and memory are raw figures (fw_*): TimingCallback's host time without a device sync,
+# rank 0's peak reserved memory, and "memory_allocated", rank 0's current allocation (not a peak).
+NEMO_FIELDS = {"global_step": "global_step", "lr": "lr", "reduced_train_loss": "loss", "train_loss": "loss",
+               "train_step_timing in s": "fw_step_time_s", "grad_norm": "grad_norm", "grad norm": "grad_norm",
+               "global_batch_size": "gbs", "peak_memory_usage": "fw_mem_reserved_gib",
+               "max_memory_reserved": "fw_mem_reserved_gib", "memory_allocated": "fw_mem_allocated_now_gib",
+               "max_memory_allocated": "fw_mem_allocated_gib", "tflops_per_gpu": "fw_tflops"}
+
+
+@lru_cache(maxsize=512)
+def _megatron_kind(raw_name: str) -> str | None:
+    name = " ".join(raw_name.lower().split())
+    if name in MEGATRON_FIELDS:
+        return MEGATRON_FIELDS[name]
+    if "tflop" in name:  # "throughput per GPU (TFLOP/s/GPU)", later "compute per GPU (TFLOP/s/GPU)"
+        return "fw_tflops"
+    if "tokens" in name and "gpu" in name:  # "tokens per GPU (tokens/s/GPU)", "tokens/s/GPU inst/harmonic mean"
+        return "fw_tokens"
+    if name.startswith(("hip mem usage", "rocm mem usage")):  # Primus: GiB (older builds spell it "GB")
+        return "device_mem"
+    return None
+
+
+@lru_cache(maxsize=64)
+def memory_kind(raw_name: str) -> str | None:
+    return MEMORY_FIELDS.get(" ".join(raw_name.lower().split()))
+
+
+@lru_cache(maxsize=512)
+def _nemo_kind(raw_name: str) -> str | None:
+    return NEMO_FIELDS.get(" ".join(raw_name.lower().split()))
+
+
+def _value(text: str) -> list[float] | None:
+    """A field's numbers: "9.1E+00" -> [9.1]; "9004.1/9010.7" -> [9004.1, 9010.7]; units dropped.
+
+    None unless every piece is a whole number, so a value cut or glued to other output is refused.
+    """
+    try:
+        return [float(text)]
+    except ValueError:
+        pass
+    numbers = []
+    for piece in text.split("/"):
+        match = NUMBER.match(piece.strip())
+        if not match:
+            return None
+        numbers.append(float(match.group(1)))
+    return numbers
+
+
+def _count(value: float) -> int:
+    """A count of NaN or skipped iterations; one that is no whole number >= 0 counts as one (flagged, not lost)."""
+    return int(value) if math.isfinite(value) and value >= 0 and value.is_integer() else 1
+
+
+def _batch(value: float) -> int | None:
+    """A global batch size: a whole number above 0, else none (a damaged field)."""
+    return int(value) if math.isfinite(value) and value >= 1 and value.is_integer() else None
+
+
+def record_fields(rest: str, complete: bool, kind_of) -> Iterable[tuple[str, list[float]]]:
+    """(kind, numbers) for each known `name: value` between | separators.
+
+    A line that was cut off (complete=False) loses its last field: its value may be partial.
+    """
+    segments = rest.split("|")
+    if not complete:
+        segments = segments[:-1]
+    for segment in segments:
+        name, sep, value = segment.rpartition(":")
+        if not sep:
+            continue
+        kind = kind_of(name)
+        if kind is None:
+            continue
+        numbers = _value(value)
+        if numbers is not None:
+            yield kind, numbers
+
+
+def new_record(step: int) -> dict:
+    return {"step": step, "step_time_s": None, "loss": None, "lr": None, "grad_norm": None, "skipped": 0, "nan": 0,
+            "mem_allocated_gib": None, "mem_reserved_gib": None}
+
+
+def megatron_record(step: int, rest: str) -> tuple[dict, int | None, bool]:
+    """One Megatron/Primus iteration line -> (record, global batch size, shows Primus fields).
+
+    Both end every field with " |", so text after the last "|" is no field: a line cut off, or cut short by
+    another rank's output ("elapsed time per iteration (ms): 9" and a line end is a piece of 9295.0).
+    """
+    record, gbs, primus = new_record(step), None, False
+    for kind, numbers in record_fields(rest, False, _megatron_kind):
+        first = numbers[0]
+        average = numbers[1] if len(numbers) > 1 else None
+        if kind == "step_time_ms":
+            record["step_time_s"] = first / 1000.0
+            if average is not None:
+                record["fw_step_time_avg_s"] = average / 1000.0
+        elif kind in ("lr", "loss", "grad_norm"):
+            record[kind] = first
+        elif kind in ("skipped", "nan"):
+            record[kind] = _count(first)
+        elif kind == "gbs":
+            gbs = _batch(first)
+        elif kind in ("fw_tflops", "fw_tokens"):
+            key = "fw_tflop_per_s_per_gpu" if kind == "fw_tflops" else "fw_tokens_per_s_per_gpu"
+            record[key] = first
+            if average is not None:
+                record[key + "_avg"] = average
+        elif kind == "device_mem":
+            record.setdefault("mem_device_used_gib", first)
+            primus = True
+    return record, gbs, primus
+
+
+def nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int | None]:
+    """One NeMo progress line -> (record, global batch size); NeMo counts from zero."""
+    record, gbs = new_record(iteration + 1), None
+    for kind, numbers in record_fields(rest, complete, _nemo_kind):
+        first = numbers[0]
+        if kind == "global_step" and math.isfinite(first):
+            record["step"] = int(first) + 1
+        elif kind in ("lr", "loss", "grad_norm", "fw_step_time_s"):
+            record[kind] = first
+        elif kind == "gbs":
+            gbs = _batch(first)
+        elif kind.startswith("fw_mem_"):  # bytes
+            record[kind] = first / GIB
+        elif kind == "fw_tflops":  # NeMo's FLOPs callback: its own (non-causal) convention
+            record["fw_tflop_per_s_per_gpu"] = first
+    return record, gbs
