@@ -1,5 +1,5 @@
-"""train.launch: what one node of a run is started with and records, and the read-back of the data it
-trained on (the launcher runs for real; DRY_RUN stops it before training)."""
+"""train.launch: what one node of a run is started with and records (the launcher runs for real; DRY_RUN
+stops it before training). How the run is judged afterwards is evaluate.judge's (tests/test_evaluate_judge.py)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,16 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
-from train import launch
-from utils.result import schema_errors
-
-GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
-PREFIX = "/data/bc_llama_text_document"  # the request's data prefix (DATA_DIR=/data)
+from train import launch, launch_command
+from utils.cli import UsageError
+from utils.config import ROOT
+from utils.platform_env import platform_env
 
 
 @pytest.fixture
 def amd_node(tmp_path, monkeypatch):
     """An 8-GPU AMD node (detection faked) whose environment has no network variables of its own."""
-    for key in [k for k in os.environ if k.startswith(launch.NETWORK_PREFIXES + ("NET_", "SLURM"))]:
+    for key in [k for k in os.environ if k.startswith(launch_command.NETWORK_PREFIXES + ("NET_", "SLURM"))]:
         monkeypatch.delenv(key)
     for key, value in {"TPRIMAT_DETECTED_PLATFORM": "amd", "TPRIMAT_DETECTED_GPUS": "8", "DATA_DIR": "/data",
                        "OUTPUT_DIR": str(tmp_path / "output"), "DRY_RUN": "1"}.items():
@@ -76,106 +75,34 @@ def test_the_by_hand_trainer_environment_works_in_a_fresh_shell(tmp_path, comman
     """The README's `eval "$(python3 -m utils.platform_env)"`, with .venv activated and nothing else set, gives
     torchrun and train/train_mega.py the platform and worker count the launcher would use."""
     fresh = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
-    shell = subprocess.run(["bash", "-c", f'eval "$({command})"; env'], cwd=launch.ROOT, env=fresh,
+    shell = subprocess.run(["bash", "-c", f'eval "$({command})"; env'], cwd=ROOT, env=fresh,
                            capture_output=True, text=True, check=True)
     got = dict(line.split("=", 1) for line in shell.stdout.splitlines() if "=" in line)
 
     def launcher(key: str) -> str:
-        return subprocess.run([sys.executable, "-m", "utils.config", "get", key, "--quiet"], cwd=launch.ROOT,
+        return subprocess.run([sys.executable, "-m", "utils.config", "get", key, "--quiet"], cwd=ROOT,
                               env=fresh, capture_output=True, text=True, check=True).stdout.strip()
 
     assert (got["PLATFORM"], got["GPUS_PER_NODE"]) == (launcher("PLATFORM"), launcher("GPUS_PER_NODE"))
     assert int(got["GPUS_PER_NODE"]) >= 1
-    assert launch.platform_env(got["PLATFORM"]).items() <= got.items()
+    assert platform_env(got["PLATFORM"]).items() <= got.items()
 
 
-def readback(reported, mock_data=False) -> list[str]:
-    """launch.readback_problems about the data path of a sound NeMo result reporting `reported`."""
-    req = {**run_request("nvd", "nemo", "llama"), "mock_data": mock_data}
-    assert req["data_prefix"] == PREFIX
-    result = json.loads((GOLDEN / "nemo.json").read_text())
-    result["training"].update(dataset_fingerprint="d" * 64, tokenizer_fingerprint="t" * 64)
-    result["effective"]["data_path"] = reported
-    return [p for p in launch.readback_problems(req, result) if p.startswith("data_path")]
+# --- what every result records of the run's environment -----------------------------------------------
 
-
-def test_nemos_data_path_list_is_compared_with_the_request():
-    """train/nemo_readback.py prints data_path as the list of the blend's prefixes."""
-    assert readback([PREFIX]) == []
-    assert readback(["/data/c4_llama_text_document"]) == [
-        f"data_path: the framework read /data/c4_llama_text_document, requested {PREFIX}"]
-    assert readback([PREFIX, "/data/c4_llama_text_document"])  # a blend with other data is other data
-
-
-def test_megatron_and_primus_printed_lists_are_compared_without_their_blend_weights():
-    assert readback(f"['{PREFIX}']") == []
-    assert readback(f"['1.0', '{PREFIX}']") == []
-    assert readback(f"{PREFIX}_v2") == [f"data_path: the framework read {PREFIX}_v2, requested {PREFIX}"]
-
-
-def test_the_trainers_single_path_is_compared_whole():
-    """train/train_mega.py reports the one prefix GPTDataset opened, which may contain spaces."""
-    assert readback(PREFIX) == []
-    spaced = "/my data/bc_llama_text_document"
-    assert readback(spaced) == [f"data_path: the framework read {spaced}, requested {PREFIX}"]
-
-
-def test_a_mock_data_run_has_no_data_path_to_compare():
-    assert readback(None) == [] and readback(["/elsewhere"], mock_data=True) == []
-
-
-# --- what every result records of the run's environment and network -----------------------------------
-
-def launched(env: dict[str, str]) -> launch.Launch:
-    return launch.Launch(["true"], env, "/")
+def launched(env: dict[str, str]) -> launch_command.Launch:
+    return launch_command.Launch(["true"], env, "/")
 
 
 def test_a_result_records_the_platform_environment_the_run_was_started_with(monkeypatch):
     monkeypatch.setenv("NVTE_CK_USES_BWD_V3", "1")  # a user's export reaches Primus as it would anyway
-    environment = launch.run_environment(launched({"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
-                                         "amd")
+    environment = launch_command.run_environment(
+        launched({"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}), "amd")
     assert environment == {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_CK_USES_BWD_V3": "1"}
-    result = {"effective": {"tp": 1}}
-    launch.record_environment({"nnodes": 1}, result, environment, [])
-    assert result["effective"]["environment"] == environment
-
-
-def test_the_trainers_own_record_of_its_environment_is_kept():
-    result = {"effective": {"environment": {"HSA_NO_SCRATCH_RECLAIM": "0"}}}
-    launch.record_environment({"nnodes": 1}, result, {"HSA_NO_SCRATCH_RECLAIM": "1"}, [])
-    assert result["effective"]["environment"] == {"HSA_NO_SCRATCH_RECLAIM": "0"}
-
-
-@pytest.mark.parametrize("network, nnodes, warned", [("IB", 2, False), ("Socket", 2, True), ("Socket", 1, False)])
-def test_the_network_the_trainer_ran_on_is_read_from_every_nodes_log(tmp_path, network, nnodes, warned):
-    """mega's trainer writes its own result; NCCL's INFO line in a node's log adds the transport to it."""
-    first, second = tmp_path / "train.log", tmp_path / "node1.log"
-    first.write_text("gpu-01:11:12 [0] NCCL INFO Using network IB\n")
-    second.write_text(f"gpu-02:13:14 [8] NCCL INFO Using network {network}\n")
-    result = {"effective": {}}
-    notes = launch.record_environment({"nnodes": nnodes}, result, {}, [first, second])
-    assert result["effective"]["collective_rdma"] is (network == "IB")
-    assert bool(notes) is warned
-    if warned:
-        assert "TCP sockets" in notes[0] and "/dev/infiniband" in notes[0]
-
-
-def test_a_run_that_died_before_its_first_step_still_records_its_workload_identity(tmp_path):
-    req = run_request("amd", "prim", "qwen")
-    run_dir = tmp_path / "prim-qwen"
-    run_dir.mkdir()
-    (run_dir / "train.log").write_text("RuntimeError: HIP error: no ROCm-capable device is detected\n")
-    outcome = launch.Outcome(1, None, "2026-11-22T12:00:00+00:00", "2026-11-22T12:00:05+00:00", 5.0, [])
-    result = launch.start_failure_result(req, run_dir, outcome, "exit code 1; no training step in the log")
-    assert result["run"]["status"] == "failed" and result["run"]["steps_completed"] == 0
-    training = result["training"]
-    assert (training["fairness_profile"], training["init_method_std"], training["padded_vocab_size"],
-            training["eod_mask_loss"], training["lr_warmup_convention"]) == ("spec", 0.02, 152064, False, "megatron")
-    assert schema_errors(result) == []
 
 
 def test_nemo_on_mock_data_needs_the_models_tokenizer_for_its_vocabulary(tmp_path):
     req = run_request("nvd", "nemo", "llama", MOCK_DATA="1", DATA_DIR=str(tmp_path / "data"))
-    with pytest.raises(launch.InputError, match=r"NeMo's mock data takes its vocabulary from the model's tokenizer.*"
-                                                r"prepare it first: ./shell/run_data.sh"):
-        launch.prepare(req, tmp_path / "run", tmp_path)
+    with pytest.raises(UsageError, match=r"NeMo's mock data takes its vocabulary from the model's tokenizer.*"
+                                         r"prepare it first: ./shell/run_data.sh"):
+        launch_command.prepare(req, tmp_path / "run", tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from tests.fixtures.train_matrix.requests import node
 from utils.fairness import profile
 from train.plan import build_plan, data_problems, estimate_s, request, table
 from utils.config import ROOT, load_config
+from utils.request import Request
 
 
 def names(platform: str, **env: str) -> list[str]:
@@ -73,17 +75,19 @@ def test_the_cpu_sweep_runs_strategies_that_fit_two_processes():
 def test_request_holds_identity_layout_workload_data_and_every_knob():
     cfg = node("amd", STRATEGY="balanced", MODELS="qwen", FRAMEWORK="prim")
     req = request(cfg, build_plan(cfg)[0])
-    assert {k: req[k] for k in ("run_id", "platform", "framework", "model", "variant", "strategy", "repeat")} == \
+    who, lay = req.identity, req.parallelism
+    assert {"run_id": who.run_id, "platform": who.platform, "framework": who.framework, "model": who.model,
+            "variant": who.variant, "strategy": lay.strategy, "repeat": who.repeat} == \
         {"run_id": "prim-qwen-balanced", "platform": "amd", "framework": "prim", "model": "qwen",
          "variant": "qwen2.5-7b", "strategy": "balanced", "repeat": 1}
-    assert (req["tp"], req["pp"], req["dp"], req["ga"], req["gbs"], req["num_gpus"]) == (2, 2, 2, 32, 64, 8)
-    assert req["sequence_parallel"] is True
-    assert req["fairness_profile"] == "spec" and req["fairness"] == profile("spec")
-    assert req["workload"] == {"init_method_std": 0.02, "eod_mask_loss": False, "dataloader_type": "single",
-                               "padded_vocab_size": 152064, "lr_warmup_convention": "megatron"}
-    assert req["data_prefix"] == "/data/bc_qwen_text_document" and req["tokenizer_dir"] == "/data/tokenizers/qwen"
-    assert set(cfg.values) <= set(req["config"]) and req["config"]["GBS"] == 64
-    assert json.loads(json.dumps(req)) == req
+    assert (lay.tp, lay.pp, lay.dp, lay.ga, req.training.gbs, lay.num_gpus) == (2, 2, 2, 32, 64, 8)
+    assert lay.sequence_parallel is True
+    assert req.fairness.profile == "spec" and req.fairness.table == profile("spec")
+    assert req.fairness.workload == {"init_method_std": 0.02, "eod_mask_loss": False, "dataloader_type": "single",
+                                     "padded_vocab_size": 152064, "lr_warmup_convention": "megatron"}
+    assert req.data.prefix == "/data/bc_qwen_text_document" and req.data.tokenizer_dir == "/data/tokenizers/qwen"
+    assert set(cfg.values) <= set(req.knobs) and req.knobs["GBS"] == 64
+    assert Request.from_json(json.loads(json.dumps(req.to_json()))) == req
 
 
 def prepare(data_dir: Path, model: str, *, verified: bool = True) -> None:
@@ -120,7 +124,7 @@ def test_estimate_comes_from_earlier_identical_runs_only(tmp_path):
     for index, (wall, tp) in enumerate([(100.0, 1), (140.0, 1), (900.0, 1), (5.0, 2)]):
         run_dir = tmp_path / f"set{index}" / "mega-llama"
         run_dir.mkdir(parents=True)
-        (run_dir / "config.json").write_text(json.dumps({**req, "tp": tp}))
+        replace(req, parallelism=replace(req.parallelism, tp=tp)).write(run_dir / "config.json")
         (run_dir / "launch.json").write_text(json.dumps({"status": "ok", "wall_s": wall}))
     assert estimate_s(tmp_path, req) == 140.0  # median of the three identical runs; TP2 is other work
     assert any("estimated total: 2m20s" in line for line in table(cfg, build_plan(cfg)))
@@ -145,7 +149,7 @@ def test_a_bad_configuration_exits_2_naming_it(tmp_path):
 def test_request_config_is_the_loaded_configuration():
     cfg = load_config({"TPRIMAT_DETECTED_PLATFORM": "cpu", "TPRIMAT_DETECTED_GPUS": "0", "HOME": "/h"})
     req = request(cfg, build_plan(cfg)[0])
-    assert req["config"]["TRAIN_ITERS"] == cfg["TRAIN_ITERS"] and req["variant"] == "llama3.1-8b-tiny"
+    assert req.knobs["TRAIN_ITERS"] == cfg["TRAIN_ITERS"] and req.identity.variant == "llama3.1-8b-tiny"
 
 
 
@@ -166,8 +170,8 @@ def test_the_cpu_run_list_shows_the_precision_and_why(monkeypatch, precision, sh
 def test_the_request_carries_the_chosen_fairness_profile_and_each_framework_s_warm_up():
     cfg = node("nvd", MODELS="llama", FRAMEWORK="all", FAIRNESS="tuned")
     reqs = {run.framework: request(cfg, run) for run in build_plan(cfg)}
-    assert {fw: (r["fairness_profile"], r["fairness"]["overlap_grad_reduce"]) for fw, r in reqs.items()} == \
+    assert {fw: (r.fairness.profile, r.fairness.table["overlap_grad_reduce"]) for fw, r in reqs.items()} == \
         {"mega": ("tuned", True), "nemo": ("tuned", True)}
-    assert {fw: r["workload"]["lr_warmup_convention"] for fw, r in reqs.items()} == \
+    assert {fw: r.fairness.workload["lr_warmup_convention"] for fw, r in reqs.items()} == \
         {"mega": "megatron", "nemo": "nemo-cosine-annealing"}
-    assert {r["workload"]["padded_vocab_size"] for r in reqs.values()} == {128256}
+    assert {r.fairness.workload["padded_vocab_size"] for r in reqs.values()} == {128256}

@@ -17,7 +17,7 @@ import math
 
 from utils.fairness import profile
 from train.primus_config import (RENAMED_KEYS, ShippedConfigMissing, command, experiment, render, shipped_config,
-                                 turbo_settings, write_experiment)
+                                 write_experiment)
 
 PRIMUS = FIXTURES / "primus"
 RUN_DIR = "/out/set/prim-llama"
@@ -36,7 +36,7 @@ def test_every_requested_setting_sits_under_the_overrides(model):
     req = run_request("amd", "prim", model, STRATEGY="balanced")
     o = overrides_of(experiment(req, shipped(model), RUN_DIR))
     expected = {
-        "tensor_model_parallel_size": req["tp"], "pipeline_model_parallel_size": req["pp"],
+        "tensor_model_parallel_size": req.parallelism.tp, "pipeline_model_parallel_size": req.parallelism.pp,
         "sequence_parallel": True, "micro_batch_size": 1, "global_batch_size": 64, "seq_length": 2048,
         "train_iters": 500, "lr": 3e-4, "min_lr": 0.0, "lr_warmup_iters": 50, "lr_decay_iters": 500,
         "lr_decay_style": "cosine", "weight_decay": 0.1, "adam_beta1": 0.9, "adam_beta2": 0.95,
@@ -46,7 +46,7 @@ def test_every_requested_setting_sits_under_the_overrides(model):
         "eval_iters": 0, "save": None,
     }
     assert {key: o[key] for key in expected} == expected
-    assert req["tp"] == 2
+    assert req.parallelism.tp == 2
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])
@@ -77,7 +77,7 @@ def test_primus_runs_megatron_lm_s_workload_and_the_published_vocabulary(model, 
     o = overrides_of(experiment(req, shipped(model), RUN_DIR))
     assert (o["eod_mask_loss"], o["init_method_std"], o["dataloader_type"]) == (False, 0.02, "single")
     multiple = o["make_vocab_size_divisible_by"] * tp  # Megatron-LM's _vocab_size_with_padding
-    assert math.ceil(tokenizer_size / multiple) * multiple == published == req["workload"]["padded_vocab_size"]
+    assert math.ceil(tokenizer_size / multiple) * multiple == published == req.fairness.workload["padded_vocab_size"]
 
 
 def test_nothing_is_added_at_the_top_level_where_primus_would_ignore_it():
@@ -97,8 +97,9 @@ def test_shipped_placeholders_for_requested_settings_are_replaced_by_values():
 
 def test_turbo_switches_stay_as_shipped():
     exp = experiment(run_request("amd", "prim", "qwen"), shipped("qwen"), RUN_DIR)
-    assert turbo_settings(exp) == {"enable_primus_turbo": True, "use_turbo_attention": True,
-                                   "use_turbo_grouped_mlp": True}
+    turbo = ("enable_primus_turbo", "use_turbo_attention", "use_turbo_grouped_mlp", "use_turbo_grouped_gemm")
+    assert {key: overrides_of(exp)[key] for key in turbo if key in overrides_of(exp)} == \
+        {"enable_primus_turbo": True, "use_turbo_attention": True, "use_turbo_grouped_mlp": True}
 
 
 def test_the_architecture_is_the_requested_variant():

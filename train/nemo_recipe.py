@@ -9,6 +9,7 @@ builds (data module, DDP config, precision plugin, callbacks).
 from __future__ import annotations
 
 from utils.models import get_model
+from utils.request import Request
 
 RECIPES = {"llama": "llama31_8b", "qwen": "qwen25_7b"}  # nemo.collections.llm.<recipe>
 PRECISION_PLUGINS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_mixed"}  # ...recipes.precision.mixed_precision
@@ -51,18 +52,19 @@ def _architecture(model: str, variant: str, padded_vocab_size: int) -> dict[str,
     }
 
 
-def recipe_settings(req: dict, run_dir: str) -> dict:
+def recipe_settings(req: Request, run_dir: str) -> dict:
     """Everything train_nemo.py sets on the recipe for one run, from the run's request."""
-    tp, pp, steps = req["tp"], req["pp"], req["train_iters"]
-    fairness, applied = req["fairness"], req["workload"]
+    lay, train, who = req.parallelism, req.training, req.identity
+    tp, pp, steps = lay.tp, lay.pp, train.steps
+    fairness, applied = req.fairness.table, req.fairness.workload
     settings: dict[str, object] = {
         # parallelism
         "trainer.strategy.tensor_model_parallel_size": tp,
         "trainer.strategy.pipeline_model_parallel_size": pp,
         "trainer.strategy.virtual_pipeline_model_parallel_size": None,
-        "trainer.strategy.sequence_parallel": req["sequence_parallel"],
-        "trainer.num_nodes": req["nnodes"],
-        "trainer.devices": req["gpus_per_node"],
+        "trainer.strategy.sequence_parallel": lay.sequence_parallel,
+        "trainer.num_nodes": lay.nnodes,
+        "trainer.devices": lay.gpus_per_node,
         "trainer.accumulate_grad_batches": 1,  # NeMo derives GA from GBS / (MBS x DP)
         # steps, logging every step, no validation, no checkpoints
         "trainer.max_steps": steps,
@@ -77,34 +79,34 @@ def recipe_settings(req: dict, run_dir: str) -> dict:
         "log.log_dir": f"{run_dir}/nemo",
         "resume": None,
         # optimizer and schedule
-        "optim.config.lr": req["lr"],
-        "optim.config.weight_decay": req["weight_decay"],
-        "optim.config.adam_beta1": req["beta1"],
-        "optim.config.adam_beta2": req["beta2"],
-        "optim.config.clip_grad": req["grad_clip"],
+        "optim.config.lr": train.lr,
+        "optim.config.weight_decay": train.weight_decay,
+        "optim.config.adam_beta1": train.beta1,
+        "optim.config.adam_beta2": train.beta2,
+        "optim.config.clip_grad": train.grad_clip,
         "optim.config.bf16": True,
         "optim.config.fp16": False,
-        "optim.lr_scheduler.warmup_steps": req["warmup_steps"],
+        "optim.lr_scheduler.warmup_steps": train.warmup_steps,
         "optim.lr_scheduler.constant_steps": 0,
-        "optim.lr_scheduler.min_lr": req["min_lr"],
+        "optim.lr_scheduler.min_lr": train.min_lr,
         "optim.lr_scheduler.max_steps": steps,
         # model
-        "model.config.seq_length": req["sl"],
+        "model.config.seq_length": train.seq_len,
         "model.config.init_method_std": applied["init_method_std"],
-        **_architecture(req["model"], req["variant"], applied["padded_vocab_size"]),
+        **_architecture(who.model, who.variant, applied["padded_vocab_size"]),
     }
     for name, path in FAIRNESS_PATHS.items():
         settings[path] = fairness[name]
     return {
-        "recipe": RECIPES[req["model"]],
-        "name": req["run_id"],
-        "num_nodes": req["nnodes"],
-        "num_gpus_per_node": req["gpus_per_node"],
+        "recipe": RECIPES[who.model],
+        "name": who.run_id,
+        "num_nodes": lay.nnodes,
+        "num_gpus_per_node": lay.gpus_per_node,
         "set": settings,
         "pipeline_dtype": "bfloat16" if pp > 1 else None,
         "attention_backend": fairness["attention_backend"],
         "ddp": {key: fairness[key] for key in DDP_KEYS},
-        "precision": {"plugin": PRECISION_PLUGINS[req["precision"]], "set": _precision(req)},
+        "precision": {"plugin": PRECISION_PLUGINS[train.precision], "set": _precision(req)},
         # What NeMo applies of the workload conventions, for the record: its sampler is Megatron's
         # sequential one (MegatronDataSampler's default), its warm-up its own (utils.fairness).
         "workload": applied,
@@ -117,39 +119,41 @@ def recipe_settings(req: dict, run_dir: str) -> dict:
     }
 
 
-def _precision(req: dict) -> dict:
+def _precision(req: Request) -> dict:
     """The plugin's settings: its grad_reduce_in_fp32 overrides the DDP config's (bf16_mixed ships True), so
     both say the profile's; with FP8, the profile's recipe over bf16_with_fp8_mixed's."""
-    fairness = req["fairness"]
+    fairness = req.fairness.table
     settings = {key: fairness[key] for key in ("grad_reduce_in_fp32", "fp8_param_gather")}
-    if req["precision"] == "fp8":
+    if req.training.precision == "fp8":
         settings.update({name: fairness[key] for key, name in FP8_PLUGIN_KEYS.items()})
     return settings
 
 
-def _data(req: dict, run_dir: str) -> dict:
+def _data(req: Request, run_dir: str) -> dict:
     """Real data through PreTrainingDataModule (prefix without suffix), or mock data; both with the model's
     local tokenizer (without one, NeMo's MockDataModule downloads GPT-2's, whose vocabulary is not the model's)."""
-    common = {"seq_length": req["sl"], "global_batch_size": req["gbs"], "micro_batch_size": req["mbs"],
-              "tokenizer_dir": req["tokenizer_dir"]}
-    if req["mock_data"]:
+    train, data = req.training, req.data
+    common = {"seq_length": train.seq_len, "global_batch_size": train.gbs, "micro_batch_size": train.mbs,
+              "tokenizer_dir": data.tokenizer_dir}
+    if data.mock_data:
         return {"module": "MockDataModule", **common}
     return {
         "module": "PreTrainingDataModule",
-        "paths": [req["data_prefix"]],
+        "paths": [data.prefix],
         "split": "100,0,0",
-        "seed": req["seed"],
+        "seed": train.seed,
         "index_mapping_dir": f"{run_dir}/nemo/index_mapping",
-        "eod_mask_loss": req["workload"]["eod_mask_loss"],
+        "eod_mask_loss": req.fairness.workload["eod_mask_loss"],
         **common,
     }
 
 
-def _callbacks(req: dict) -> list[dict]:
+def _callbacks(req: Request) -> list[dict]:
     """Step timing always; NeMo's own profiler switch (nsys capture range) when PROFILING is on."""
     callbacks: list[dict] = [{"class": "TimingCallback"}]
-    if req["profiling"]:
+    env = req.environment
+    if env.profiling:
         # NeMo's steps are 0-based; TPrimat's are 1-based.
-        callbacks.append({"class": "NsysCallback", "start_step": req["profile_start_step"] - 1,
-                          "end_step": req["profile_end_step"] - 1, "ranks": [0]})
+        callbacks.append({"class": "NsysCallback", "start_step": env.profile_start_step - 1,
+                          "end_step": env.profile_end_step - 1, "ranks": [0]})
     return callbacks

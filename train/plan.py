@@ -4,8 +4,8 @@
     python3 -m train.plan --tsv      # one run per line for shell/train.sh: name, framework, model, strategy, repeat
     python3 -m train.plan --check-data   # exit 1 naming each model whose prepared data is missing
 
-A run's request (`request()`, written as config.json into its directory) is what every launcher
-and the effective-settings check read: the layout and workload of that one run, plus every knob.
+A run's request (`request()`, a utils.request.Request written as config.json into its directory) is what
+every launcher, trainer and the judge of the run read: the layout and workload of that one run, plus every knob.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from pathlib import Path
 
 from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
 from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
-from utils.fairness import profile, sequence_parallel, workload
 from utils.config import ConfigError, Config, load_config
+from utils.fairness import profile, sequence_parallel, workload
+from utils.files import read_json
 from utils.hardware import cpu_precision
+from utils.request import Data, Environment, Fairness, Identity, Parallelism, Request, RequestError, Training
 from utils.strategies import CUSTOM, Layout
 
 
@@ -60,39 +62,35 @@ def build_plan(cfg: Config) -> list[Run]:
             for spec in cfg.models]
 
 
-def request(cfg: Config, run: Run) -> dict:
-    """The run's requested settings: identity, layout, workload (and its conventions), data, fairness profile and
-    table, and every knob."""
+def request(cfg: Config, run: Run) -> Request:
+    """The run's request (config.json): identity, layout, workload, data, fairness profile, environment, and
+    every knob as resolved."""
     v = cfg.values
     spec = cfg.model(run.model)
     lay = run.layout
-    return {
-        "run_id": run.name,
-        "platform": cfg.platform,
-        "framework": run.framework,
-        "model": run.model,
-        "variant": spec.variant,
-        "strategy": run.strategy,
-        "repeat": run.repeat,
-        "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ga": lay.ga,
-        "sequence_parallel": sequence_parallel(lay.tp),
-        "mbs": v["MBS"], "gbs": cfg.gbs, "sl": v["SL"],
-        "num_gpus": cfg.num_gpus, "nnodes": v["NNODES"], "gpus_per_node": v["GPUS_PER_NODE"],
-        "train_iters": v["TRAIN_ITERS"], "warmup_steps": v["WARMUP_STEPS"],
-        "lr": v["LR"], "min_lr": v["MIN_LR"], "weight_decay": v["WEIGHT_DECAY"],
-        "beta1": v["BETA1"], "beta2": v["BETA2"], "grad_clip": v["GRAD_CLIP"],
-        "seed": v["SEED"], "precision": v["PRECISION"],
-        "dataset": v["DATASET"],
-        "data_prefix": str(data_prefix(v["DATA_DIR"], v["DATASET"], run.model)),
-        "tokenizer_dir": str(tokenizer_dir(v["DATA_DIR"], run.model)),
-        "mock_data": v["MOCK_DATA"],
-        "profiling": v["PROFILING"],
-        "profile_start_step": v["PROFILE_START_STEP"], "profile_end_step": v["PROFILE_END_STEP"],
-        "fairness_profile": v["FAIRNESS"],
-        "fairness": profile(v["FAIRNESS"]),
-        "workload": workload(run.framework, spec.vocab_size, lay.tp),
-        "config": cfg.as_dict(),
-    }
+    table = profile(v["FAIRNESS"])
+    return Request(
+        identity=Identity(run_id=run.name, platform=cfg.platform, framework=run.framework, model=run.model,
+                          variant=spec.variant, repeat=run.repeat),
+        parallelism=Parallelism(strategy=run.strategy, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga,
+                                sequence_parallel=sequence_parallel(lay.tp),
+                                distributed_optimizer=table["use_distributed_optimizer"],
+                                nnodes=v["NNODES"], gpus_per_node=v["GPUS_PER_NODE"], num_gpus=cfg.num_gpus),
+        training=Training(steps=v["TRAIN_ITERS"], mbs=v["MBS"], gbs=cfg.gbs, seq_len=v["SL"],
+                          precision=v["PRECISION"], lr=v["LR"], min_lr=v["MIN_LR"], warmup_steps=v["WARMUP_STEPS"],
+                          weight_decay=v["WEIGHT_DECAY"], beta1=v["BETA1"], beta2=v["BETA2"],
+                          grad_clip=v["GRAD_CLIP"], seed=v["SEED"]),
+        data=Data(dataset=v["DATASET"], data_dir=v["DATA_DIR"],
+                  prefix=str(data_prefix(v["DATA_DIR"], v["DATASET"], run.model)),
+                  tokenizer_dir=str(tokenizer_dir(v["DATA_DIR"], run.model)), mock_data=v["MOCK_DATA"]),
+        fairness=Fairness(profile=v["FAIRNESS"], table=table,
+                          workload=workload(run.framework, spec.vocab_size, lay.tp)),
+        environment=Environment(node_rank=v["NODE_RANK"], master_addr=v["MASTER_ADDR"],
+                                master_port=v["MASTER_PORT"], hf_home=v["HF_HOME"], dry_run=v["DRY_RUN"],
+                                warmup_skip=v["WARMUP_SKIP"], profiling=v["PROFILING"],
+                                profile_start_step=v["PROFILE_START_STEP"], profile_end_step=v["PROFILE_END_STEP"]),
+        knobs=cfg.as_dict(),
+    )
 
 
 def data_problems(cfg: Config) -> list[str]:
@@ -119,25 +117,30 @@ def data_problems(cfg: Config) -> list[str]:
 
 # --- Time estimate from earlier runs of the same work -------------------------------------------------
 
-SAME_WORK = ("platform", "framework", "variant", "tp", "pp", "dp", "ga", "mbs", "sl", "train_iters",
-             "precision", "num_gpus")
+def same_work(req: Request) -> tuple:
+    """What makes two runs the same work for the estimate: identity, layout, batch, steps and precision."""
+    who, lay, train = req.identity, req.parallelism, req.training
+    return (who.platform, who.framework, who.variant, lay.tp, lay.pp, lay.dp, lay.ga, lay.num_gpus,
+            train.mbs, train.seq_len, train.steps, train.precision)
 
 
-def _earlier_durations(output_dir: Path, req: dict) -> list[float]:
-    """Wall times (s) of earlier successful runs whose config.json asked for the same work."""
+def _earlier_durations(output_dir: Path, req: Request) -> list[float]:
+    """Wall times (s) of earlier successful runs whose config.json asked for the same work (requests this
+    checkout cannot read, e.g. of an older TPrimat, are left out)."""
+    work = same_work(req)
     durations = []
     for config_file in output_dir.glob("*/*/config.json"):
         try:
-            earlier = json.loads(config_file.read_text())
-            outcome = json.loads((config_file.parent / "launch.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            earlier = Request.read(config_file)
+            outcome = read_json(config_file.parent / "launch.json")
+        except (RequestError, OSError, json.JSONDecodeError):
             continue
-        if outcome.get("status") == "ok" and all(earlier.get(k) == req[k] for k in SAME_WORK):
+        if outcome.get("status") == "ok" and same_work(earlier) == work:
             durations.append(float(outcome["wall_s"]))
     return durations
 
 
-def estimate_s(output_dir: Path, req: dict) -> float | None:
+def estimate_s(output_dir: Path, req: Request) -> float | None:
     """Median wall time of earlier identical runs, or None when there is none to go by."""
     durations = _earlier_durations(output_dir, req)
     return statistics.median(durations) if durations else None

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.files import atomic_open
 from utils.models import get_model
 from utils.platform_env import DEFAULT_PRIMUS_PATH
+from utils.request import Request, RequestError
 
 CONFIG_DIR = "examples/megatron/configs/MI300X"
 # Shipped experiment files per model, newest naming first (Primus renamed them to -BF16-/-FP8- in
@@ -27,8 +28,6 @@ SHIPPED_NAMES = {
     "llama": ("llama3.1_8B-{precision}-pretrain.yaml", "llama3.1_8B-pretrain.yaml"),
     "qwen": ("qwen2.5_7B-{precision}-pretrain.yaml", "qwen2.5_7B-pretrain.yaml"),
 }
-# Primus's own turbo switches: kept as the shipped file sets them, and listed in the run's summary.
-TURBO_KEYS = ("enable_primus_turbo", "use_turbo_attention", "use_turbo_grouped_mlp", "use_turbo_grouped_gemm")
 # Fairness-table names Megatron (and so Primus) spells the same way.
 FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_grad_reduce",
                  "overlap_param_gather", "bias_swiglu_fusion", "apply_rope_fusion", "bias_dropout_fusion",
@@ -58,45 +57,47 @@ def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
         f"(the AMD image has it at {DEFAULT_PRIMUS_PATH})")
 
 
-def overrides(req: dict) -> dict:
+def overrides(req: Request) -> dict:
     """Every setting the run requests, in Megatron's argument names."""
-    spec = get_model(req["model"], "tiny" if req["variant"].endswith("-tiny") else "full")
-    steps = req["train_iters"]
+    who, lay, train, data, env = req.identity, req.parallelism, req.training, req.data, req.environment
+    fairness = req.fairness.table
+    spec = get_model(who.model, "tiny" if who.variant.endswith("-tiny") else "full")
+    steps = train.steps
     settings: dict[str, object] = {
         # parallelism
-        "tensor_model_parallel_size": req["tp"],
-        "pipeline_model_parallel_size": req["pp"],
-        "sequence_parallel": req["sequence_parallel"],
+        "tensor_model_parallel_size": lay.tp,
+        "pipeline_model_parallel_size": lay.pp,
+        "sequence_parallel": lay.sequence_parallel,
         # batch and steps
-        "micro_batch_size": req["mbs"],
-        "global_batch_size": req["gbs"],
-        "seq_length": req["sl"],
+        "micro_batch_size": train.mbs,
+        "global_batch_size": train.gbs,
+        "seq_length": train.seq_len,
         "max_position_embeddings": spec.max_position_embeddings,
         "train_iters": steps,
         "eval_iters": 0,
         "eval_interval": steps,
         # optimizer and schedule
-        "lr": req["lr"],
-        "min_lr": req["min_lr"],
-        "lr_warmup_iters": req["warmup_steps"],
+        "lr": train.lr,
+        "min_lr": train.min_lr,
+        "lr_warmup_iters": train.warmup_steps,
         "lr_decay_iters": steps,
-        "lr_decay_style": "cosine",
-        "weight_decay": req["weight_decay"],
-        "adam_beta1": req["beta1"],
-        "adam_beta2": req["beta2"],
-        "clip_grad": req["grad_clip"],
-        "seed": req["seed"],
+        "lr_decay_style": train.lr_decay_style,
+        "weight_decay": train.weight_decay,
+        "adam_beta1": train.beta1,
+        "adam_beta2": train.beta2,
+        "clip_grad": train.grad_clip,
+        "seed": train.seed,
         # precision
         "bf16": True,
         "fp16": False,
-        "fp8": req["fairness"]["fp8_format"] if req["precision"] == "fp8" else None,
+        "fp8": fairness["fp8_format"] if train.precision == "fp8" else None,
         # data: real unless mock data was asked for explicitly
-        "mock_data": bool(req["mock_data"]),
-        "train_data_path": None if req["mock_data"] else req["data_prefix"],
+        "mock_data": bool(data.mock_data),
+        "train_data_path": None if data.mock_data else data.prefix,
         "valid_data_path": None,
         "test_data_path": None,
         "tokenizer_type": "HuggingFaceTokenizer",
-        "tokenizer_model": req["tokenizer_dir"],
+        "tokenizer_model": data.tokenizer_dir,
         # architecture from TPrimat's spec, so the variant is exactly the one requested
         "num_layers": spec.num_layers,
         "hidden_size": spec.hidden_size,
@@ -113,50 +114,44 @@ def overrides(req: dict) -> dict:
         "log_interval": 1,
         "log_throughput": True,
         "disable_wandb": True,
-        "disable_tensorboard": not req["profiling"],
+        "disable_tensorboard": not env.profiling,
         "save": None,
         "disable_last_saving": True,
         # Primus's own profiler switch (PyTorch profiler over the configured steps)
-        "profile": bool(req["profiling"]),
-        "use_pytorch_profiler": bool(req["profiling"]),
-        "profile_step_start": req["profile_start_step"],
-        "profile_step_end": req["profile_end_step"],
+        "profile": bool(env.profiling),
+        "use_pytorch_profiler": bool(env.profiling),
+        "profile_step_start": env.profile_start_step,
+        "profile_step_end": env.profile_end_step,
     }
     if spec.rope_scaling:
         settings["rope_scaling_factor"] = spec.rope_scaling["factor"]
-    settings.update({key: req["fairness"][key] for key in FAIRNESS_KEYS})
-    settings.update({name: req["fairness"][key] for key, name in RENAMED_KEYS.items()})
+    settings.update({key: fairness[key] for key in FAIRNESS_KEYS})
+    settings.update({name: fairness[key] for key, name in RENAMED_KEYS.items()})
     settings.update(workload_overrides(req))
     return settings
 
 
-def workload_overrides(req: dict) -> dict:
+def workload_overrides(req: Request) -> dict:
     """The workload conventions (utils.fairness.WORKLOAD) over Primus's shipped ones: no EOD loss masking,
     init std 0.02, the sequential sampler, and the model's published vocabulary at every TP (Megatron-LM
     pads the tokenizer's size to a multiple of make_vocab_size_divisible_by x TP: this divisor lands on it)."""
-    applied = req["workload"]
+    applied = req.fairness.workload
     return {"init_method_std": applied["init_method_std"], "eod_mask_loss": applied["eod_mask_loss"],
             "dataloader_type": applied["dataloader_type"],
-            "make_vocab_size_divisible_by": applied["padded_vocab_size"] // req["tp"]}
+            "make_vocab_size_divisible_by": applied["padded_vocab_size"] // req.parallelism.tp}
 
 
-def experiment(req: dict, shipped: dict, run_dir: str) -> dict:
+def experiment(req: Request, shipped: dict, run_dir: str) -> dict:
     """The shipped experiment with the run's name, workspace and every requested setting applied."""
     exp = copy.deepcopy(shipped)
     try:
         trainer = exp["modules"]["pre_trainer"]
     except (KeyError, TypeError):
         raise ValueError("the shipped Primus config has no modules.pre_trainer section") from None
-    exp["exp_name"] = req["run_id"]
+    exp["exp_name"] = req.identity.run_id
     exp["workspace"] = f"{run_dir}/primus"
     trainer["overrides"] = {**(trainer.get("overrides") or {}), **overrides(req)}
     return exp
-
-
-def turbo_settings(exp: dict) -> dict:
-    """Primus's turbo switches as the experiment sets them (for the run's record)."""
-    found = exp["modules"]["pre_trainer"]["overrides"]
-    return {key: found[key] for key in TURBO_KEYS if key in found}
 
 
 def render(exp: dict, base: Path) -> str:
@@ -177,35 +172,34 @@ class Command:
     cwd: str
 
 
-def command(req: dict, primus_path: Path, exp_path: Path, log_dir: str) -> Command:
+def command(req: Request, primus_path: Path, exp_path: Path, log_dir: str) -> Command:
     """Primus's examples/run_pretrain.sh with the experiment and this node's rendezvous settings
     (run_pretrain.sh tees its own copy of the console into log_dir)."""
-    cfg = req["config"]
+    lay, node = req.parallelism, req.environment
     env = {
         "EXP": str(exp_path),
-        "NNODES": str(req["nnodes"]),
-        "NODE_RANK": str(cfg["NODE_RANK"]),
-        "GPUS_PER_NODE": str(req["gpus_per_node"]),
-        "MASTER_ADDR": str(cfg["MASTER_ADDR"]),
-        "MASTER_PORT": str(cfg["MASTER_PORT"]),
-        "DATA_PATH": str(cfg["DATA_DIR"]),
-        "HF_HOME": str(cfg["HF_HOME"]),
+        "NNODES": str(lay.nnodes),
+        "NODE_RANK": str(node.node_rank),
+        "GPUS_PER_NODE": str(lay.gpus_per_node),
+        "MASTER_ADDR": node.master_addr,
+        "MASTER_PORT": str(node.master_port),
+        "DATA_PATH": req.data.data_dir,
+        "HF_HOME": node.hf_home,
         "TRAIN_LOG": f"{log_dir}/run_pretrain.log",
         "HF_HUB_OFFLINE": "1",
     }
     return Command(["bash", "./examples/run_pretrain.sh"], env, str(primus_path))
 
 
-def write_experiment(req: dict, primus_path: Path, out: Path, run_dir: str) -> Path:
+def write_experiment(req: Request, primus_path: Path, out: Path, run_dir: str) -> Path:
     """Read the shipped file, write the run's experiment atomically; returns the base it came from."""
-    base = shipped_config(primus_path, req["model"], req["precision"])
+    base = shipped_config(primus_path, req.identity.model, req.training.precision)
     import yaml  # as in render()
 
     shipped = yaml.safe_load(base.read_text())
     text = render(experiment(req, shipped, run_dir), base)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)
+    with atomic_open(out) as handle:
+        handle.write(text)
     return base
 
 
@@ -217,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, required=True, help="experiment YAML to write")
     args = parser.parse_args(argv)
     try:
-        req = json.loads(args.request.read_text())
+        req = Request.read(args.request)
         base = write_experiment(req, args.primus, args.output, str(args.request.parent))
-    except (OSError, json.JSONDecodeError, ValueError) as err:
+    except (OSError, RequestError, ValueError) as err:
         print(f"primus_config: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.output} from {base}")

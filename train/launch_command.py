@@ -1,0 +1,139 @@
+"""The command of one run per framework, and the files generated for it, from the run's request.
+
+Each framework is one function of FRAMEWORKS: mega runs torchrun on train/train_mega.py with the run's
+config.json; nemo runs torchrun on train/train_nemo.py with the recipe settings of train/nemo_recipe.py;
+prim runs Primus's examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/primus_config.py.
+Every command gets the platform's environment (utils/platform_env), and a multi-node one the network
+settings of utils/netenv.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from train.nemo_recipe import recipe_settings
+from train.primus_config import ShippedConfigMissing, command as primus_command
+from train.primus_config import write_experiment
+from utils.cli import UsageError
+from utils.config import ROOT
+from utils.datafiles import PREPARE as PREPARE_COMMAND
+from utils.files import write_json
+from utils.netenv import network_env
+from utils.platform_env import DEFAULT_PRIMUS_PATH, platform_env
+from utils.request import Request
+from utils.strategies import CUSTOM
+
+# Variables of the collective libraries (NCCL, RCCL, gloo) recorded in launch.json as the run is started with them.
+NETWORK_PREFIXES = ("NCCL_", "RCCL_", "GLOO_")
+REQUEST_FILE = "config.json"  # the run's request, in the run directory (written by node 0)
+
+
+@dataclass
+class Launch:
+    """The exact command of one run and the files generated for it."""
+
+    argv: list[str]
+    env: dict[str, str]  # only what TPrimat sets on top of the inherited environment
+    cwd: str
+    generated: list[str] = field(default_factory=list)
+
+    def shell(self) -> str:
+        """The command as one line a user can paste."""
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return f"cd {shlex.quote(self.cwd)} && {assignments} {shlex.join(self.argv)}"
+
+
+def warn(message: str) -> None:
+    print(f"[tprimat] warning: {message}", file=sys.stderr, flush=True)
+
+
+def torchrun(req: Request) -> list[str]:
+    """torchrun for this node: standalone on one node, the configured rendezvous across nodes."""
+    lay, node = req.parallelism, req.environment
+    base = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={lay.gpus_per_node}"]
+    if lay.nnodes == 1:
+        return base + ["--standalone", "--nnodes=1"]
+    return base + [f"--nnodes={lay.nnodes}", f"--node_rank={node.node_rank}",
+                   f"--master_addr={node.master_addr}", f"--master_port={node.master_port}"]
+
+
+def vendor_env(req: Request) -> dict[str, str]:
+    """utils/platform_env's variables where the user has not set them otherwise (theirs win), the
+    multi-node network settings of utils/netenv (NET_* knobs beat what is exported, which beats the
+    vendor's defaults), and unbuffered Python so that the console streams into train.log and the
+    terminal as it happens."""
+    platform = req.identity.platform
+    network = network_env(platform, req.knobs) if req.parallelism.nnodes > 1 else {}
+    return {**{key: os.environ.get(key, value) for key, value in platform_env(platform).items()}, **network,
+            "PYTHONUNBUFFERED": "1"}
+
+
+def node_identity(launch: Launch) -> dict:
+    """This node as launch.json records it: host name, Slurm's node name, and the collective libraries'
+    variables the run is started with (the inherited ones with the launch's on top)."""
+    env = {**os.environ, **launch.env}
+    return {"hostname": socket.gethostname(),
+            **({"slurm_node": os.environ["SLURMD_NODENAME"]} if os.environ.get("SLURMD_NODENAME") else {}),
+            "network": {key: env[key] for key in sorted(env) if key.startswith(NETWORK_PREFIXES)}}
+
+
+def run_environment(launch: Launch, platform: str) -> dict[str, str]:
+    """The platform's variables (utils/platform_env) as the run is started with them."""
+    env = {**os.environ, **launch.env}
+    return {key: env[key] for key in platform_env(platform) if key in env}
+
+
+def _mega(req: Request, run_dir: Path, work_dir: Path) -> Launch:
+    """TPrimat's megatron-core trainer, which reads everything from the run's config.json (on every node: the
+    nodes share the run directory, and node 0 writes it before its torchrun lets any worker start)."""
+    who = req.identity
+    selection = {"PLATFORM": who.platform, "FRAMEWORK": who.framework, "MODELS": who.model,
+                 "STRATEGY": "" if req.parallelism.strategy == CUSTOM else req.parallelism.strategy}
+    argv = torchrun(req) + ["train/train_mega.py", "--request", str(run_dir / REQUEST_FILE)]
+    return Launch(argv, {**vendor_env(req), **selection}, str(ROOT))
+
+
+def _nemo(req: Request, run_dir: Path, work_dir: Path) -> Launch:
+    """NeMo 2.0's recipe with the settings of train/nemo_recipe.py, applied by train/train_nemo.py."""
+    tokenizer = Path(req.data.tokenizer_dir) / "tokenizer.json"
+    if req.data.mock_data and not tokenizer.exists() and not req.environment.dry_run:
+        raise UsageError(f"NeMo's mock data takes its vocabulary from the model's tokenizer, and {tokenizer.parent} "
+                         f"has none; prepare it first: {PREPARE_COMMAND} (or python3 -m data.fetch tokenizer)")
+    settings = recipe_settings(req, str(run_dir))
+    path = work_dir / "nemo_settings.json"
+    write_json(path, settings)
+    argv = torchrun(req) + ["--module", "train.train_nemo", "--settings", str(path)]
+    return Launch(argv, {**vendor_env(req), **settings["env"]}, str(ROOT), [path.name])
+
+
+def _prim(req: Request, run_dir: Path, work_dir: Path) -> Launch:
+    """Primus's own launcher with the experiment of train/primus_config.py."""
+    primus = Path(os.environ.get("PRIMUS_PATH") or DEFAULT_PRIMUS_PATH)
+    exp_path = work_dir / "primus_experiment.yaml"
+    cmd = primus_command(req, primus, exp_path, str(work_dir))
+    try:
+        base = write_experiment(req, primus, exp_path, str(run_dir))
+    except ShippedConfigMissing as err:
+        if not req.environment.dry_run:
+            raise UsageError(str(err)) from None
+        # A dry run of the docker runtime plans on the host, where the image's Primus is not.
+        warn(f"dry run: {exp_path.name} not written: {err}")
+        return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd)
+    print(f"[tprimat] Primus experiment {exp_path} derived from {base}", flush=True)
+    return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd, [exp_path.name])
+
+
+FRAMEWORKS = {"mega": _mega, "nemo": _nemo, "prim": _prim}
+# Frameworks whose trainer runs in this Python (torchrun under sys.executable); Primus brings its own launcher.
+IN_THIS_PYTHON = ("mega", "nemo")
+
+
+def prepare(req: Request, run_dir: Path, work_dir: Path) -> Launch:
+    """The framework's command and generated configuration (written into work_dir) for the run;
+    UsageError when the run cannot be started as asked."""
+    return FRAMEWORKS[req.identity.framework](req, run_dir, work_dir)
