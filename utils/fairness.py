@@ -121,14 +121,6 @@ def identity(profile_name: str, table: dict, applied: dict, precision: str) -> d
             "fp8_recipe": fp8_recipe(table) if precision == "fp8" else None}
 
 
-def request_identity(req: dict) -> dict[str, object]:
-    """identity() of a run request (config.json); empty for a request written before the profiles existed
-    (its results then carry no workload-identity fields, and the fairness check says they are unknown)."""
-    if "workload" not in req:
-        return {}
-    return identity(req["fairness_profile"], req["fairness"], req["workload"], req["precision"])
-
-
 def sequence_parallel(tp: int) -> bool:
     """Sequence parallelism accompanies tensor parallelism (it is meaningless at TP=1)."""
     return tp > 1
