@@ -6,7 +6,7 @@ model config and the data module once training starts, and printed by global ran
 
     TPRIMAT_EFFECTIVE {"tp": 4, "pp": 1, ...}
 
-evaluate.extract reads it from the log; the launcher compares it with the request. Imported only
+evaluate.extract reads it from the log; evaluate.judge compares it with the request. Imported only
 inside the NeMo container (it needs lightning and megatron-core).
 """
 
