@@ -4,6 +4,7 @@ one line when it cannot be created; a dry run whose commands could not be genera
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 from tests.fixtures.train_matrix.shell import machine, run_dirs
 
@@ -23,27 +24,21 @@ def test_a_run_set_that_cannot_be_created_stops_in_one_line_with_exit_2(tmp_path
 
 
 def test_a_run_set_another_command_claimed_first_is_never_shared(tmp_path):
-    """Two run_train.sh started in the same second: the name the other one took first is skipped."""
+    """Two run_train.sh started in the same second: the name the other one took first is skipped. The other
+    command has claimed the name of every second this one could start in (utils.runset's own test fixes the
+    clock; here the whole command runs)."""
     fake = machine(tmp_path, amd=8)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "date").write_text("#!/bin/sh\necho 20260101-120000\n")
-    # the other command creates the run set in the moment between this one choosing the name and creating it
-    (bin_dir / "mkdir").write_text(
-        "#!/usr/bin/env bash\n"
-        'for last; do :; done\n'
-        f'if [[ "${{last}}" == */20260101-120000-amd && ! -e {tmp_path}/stolen ]]; then\n'
-        f'  touch {tmp_path}/stolen; /bin/mkdir -p "${{last}}"; echo other >"${{last}}/owner"\n'
-        "fi\n"
-        'exec /bin/mkdir "$@"\n')
-    for tool in ("date", "mkdir"):
-        (bin_dir / tool).chmod(0o755)
-    result = fake.run("shell/run_train.sh", PATH=f"{bin_dir}:{fake.env['PATH']}", **DRY)
+    output = tmp_path / "output"
+    now = datetime.now()
+    taken = [output / f"{(now + timedelta(seconds=s)).strftime('%Y%m%d-%H%M%S')}-amd" for s in range(-2, 600)]
+    for other in taken:
+        other.mkdir(parents=True)
+        (other / "owner").write_text("other\n")
+    result = fake.run("shell/run_train.sh", **DRY)
     assert result.returncode == 0, result.output
-    taken = tmp_path / "output" / "20260101-120000-amd"
-    assert sorted(p.name for p in taken.iterdir()) == ["owner"]
-    (run_set,) = {d.parent for d in run_dirs(tmp_path / "output")}
-    assert run_set.name == "20260101-120000-amd-2"
+    assert all(sorted(p.name for p in other.iterdir()) == ["owner"] for other in taken)
+    (run_set,) = {d.parent for d in run_dirs(output)}
+    assert run_set.name.endswith("-amd-2") and run_set.with_name(run_set.name.removesuffix("-2")) in taken
 
 
 def test_a_dry_run_whose_command_could_not_be_generated_fails(tmp_path):

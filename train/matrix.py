@@ -1,0 +1,254 @@
+"""The benchmark matrix: every run of the plan into one new run set, then the summary, validation and comparison.
+
+    python3 -m train.matrix      (shell/train.sh hands over to it in the chosen runtime)
+
+Prints the run list, checks the data (on the CPU with the bundled sample corpus it prepares it), probes
+the system into system.json, runs each run through its train/train_<platform>_<framework>_<model>.sh in
+a process group of its own, then prints the summary table and runs evaluate.validate and evaluate.compare
+(as commands: train/ does not import evaluate/). DRY_RUN=1: every run's command and generated
+configuration, nothing trained. Multi-node: every node walks the same matrix; node 0 probes, prepares
+the sample data when it is missing (the others wait for it) and writes the summary and report.
+A stop signal (HUP, INT, QUIT, TERM) is passed to the run in progress, which records the stop; nothing
+starts after it. Every setting comes from config.env and the environment (utils.config).
+Exit: 0 every run ok, 1 a run failed, 2 bad configuration or missing data, 128+signal stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import redirect_stderr
+from io import StringIO
+from pathlib import Path
+from typing import NoReturn
+
+from train import plan, summary
+from utils import ROOT
+from utils.cli import Parser, UsageError
+from utils.config import ConfigError, Config
+from utils.datafiles import PREPARE
+from utils.runset import make_run_set
+from utils.strategies import CUSTOM
+
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+DATA_WAIT_S = 1800  # how long a node other than 0 waits for node 0's sample data (TPRIMAT_DATA_WAIT_S)
+DATA_POLL_S = 5
+
+
+def log(message: str) -> None:
+    _say(f"[tprimat] {message}")
+
+
+def warn(message: str) -> None:
+    _say(f"[tprimat] warning: {message}")
+
+
+def die(code: int, message: str) -> NoReturn:
+    _say(f"[tprimat] error: {message}")
+    raise SystemExit(code)
+
+
+def _say(line: str) -> None:
+    """One line on stderr; after a hangup the terminal may be gone, and the exit status still says what happened."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+class Stop:
+    """The first stop signal, the run it arrived during, and the run in progress to pass every stop on to.
+
+    The signal that reached the matrix's process group reached its tools (the probe, validate) already; a run
+    leads a group of its own, so it gets each stop from here (a second one too: its launcher then kills at once)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self.during = ""
+        self.running = ""  # the name of the run in progress
+        self.group: int | None = None  # its process group
+        self.run_set: Path | None = Path(os.environ["RUN_SET_DIR"]) if os.environ.get("RUN_SET_DIR") else None
+
+    def install(self) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._received)
+
+    def _received(self, signum: int, frame) -> None:
+        if self.signal is None:
+            self.signal, self.during = signum, self.running
+        self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        if self.group is not None:
+            try:
+                os.killpg(self.group, signum)
+            except ProcessLookupError:
+                pass
+
+    def end_if_stopped(self) -> None:
+        """After a stop nothing more starts: one line, and the exit status 128+signal."""
+        if self.signal is None:
+            return
+        where = (f"; what finished is in {self.run_set} (python3 -m evaluate.validate {self.run_set})"
+                 if self.run_set else "")
+        warn(f"interrupted by {signal.Signals(self.signal).name}{f' during {self.during}' if self.during else ''}: "
+             f"nothing more starts{where}")
+        raise SystemExit(128 + self.signal)
+
+    def run(self, name: str, argv: list[str], env: dict[str, str]) -> int:
+        """Run one run in a process group of its own and wait until it has ended, whatever signals come."""
+        self.running = name
+        child = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, process_group=0)
+        self.group = child.pid
+        if self.signal is not None:  # arrived while the run was being started
+            self._forward(self.signal)
+        code = child.wait()
+        self.group, self.running = None, ""
+        return code
+
+
+def python() -> str:
+    """The project's Python as shell/train.sh chose it (the container's, TPRIMAT_PYTHON or .venv's)."""
+    return os.environ.get("TPRIMAT_PYTHON") or sys.executable
+
+
+def tool(*argv: str) -> int:
+    """Run a project tool in the matrix's own process group (a stop reaches it directly); its exit status."""
+    return subprocess.run([python(), "-m", *argv], cwd=ROOT).returncode
+
+
+def data_ready(quietly: bool, cfg: Config) -> bool:
+    if quietly:
+        return not plan.data_problems(cfg)
+    return plan.main(["--check-data"]) == 0
+
+
+def check_data(cfg: Config, stop: Stop) -> None:
+    """Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here (in a multi-node
+    run only node 0 does; the other nodes wait for it)."""
+    if data_ready(False, cfg):
+        return
+    stop.end_if_stopped()
+    sample = cfg.platform == "cpu" and cfg["DATASET"] == "sample" and not cfg["DRY_RUN"]
+    if sample and cfg["NODE_RANK"] != 0:
+        wait_for_sample_data(cfg, stop)
+    elif sample:
+        log("preparing the bundled sample corpus (DATASET=sample on the CPU)")
+        if subprocess.run(["bash", str(ROOT / "shell" / "data.sh")], cwd=ROOT).returncode != 0:
+            stop.end_if_stopped()
+            die(1, "preparing the sample data failed (see above)")
+        if not data_ready(False, cfg):
+            die(1, "the sample data is still missing after shell/data.sh")
+    elif cfg["DRY_RUN"]:
+        warn(f"dry run: a real run would stop here until the data is prepared with {PREPARE}")
+    elif not cfg["MOCK_DATA"]:
+        die(2, f"prepare the data first: {PREPARE}")
+
+
+def wait_for_sample_data(cfg: Config, stop: Stop) -> None:
+    """Nodes other than 0: wait, for at most TPRIMAT_DATA_WAIT_S seconds, until node 0 has prepared the sample
+    corpus and data.verify has written its manifests into the shared DATA_DIR."""
+    node, data_dir = cfg["NODE_RANK"], cfg["DATA_DIR"]
+    limit = os.environ.get("TPRIMAT_DATA_WAIT_S", str(DATA_WAIT_S))
+    if not limit.isascii() or not limit.isdigit():
+        die(2, f"TPRIMAT_DATA_WAIT_S={limit}: must be a number of seconds")
+    deadline = time.monotonic() + int(limit)
+    log(f"node {node}: waiting up to {limit} s for node 0 to prepare the sample corpus in {data_dir}")
+    while not data_ready(True, cfg):
+        if time.monotonic() >= deadline:
+            die(1, f"node {node}: node 0's verified sample data did not appear in {data_dir} within {limit} s; "
+                   f"DATA_DIR must be on a filesystem every node shares (or prepare the data on every node first: "
+                   f"{PREPARE})")
+        time.sleep(DATA_POLL_S)
+        stop.end_if_stopped()
+    log(f"node {node}: the sample corpus is ready")
+
+
+def container_command(platform: str, script: str, args: list[str]) -> str:
+    """DRY_RUN in a container: the `docker run` line that starts the same run from the host (shell/lib.sh's)."""
+    words = ["bash", "-c", 'source "$1"; shift; tp_docker_command_line "$@"', "tprimat",
+             str(ROOT / "shell" / "lib.sh"), platform, "tprimat-train", "bash", script, *args]
+    return subprocess.run(words, cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout
+
+
+def run_matrix(cfg: Config, runs: list[plan.Run], run_set: Path, stop: Stop) -> tuple[list[str], bool]:
+    """Each run into its own directory of the run set, until a stop; the names started and whether one failed."""
+    names, failed = [], False
+    for index, run in enumerate(runs, 1):
+        if stop.signal is not None:
+            break
+        names.append(run.name)
+        script = f"train/train_{cfg.platform}_{run.framework}_{run.model}.sh"
+        args = ["--run-dir", str(run_set / run.name), "--repeat", str(run.repeat)]
+        log(f"run {index}/{len(runs)}: {run.name}")
+        if cfg["DRY_RUN"] and os.environ.get("TPRIMAT_RUNTIME") == "docker":
+            log(f"from the host: {container_command(cfg.platform, script, args)}")
+        strategy = "" if run.strategy == CUSTOM else run.strategy
+        env = {**os.environ, "STRATEGY": strategy}
+        if stop.run(run.name, ["bash", str(ROOT / script), *args], env) != 0:
+            failed = True
+    return names, failed
+
+
+def report(cfg: Config, run_set: Path, names: list[str], failed: bool, stop: Stop) -> bool:
+    """Node 0: the summary table, then evaluate.validate and evaluate.compare; whether anything failed."""
+    if summary.main([str(run_set), *names]) != 0:
+        failed = True
+    stop.end_if_stopped()
+    if cfg["DRY_RUN"]:
+        log(f"dry run: commands and generated configurations are in {run_set}; nothing was trained")
+        return failed
+    if tool("evaluate.validate", str(run_set)) != 0:
+        stop.end_if_stopped()
+        warn("validation found problems (listed above)")
+    stop.end_if_stopped()
+    if tool("evaluate.compare", str(run_set), "-o", str(run_set)) != 0:
+        stop.end_if_stopped()
+        warn("the comparison failed")
+        failed = True
+    stop.end_if_stopped()
+    log(f"results: {run_set}")
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    Parser(prog="python3 -m train.matrix", description=__doc__.split("\n\n")[0]).parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # the runs write to the same stdout, in order
+    stop = Stop()
+    stop.install()
+    try:
+        cfg = plan.load_config()
+    except ConfigError as err:
+        err.report("train.matrix")
+        return 2
+    runs = plan.build_plan(cfg)
+    print("\n".join(plan.table(cfg, runs)))
+    if not runs:
+        die(2, "the run list is empty; check FRAMEWORK and MODELS")
+    check_data(cfg, stop)
+    stop.end_if_stopped()
+    try:
+        stop.run_set = run_set = make_run_set(cfg["OUTPUT_DIR"], cfg.platform, os.environ.get("RUN_SET_DIR"))
+    except UsageError as err:
+        die(2, str(err))
+    os.environ["RUN_SET_DIR"] = str(run_set)
+    log(f"run set: {run_set}")
+    node = cfg["NODE_RANK"]
+    if node == 0 and tool("evaluate.probe", "-o", str(run_set / "system.json")) != 0:
+        stop.end_if_stopped()
+        warn("the system probe failed: results will have no system description")
+    names, failed = run_matrix(cfg, runs, run_set, stop)
+    if stop.signal is not None and node == 0 and names:
+        summary.main([str(run_set), *names])
+    stop.end_if_stopped()
+    if node != 0:
+        log(f"node {node}: done; node 0 writes the summary")
+        return int(failed)
+    return int(report(cfg, run_set, names, failed, stop))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
