@@ -1,0 +1,250 @@
+"""Judge one run once it has ended: its result.json, extracted or the trainer's, checked against its request.
+
+    python3 -m evaluate.judge RUN_DIR
+
+The launcher (train/launch.py) runs this on node 0 after the run, with the run directory it wrote:
+config.json (the request, utils.request) and launch.json (the command and its outcome: exit_code,
+started_at, ended_at, warnings, stopped_by, environment). A multi-node run's other nodes keep theirs in
+node<N>/; their logs are waited for (at most NODE_WAIT_S; a stop signal cuts the wait short) and read
+with node 0's. The result is the trainer's own (mega), else extracted from the logs (evaluate.extract),
+else, for a run that never logged a step, a result with no figures naming why. Then the settings the
+framework reports are compared with the request: a mismatch, a layout it does not report, synthetic or
+other data than requested fail the run; a stopped run is incomplete. result.json is written atomically.
+
+Exit 0: result.json written (its run.status is the verdict); 2: RUN_DIR holds no readable request or
+launch record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evaluate import extract
+from evaluate.collect import Loaded
+from evaluate.logs import collective_network
+from evaluate.validate import check_result
+from utils.cli import Parser, UsageError, run
+from utils.request import Request, RequestError
+from utils.result import build_result, load_result, write_result
+
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)  # the launcher's, train/launch.py
+NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
+# evaluate.validate's checks that fail a run at once: settings read back from the framework's log
+# differ from the request, or it trained on synthetic data although real data was requested.
+READBACK_CHECKS = ("effective settings", "real data")
+# What a framework's log must report for its layout and batch to count as applied.
+REQUIRED_READBACK = ("tp", "pp", "mbs", "gbs", "seq_len", "precision")
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How the run ended, as node 0's launch.json records it."""
+
+    exit_code: int
+    started_at: str
+    ended_at: str
+    warnings: list[str]
+    stopped_by: int | None  # the stop signal that ended the run, if one did
+    environment: dict[str, str]  # the platform's variables the run was started with (utils/platform_env)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
+
+    @classmethod
+    def read(cls, path: Path) -> "Ended":
+        try:
+            record = json.loads(path.read_text())
+            return cls(int(record["exit_code"]), record["started_at"], record["ended_at"],
+                       list(record.get("warnings") or []), record.get("stopped_by"),
+                       dict(record.get("environment") or {}))
+        except OSError as err:
+            raise UsageError(f"{path}: cannot read the launch record ({err.strerror}); judge a run directory "
+                             "whose run has ended") from None
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise UsageError(f"{path}: no outcome of a run in it ({type(err).__name__}: {err}); judge a run "
+                             "directory whose run has ended") from None
+
+
+def warn(message: str) -> None:
+    print(f"[tprimat] warning: {message}", file=sys.stderr, flush=True)
+
+
+def log_tail(log_path: Path, lines: int = 20) -> str:
+    """The log's last lines, tokens redacted (for a result's error excerpt)."""
+    try:
+        text = log_path.read_bytes()[-20000:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return extract.redact("\n".join(text.replace("\r\n", "\n").splitlines()[-lines:]))
+
+
+def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str) -> dict:
+    """The result of a run that never reached its first step: no figures, the reason and the log's end."""
+    tail = log_tail(run_dir / "train.log")
+    try:
+        system = extract.find_system(run_dir, None, [])
+    except UsageError:  # a damaged system.json: the run's record matters more than its description
+        system = {}
+    return build_result(
+        run={"id": request.identity.run_id, "started_at": ended.started_at, "ended_at": ended.ended_at,
+             "status": "incomplete" if ended.interrupted else "failed", "exit_code": ended.exit_code,
+             "error_excerpt": f"{why}\n{tail}".strip(), "commit": None, "source": "extract",
+             "log_files": [str(run_dir / "train.log")]},
+        **request.result_sections(), system=system, steps=[],
+        device_name=(system.get("gpu") or {}).get("name"), warnings=ended.warnings)
+
+
+def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Path]) -> dict:
+    """result.json of the run: the trainer's own (mega), else extracted from the nodes' logs."""
+    path = run_dir / "result.json"
+    framework = request.identity.framework
+    if framework != "mega" or not path.exists():
+        code = extract.main([*map(str, logs), "--framework", framework, "--run-dir", str(run_dir),
+                             "--exit-code", str(ended.exit_code), "--started-at", ended.started_at,
+                             "--ended-at", ended.ended_at, "-o", str(path)])
+        if code != 0:
+            why = (f"exit code {ended.exit_code}; " if ended.exit_code else "") + \
+                  "no training step in the log (see evaluate.extract's message above)"
+            write_result(path, start_failure_result(request, run_dir, ended, why))
+    return load_result(path)
+
+
+def readback_problems(request: Request, result: dict) -> list[str]:
+    """Where the framework's own report differs from the request (one line per setting), synthetic data
+    where real data was requested, or a log that does not report the layout at all."""
+    effective = result.get("effective") or {}
+    framework = request.identity.framework
+    problems = []
+    if framework != "mega" and result["run"]["steps_completed"] > 0:
+        missing = [key for key in REQUIRED_READBACK if effective.get(key) is None]
+        if missing:
+            problems.append(f"the {framework} log does not report {', '.join(missing)}: "
+                            "cannot confirm the requested settings were applied")
+    problems += [f"{finding.check}: {finding.message}" for finding in check_result(Loaded("", result, {}))
+                 if finding.fatal and finding.check in READBACK_CHECKS]
+    reported = effective.get("data_path")
+    if not request.data.mock_data and reported is not None:
+        paths = data_paths(reported)
+        if {os.path.normpath(p) for p in paths} != {os.path.normpath(request.data.prefix)}:
+            problems.append(f"data_path: the framework read {', '.join(paths) or repr(reported)}, "
+                            f"requested {request.data.prefix}")
+    return problems
+
+
+def data_paths(reported: object) -> list[str]:
+    """The dataset prefixes in a framework's read-back data_path, blend weights left out: NeMo's list,
+    Megatron's and Primus's printed Python list ("['1.0', '/data/x']"), or one path (TPrimat's trainer)."""
+    if isinstance(reported, str):
+        try:
+            reported = ast.literal_eval(reported)
+        except (ValueError, SyntaxError):
+            reported = [reported]
+    items = reported if isinstance(reported, (list, tuple)) else [reported]
+    return [str(item) for item in items if not _is_number(item)]
+
+
+def _is_number(item: object) -> bool:
+    try:
+        float(str(item))
+    except ValueError:
+        return False
+    return True
+
+
+def other_node_logs(run_dir: Path, nnodes: int, hurry: threading.Event, timeout_s: float = NODE_WAIT_S) -> list[Path]:
+    """The other nodes' train.log once each has recorded its end (Megatron and Primus print their
+    iteration lines on the last rank, which lives on the last node); waits at most timeout_s, or until
+    hurry is set (a stop signal)."""
+    deadline = time.monotonic() + timeout_s
+    pending = {rank: run_dir / f"node{rank}" for rank in range(1, nnodes)}
+    said = False
+    while pending and time.monotonic() < deadline and not hurry.is_set():
+        for rank, node_dir in list(pending.items()):
+            try:
+                if "exit_code" in json.loads((node_dir / "launch.json").read_text()):
+                    del pending[rank]
+            except (OSError, json.JSONDecodeError):
+                pass
+        if pending and not said:
+            print(f"[tprimat] waiting up to {timeout_s:.0f} s for node {', '.join(map(str, pending))} to record the "
+                  "end of the run (Ctrl-C: extract from the logs there are now)", flush=True)
+            said = True
+        if pending:
+            hurry.wait(2.0)
+    if pending:
+        why = "stopped waiting" if hurry.is_set() else f"did not record the end of the run within {timeout_s:.0f} s"
+        warn(f"node(s) {', '.join(map(str, pending))}: {why}; extracting from the logs there are")
+    return [run_dir / f"node{rank}" / "train.log" for rank in range(1, nnodes)
+            if (run_dir / f"node{rank}" / "train.log").exists()]
+
+
+def record_environment(nnodes: int, result: dict, environment: dict[str, str], logs: list[Path]) -> list[str]:
+    """Complete the result's effective settings with the run's environment (the mega trainer records its
+    own) and the collective library's network from the logs; return what a reader must be warned of."""
+    effective = result.setdefault("effective", {})
+    effective.setdefault("environment", environment)
+    if "collective_transport" not in effective:  # a trainer-written result: the library printed it
+        effective.update(collective_network(logs))
+    if nnodes > 1 and effective.get("collective_rdma") is False:
+        return [f"the collective library connected the {nnodes} nodes over TCP sockets "
+                f"(network {effective['collective_transport']}), not RDMA: multi-node figures are a TCP network's; "
+                "check /dev/infiniband on the hosts and NET_IB_HCA"]
+    return []
+
+
+def judge(request: Request, run_dir: Path, ended: Ended, hurry: threading.Event) -> str:
+    """Final status of the run (ok | failed | incomplete | interrupted), written into result.json."""
+    nnodes = request.parallelism.nnodes
+    logs = [run_dir / "train.log"] + other_node_logs(run_dir, nnodes, hurry)
+    result = collect_result(request, run_dir, ended, logs)
+    notes = record_environment(nnodes, result, ended.environment, logs)
+    record = result["run"]
+    problems = readback_problems(request, result)
+    if ended.exit_code != 0 and not ended.interrupted and record["status"] == "ok":
+        problems.append(f"the training process exited with code {ended.exit_code}")
+    if ended.interrupted:
+        record["status"] = "incomplete"
+        stop = f"interrupted by {signal.Signals(ended.stopped_by).name}"
+        record["error_excerpt"] = (f"{stop} after step {record['steps_completed']} of {request.training.steps}\n"
+                                   f"{record['error_excerpt'] or ''}").strip()
+    elif problems:
+        record["status"] = "failed"
+        record["error_excerpt"] = "\n".join(problems + ([record["error_excerpt"]] if record["error_excerpt"] else []))
+    result["warnings"] = list(dict.fromkeys(result["warnings"] + problems + ended.warnings + notes))
+    write_result(run_dir / "result.json", result)
+    for problem in problems:
+        print(f"[tprimat] {request.identity.run_id}: {problem}", file=sys.stderr, flush=True)
+    return "interrupted" if ended.interrupted else record["status"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python3 -m evaluate.judge", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory (node 0's)")
+    args = parser.parse_args(argv)
+    try:
+        request = Request.read(args.run_dir / "config.json")
+    except RequestError as err:
+        raise UsageError(str(err)) from None
+    ended = Ended.read(args.run_dir / "launch.json")
+    # The run has ended: a stop signal now (a second Ctrl-C) cuts only the wait for the other nodes short,
+    # never the record of the run.
+    hurry = threading.Event()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda _signum, _frame: hurry.set())
+    judge(request, args.run_dir, ended, hurry)
+    return 0
+
+
+if __name__ == "__main__":
+    run(main, "evaluate.judge")
