@@ -1,4 +1,4 @@
-"""train.settle: between runs, the previous run's processes are gone and GPU memory is back to idle."""
+"""train.settle (GPU memory read by utils.vendor_tools): between runs, the previous run's processes are gone and GPU memory is back to idle."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from tests.fixtures.train_matrix.shell import alive
 from tests.shell_harness import FAKEBIN
 from train import settle
+from utils import vendor_tools
 
 
 @pytest.fixture
@@ -26,9 +27,9 @@ def fake_gpus(monkeypatch):
 @pytest.mark.parametrize("platform, variable, used", [("nvd", "FAKE_NVIDIA_MEM_USED", "30000"),
                                                       ("amd", "FAKE_AMD_MEM_USED", str(30000 * 2**20))])
 def test_gpu_memory_is_read_per_gpu(fake_gpus, platform, variable, used):
-    assert settle.gpu_memory_used_mib(platform) == [0.0] * 8
+    assert vendor_tools.memory_used_mib(platform) == [0.0] * 8
     fake_gpus.setenv(variable, used)
-    assert settle.gpu_memory_used_mib(platform) == [30000.0] * 8
+    assert vendor_tools.memory_used_mib(platform) == [30000.0] * 8
 
 
 def test_idle_gpus_need_no_wait(fake_gpus):
@@ -51,9 +52,9 @@ def test_memory_used_before_the_run_does_not_count(fake_gpus):
 
 def test_without_a_vendor_tool_there_is_nothing_to_wait_for(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert settle.gpu_memory_used_mib("nvd") is None
-    assert settle.wait_gpu_idle("nvd", settle.gpu_memory_used_mib("nvd"), timeout_s=30) is None
-    assert settle.gpu_memory_used_mib("cpu") is None
+    assert vendor_tools.memory_used_mib("nvd") is None
+    assert settle.wait_gpu_idle("nvd", vendor_tools.memory_used_mib("nvd"), timeout_s=30) is None
+    assert vendor_tools.memory_used_mib("cpu") is None
 
 
 def test_a_session_that_ignores_sigterm_is_killed():

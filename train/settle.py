@@ -2,21 +2,22 @@
 
 Leftover workers of a previous run hold GPU memory and make the next run fail with out-of-memory
 or "No supported gpu backend found". The launcher starts each run in its own session, so its
-processes are found by session id; GPU memory is read with nvidia-smi / rocm-smi and compared
-with what was in use before the run started. Every wait is bounded and ends in a warning that
-names what is still there.
+processes are found by session id; GPU memory is read through utils.vendor_tools (nvidia-smi /
+rocm-smi) and compared with what was in use before the run started. Every wait is bounded and ends
+in a warning that names what is still there.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.vendor_tools import gpu_processes, memory_used_mib
+
+gpu_memory_used_mib = memory_used_mib  # the launcher's name for its baseline, until it asks utils.vendor_tools
 MEMORY_SLACK_MIB = 1024  # drivers and caches move by a few hundred MiB between runs
 POLL_S = 1.0
 
@@ -75,50 +76,13 @@ def end_session(sid: int, grace_s: float) -> list[Process]:
     return session_processes(sid)
 
 
-def _run(argv: list[str]) -> str | None:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
-def gpu_memory_used_mib(platform: str) -> list[float] | None:
-    """Memory in use on each GPU (MiB), or None when the vendor tool does not answer."""
-    if platform == "nvd":
-        out = _run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"])
-        try:
-            return [float(line) for line in out.split()] if out else None
-        except ValueError:
-            return None
-    if platform == "amd":
-        out = _run(["rocm-smi", "--showmeminfo", "vram", "--json"])
-        try:
-            cards = json.loads(out) if out else None
-            return [int(card["VRAM Total Used Memory (B)"]) / 2**20 for card in cards.values()] if cards else None
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-    return None
-
-
-def gpu_processes(platform: str) -> list[str]:
-    """Processes holding GPU memory, as the vendor tool names them (for the warning)."""
-    if platform == "nvd":
-        out = _run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"])
-    elif platform == "amd":
-        out = _run(["rocm-smi", "--showpids"])
-    else:
-        out = None
-    return [line.strip() for line in (out or "").splitlines() if line.strip()]
-
-
 def wait_gpu_idle(platform: str, baseline: list[float] | None, timeout_s: float) -> str | None:
     """Wait until every GPU is back to its memory use before the run; a warning when it is not."""
     if baseline is None:
         return None
     deadline = time.monotonic() + timeout_s
     while True:
-        used = gpu_memory_used_mib(platform)
+        used = memory_used_mib(platform)
         if used is None:
             return f"could not read GPU memory with the {platform} tool; not waiting for it to be idle"
         busy = [f"GPU {i}: {now:.0f} MiB (was {before:.0f})"
