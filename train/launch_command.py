@@ -26,7 +26,6 @@ from utils.files import write_json
 from utils.netenv import network_env
 from utils.platform_env import DEFAULT_PRIMUS_PATH, platform_env
 from utils.request import Request
-from utils.strategies import CUSTOM
 
 # Variables of the collective libraries (NCCL, RCCL, gloo) recorded in launch.json as the run is started with them.
 NETWORK_PREFIXES = ("NCCL_", "RCCL_", "GLOO_")
@@ -91,11 +90,8 @@ def run_environment(launch: Launch, platform: str) -> dict[str, str]:
 def _mega(req: Request, run_dir: Path, work_dir: Path) -> Launch:
     """TPrimat's megatron-core trainer, which reads everything from the run's config.json (on every node: the
     nodes share the run directory, and node 0 writes it before its torchrun lets any worker start)."""
-    who = req.identity
-    selection = {"PLATFORM": who.platform, "FRAMEWORK": who.framework, "MODELS": who.model,
-                 "STRATEGY": "" if req.parallelism.strategy == CUSTOM else req.parallelism.strategy}
-    argv = torchrun(req) + ["train/train_mega.py", "--request", str(run_dir / REQUEST_FILE)]
-    return Launch(argv, {**vendor_env(req), **selection}, str(ROOT))
+    argv = torchrun(req) + ["train/train_mega.py", "--request", str(run_dir / REQUEST_FILE), "--run-dir", str(run_dir)]
+    return Launch(argv, vendor_env(req), str(ROOT))
 
 
 def _nemo(req: Request, run_dir: Path, work_dir: Path) -> Launch:

@@ -24,6 +24,7 @@ from pathlib import Path
 from train import settle
 from train.launch_command import Launch, warn
 from utils.config import ROOT
+from utils.vendor_tools import memory_used_mib
 
 STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 PR_SET_PDEATHSIG = 1
@@ -74,7 +75,7 @@ def _die_with_parent() -> None:
 
 def run_supervised(launch: Launch, log_path: Path, platform: str) -> Outcome:
     """Run the command in its own session; a stop signal ends the whole session, a second one kills it."""
-    baseline = settle.gpu_memory_used_mib(platform)
+    baseline = memory_used_mib(platform)
     env = {**os.environ, **launch.env}
     started, t0 = now_iso(), time.monotonic()
     with open(log_path, "ab") as log_file:
