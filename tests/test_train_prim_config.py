@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -10,11 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evaluate import logs
+from evaluate import log_settings
 from tests.fixtures.train_matrix import primus_v25_11
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
-import math
-
 from utils.fairness import profile
 from train.primus_config import (RENAMED_KEYS, ShippedConfigMissing, command, experiment, render, shipped_config,
                                  write_experiment)
@@ -191,6 +190,6 @@ def test_a_key_the_experiment_leaves_out_takes_primus_v25_11_s_default(tmp_path)
     overrides_of(exp).update(train_iters=2, seq_length=64)
     out = run_stand_in(tmp_path, exp)
     assert out.returncode == 0, out.stderr
-    dump = dict(match.groups() for match in map(logs.ARGUMENT.search, out.stdout.splitlines()) if match)
+    dump = dict(match.groups() for match in map(log_settings.ARGUMENT.search, out.stdout.splitlines()) if match)
     assert (dump["init_method_std"], dump["eod_mask_loss"], dump["seed"], dump["dataloader_type"]) == \
         ("0.008", "False", "1234", "cyclic")  # Qwen 2.5's model default, then the module's

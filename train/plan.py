@@ -19,6 +19,7 @@ from pathlib import Path
 
 from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
 from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
+from utils.cli import Parser
 from utils.config import ConfigError, Config, load_config
 from utils.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
@@ -194,8 +195,8 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.plan", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python3 -m train.plan", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--tsv", action="store_true", help="machine-readable run list for shell/train.sh")
     mode.add_argument("--check-data", action="store_true", help="check every model's prepared data")

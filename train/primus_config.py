@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.cli import Parser, UsageError, run
 from utils.files import atomic_open
 from utils.models import get_model
 from utils.platform_env import DEFAULT_PRIMUS_PATH
@@ -204,8 +204,8 @@ def write_experiment(req: Request, primus_path: Path, out: Path, run_dir: str) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.primus_config", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python3 -m train.primus_config", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--request", type=Path, required=True, help="the run's config.json")
     parser.add_argument("--primus", type=Path, default=Path(DEFAULT_PRIMUS_PATH), help="Primus checkout")
     parser.add_argument("-o", "--output", type=Path, required=True, help="experiment YAML to write")
@@ -213,12 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         req = Request.read(args.request)
         base = write_experiment(req, args.primus, args.output, str(args.request.parent))
-    except (OSError, RequestError, ValueError) as err:
-        print(f"primus_config: {err}", file=sys.stderr)
-        return 2
+    except (OSError, RequestError, ValueError) as err:  # ShippedConfigMissing included
+        raise UsageError(str(err)) from None
     print(f"wrote {args.output} from {base}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "train.primus_config")
