@@ -128,16 +128,19 @@ tp_slurm_check() {
   fi
 }
 
-# A new, empty run-set directory, named as shell/train.sh names it (nothing is overwritten).
+# A new, empty run-set directory, named and claimed by utils.runset as every run set is (nothing is
+# overwritten; a name taken in the same second gets -2, -3).
 tp_slurm_run_set() {
-  local dir
-  dir="${OUTPUT_DIR}/$(date +%Y%m%d-%H%M%S)-${PLATFORM}"
-  mkdir -p "${OUTPUT_DIR}"
-  until mkdir "${dir}" 2>/dev/null; do
-    [[ -d "${OUTPUT_DIR}" && -w "${OUTPUT_DIR}" ]] || tp_die 1 "cannot create a run set in ${OUTPUT_DIR}"
-    dir="${dir}+"
-  done
-  echo "${dir}"
+  (cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" - "${OUTPUT_DIR}" "${PLATFORM}") <<'EOF'
+import sys
+from utils.cli import UsageError
+from utils.runset import make_run_set
+try:
+    print(make_run_set(sys.argv[1], sys.argv[2]))
+except UsageError as err:
+    print(f"[tprimat] error: {err}", file=sys.stderr)
+    sys.exit(2)
+EOF
 }
 
 # --- Following a job ----------------------------------------------------------------------------
