@@ -32,6 +32,12 @@ def test_every_knob_is_in_config_env_with_a_comment():
             assert " # " in line, f"knob without a comment: {line}"
 
 
+def test_the_knob_table_keeps_config_env_order():
+    """The sections' tables join in config.env's order, which check, env and json print in."""
+    values, _ = parse_env_file(CONFIG_FILE)
+    assert list(KNOBS) == [key for key in values if key in KNOBS]
+
+
 def test_gpu_defaults_are_the_fair_comparison_settings():
     config = load_config(GPU_NODE)
     expected = {"SEED": 42, "MBS": 1, "SL": 2048, "LR": 3e-4, "MIN_LR": 0.0, "WARMUP_STEPS": 50,

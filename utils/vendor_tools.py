@@ -26,7 +26,6 @@ from utils.cli import Parser
 
 TIMEOUT_S = 20  # a driver that hangs must not hang the caller
 KFD = "/dev/kfd"  # AMD's kernel driver node: present when the driver is loaded, whatever the tools say
-PLATFORMS = ("nvd", "amd", "cpu")
 NVIDIA_FIELDS = ("name", "memory.total", "driver_version", "clocks.sm", "clocks.max.sm", "power.limit")
 ROCM_VERSION_FILE = "/opt/rocm/.info/version"
 
@@ -199,6 +198,8 @@ def gpu_processes(platform: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from utils.config import PLATFORMS  # the configuration asks this module first: no import cycle at load
+
     parser = Parser(prog="python3 -m utils.vendor_tools", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("question", choices=("platform", "count"))

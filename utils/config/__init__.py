@@ -25,18 +25,18 @@ from pathlib import Path
 from utils import ROOT
 from utils.config import layout, selection, workload
 from utils.config.launch import launch_mode
-from utils.config.parse import ConfigError, Knob, convert
-from utils.config.reading import (CONFIG_FILE, CPU_PREFIX, DERIVED, KNOBS, Settings, environment_warnings,
-                                  near_knob, overlay, read_file)
+from utils.config.parse import ConfigError, convert
+from utils.config.reading import (CONFIG_FILE, CPU_PREFIX, KNOBS, Settings, environment_warnings, near_knob, overlay,
+                                  read_file)
 from utils.config.resolved import Config
 from utils.config.selection import FRAMEWORKS, PLATFORM_FRAMEWORKS, PLATFORMS, VENDOR_FRAMEWORK, detect
 from utils.config.show import describe, shell_exports
 from utils.config.workload import PRECISIONS
 from utils.models import get_model
 
-__all__ = ["CONFIG_FILE", "DERIVED", "FRAMEWORKS", "KNOBS", "PLATFORMS", "PLATFORM_FRAMEWORKS", "PRECISIONS", "ROOT",
-           "VENDOR_FRAMEWORK", "Config", "ConfigError", "Knob", "describe", "detect", "environment_warnings",
-           "launch_mode", "load_config", "near_knob", "shell_exports"]
+__all__ = ["CONFIG_FILE", "FRAMEWORKS", "KNOBS", "PLATFORMS", "PLATFORM_FRAMEWORKS", "PRECISIONS", "ROOT",
+           "VENDOR_FRAMEWORK", "Config", "ConfigError", "describe", "detect", "environment_warnings", "launch_mode",
+           "load_config", "near_knob", "shell_exports"]
 
 
 def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
