@@ -17,7 +17,6 @@ from pathlib import Path
 
 from utils.vendor_tools import gpu_processes, memory_used_mib
 
-gpu_memory_used_mib = memory_used_mib  # the launcher's name for its baseline, until it asks utils.vendor_tools
 MEMORY_SLACK_MIB = 1024  # drivers and caches move by a few hundred MiB between runs
 POLL_S = 1.0
 
