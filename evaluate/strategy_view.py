@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from evaluate.compare_plot import PALETTES, save_png
+from evaluate.repeats import FRAMEWORK_NAMES, Repeats, memory, tokens
 from utils.strategies import IDENTICAL
 
 
@@ -31,12 +33,12 @@ class Entry:
         return f"{self.device} + {self.framework}"
 
 
-def entries(rows, tokens, memory, framework_names) -> list[Entry]:
-    """Fold compare.Row objects into entries (the getters are compare's)."""
+def entries(rows: Sequence[Repeats]) -> list[Entry]:
+    """Fold the repeats of each configuration into entries."""
     out = []
     for row in rows:
         t, m = row.figures(tokens), row.figures(memory)
-        out.append(Entry(row.model_name, row.platform, row.device, framework_names[row.framework], row.strategy,
+        out.append(Entry(row.model_name, row.platform, row.device, FRAMEWORK_NAMES[row.framework], row.strategy,
                          row.layout, statistics.median(t) if t else None, statistics.median(m) if m else None,
                          row.status()))
     return out
@@ -96,7 +98,7 @@ def section(items: Sequence[Entry], png_name: str | None) -> list[str]:
     return out
 
 
-def plot(items: Sequence[Entry], path: Path, palettes: dict[str, Sequence[str]], save) -> dict[str, int]:
+def plot(items: Sequence[Entry], path: Path) -> dict[str, int]:
     """compare-strategies.png: per model, tokens/s/GPU and peak memory per strategy, grouped bars per
     platform + framework, the best of each model and platform starred. Returns panel title -> bars."""
     import matplotlib
@@ -120,7 +122,7 @@ def plot(items: Sequence[Entry], path: Path, palettes: dict[str, Sequence[str]],
                                       (row_axes[1], "memory", f"{model}: peak memory per GPU", "GiB")):
             bars, labelled = 0, set()
             for k, (platform, config) in enumerate(configs):
-                colour = palettes[platform][shade[config] % len(palettes[platform])]
+                colour = PALETTES[platform][shade[config] % len(PALETTES[platform])]
                 for x, strategy in enumerate(strategies):
                     entry = next((e for e in group if e.config == config and e.strategy == strategy), None)
                     value = getattr(entry, attr) if entry else None
@@ -142,6 +144,6 @@ def plot(items: Sequence[Entry], path: Path, palettes: dict[str, Sequence[str]],
             ax.legend(fontsize=8, loc="upper right")
             drawn[title] = bars
     fig.tight_layout(rect=(0, 0, 1, 0.96))
-    save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
     return drawn

@@ -18,7 +18,6 @@ Prints one line per problem naming the result and the check; exit 1 when any che
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -29,7 +28,8 @@ from typing import NamedTuple, Sequence
 from evaluate.collect import CollectError, Loaded, load
 from evaluate.logs import step_ranges
 from utils import metrics
-from utils.fairness import IDENTITY_KEYS, PROFILES, profile
+from utils.cli import Parser
+from utils.fairness import PROFILES, profile
 from utils.hardware import DEVICES
 from utils.models import by_variant
 from utils.result import schema_errors
@@ -69,11 +69,12 @@ FAIRNESS_FIELDS = (
     Shared("LR warm-up convention", "training", "lr_warmup_convention", fatal=False, unknown_fatal=False,
            why="NeMo 2.3's scheduler has no Megatron-style warm-up: the first steps' LR and loss differ"),
 )
-# Effective settings compared with the request: effective key -> (section, key).
-REQUESTED = {key: ("parallelism", key) for key in ("tp", "pp", "dp", "ga", "sequence_parallel", "distributed_optimizer")}
-REQUESTED.update({key: ("training", key) for key in ("mbs", "gbs", "seq_len", "steps", "precision", "seed", "lr",
-                                                     "min_lr", "warmup_steps")})  # mock_data: the real-data check
-REQUESTED.update({key: ("training", key) for key in IDENTITY_KEYS})
+# The effective settings are named like the result's parallelism and training fields, and each one the
+# framework reports is compared with the requested value, but for the fields that are no setting a framework
+# applies: a layout's name, the node count, the data's identity (the fingerprints' fairness check below), and
+# mock_data (the real-data check).
+NOT_READ_BACK = frozenset({"strategy", "nnodes", "dataset", "dataset_fingerprint", "tokenizer_fingerprint", "mock_data"})
+READ_BACK_SECTIONS = ("parallelism", "training")
 # The fairness profile's settings a framework reports: compared with the recorded profile's table.
 PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32", "average_in_collective")
 FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo")  # printed flat by Megatron/Primus
@@ -146,11 +147,11 @@ def check_result(item: Loaded) -> list[Finding]:
     if effective.get("cp") not in (None, 1):
         found.append(Finding(name, "effective settings", f"context parallel size is {effective['cp']}, TPrimat "
                              "layouts use 1"))
-    for key, (section, field) in REQUESTED.items():
-        if key in effective and effective[key] is not None and field in r[section] \
-                and not _same(effective[key], r[section][field]):
-            found.append(Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, "
-                                 f"{r[section][field]!r} requested"))
+    for section in READ_BACK_SECTIONS:
+        for key, wanted in r[section].items():
+            if key not in NOT_READ_BACK and effective.get(key) is not None and not _same(effective[key], wanted):
+                found.append(Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, "
+                                     f"{wanted!r} requested"))
     return found + _profile_applied(name, training, effective) + _figures(name, r) + _memory(name, r)
 
 
@@ -307,7 +308,7 @@ def _differences(where: str, field: Shared, items: Sequence[Loaded]) -> list[Fin
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m evaluate.validate", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python3 -m evaluate.validate", description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", metavar="RESULT_OR_DIR", help="result JSON files, run directories or zips")
     args = parser.parse_args(argv)
     try:

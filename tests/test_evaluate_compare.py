@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluate import compare
+from evaluate import compare, compare_plot, report, strategy_view
+from evaluate.repeats import repeats_of
 from evaluate.collect import load
 
 RESULTS = Path(__file__).parent / "fixtures" / "results"
@@ -34,7 +35,7 @@ def made(tmp_path_factory):
 
 def test_plot_has_six_non_empty_panels(tmp_path):
     items = load(SETS)
-    drawn = compare.plot(items, compare.rows_of(items), tmp_path / "compare.png")
+    drawn = compare_plot.plot(items, repeats_of(items), tmp_path / "compare.png")
     assert list(drawn) == ["tokens/s/GPU (higher is better; median, min-max bars)", "TFLOP/s/GPU (TPrimat's formula)",
                            "Peak memory per GPU", "Training loss", "Learning rate", "Step time"]
     assert all(count > 0 for count in drawn.values())
@@ -158,9 +159,8 @@ def test_strategy_sweep_marks_the_best_and_compares_best_and_identical_layouts(t
 def test_strategy_plot_draws_every_strategy_of_every_configuration(tmp_path):
     factors = {p: {s: 1000.0 + i for i, (s, _) in enumerate(STRATEGIES)} for p in ("nvd", "amd")}
     items = load(sweep(tmp_path, factors))
-    entries = compare.strategy_view.entries(compare.rows_of(items), compare.tokens, compare.memory,
-                                            compare.FRAMEWORK_NAMES)
-    drawn = compare.strategy_view.plot(entries, tmp_path / "s.png", compare.PALETTES, compare._save)
+    entries = strategy_view.entries(repeats_of(items))
+    drawn = strategy_view.plot(entries, tmp_path / "s.png")
     assert drawn == {"Llama 3.1 8B: tokens/s/GPU": 6, "Llama 3.1 8B: peak memory per GPU": 6}
 
 
@@ -221,11 +221,11 @@ def test_results_of_a_single_node_count_have_no_scaling_section(made):
 def test_the_interconnect_is_described_as_the_probe_saw_it():
     roce = {"infiniband": [{"device": "mlx5_0", "rates": ["200 Gb/sec (4X HDR)"], "link_layers": ["Ethernet"]},
                            {"device": "efa_0", "rates": [], "link_layers": []}], "interfaces": []}
-    assert compare.interconnect_text(roce) == "mlx5_0 (RoCE, 200 Gb/sec (4X HDR)), efa_0"
+    assert report.interconnect_text(roce) == "mlx5_0 (RoCE, 200 Gb/sec (4X HDR)), efa_0"
     tcp = {"infiniband": [], "interfaces": [{"name": "eth0", "speed_mbps": 25000}, {"name": "eth1", "speed_mbps": None}]}
-    assert compare.interconnect_text(tcp) == "no InfiniBand/RoCE adapter; eth0 (25 Gb/s), eth1"
-    assert compare.interconnect_text({"infiniband": [], "interfaces": []}) == "no InfiniBand/RoCE adapter seen"
-    assert compare.interconnect_text(None) == "not recorded"
+    assert report.interconnect_text(tcp) == "no InfiniBand/RoCE adapter; eth0 (25 Gb/s), eth1"
+    assert report.interconnect_text({"infiniband": [], "interfaces": []}) == "no InfiniBand/RoCE adapter seen"
+    assert report.interconnect_text(None) == "not recorded"
 
 
 def test_cpu_runs_show_the_peak_host_memory_of_their_workers_labelled_as_host(tmp_path):
@@ -238,7 +238,7 @@ def test_cpu_runs_show_the_peak_host_memory_of_their_workers_labelled_as_host(tm
                             "host_rss_gib_per_worker": [0.7, 0.75]}
         path.write_text(json.dumps(result))
     items = load([cpu])
-    drawn = compare.plot(items, compare.rows_of(items), tmp_path / "compare.png")
+    drawn = compare_plot.plot(items, repeats_of(items), tmp_path / "compare.png")
     assert drawn["Peak host memory per worker (resident, CPU)"] > 0
     text = compare.compare([cpu], tmp_path / "out")
     row = next(line for line in text.splitlines() if line.startswith("| CPU | Megatron"))

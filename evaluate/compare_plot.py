@@ -1,0 +1,115 @@
+"""compare.png: throughput, TFLOP/s and memory per configuration (bars), and loss, learning rate and step
+time per run (lines); AMD in reds, NVIDIA in greens, CPU in blues, one hatch or line style per model."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+from evaluate.collect import Loaded
+from evaluate.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
+from utils.files import atomic_open
+
+# AMD in reds and oranges, NVIDIA in greens and teals, CPU in blues: distinguishable at a glance.
+PALETTES = {"amd": ("#C8102E", "#F28C28", "#8B1A1A", "#E8738A", "#B35900"),
+            "nvd": ("#76B900", "#1B7F3B", "#00A3A3", "#A4D65E", "#0B5345"),
+            "cpu": ("#1F77B4", "#6A5ACD", "#17BECF", "#7F7F7F", "#2C3E91")}
+MODEL_STYLES = ("-", "--", ":", "-.")
+MODEL_HATCHES = ("", "//", "..", "xx")
+
+
+def colours(rows: Sequence[Repeats]) -> dict[int, str]:
+    """A colour per row: the platform's palette, one shade per framework/strategy/device."""
+    out, seen = {}, {}
+    for index, row in enumerate(rows):
+        key = (row.platform, row.device, row.framework, row.strategy, row.layout)
+        palette = PALETTES[row.platform]
+        shade = seen.setdefault(key, len({k for k in seen if k[0] == row.platform}) % len(palette))
+        out[index] = palette[shade]
+    return out
+
+
+def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[str, int]:
+    """Draw the six panels into path; returns each panel's title with its number of bars or lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import BarContainer
+    from matplotlib.ticker import MaxNLocator
+
+    colour = colours(rows)
+    variants = list(dict.fromkeys(r.variant for r in rows))
+    fig, axes = plt.subplots(2, 3, figsize=(19, 11), dpi=100)
+    devices = " vs ".join(dict.fromkeys(r.device for r in rows))
+    fig.suptitle(f"TPrimat: {devices}\n{title(items)}", fontsize=14, fontweight="bold")
+    bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f"),
+                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".3g"),
+                  (axes[0, 2], memory, memory_title(items), "GiB", ".1f"))
+    labels = [f"{r.device.removeprefix('AMD ').removeprefix('NVIDIA ')}\n{FRAMEWORK_NAMES[r.framework]}\n"
+              f"{r.short_model}" + ("" if r.strategy == "custom" else f"\n{r.strategy}") for r in rows]
+    for ax, getter, name, unit, fmt in bar_panels:
+        for x, row in enumerate(rows):
+            values = row.figures(getter)
+            if not values:
+                ax.text(x, 0, "not measured", ha="center", va="bottom", fontsize=8, rotation=90)
+                continue
+            mid = statistics.median(values)
+            ax.bar(x, mid, color=colour[x], hatch=MODEL_HATCHES[variants.index(row.variant) % len(MODEL_HATCHES)],
+                   edgecolor="black", linewidth=0.6, label=row.label,
+                   yerr=[[mid - min(values)], [max(values) - mid]], capsize=4)
+            ax.annotate(format(mid, fmt), (x, max(values)), textcoords="offset points", xytext=(0, 3),
+                        ha="center", fontsize=8)
+        ax.set_title(name, fontsize=12)
+        ax.set_ylabel(unit)
+        ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) <= 8 else 6.5)
+        ax.margins(y=0.12)
+        ax.grid(axis="y", alpha=0.3)
+    line_panels = ((axes[1, 0], "loss", "Training loss", "loss"), (axes[1, 1], "lr", "Learning rate", "learning rate"),
+                   (axes[1, 2], "step_time_s", "Step time", "seconds per step"))
+    skip = max(i.result["performance"]["warmup_skip"] for i in items)
+    for ax, key, name, unit in line_panels:
+        for x, row in enumerate(rows):
+            for n, item in enumerate(row.items):
+                series = item.result["series"]
+                ax.plot(series["step"], [v if v is not None else float("nan") for v in series[key]], color=colour[x],
+                        linestyle=MODEL_STYLES[variants.index(row.variant) % len(MODEL_STYLES)], linewidth=1.4,
+                        alpha=0.9 if n == 0 else 0.5)
+        if skip:
+            ax.axvspan(0.5, skip + 0.5, color="gray", alpha=0.12, lw=0)
+        ax.set_title(name, fontsize=12)
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+    axes[1, 2].text(0.99, 0.99, f"grey: first {skip} steps, left out of the figures", transform=axes[1, 2].transAxes,
+                    ha="right", va="top", fontsize=8, color="dimgray")
+    _clip_spikes(axes[1, 2], items)
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=colour[x], edgecolor="black",
+                             hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)]) for x, r in enumerate(rows)]
+    fig.legend(handles, [r.label for r in rows], loc="lower center", ncol=min(4, len(rows)), fontsize=9,
+               frameon=False, title="device + framework - model (AMD: reds/oranges, NVIDIA: greens, CPU: blues; "
+               "hatch / line style: model)", title_fontsize=9)
+    rows_of_legend = -(-len(rows) // min(4, len(rows)))
+    fig.tight_layout(rect=(0, 0.04 + 0.025 * rows_of_legend, 1, 0.95))
+    save_png(fig, path)
+    drawn = {ax.get_title(): sum(isinstance(c, BarContainer) for c in ax.containers) or len(ax.lines)
+             for ax in axes.flat}
+    plt.close(fig)
+    return drawn
+
+
+def _clip_spikes(ax, items: Sequence[Loaded]) -> None:
+    """Keep a first-step spike (compilation) from flattening the steady-state step times."""
+    times = sorted(v for i in items for v in i.result["series"]["step_time_s"] if v is not None)
+    if times:
+        p95 = times[int(0.95 * (len(times) - 1))]
+        if times[-1] > 2 * p95:
+            ax.set_ylim(0, 2 * p95)
+            ax.text(0.01, 0.01, "y axis clipped at 2x p95", transform=ax.transAxes, fontsize=8, color="dimgray")
+
+
+def save_png(fig, path: Path) -> None:
+    with atomic_open(path, "wb") as out:
+        fig.savefig(out, format="png")

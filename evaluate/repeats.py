@@ -1,0 +1,164 @@
+"""Results grouped into repeats of one configuration, and the figures evaluate.compare shows of them.
+
+Runs of the same platform, device, framework, model, strategy, layout and node count are repeats: their
+figures are shown as median [min-max] (`spread`) over the successful ones. `workload` and `title` say what
+the compared runs did, for the report and the plot alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from evaluate.collect import Loaded
+from utils.hardware import lookup_device
+from utils.models import by_variant
+
+FRAMEWORK_NAMES = {"mega": "Megatron", "prim": "Primus", "nemo": "NeMo"}
+PLATFORM_NAMES = {"amd": "AMD", "nvd": "NVIDIA", "cpu": "CPU"}
+
+
+def device_label(item: Loaded) -> str:
+    """Short device name: the peak table's canonical name, else what the probe reported."""
+    if item.result["platform"] == "cpu":
+        return "CPU"
+    name = (item.system.get("gpu") or {}).get("name")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = lookup_device(name)
+    return spec.name if spec else (name or f"unknown {PLATFORM_NAMES[item.result['platform']]} GPU")
+
+
+@dataclass
+class Repeats:
+    """Repeats of one configuration: platform, device, framework, model, strategy, layout and nodes."""
+
+    platform: str
+    device: str
+    framework: str
+    variant: str
+    strategy: str
+    layout: tuple[int, int, int, int]
+    nodes: int | None  # None: unknown (a result without a node count)
+    items: list[Loaded] = field(default_factory=list)
+
+    @property
+    def ok(self) -> list[Loaded]:
+        return [i for i in self.items if i.result["run"]["status"] == "ok"]
+
+    @property
+    def model_name(self) -> str:
+        return by_variant(self.variant).display_name
+
+    @property
+    def short_model(self) -> str:
+        spec = by_variant(self.variant)
+        return spec.key.capitalize() + (" tiny" if spec.size == "tiny" else "")
+
+    @property
+    def label(self) -> str:
+        strategy = "" if self.strategy == "custom" else f" [{self.strategy}]"
+        nodes = f", {self.nodes} nodes" if self.nodes and self.nodes > 1 else ""
+        return f"{self.device} + {FRAMEWORK_NAMES[self.framework]} - {self.model_name}{strategy}{nodes}"
+
+    def figures(self, getter: Callable[[dict], float | None]) -> list[float]:
+        """One figure per successful repeat (repeats without the figure are left out)."""
+        return [v for v in (getter(i.result) for i in self.ok) if v is not None]
+
+    def status(self) -> str:
+        counts: dict[str, int] = {}
+        for item in self.items:
+            counts[item.result["run"]["status"]] = counts.get(item.result["run"]["status"], 0) + 1
+        return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def tokens(r: dict) -> float | None:
+    return r["performance"]["tokens_per_s_per_gpu"]
+
+
+def tflops(r: dict) -> float | None:
+    return r["performance"]["tflop_per_s_per_gpu"]
+
+
+def mfu(r: dict) -> float | None:
+    return r["performance"]["mfu"]
+
+
+# The memory figure of a run, in order of preference, and its label: the allocator's peak reservation, device
+# memory in use as the driver reports it (Primus), peak tensor allocation, and on the CPU (no device memory)
+# the peak resident host memory of the largest worker process.
+MEMORY_KINDS = (("peak_reserved_gib", "reserved"), ("peak_device_used_gib", "device"),
+                ("peak_allocated_gib", "allocated"), ("peak_host_rss_gib", "host"))
+
+
+def memory(r: dict) -> float | None:
+    """Peak memory per GPU (per worker process on the CPU), the first kind of MEMORY_KINDS the run reports."""
+    m = r["memory"]
+    return next((m[key] for key, _ in MEMORY_KINDS if m.get(key) is not None), None)
+
+
+def memory_kind(r: dict) -> str:
+    m = r["memory"]
+    return next((label for key, label in MEMORY_KINDS if m.get(key) is not None), "-")
+
+
+def memory_title(items: Sequence[Loaded]) -> str:
+    """The memory panel's title: per GPU, per worker process's host memory on the CPU, or both when mixed."""
+    kinds = {memory_kind(i.result) for i in items} - {"-"}
+    if kinds == {"host"}:
+        return "Peak host memory per worker (resident, CPU)"
+    return "Peak memory per GPU" + (" (CPU: host memory per worker)" if "host" in kinds else "")
+
+
+def final_loss(r: dict) -> float | None:
+    return next((v for v in reversed(r["series"]["loss"]) if v is not None), None)
+
+
+def repeats_of(items: Sequence[Loaded]) -> list[Repeats]:
+    """Group repeats; ordered by model, platform, framework, strategy, layout, nodes."""
+    found: dict[tuple, Repeats] = {}
+    for item in items:
+        r, p = item.result, item.result["parallelism"]
+        layout = (p["tp"], p["pp"], p["dp"], p["ga"])
+        key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], layout,
+               item.nodes or 0)
+        found.setdefault(key, Repeats(r["platform"], key[2], r["framework"], key[0], p["strategy"], layout,
+                                 item.nodes)).items.append(item)
+    return [found[k] for k in sorted(found)]
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """median [min-max] of repeats; a single value alone; "-" for none."""
+    if not values:
+        return "-"
+    median = format(statistics.median(values), fmt)
+    if len(values) == 1:
+        return median
+    return f"{median} [{format(min(values), fmt)}-{format(max(values), fmt)}]"
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def workload(items: Sequence[Loaded]) -> dict[str, str]:
+    """Each workload field with its value, or every distinct value when results disagree."""
+    fields = {"Models": lambda r: r["model"]["display_name"], "Sequence length (tokens)": lambda r: r["training"]["seq_len"],
+              "Global batch (sequences)": lambda r: r["training"]["gbs"], "Micro batch": lambda r: r["training"]["mbs"],
+              "Precision": lambda r: r["training"]["precision"].upper(), "Steps": lambda r: r["training"]["steps"],
+              "Steps left out as warm-up": lambda r: r["performance"]["warmup_skip"],
+              "Dataset": lambda r: r["training"]["dataset"] or "MOCK DATA",
+              "Seed": lambda r: r["training"]["seed"]}
+    out = {}
+    for label, getter in fields.items():
+        values = list(dict.fromkeys(str(getter(i.result)) for i in items))
+        out[label] = ", ".join(values)
+    return out
+
+
+def title(items: Sequence[Loaded]) -> str:
+    w = workload(items)
+    return (f"{w['Models']} | SL {w['Sequence length (tokens)']} | GBS {w['Global batch (sequences)']} | "
+            f"{w['Precision']} | {w['Steps']} steps")

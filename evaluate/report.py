@@ -1,0 +1,183 @@
+"""The comparison's report.md: workload, systems, results per model, AMD vs NVIDIA, strategies, scaling,
+fairness, mock data, each run's checks and the FLOPs convention, stated rather than hidden."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from evaluate import scaling, strategy_view
+from evaluate.collect import Loaded
+from evaluate.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss, median_or_none,
+                              memory, memory_kind, mfu, spread, title, tokens, tflops, workload)
+from evaluate.validate import check_result, fairness
+from utils.metrics import FLOPS_CONVENTION
+from utils.models import by_variant
+
+
+def systems_section(items: Sequence[Loaded]) -> list[str]:
+    """One line per distinct system (platform, host and nodes)."""
+    lines, seen = [], set()
+    for item in items:
+        s = item.system
+        host, gpu, sw = s.get("host") or {}, s.get("gpu") or {}, s.get("software") or {}
+        key = (item.result["platform"], host.get("hostname"), gpu.get("name"), tuple(s.get("node_names") or ()),
+               item.nodes)
+        if key in seen:
+            continue
+        seen.add(key)
+        if not s:
+            lines.append(f"- {PLATFORM_NAMES[item.result['platform']]}: no system.json (run python3 -m evaluate.probe)")
+            continue
+        accel = (f"{gpu.get('count')} x {gpu.get('name')} per node, {gpu.get('memory_gib')} GiB each" if gpu.get("count")
+                 else "no GPU")
+        stack = ", ".join(f"{label} {sw[key]}" for label, key in (
+            ("CUDA", "torch_cuda"), ("ROCm", "torch_hip"), ("torch", "torch"),
+            ("megatron-core", "megatron_core"), ("Transformer Engine", "transformer_engine"), ("NeMo", "nemo"),
+            ("Primus", "primus"), ("NCCL", "nccl"), ("RCCL", "rccl")) if sw.get(key))
+        driver = f"driver {gpu['driver']}, " if gpu.get("driver") else ""
+        lines.append(f"- **{PLATFORM_NAMES[item.result['platform']]}** ({nodes_text(item.nodes, s, host)}): "
+                     f"{accel}; {driver}{stack}; CPU {host.get('cpu_model')} "
+                     f"({host.get('cpu_cores')} cores), {host.get('memory_gib')} GiB RAM; {host.get('os')}, "
+                     f"kernel {host.get('kernel')}; interconnect: {interconnect_text(s.get('interconnect'))}")
+    return lines
+
+
+def nodes_text(nodes: int | None, system: dict, host: dict) -> str:
+    """"2 nodes: gpu-01, gpu-02" (names from the probe), or the probing host's name with the count."""
+    names = system.get("node_names") or []
+    count = f"{nodes} node{'s' if nodes != 1 else ''}" if nodes else "nodes unknown"
+    return f"{count}: {', '.join(names)}" if names else f"{host.get('hostname') or '?'}, {count}"
+
+
+def interconnect_text(interconnect: dict | None) -> str:
+    """The probe's adapters (InfiniBand, or RoCE where the link layer is Ethernet), else its interfaces."""
+    if not interconnect:
+        return "not recorded"
+    adapters = interconnect.get("infiniband") or []
+    if adapters:
+        described = []
+        for adapter in adapters:
+            facts = [{"Ethernet": "RoCE"}.get(k, k) for k in adapter.get("link_layers") or []] + (adapter.get("rates") or [])
+            described.append(adapter["device"] + (f" ({', '.join(facts)})" if facts else ""))
+        return ", ".join(described)
+    interfaces = interconnect.get("interfaces") or []
+    if interfaces:
+        return "no InfiniBand/RoCE adapter; " + ", ".join(
+            f"{i['name']} ({i['speed_mbps'] / 1000:g} Gb/s)" if i.get("speed_mbps") else i["name"] for i in interfaces)
+    return "no InfiniBand/RoCE adapter seen"
+
+
+def results_table(rows: Sequence[Repeats]) -> list[str]:
+    header = ("| Device | Framework | Strategy | Nodes | GPUs | TP/PP/DP/GA | tokens/s/GPU | TFLOP/s/GPU | MFU | "
+              "Peak memory (GiB) | Final loss | Runs |")
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for row in rows:
+        first = row.items[0].result
+        kinds = sorted({memory_kind(i.result) for i in row.ok} - {"-"}) or ["-"]
+        lines.append(
+            f"| {row.device} | {FRAMEWORK_NAMES[row.framework]} | {row.strategy} | {row.nodes or '?'} | "
+            f"{first['parallelism']['num_gpus']} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens), ',.0f')} | "
+            f"{spread(row.figures(tflops), '.1f')} | {spread([100 * v for v in row.figures(mfu)], '.1f')}"
+            f"{'%' if row.figures(mfu) else ''} | {spread(row.figures(memory), '.1f')} ({'/'.join(kinds)}) | "
+            f"{spread(row.figures(final_loss), '.3f')} | {row.status()} |")
+    return lines
+
+
+def speedups(rows: Sequence[Repeats]) -> list[str]:
+    """AMD over NVIDIA in tokens/s/GPU, per model, framework pair and strategy (successful runs only)."""
+    lines = []
+    for amd in (r for r in rows if r.platform == "amd"):
+        for nvd in (r for r in rows if r.platform == "nvd"):
+            if (amd.variant, amd.strategy, amd.layout, amd.nodes) != (nvd.variant, nvd.strategy, nvd.layout, nvd.nodes):
+                continue
+            a, n = median_or_none(amd.figures(tokens)), median_or_none(nvd.figures(tokens))
+            if a is None or n is None:
+                continue
+            lines.append(f"- {amd.device} + {FRAMEWORK_NAMES[amd.framework]} is **{a / n:.2f}x** {nvd.device} + "
+                         f"{FRAMEWORK_NAMES[nvd.framework]} on {amd.model_name} ({a:,.0f} vs {n:,.0f} tokens/s/GPU"
+                         f"{'' if amd.strategy == 'custom' else ', strategy ' + amd.strategy})")
+    return lines
+
+
+# What TPrimat can and cannot make equal between NeMo 2.3 and the Megatron-based frameworks (mega, prim).
+NEMO_VS_MEGATRON = [
+    "NeMo and Megatron (mega, prim): equal by construction are the model, layout, batch, optimizer, LR peak and "
+    "decay, data and its sample order (Megatron's sequential sampler in all three), the padded vocabulary, "
+    "EOD loss masking (off), the init std (0.02), the NaN check (off), the FP8 recipe and the fairness profile's "
+    "DDP settings. They cannot be equal: NeMo 2.3's CosineAnnealing warm-up (step k at LR x k/(W+1), where "
+    "Megatron runs step k at (k-1)/W), NeMo's own weight initialisation order and RNG use (mega draws each "
+    "weight per logical parameter, Megatron/Primus per rank), and NeMo's training loop (Lightning, its own "
+    "data-module wrapping). So throughput compares, and loss curves agree in trend but not step for step; only "
+    "mega and prim (both Megatron-LM's loop) can be expected to start from close losses for the same seed and data.",
+]
+
+
+def mock_lines(items: Sequence[Loaded]) -> list[str]:
+    lines = []
+    for item in items:
+        r = item.result
+        if r["training"]["mock_data"] or r["effective"].get("mock_data"):
+            asked = "as requested" if r["training"]["mock_data"] else "ALTHOUGH REAL DATA WAS REQUESTED"
+            lines.append(f"- **MOCK DATA**: {item.name} ({r['framework']}, {r['model']['display_name']}) trained on "
+                         f"synthetic tokens {asked}: its throughput stands, its losses mean nothing")
+    return lines
+
+
+def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | None,
+           strategies_png: str | None = None) -> str:
+    out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""]
+    mocks, found = mock_lines(items), fairness(items)
+    unfair, noted = [f for f in found if f.fatal], [f for f in found if not f.fatal]
+    if mocks:
+        out += ["**MOCK DATA IN THIS COMPARISON** - see below.", ""]
+    if unfair:
+        out += ["**UNFAIR COMPARISON**: the runs did not all do the same work - see Fairness.", ""]
+    scaled = scaling.groups(items, device_label)
+    if scaled:
+        out += [f"- {line}." for line in scaling.headlines(scaled, FRAMEWORK_NAMES)] + [""]
+    out += ["## Workload", ""] + [f"- {k}: {v}" for k, v in workload(items).items()] + [""]
+    out += ["## Systems", ""] + systems_section(items) + [""]
+    out += ["## Results", "", "Figures are over the steady-state steps (after the warm-up steps) of each successful "
+            "run; repeats show median [min-max]. tokens/s/GPU is the headline figure.", ""]
+    for variant in dict.fromkeys(r.variant for r in rows):
+        out += [f"### {by_variant(variant).display_name}", ""] + results_table([r for r in rows if r.variant == variant]) + [""]
+    out += ["Peak memory per GPU: reserved = the allocator's peak reservation, device = device memory in use as the "
+            "driver reports it (Primus), allocated = peak tensor allocation, host = peak resident host memory of the "
+            "largest worker process (CPU runs, which have no device memory).", ""]
+    ups = speedups(rows)
+    out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
+    entries = strategy_view.entries(rows)
+    if strategy_view.has_strategies(entries):
+        out += strategy_view.section(entries, strategies_png)
+    out += scaling.section(scaled, FRAMEWORK_NAMES)
+    out += ["## Fairness", ""]
+    out += ([f"- {f.message}" for f in unfair] + ["", "The comparison above is UNFAIR where these differ."]
+            if unfair else ["- every compared run shares model, sequence length, precision, steps, dataset "
+                            "fingerprint and tokenizer fingerprint, fairness profile and workload conventions (init "
+                            "std, padded vocabulary, EOD loss masking, sampler, NaN check, FP8 recipe), and runs on "
+                            "the same number of nodes share the global batch"])
+    out += [f"- note: {f.message}" for f in noted] + [""]
+    profiles = sorted({str(i.result["training"].get("fairness_profile")) for i in items})
+    out += [f"Fairness profile(s): {', '.join(profiles)} (utils/fairness.py: spec = the original specification's "
+            "table; tuned = the stacks' own DP overlap and fp32 gradient reduction).", ""]
+    if {"nemo", "mega"} <= {i.result["framework"] for i in items} or \
+            {"nemo", "prim"} <= {i.result["framework"] for i in items}:
+        out += NEMO_VS_MEGATRON + [""]
+    if mocks:
+        out += ["## MOCK DATA", ""] + mocks + [""]
+    checks = [f for item in items for f in check_result(item)]
+    if checks:
+        out += ["## Run checks", ""] + [f"- {'FAIL' if f.fatal else 'warn'} {f.subject}: {f.check}: {f.message}"
+                                        for f in checks] + [""]
+    flops = sorted({(i.result["model"]["display_name"], i.result["training"]["seq_len"],
+                     i.result["performance"]["flops_per_token"]) for i in items})
+    out += ["## FLOPs convention", "", f"TFLOP/s/GPU is computed by TPrimat for every framework with one formula: "
+            f"{FLOPS_CONVENTION}.", ""]
+    out += [f"- {name}, SL {sl}: {f / 1e9:.2f} GFLOP per token" for name, sl, f in flops]
+    out += ["", "MFU divides it by the device's dense peak at the run's precision (utils/hardware.py); an unknown "
+            "device has no MFU. The frameworks' own TFLOP/s figures use other conventions (NeMo counts attention "
+            "without causal halving, +12.5% at SL 8192) and are kept only as raw fields in each result.", ""]
+    if png_name:
+        out += [f"![comparison]({png_name})", ""]
+    return "\n".join(out)
+
