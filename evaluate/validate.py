@@ -4,7 +4,8 @@
 
 Each result: schema-valid, status ok, every requested step ran and has its record, losses finite,
 loss lower at the end than at the start, no NaN or skipped iterations, real data unless mock data
-was requested, effective settings equal to the requested ones (the fairness profile's too), and
+was requested, effective settings equal to the requested ones (every parallelism and training
+setting the framework reports, named alike, and the fairness profile's DDP and FP8 settings), and
 figures it earned: every step time finite, above 0 and no faster than the device's peak allows for
 the step's FLOPs (utils.models' formula, utils.hardware's peaks), the headline figures those
 utils.metrics gives from the step times, an MFU of at most 1, no memory below 0. The set: results of

@@ -15,7 +15,8 @@ def test_evaluate_resolves_to_the_repository():
     assert Path(evaluate.__file__).resolve().parent == ROOT / "evaluate"
 
 
-@pytest.mark.parametrize("tool", ["extract", "validate", "probe", "fingerprint", "compare", "wrap", "bench_extract"])
+@pytest.mark.parametrize("tool", ["extract", "judge", "validate", "probe", "fingerprint", "compare", "wrap",
+                                  "bench_extract"])
 def test_each_tool_has_help(tool):
     out = subprocess.run([sys.executable, "-m", f"evaluate.{tool}", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
