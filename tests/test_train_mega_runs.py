@@ -85,6 +85,18 @@ def train(directory: Path, data_dir: Path, *, model: str = "llama", args: tuple[
     return Run(directory, out.returncode, out.stdout + out.stderr)
 
 
+def write_request(path: Path, data_dir: Path, *, model: str = "llama", **knobs) -> Path:
+    """The request train.plan builds from the configuration (knobs as train() gives them), written as the launcher
+    writes config.json, for a run named after path's directory."""
+    code = ("import sys; from pathlib import Path; from train.train_mega import planned_request; "
+            "path = Path(sys.argv[2]); planned_request(sys.argv[1], None, path.parent).write(path)")
+    out = subprocess.run([sys.executable, "-c", code, model, str(path)], cwd=ROOT,
+                         env=trainer_env(data_dir, {**BASE, **knobs}), capture_output=True, text=True,
+                         timeout=HANG_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return path
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     return make_data_dir(tmp_path_factory.mktemp("data"))
@@ -272,6 +284,42 @@ def test_mock_data_is_only_used_when_asked_for_and_says_so(tmp_path):
     assert result["training"]["mock_data"] is True and result["training"]["dataset"] is None
     assert result["effective"]["dataset_class"] == "MockGPTDataset"
     assert any("MOCK DATA" in warning for warning in result["warnings"])
+
+
+def test_a_trainer_given_its_request_takes_every_setting_from_it_not_from_the_environment(tmp_path, data_dir):
+    """The launcher's way (--request RUN_DIR/config.json): the knobs of the environment no longer count."""
+    request = write_request(tmp_path / "run" / "config.json", data_dir, TRAIN_ITERS=2, WARMUP_STEPS=1, MBS=1, GA=2)
+    run = train(tmp_path / "run", data_dir, args=("--request", str(request)), TRAIN_ITERS=3, SEED=7)
+    assert_trained(run, 2)
+    result = run.result
+    assert (result["training"]["steps"], result["training"]["seed"], result["run"]["id"]) == (2, 42, "run")
+    assert {key: result["effective"][key] for key in ("mbs", "ga", "gbs", "seed")} == {"mbs": 1, "ga": 2, "gbs": 2,
+                                                                                        "seed": 42}
+    assert result["parallelism"]["distributed_optimizer"] is True and result["parallelism"]["nnodes"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--model", "qwen"), "the request is for model llama, not qwen"),
+    (("--strategy", "balanced"), "the request is for strategy custom, not balanced"),
+])
+def test_a_command_line_naming_another_run_than_its_request_is_refused_in_one_line(tmp_path, data_dir, args,
+                                                                                   message):
+    request = write_request(tmp_path / "config.json", data_dir)
+    out = subprocess.run([sys.executable, "train/train_mega.py", "--request", str(request), "--run-dir",
+                          str(tmp_path / "run"), *args], cwd=ROOT, env=trainer_env(data_dir, BASE),
+                         capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [f"train_mega: {request}: {message}; give "
+                                                                       "the matching request or leave the option out"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_request_that_is_no_request_is_one_line(tmp_path, data_dir):
+    (tmp_path / "config.json").write_text("{}")
+    out = subprocess.run([sys.executable, "train/train_mega.py", "--request", str(tmp_path / "config.json"),
+                          "--run-dir", str(tmp_path / "run")], cwd=ROOT, env=trainer_env(data_dir, BASE),
+                         capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith(f"train_mega: {tmp_path / 'config.json'}: no 'identity' section")
 
 
 def test_a_run_directory_is_never_reused(tmp_path, data_dir):

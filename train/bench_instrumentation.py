@@ -22,20 +22,22 @@ if __package__ in (None, ""):
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import os
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 
 import torch
 
 from train import cpu_compat
 from train.mega_data import locate
 from train.mega_steps import StepLog
-from train.train_mega import Trainer, init_distributed, settings_from_config
+from train.mega_trainer import Trainer, init_distributed
+from train.train_mega import planned_request
 from utils import platform_env
+from utils.models import by_variant
 
 BUDGET = 0.01  # the issue's limit: 1% of step time
 
@@ -43,11 +45,13 @@ BUDGET = 0.01  # the issue's limit: 1% of step time
 def block_time(trainer: Trainer, first_step: int, steps: int, instrumented: bool) -> tuple[float, float]:
     """Seconds per step of one block, and the instrumentation's own seconds per step within it."""
     trainer.instrumented = instrumented
+    recorded_before = trainer.recording_s
     torch.cuda.synchronize()
     start = time.perf_counter()
-    own = sum(trainer.step(step) for step in range(first_step, first_step + steps))
+    for step in range(first_step, first_step + steps):
+        trainer.step(step)
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps, own / steps
+    return (time.perf_counter() - start) / steps, (trainer.recording_s - recorded_before) / steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,18 +65,20 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.blocks, args.block_steps) < 1 or args.warmup_steps < 0:
         parser.error("--blocks and --block-steps must be at least 1, --warmup-steps at least 0")
     total = args.warmup_steps + 2 * args.blocks * args.block_steps
-    settings = dataclasses.replace(settings_from_config(args.model, None), steps=total, mock_data=True,
-                                   profiling=False)
-    if total <= settings.warmup_steps:  # megatron-core's schedule needs decay steps after the warm-up
-        parser.error(f"{total} steps in all, not more than the learning-rate warm-up (WARMUP_STEPS="
-                     f"{settings.warmup_steps}); add blocks or steps per block, or set WARMUP_STEPS lower")
-    platform_env.apply(settings.platform)
-    cpu_compat.apply()
-    init_distributed(settings)
-    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    source = locate(settings.data_dir, settings.dataset, settings.model.key, settings.model.vocab_size, True)
     with tempfile.TemporaryDirectory() as scratch:
-        trainer = Trainer(settings, source, Path(scratch))
+        planned = planned_request(args.model, None, Path(scratch))
+        req = replace(planned, training=replace(planned.training, steps=total),
+                      data=replace(planned.data, mock_data=True),
+                      environment=replace(planned.environment, profiling=False))
+        if total <= req.training.warmup_steps:  # megatron-core's schedule needs decay steps after the warm-up
+            parser.error(f"{total} steps in all, not more than the learning-rate warm-up (WARMUP_STEPS="
+                         f"{req.training.warmup_steps}); add blocks or steps per block, or set WARMUP_STEPS lower")
+        platform_env.apply(req.identity.platform)
+        cpu_compat.apply()
+        init_distributed(req)
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        source = locate(req.data, by_variant(req.identity.variant))
+        trainer = Trainer(req, source, Path(scratch))
         trainer.build()
         if rank == world - 1:
             trainer.log = StepLog(Path(scratch) / "steps.jsonl")
@@ -98,10 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     step_on, step_off, own_mean = statistics.median(on), statistics.median(off), statistics.fmean(own)
     difference = statistics.median((a - b) / b for a, b in zip(on, off))  # adjacent blocks: drift cancels
     direct = own_mean / step_off
-    s = settings
-    lay = s.layout
-    print(f"mega instrumentation benchmark: {s.model.variant} on {s.platform}, TP{lay.tp} PP{lay.pp} DP{lay.dp} "
-          f"GA{lay.ga} MBS{s.mbs} SL{s.seq_len}, {world} process(es), synthetic tokens")
+    lay, t = req.parallelism, req.training
+    print(f"mega instrumentation benchmark: {req.identity.variant} on {req.identity.platform}, TP{lay.tp} PP{lay.pp} "
+          f"DP{lay.dp} GA{lay.ga} MBS{t.mbs} SL{t.seq_len}, {world} process(es), synthetic tokens")
     print(f"  {args.blocks} blocks of {args.block_steps} steps per mode, alternating, after {args.warmup_steps} "
           "untimed steps")
     print(f"  step time, instrumentation on : median {step_on * 1000:9.2f} ms  blocks "
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && "
           f"torchrun --standalone --nproc_per_node={world} -m train.bench_instrumentation --model {args.model} "
           f"--blocks {args.blocks} --block-steps {args.block_steps}   (settings from config.env; "
-          f"PLATFORM={s.platform}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
+          f"PLATFORM={req.identity.platform}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
     return 0 if within else 1
 
 

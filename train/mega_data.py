@@ -1,7 +1,7 @@
 """The trainer's data: the prepared dataset (checked before anything is built), or mock tokens on request.
 
-Real data is megatron-core's GPTDataset over DATA_DIR/<dataset>_<model>_text_document through
-BlendedMegatronDatasetBuilder, as Megatron-LM reads it. A run refuses to start when that prefix
+Real data is megatron-core's GPTDataset over the request's prefix (DATA_DIR/<dataset>_<model>_text_document,
+utils.datafiles) through BlendedMegatronDatasetBuilder, as Megatron-LM reads it. A run refuses to start when that prefix
 is not proven to hold the files data.verify verified (utils.datafiles: sizes, sha256, tokenizer,
 token range), and its result carries the fingerprint of the files it read. MOCK_DATA=1 is the only way to synthetic
 tokens (megatron-core's MockGPTDataset), and the result then says so.
@@ -21,8 +21,10 @@ from typing import Iterator
 import torch
 
 from utils.datafiles import PREPARE as PREPARE_COMMAND
-from utils.datafiles import DataProblem, data_prefix, ensure_dataset_helpers, prove, tokenizer_dir
+from utils.datafiles import DataProblem, ensure_dataset_helpers, prove
 from utils.fairness import WORKLOAD
+from utils.models import ModelSpec
+from utils.request import Data
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
 
@@ -80,24 +82,24 @@ def read_tokenizer(directory: Path) -> tuple[int, int]:
     return eod, tokenizer.get_vocab_size(with_added_tokens=True)
 
 
-def locate(data_dir: str, dataset: str, model: str, vocab_size: int, mock: bool) -> DataSource:
-    """Prove the prepared data of one model (utils.datafiles.prove) before any model is built; raises DataError.
+def locate(data: Data, model: ModelSpec) -> DataSource:
+    """Prove the request's data for one model (utils.datafiles.prove) before any model is built; raises DataError.
 
     The launcher proved it already (train.plan.data_problems); here each rank proves it again, from the hashes
     remembered then, so that nothing trains on files changed since, and the fingerprint is of what is read."""
-    if mock:
+    if data.mock_data:
         return DataSource(mock=True, dataset=None, prefix=None, fingerprint=None, tokenizer_fingerprint=None,
-                          eod=vocab_size - 1, tokenizer_vocab=vocab_size)
-    prefix = data_prefix(data_dir, dataset, model)
-    tokenizer = tokenizer_dir(data_dir, model)
+                          eod=model.vocab_size - 1, tokenizer_vocab=model.vocab_size)
+    prefix, tokenizer, dataset = Path(data.prefix), Path(data.tokenizer_dir), data.dataset
     try:
-        verified = prove(prefix, tokenizer, model, vocab_size)
+        verified = prove(prefix, tokenizer, model.key, model.vocab_size)
     except DataProblem as err:
         raise DataError(f"{err} (DATASET={dataset}), or set MOCK_DATA=1 for synthetic tokens") from None
     eod, tokenizer_vocab = read_tokenizer(tokenizer)
-    if tokenizer_vocab > vocab_size:
-        raise DataError(f"{tokenizer}: {tokenizer_vocab} tokens do not fit the model's {vocab_size} embedding rows; "
-                        f"this is not the {model} tokenizer, prepare it with {PREPARE_COMMAND} (DATASET={dataset})")
+    if tokenizer_vocab > model.vocab_size:
+        raise DataError(f"{tokenizer}: {tokenizer_vocab} tokens do not fit the model's {model.vocab_size} embedding "
+                        f"rows; this is not the {model.key} tokenizer, prepare it with {PREPARE_COMMAND} "
+                        f"(DATASET={dataset})")
     return DataSource(mock=False, dataset=dataset, prefix=prefix, fingerprint=verified.fingerprint,
                       tokenizer_fingerprint=verified.tokenizer_fingerprint, eod=eod, tokenizer_vocab=tokenizer_vocab)
 

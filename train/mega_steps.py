@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import time
 from dataclasses import asdict, dataclass
@@ -40,6 +41,11 @@ class StepRecord:
         values = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
                   for key, value in asdict(self).items()}
         return json.dumps(values, allow_nan=False)
+
+
+def is_last_rank() -> bool:
+    """The rank that prints the steps and writes the result (it holds the last pipeline stage's loss)."""
+    return int(os.environ.get("RANK", "0")) == int(os.environ.get("WORLD_SIZE", "1")) - 1
 
 
 def peak_host_rss_gib() -> float:

@@ -1,0 +1,155 @@
+"""How a mega run ends: trained, or failed or stopped, and always with a result (written by the last rank).
+
+A crash, an out-of-memory error or a NaN loss still ends in a result with status failed: a failing rank leaves
+its traceback in RUN_DIR/error_rank<N>.txt, and the last rank quotes the other ranks' errors in its own. The
+result's identity, layout, workload and measurement window come from the request (Request.result_sections,
+the one place the launcher's judge takes them from too); its figures from utils.metrics through utils.result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from train import cpu_compat
+from train.mega_data import DataError, DataSource, locate
+from train.mega_steps import StepLog, is_last_rank
+from train.mega_trainer import NonFiniteLoss, SettingsError, Trainer, check_device, init_distributed
+from utils import platform_env
+from utils.fingerprint import project_commit
+from utils.models import by_variant
+from utils.request import Request
+from utils.result import build_result, write_result
+
+EXCERPT_LINES = 20
+PEER_ERROR_WAIT_S = 3.0  # how long the last rank waits for another rank's error report when it fails
+
+
+class Stopped(BaseException):
+    """The process received SIGTERM or SIGINT (torchrun stops every worker when one fails)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame) -> None:
+    raise Stopped(signum)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _error_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"error_rank{rank}.txt"
+
+
+def _excerpt(text: str, lines: int = EXCERPT_LINES) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _peer_errors(run_dir: Path, rank: int, wait: bool, own: str) -> str:
+    """The last lines of errors other ranks left in the run directory, unless they repeat this rank's own."""
+    deadline = time.monotonic() + (PEER_ERROR_WAIT_S if wait else 0.0)
+    while True:
+        found = sorted(p for p in run_dir.glob("error_rank*.txt") if p != _error_file(run_dir, rank))
+        if found or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    reports = {p.stem: _excerpt(p.read_text(), 5) for p in found}
+    return "\n".join(f"[{name}] {text}" for name, text in reports.items() if text != _excerpt(own, 5))
+
+
+def _system(run_dir: Path) -> tuple[dict, list[str]]:
+    """The probe's system.json of the run set (the run directory's parent), if it ran."""
+    for path in (run_dir / "system.json", run_dir.parent / "system.json"):
+        if path.is_file():
+            return json.loads(path.read_text()), []
+    return {}, ["no system.json beside the run: system description empty"]
+
+
+def assemble_result(req: Request, trainer: Trainer | None, source: DataSource | None, run_dir: Path, *,
+                    started_at: str, status: str, exit_code: int, error: str | None) -> dict:
+    """The run's result in TPrimat's one shape (utils.result), figures from utils.metrics."""
+    system, notes = _system(run_dir)
+    if trainer is not None:
+        notes = trainer.notes + notes
+    if req.data.mock_data:
+        notes.append("MOCK DATA: trained on synthetic tokens (MOCK_DATA=1), not on a dataset")
+    if cpu_compat.needed():
+        notes.append("no accelerator: megatron-core ran on the CPU through train/cpu_compat.py (gloo)")
+    records = trainer.log.records if trainer is not None and trainer.log is not None else []
+    return build_result(
+        run={"id": req.identity.run_id, "started_at": started_at, "ended_at": now_iso(), "status": status,
+             "exit_code": exit_code, "error_excerpt": error, "commit": project_commit(), "source": "trainer"},
+        **req.result_sections(dataset_fingerprint=source.fingerprint if source else None,
+                              tokenizer_fingerprint=source.tokenizer_fingerprint if source else None),
+        system=system, steps=[asdict(r) for r in records],
+        device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        effective=trainer.effective if trainer is not None else {},
+        features=trainer.features if trainer is not None else {},
+        host_rss_gib_per_worker=trainer.host_rss_gib_per_worker if trainer is not None else (), warnings=notes)
+
+
+def train_and_report(req: Request, run_dir: Path, inject_nan_step: int | None = None) -> int:
+    """Train one run and write its result (last rank); returns the process exit status."""
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    last = is_last_rank()
+    started_at = now_iso()
+    trainer: Trainer | None = None
+    source: DataSource | None = None
+    status, code, error = "ok", 0, None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _raise_stopped)
+    try:
+        env = platform_env.apply(req.identity.platform)
+        check_device(req.identity.platform)
+        source = locate(req.data, by_variant(req.identity.variant))
+        cpu_compat.apply()
+        init_distributed(req)
+        trainer = Trainer(req, source, run_dir, inject_nan_step)
+        trainer.build()
+        trainer.effective["environment"] = env
+        if last:
+            trainer.log = StepLog(run_dir / "steps.jsonl")
+            print(f"TPRIMAT_EFFECTIVE {json.dumps(trainer.effective, default=str)}", flush=True)
+        trainer.train()
+    except (DataError, SettingsError, NonFiniteLoss) as err:  # the same on every rank: reported once
+        status, code, error = "failed", 1 if isinstance(err, NonFiniteLoss) else 2, str(err)
+        if last:
+            print(f"train_mega: {err}", file=sys.stderr, flush=True)
+    except Stopped as stop:
+        peers = _peer_errors(run_dir, rank, wait=True, own="")
+        status, code = ("failed" if peers else "incomplete"), 128 + stop.signum
+        error = "\n".join(part for part in (str(stop), peers) if part)
+    except BaseException:  # noqa: BLE001 - every failure must still end in a result
+        text = traceback.format_exc()
+        print(text, file=sys.stderr, flush=True)
+        status, code = "failed", 1
+        if not last:
+            _error_file(run_dir, rank).write_text(text)
+        peers = _peer_errors(run_dir, rank, wait=world > 1, own=text) if last else ""
+        error = "\n".join(part for part in (_excerpt(text), peers) if part)
+    if last:
+        try:
+            result = assemble_result(req, trainer, source, run_dir, started_at=started_at, status=status,
+                                     exit_code=code, error=error)
+            write_result(run_dir / "result.json", result)
+        except Exception:  # noqa: BLE001 - report, and make sure the exit status says so
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+            code = code or 1
+    if trainer is not None and trainer.log is not None:
+        trainer.log.close()
+    if code == 0 and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return code

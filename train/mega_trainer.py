@@ -1,0 +1,290 @@
+"""The mega trainer's loop: distributed start-up, the built run (model, optimizer, schedule, data) and its steps.
+
+The loop is Megatron-LM's: megatron-core's GPTModel (train/mega_model.py) under its DDP with the distributed
+optimizer (AdamW), linear warm-up then cosine decay to MIN_LR, and the forward-backward schedule of the layout
+(no pipelining, or 1F1B). Each step is timed between device synchronisations; its record is reduced over the
+ranks and written by the last rank to steps.jsonl and the console (train/mega_steps.py). Every setting comes
+from the run's request (utils.request).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+import warnings
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Iterator
+
+import numpy
+import torch
+
+from train import mega_readback
+from train.mega_data import DataSource, build_dataset, microbatches
+from train.mega_steps import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
+from utils import metrics
+from utils.models import ModelSpec, by_variant
+from utils.request import Request
+
+# Import-time and per-collective notices of megatron-core and torch that would bury the per-step log (megatron-core
+# is imported where it is used, after these): which optional kernels are missing is recorded in the result's
+# features instead.
+QUIET_WARNINGS = (r"Transformer Engine and Apex are not installed", r"Apex is not installed",
+                  r"full scope is deprecated",
+                  r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
+for _pattern in QUIET_WARNINGS:
+    warnings.filterwarnings("ignore", message=_pattern)
+
+
+class SettingsError(ValueError):
+    """A request this run cannot honour (exit 2)."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss or the gradient norm of a step was nan or inf: the run stops as failed."""
+
+
+def seed_everything(seed: int) -> None:
+    """Python, NumPy, torch and megatron-core's model-parallel RNG tracker (dropout is 0; data order is seeded)."""
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed)
+
+
+def check_device(platform: str) -> None:
+    """A result names the hardware that really trained: a GPU platform needs a torch that sees its GPUs
+    (else cpu_compat would train on the CPU under an amd/nvd label), and the CPU platform must not train
+    on a GPU torch happens to see."""
+    if platform != "cpu" and not torch.cuda.is_available():
+        raise SettingsError(f"PLATFORM={platform}: torch {torch.__version__} sees no GPU; run in the container "
+                            "runtime (./shell/run_train.sh on a node with a Docker engine) or set TPRIMAT_PYTHON to "
+                            "a Python with the vendor's GPU stack")
+    if platform == "cpu" and torch.cuda.is_available():
+        raise SettingsError("PLATFORM=cpu, but torch sees a GPU: hide it (CUDA_VISIBLE_DEVICES= HIP_VISIBLE_DEVICES=) "
+                            "or run the GPU platform (unset PLATFORM)")
+
+
+def init_distributed(req: Request) -> None:
+    """Process group (NCCL/RCCL on GPUs, gloo without) and megatron-core's TP/PP/DP groups."""
+    from megatron.core import parallel_state
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    lay = req.parallelism
+    if world != lay.num_gpus:
+        raise SettingsError(f"{world} processes started, but TP x PP x DP = {lay.tp} x {lay.pp} x {lay.dp} = "
+                            f"{lay.num_gpus}; start torchrun with that many processes")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if "WORLD_SIZE" in os.environ:  # started by torchrun
+        torch.distributed.init_process_group(backend=backend)
+    else:  # one process started by hand: a group of one, no rendezvous
+        torch.distributed.init_process_group(backend=backend, store=torch.distributed.HashStore(), rank=0,
+                                             world_size=1)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp)
+
+
+class ForwardStep:
+    """megatron-core's forward_step_func: one microbatch through this stage, then the masked mean loss."""
+
+    def __init__(self, inject_nan_step: int | None):
+        self.step = 0
+        self.microbatches = 0  # counted per step: the GA the schedule really ran
+        self.batch_shape: tuple[int, ...] | None = None
+        self.inject_nan_step = inject_nan_step
+
+    def __call__(self, data_iterator: Iterator[dict], model: torch.nn.Module):
+        batch = next(data_iterator)
+        self.microbatches += 1
+        self.batch_shape = tuple(batch["tokens"].shape)
+        output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+        return output, partial(self.loss, batch["loss_mask"])
+
+    def loss(self, loss_mask: torch.Tensor, output: torch.Tensor):
+        mask = loss_mask.view(-1).float()
+        loss = torch.sum(output.float().view(-1) * mask) / mask.sum()
+        if self.step == self.inject_nan_step:
+            loss = loss * float("nan")  # fault injection for the failure-path test (--inject-nan-at-step)
+        # The schedule divides the returned loss by the number of microbatches in place: log a copy.
+        return loss, {"lm loss": loss.detach().clone()}
+
+
+@dataclass
+class Trainer:
+    """The built run: model chunk, optimizer, LR schedule and data, and the step loop over them."""
+
+    request: Request
+    source: DataSource
+    run_dir: Path
+    inject_nan_step: int | None = None
+    instrumented: bool = True  # False only for bench_instrumentation: no syncs, records or reductions
+    notes: list[str] = field(default_factory=list)
+    effective: dict = field(default_factory=dict)
+    features: dict = field(default_factory=dict)
+    host_rss_gib_per_worker: list[float] = field(default_factory=list)
+    log: StepLog | None = None
+    recording_s: float = 0.0  # seconds spent recording steps so far: bench_instrumentation's figure
+    spec: ModelSpec = field(init=False)  # the variant the request names (utils.models)
+
+    def __post_init__(self) -> None:
+        self.spec = by_variant(self.request.identity.variant)
+
+    def build(self) -> None:
+        """Everything megatron-core needs, in Megatron-LM's order; reads back the effective settings."""
+        from megatron.core import parallel_state
+        from megatron.core.distributed import finalize_model_grads
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        from train import mega_model
+
+        t, lay, table, spec = self.request.training, self.request.parallelism, self.request.fairness.table, self.spec
+        seed_everything(t.seed)
+        stack = mega_model.Stack.detect()
+        fusions, fusion_notes = mega_model.choose_fusions(stack, table)
+        self.notes += fusion_notes
+        config = mega_model.transformer_config(spec, lay.tp, lay.pp, t.precision, stack, fusions, table)
+        model = mega_model.gpt_model(spec, config, stack, t.seq_len)
+        model.to(torch.device("cuda", torch.cuda.current_device()))
+        mega_model.initialise_layout_invariant(model, t.seed)
+        parameters = mega_model.count_parameters(model)
+        if parameters != spec.param_count():
+            raise RuntimeError(f"the built model has {parameters} parameters, the {spec.variant} spec "
+                               f"{spec.param_count()}: utils/models.py and the model builder disagree")
+        self.model = mega_model.wrap(model, config, table)
+        self.optimizer = get_megatron_optimizer(OptimizerConfig(
+            optimizer="adam", lr=t.lr, min_lr=t.min_lr, weight_decay=t.weight_decay, adam_beta1=t.beta1,
+            adam_beta2=t.beta2, adam_eps=table["adam_eps"], clip_grad=t.grad_clip, bf16=config.bf16,
+            params_dtype=config.params_dtype, use_distributed_optimizer=self.model.ddp_config.use_distributed_optimizer,
+        ), [self.model])
+        self.scheduler = OptimizerParamScheduler(
+            self.optimizer, init_lr=0.0, max_lr=t.lr, min_lr=t.min_lr, lr_warmup_steps=t.warmup_steps,
+            lr_decay_steps=t.steps, lr_decay_style=t.lr_decay_style, start_wd=t.weight_decay, end_wd=t.weight_decay,
+            wd_incr_steps=t.steps, wd_incr_style="constant")
+        # Megatron-LM's hooks: gradient reduction overlapped with backward, finished before the optimizer.
+        config.no_sync_func = self.model.no_sync
+        config.grad_sync_func = self.model.start_grad_sync
+        config.finalize_model_grads_func = finalize_model_grads
+        config.grad_scale_func = self.optimizer.scale_loss
+
+        dataset = build_dataset(self.source, t.seq_len, t.steps * t.gbs, t.seed,
+                                Path(self.request.data.data_dir) / "index_cache")
+        device = torch.device("cuda", torch.cuda.current_device())
+        self.batches = microbatches(dataset, steps=t.steps, mbs=t.mbs, dp=lay.dp,
+                                    dp_rank=parallel_state.get_data_parallel_rank(), ga=lay.ga, device=device)
+        self.forward_step = ForwardStep(self.inject_nan_step)
+        self.config = config
+        self.features = mega_readback.features(config, stack, t.precision, self.notes)
+        self.effective = mega_readback.read_back(self, model, parameters, dataset)
+
+    def run_step(self, step: int) -> tuple[list, float | None, bool, float]:
+        """One optimizer step: zero grads, forward-backward over GA microbatches, LR schedule, optimizer."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        t = self.request.training
+        self.forward_step.step, self.forward_step.microbatches = step, 0
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        losses = get_forward_backward_func()(
+            forward_step_func=self.forward_step, data_iterator=self.batches, model=[self.model],
+            num_microbatches=self.request.parallelism.ga, seq_length=t.seq_len, micro_batch_size=t.mbs,
+            decoder_seq_length=t.seq_len, forward_only=False)
+        # Megatron-LM's order: the optimizer steps at the schedule's current value, then the schedule
+        # advances, so step k (1-based) runs at LR x (k-1)/W during the warm-up (step 1 at 0).
+        lr = self.optimizer.param_groups[0]["lr"]
+        success, grad_norm, _ = self.optimizer.step()
+        self.scheduler.step(increment=1)
+        return losses, grad_norm, success, lr
+
+    def reduce_step_record(self, step: int, elapsed: float, losses: list, grad_norm: float | None, success: bool,
+                           lr: float) -> StepRecord:
+        """The step's record, through collectives every rank joins: the loss averaged over microbatches and DP
+        ranks, the nan flag and peak memory the largest over all ranks."""
+        from megatron.core import parallel_state
+
+        t = self.request.training
+        grad_norm = None if grad_norm is None else float(grad_norm)
+        loss = None
+        nonfinite = grad_norm is not None and not math.isfinite(grad_norm)
+        if losses:  # the last pipeline stage
+            mean = torch.stack([item["lm loss"] for item in losses]).mean()
+            torch.distributed.all_reduce(mean, group=parallel_state.get_data_parallel_group())
+            loss = mean.item() / self.request.parallelism.dp
+            nonfinite = nonfinite or not math.isfinite(loss)
+        memory = [torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB] \
+            if torch.cuda.is_available() else [-1.0, -1.0]
+        shared = torch.tensor([float(nonfinite), *memory, peak_host_rss_gib()], dtype=torch.float64,
+                              device=torch.device("cuda", torch.cuda.current_device()))
+        torch.distributed.all_reduce(shared, op=torch.distributed.ReduceOp.MAX)
+        flag, allocated, reserved, host_rss = shared.tolist()
+        return StepRecord(step=step, step_time_s=elapsed, loss=loss, lr=lr, grad_norm=grad_norm,
+                          skipped=0 if success else 1, nan=int(flag), tokens=t.gbs * t.seq_len,
+                          mem_allocated_gib=allocated if allocated >= 0 else None,
+                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss)
+
+    def train(self) -> None:
+        """Every step in order (the profiler follows along on rank 0), then the end-of-run checks."""
+        profiler = mega_readback.profiler(self.request.environment, self.run_dir, self.notes)
+        with profiler or nullcontext():
+            for step in range(1, self.request.training.steps + 1):
+                self.step(step)
+                if profiler is not None:
+                    profiler.step()
+        self.finish()
+
+    def step(self, step: int) -> None:
+        """One step, timed between device synchronisations, recorded (last rank) and checked for nan; the
+        recording's own seconds are added to recording_s."""
+        if not self.instrumented:
+            self.run_step(step)
+            return
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        losses, grad_norm, success, lr = self.run_step(step)
+        torch.cuda.synchronize()
+        end = time.perf_counter()
+        record = self.reduce_step_record(step, end - start, losses, grad_norm, success, lr)
+        if step == 1:
+            mega_readback.read_back_batch(self.effective, self.forward_step)
+        if self.log is not None:
+            self._report(record)
+        if record.nan:
+            raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not finite; "
+                                "training stopped")
+        self.recording_s += time.perf_counter() - end
+
+    def finish(self) -> None:
+        """Complete the last overlapped parameter gather (profile tuned), then check that the DP replicas agree."""
+        from train.mega_model import replicas_identical
+
+        torch.cuda.synchronize()
+        if self.model.ddp_config.overlap_param_gather:  # without overlap the optimizer step gathered them
+            self.model.disable_forward_pre_hook(param_sync=True)
+        self.effective["dp_replicas_identical"] = replicas_identical(self.model)
+        peaks: list = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(peaks, peak_host_rss_gib())
+        self.host_rss_gib_per_worker = peaks  # in rank order
+        if not self.effective["dp_replicas_identical"]:
+            self.notes.append("data-parallel replicas ended with different weights: the gradient or parameter "
+                              "synchronisation is broken")
+
+    def _report(self, record: StepRecord) -> None:
+        """The record into steps.jsonl and as Megatron-LM's line (and its memory line after step 1)."""
+        t = self.request.training
+        self.log.write(record)
+        tflops = None
+        if record.step_time_s > 0:
+            per_gpu = metrics.per_gpu(metrics.tokens_per_second(record.tokens, record.step_time_s),
+                                      self.request.parallelism.num_gpus)
+            tflops = metrics.tflops_per_gpu(self.spec, t.seq_len, per_gpu)
+        print(megatron_line(record, t.steps, t.gbs, tflops), flush=True)
+        if record.step == 1 and record.mem_allocated_gib is not None:
+            print(memory_line(torch.distributed.get_rank(), 1, torch.cuda.memory_allocated() / GIB,
+                              record.mem_allocated_gib, torch.cuda.memory_reserved() / GIB,
+                              record.mem_reserved_gib), flush=True)
