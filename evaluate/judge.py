@@ -228,6 +228,11 @@ def judge(request: Request, run_dir: Path, ended: Ended, hurry: threading.Event)
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The run has ended: a stop signal now (a second Ctrl-C) cuts only the wait for the other nodes short,
+    # never the record of the run.
+    hurry = threading.Event()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda _signum, _frame: hurry.set())
     parser = Parser(prog="python3 -m evaluate.judge", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory (node 0's)")
@@ -237,11 +242,6 @@ def main(argv: list[str] | None = None) -> int:
     except RequestError as err:
         raise UsageError(str(err)) from None
     ended = Ended.read(args.run_dir / "launch.json")
-    # The run has ended: a stop signal now (a second Ctrl-C) cuts only the wait for the other nodes short,
-    # never the record of the run.
-    hurry = threading.Event()
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, lambda _signum, _frame: hurry.set())
     judge(request, args.run_dir, ended, hurry)
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -171,3 +172,18 @@ def test_a_run_directory_without_its_records_is_refused_in_one_line(tmp_path, mi
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("evaluate.judge: error: ")
     assert missing in done.stderr and not (run_dir / "result.json").exists()
+
+
+def test_a_stop_signal_cuts_the_wait_for_other_nodes_short_and_the_result_is_still_written(tmp_path):
+    run_dir = ended_run(tmp_path, "nemo.log")
+    config = json.loads((run_dir / "config.json").read_text())
+    config["parallelism"]["nnodes"] = 2  # node 1 never records its end
+    (run_dir / "config.json").write_text(json.dumps(config))
+    judging = subprocess.Popen([sys.executable, "-m", "evaluate.judge", str(run_dir)], cwd=REPO, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert "waiting up to 300 s for node 1" in judging.stdout.readline()
+    judging.send_signal(signal.SIGTERM)
+    out, err = judging.communicate(timeout=60)
+    assert judging.returncode == 0, err
+    assert "node(s) 1: stopped waiting; extracting from the logs there are" in err
+    assert json.loads((run_dir / "result.json").read_text())["run"]["steps_completed"] == 12
