@@ -2,10 +2,11 @@
 
 The entry points are discovered, not listed, so that a new one without help fails here: every shell
 script under shell/ and train/ but the library shell/lib.sh, and every Python module of the data,
-train, evaluate and utils packages that runs as a program (`if __name__ == "__main__":`). They run
-where any side effect trips a wire: python3, pip, docker, the GPU tools and Slurm's commands on PATH,
-and the Python environments they would use, are fakes that record their call and fail. Help and a
-refused argument must need none of them: no environment built, no container, no configuration read.
+train, evaluate and utils packages that runs as a program (`if __name__ == "__main__":`, or a
+package's __main__.py). They run where any side effect trips a wire: python3, pip, docker, the GPU
+tools and Slurm's commands on PATH, and the Python environments they would use, are fakes that record
+their call and fail. Help and a refused argument must need none of them: no environment built, no
+container, no configuration read.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from tests.shell_harness import HANG_TIMEOUT_S, REPO
 LIBRARIES = {"shell/lib.sh"}  # sourced by the scripts, never run
 SHELL_SCRIPTS = sorted({str(path.relative_to(REPO)) for folder in ("shell", "train")
                         for path in (REPO / folder).glob("*.sh")} - LIBRARIES)
-PYTHON_TOOLS = sorted(f"{path.parent.name}.{path.stem}" for package in ("data", "train", "evaluate", "utils")
-                      for path in (REPO / package).glob("*.py")
-                      if re.search(r"^if __name__ == .__main__.:", path.read_text(), re.MULTILINE))
+PYTHON_TOOLS = sorted([f"{path.parent.name}.{path.stem}" for package in ("data", "train", "evaluate", "utils")
+                       for path in (REPO / package).glob("*.py")
+                       if re.search(r"^if __name__ == .__main__.:", path.read_text(), re.MULTILINE)]
+                      + [f"{path.parent.parent.name}.{path.parent.name}"  # a package run as a program (utils.config)
+                         for package in ("data", "train", "evaluate", "utils")
+                         for path in (REPO / package).glob("*/__main__.py")])
 # Every program a script could start before it has looked at its arguments.
 WIRED = ("python", "python3", "pip", "pip3", "docker", "nvidia-smi", "rocm-smi", "amd-smi", "sbatch", "srun",
          "scontrol", "squeue", "scancel", "torchrun")

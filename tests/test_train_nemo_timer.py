@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from evaluate import logs
+from evaluate import log_records, logs
 
 GIB = 2 ** 30
 
@@ -123,7 +123,7 @@ def test_without_a_gpu_the_peaks_are_null_and_nothing_is_synchronised(timer, mon
 
 
 def test_the_line_is_what_evaluate_logs_reads(timer, monkeypatch, capsys, tmp_path):
-    assert timer.MARKER == logs.STEP_MARKER
+    assert timer.MARKER == log_records.STEP_MARKER
     FakeGPU(monkeypatch, allocated=61 * GIB, reserved=70 * GIB)
     monkeypatch.setattr(timer.time, "perf_counter", Clock(0.0, 12.0, 21.0))
     train(timer.StepTimer(), 2)
