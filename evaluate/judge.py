@@ -2,7 +2,7 @@
 
     python3 -m evaluate.judge RUN_DIR
 
-The launcher (train/launch.py) runs this on node 0 after the run, with the run directory it wrote:
+The launcher (train/launch_process.py) runs this on node 0 after the run, with the run directory it wrote:
 config.json (the request, utils.request) and launch.json (the command and its outcome: exit_code,
 started_at, ended_at, warnings, stopped_by, environment). A multi-node run's other nodes keep theirs in
 node<N>/; their logs are waited for (at most NODE_WAIT_S; a stop signal cuts the wait short) and read
@@ -36,7 +36,7 @@ from utils.cli import Parser, UsageError, run
 from utils.request import Request, RequestError
 from utils.result import build_result, load_result, write_result
 
-STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)  # the launcher's, train/launch.py
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)  # the launcher passes these on
 NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
 # evaluate.validate's checks that fail a run at once: settings read back from the framework's log
 # differ from the request, or it trained on synthetic data although real data was requested.
