@@ -116,11 +116,11 @@ def _skip_without_fp8_params(quantize):
     return quantize_param_shard
 
 
-def apply() -> bool:
-    """Install the adaptations when no accelerator is present; returns whether they are active."""
+def apply() -> None:
+    """Install the adaptations when no accelerator is present (once per process)."""
     global _applied
     if _applied or not needed():
-        return _applied
+        return
     torch.compile = _no_compile  # 8. first: megatron-core applies it while being imported
     from megatron.core.optimizer import distrib_optimizer
     from megatron.core.tensor_parallel import random as megatron_random
@@ -147,4 +147,3 @@ def apply() -> bool:
     # 3. and 4. tensor placement and type names, for every torch call from here on.
     _CudaIsCpu().__enter__()
     _applied = True
-    return True

@@ -38,8 +38,7 @@ class DataSource:
     """What a run trains on, with the fingerprints that prove it."""
 
     mock: bool
-    dataset: str | None  # DATASET, None with mock data
-    prefix: Path | None
+    prefix: Path | None  # None with mock data
     fingerprint: str | None
     tokenizer_fingerprint: str | None
     eod: int  # end-of-document id, read from the tokenizer (mock data: the last vocabulary row)
@@ -88,7 +87,7 @@ def locate(data: Data, model: ModelSpec) -> DataSource:
     The launcher proved it already (train.plan.data_problems); here each rank proves it again, from the hashes
     remembered then, so that nothing trains on files changed since, and the fingerprint is of what is read."""
     if data.mock_data:
-        return DataSource(mock=True, dataset=None, prefix=None, fingerprint=None, tokenizer_fingerprint=None,
+        return DataSource(mock=True, prefix=None, fingerprint=None, tokenizer_fingerprint=None,
                           eod=model.vocab_size - 1, tokenizer_vocab=model.vocab_size)
     prefix, tokenizer, dataset = Path(data.prefix), Path(data.tokenizer_dir), data.dataset
     try:
@@ -100,7 +99,7 @@ def locate(data: Data, model: ModelSpec) -> DataSource:
         raise DataError(f"{tokenizer}: {tokenizer_vocab} tokens do not fit the model's {model.vocab_size} embedding "
                         f"rows; this is not the {model.key} tokenizer, prepare it with {PREPARE_COMMAND} "
                         f"(DATASET={dataset})")
-    return DataSource(mock=False, dataset=dataset, prefix=prefix, fingerprint=verified.fingerprint,
+    return DataSource(mock=False, prefix=prefix, fingerprint=verified.fingerprint,
                       tokenizer_fingerprint=verified.tokenizer_fingerprint, eod=eod, tokenizer_vocab=tokenizer_vocab)
 
 
