@@ -15,7 +15,7 @@ import pytest
 from tests.fixtures.train_matrix.requests import run_request
 from train import launch, launch_command
 from utils.cli import UsageError
-from utils.config import ROOT
+from utils.config import FRAMEWORKS, ROOT
 from utils.platform_env import platform_env
 
 
@@ -106,3 +106,7 @@ def test_nemo_on_mock_data_needs_the_models_tokenizer_for_its_vocabulary(tmp_pat
     with pytest.raises(UsageError, match=r"NeMo's mock data takes its vocabulary from the model's tokenizer.*"
                                          r"prepare it first: ./shell/run_data.sh"):
         launch_command.prepare(req, tmp_path / "run", tmp_path)
+
+
+def test_every_framework_of_the_configuration_has_its_command():
+    assert set(launch_command.COMMANDS) == set(FRAMEWORKS)

@@ -45,9 +45,10 @@ from train.launch_command import REQUEST_FILE, IN_THIS_PYTHON, Launch, node_iden
 from train.launch_process import hold_stops, judge, run_supervised
 from train.plan import PREPARE_COMMAND, Run, data_problems, request, run_name
 from utils.cli import Parser, UsageError
-from utils.config import ConfigError, load_config
+from utils.config import FRAMEWORKS, PLATFORMS, ConfigError, load_config
 from utils.files import write_json
 from utils.fingerprint import project_commit
+from utils.models import MODEL_KEYS
 from utils.probe import stack_problem
 from utils.request import Request
 from utils.runset import make_run_set
@@ -113,9 +114,9 @@ def resolve(args) -> tuple[Request, Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m train.launch", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--platform", required=True, choices=("amd", "nvd", "cpu"))
-    parser.add_argument("--framework", required=True, choices=("mega", "nemo", "prim"))
-    parser.add_argument("--model", required=True, choices=("llama", "qwen"))
+    parser.add_argument("--platform", required=True, choices=PLATFORMS)
+    parser.add_argument("--framework", required=True, choices=FRAMEWORKS)
+    parser.add_argument("--model", required=True, choices=MODEL_KEYS)
     parser.add_argument("--run-dir", help="directory of this run (default: a new one under OUTPUT_DIR or RUN_SET_DIR)")
     parser.add_argument("--repeat", type=int, default=1, help="repeat number of this run (1-based)")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """The command of one run per framework, and the files generated for it, from the run's request.
 
-Each framework is one function of FRAMEWORKS: mega runs torchrun on train/train_mega.py with the run's
+Each framework (utils.config's FRAMEWORKS) is one function of COMMANDS: mega runs torchrun on train/train_mega.py with the run's
 config.json; nemo runs torchrun on train/train_nemo.py with the recipe settings of train/nemo_recipe.py;
 prim runs Primus's examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/primus_config.py.
 Every command gets the platform's environment (utils/platform_env), and a multi-node one the network
@@ -124,7 +124,7 @@ def _prim(req: Request, run_dir: Path, work_dir: Path) -> Launch:
     return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd, [exp_path.name])
 
 
-FRAMEWORKS = {"mega": _mega, "nemo": _nemo, "prim": _prim}
+COMMANDS = {"mega": _mega, "nemo": _nemo, "prim": _prim}
 # Frameworks whose trainer runs in this Python (torchrun under sys.executable); Primus brings its own launcher.
 IN_THIS_PYTHON = ("mega", "nemo")
 
@@ -132,4 +132,4 @@ IN_THIS_PYTHON = ("mega", "nemo")
 def prepare(req: Request, run_dir: Path, work_dir: Path) -> Launch:
     """The framework's command and generated configuration (written into work_dir) for the run;
     UsageError when the run cannot be started as asked."""
-    return FRAMEWORKS[req.identity.framework](req, run_dir, work_dir)
+    return COMMANDS[req.identity.framework](req, run_dir, work_dir)
