@@ -68,45 +68,17 @@ tp_args() {
 
 # --- Platform ---------------------------------------------------------------------------------------
 
-# Number of NVIDIA GPUs `nvidia-smi -L` lists (0 when the tool is absent or fails).
-tp_nvidia_count() {
-  command -v nvidia-smi >/dev/null 2>&1 || { echo 0; return; }
-  local listing
-  listing="$(nvidia-smi -L 2>/dev/null)" || { echo 0; return; }
-  grep -c '^GPU ' <<<"${listing}" || true
-}
-
-# Number of AMD GPUs amd-smi or rocm-smi list (0 when neither answers).
-tp_amd_count() {
-  local listing
-  if command -v amd-smi >/dev/null 2>&1 && listing="$(amd-smi list 2>/dev/null)"; then
-    grep -c '^GPU' <<<"${listing}" || true
-  elif command -v rocm-smi >/dev/null 2>&1 && listing="$(rocm-smi --showproductname --json 2>/dev/null)"; then
-    grep -o '"card[0-9]*"' <<<"${listing}" | sort -u | wc -l
-  else
-    echo 0
-  fi
+# The vendor tools' answers (nvidia-smi, rocm-smi, amd-smi), read by the one reader, utils.vendor_tools
+# (standard library: the host's Python answers before any environment exists).
+tp_vendor_tools() {
+  (cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.vendor_tools "$@")
 }
 
 # The vendor of this machine's GPUs, ignoring PLATFORM: nvd, amd or cpu.
-tp_detect_platform() {
-  if (( $(tp_nvidia_count) > 0 )); then
-    echo nvd
-  elif (( $(tp_amd_count) > 0 )) || [[ -e "${TPRIMAT_KFD}" ]]; then
-    echo amd
-  else
-    echo cpu
-  fi
-}
+tp_detect_platform() { tp_vendor_tools platform; }
 
 # GPUs of the given platform on this machine.
-tp_gpu_count() {
-  case "${1:-$(tp_platform)}" in
-    nvd) tp_nvidia_count ;;
-    amd) tp_amd_count ;;
-    *) echo 0 ;;
-  esac
-}
+tp_gpu_count() { tp_vendor_tools count "${1:-$(tp_platform)}"; }
 
 # The platform to use: PLATFORM when forced (amd|nvd|cpu), else the detected one.
 tp_platform() {
@@ -118,14 +90,14 @@ tp_platform() {
 
 # --- Configuration ----------------------------------------------------------------------------------
 
-# Validate config.env + environment once and export every resolved knob (exit 2 on bad input).
+# Validate config.env + environment once and export every resolved knob, with this machine's platform and
+# GPU count (TPRIMAT_DETECTED_*, which the tools it starts reuse); exit 2 on bad input. The detection is
+# asked afresh: an exported one may come from another machine (a Slurm login node's environment).
 # shellcheck disable=SC2120  # callers pass --quiet or nothing
 tp_load_config() {
-  local exports detected
-  detected="$(tp_detect_platform)"
-  TPRIMAT_DETECTED_GPUS="$(tp_gpu_count "${detected}")"
-  export TPRIMAT_DETECTED_PLATFORM="${detected}" TPRIMAT_DETECTED_GPUS
-  exports="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.config env "$@")" || exit 2
+  local exports
+  exports="$(cd "${TPRIMAT_ROOT}" && env -u TPRIMAT_DETECTED_PLATFORM -u TPRIMAT_DETECTED_GPUS \
+    "$(tp_host_python)" -m utils.config env "$@")" || exit 2
   eval "${exports}"
 }
 
