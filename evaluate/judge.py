@@ -32,11 +32,10 @@ from evaluate import extract
 from evaluate.collect import Loaded
 from evaluate.logs import collective_network
 from evaluate.validate import check_result
-from utils.cli import Parser, UsageError, run
+from utils.cli import STOP_SIGNALS, Parser, UsageError, run
 from utils.request import Request, RequestError
 from utils.result import build_result, load_result, write_result
 
-STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)  # the launcher passes these on
 NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
 # evaluate.validate's checks that fail a run at once: settings read back from the framework's log
 # differ from the request, or it trained on synthetic data although real data was requested.

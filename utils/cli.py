@@ -17,6 +17,11 @@ from collections.abc import Callable
 from typing import NoReturn
 
 
+# The signals that stop a run, a matrix or a tool (shell/lib.sh's TP_STOP_SIGNALS are the same four): each is
+# passed on to the children and ends the process with 128+signal.
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are one line, `TOOL: error: PROBLEM; see ... --help`, exit 2."""
 
