@@ -3,12 +3,16 @@
 # run_<stage>.sh -> shell/<stage>.sh in the chosen runtime, supervised so that every stop signal ends
 # everything the command started.
 
-# Before preparing data on a GPU platform: Llama's tokenizer is gated, so HF_TOKEN must exist
-# unless it is already prepared or an offline fallback tokenizer is explicitly allowed.
+# Before preparing data on a GPU platform: a gated model's tokenizer (utils.models says which) needs
+# HF_TOKEN, unless it is already prepared or an offline fallback tokenizer is explicitly allowed.
 tp_check_data_secrets() {
-  [[ "${PLATFORM}" != cpu && ",${MODELS}," == *,llama,* && "${ALLOW_FALLBACK_TOKENIZER}" != 1 ]] || return 0
-  [[ -f "${DATA_DIR}/tokenizers/llama/tokenizer.json" ]] && return 0
-  tp_require_token "the Llama 3.1 tokenizer (meta-llama/Llama-3.1-8B, gated)"
+  [[ "${PLATFORM}" != cpu && "${ALLOW_FALLBACK_TOKENIZER}" != 1 ]] || return 0
+  local gated key repo name
+  gated="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.models gated "${MODELS}")" || exit 2
+  while IFS=$'\t' read -r key repo name; do
+    [[ -n "${key}" && ! -f "${DATA_DIR}/tokenizers/${key}/tokenizer.json" ]] || continue
+    tp_require_token "the ${name} tokenizer (${repo}, gated)"
+  done <<<"${gated}"
 }
 
 # Multi-node training from a login node goes to Slurm (shell/slurm.sh): LAUNCHER=slurm, or auto with
