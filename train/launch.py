@@ -41,15 +41,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from train.launch_command import REQUEST_FILE, IN_THIS_PYTHON, Launch, node_identity, prepare, run_environment, warn
+from train.launch_command import IN_THIS_PYTHON, REQUEST_FILE, Launch, node_identity, prepare, run_environment, warn
 from train.launch_process import hold_stops, judge, run_supervised
-from train.plan import PREPARE_COMMAND, Run, data_problems, request, run_name
+from train.plan import Run, data_problems, request, run_name
+from utils import probe
 from utils.cli import Parser, UsageError
 from utils.config import FRAMEWORKS, PLATFORMS, ConfigError, load_config
+from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.files import write_json
 from utils.fingerprint import project_commit
 from utils.models import MODEL_KEYS
-from utils.probe import stack_problem
 from utils.request import Request
 from utils.runset import make_run_set
 from utils.strategies import CUSTOM
@@ -58,9 +59,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 
 def probe_system(path: Path) -> None:
-    """system.json for a run started alone (shell/train.sh writes it once per run set)."""
-    from utils import probe
-
+    """system.json for a run started alone (the matrix writes it once per run set)."""
     if probe.main(["-o", str(path)]) != 0:
         warn("the system probe failed: the result will have no system description")
 
@@ -92,7 +91,7 @@ def resolve(args) -> tuple[Request, Path]:
         warn(f"dry run: data not prepared: {missing}; a real run stops here until {PREPARE_COMMAND} prepared it")
     if not cfg["DRY_RUN"] and cfg.platform != "cpu" and args.framework in IN_THIS_PYTHON:
         # A torch that sees no GPU would train on the CPU (train/cpu_compat.py) a run labelled amd or nvd.
-        problem = stack_problem(cfg.platform, [args.framework], sys.executable)
+        problem = probe.stack_problem(cfg.platform, [args.framework], sys.executable)
         if problem:
             raise UsageError(f"PLATFORM={cfg.platform}: {problem}")
     if args.run_dir:
