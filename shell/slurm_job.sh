@@ -46,16 +46,15 @@ tp_job_prepare() {
   MASTER_ADDR="$(tp_job_node_addr "${first}")"
   export MASTER_ADDR MASTER_PORT
   tp_log "job ${SLURM_JOB_ID}: nodes ${nodes[*]}; rendezvous ${MASTER_ADDR}:${MASTER_PORT} (${first})"
-  "$(tp_host_python)" - "${RUN_SET_DIR}/slurm.json" "${SLURM_JOB_ID}" "${SLURM_JOB_PARTITION:-}" "${MASTER_ADDR}" \
-    "${MASTER_PORT}" "${SLURM_CONTAINER}" "${nodes[@]}" <<'EOF'
+  (cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" - "${RUN_SET_DIR}/slurm.json" "${SLURM_JOB_ID}" \
+    "${SLURM_JOB_PARTITION:-}" "${MASTER_ADDR}" "${MASTER_PORT}" "${SLURM_CONTAINER}" "${nodes[@]}") <<'EOF'
 """slurm.json: the allocation the run set ran on (nodes in node-rank order)."""
-import json, os, sys
+import sys
+from pathlib import Path
+from utils.files import write_json
 path, job, partition, addr, port, container, *nodes = sys.argv[1:]
-record = {"job_id": int(job), "partition": partition or None, "nnodes": len(nodes), "nodes": nodes,
-          "master_addr": addr, "master_port": int(port), "container": container}
-with open(path + ".tmp", "w") as out:
-    json.dump(record, out, indent=1)
-os.replace(path + ".tmp", path)
+write_json(Path(path), {"job_id": int(job), "partition": partition or None, "nnodes": len(nodes), "nodes": nodes,
+                        "master_addr": addr, "master_port": int(port), "container": container})
 EOF
 }
 
