@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
+from utils import ROOT
 from utils.files import atomic_open
 from utils.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
 
@@ -204,7 +205,6 @@ def probe(env: Mapping[str, str] | None = None) -> dict:
 
 # --- The GPU stack a training Python must have ----------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
 VENDOR_STACK = {"amd": ("hip", "ROCm", "AMD"), "nvd": ("cuda", "CUDA", "NVIDIA")}  # torch.version.<attr>, names
 # What each framework's trainer imports besides torch (prim: Primus's launcher, inside its checkout).
 FRAMEWORK_MODULES = {"mega": ("transformer_engine", "megatron.core"),
@@ -295,11 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with atomic_open(args.output, encoding="utf-8") as out:
         out.write(text)
-    print(f"{args.output}: {describe(json.loads(text))}")
+    print(f"{args.output}: {system_line(json.loads(text))}")
     return 0
 
 
-def describe(system: dict) -> str:
+def system_line(system: dict) -> str:
     """One line: "8 x NVIDIA H100 80GB HBM3, driver 550.54.15, CUDA 12.8" or "no GPU (CPU only)"."""
     gpu = system.get("gpu") or {}
     if not gpu.get("count"):
