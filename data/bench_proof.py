@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data import integrity
+from utils import datafiles as integrity
 from utils.cli import Parser, UsageError, run
 from utils.files import sha256_file
 
