@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from utils import datafiles as integrity
+from utils import datafiles
 from utils.cli import Parser, UsageError, run
 from utils.files import sha256_file
 
@@ -50,7 +50,7 @@ def cpu_description() -> str:
 def write_pair(prefix: Path, size: int) -> None:
     """A .bin of `size` bytes of random int32 tokens and a small .idx (the proof reads bytes, not structure)."""
     rng = np.random.default_rng(0)
-    with open(integrity.sibling(prefix, ".bin"), "wb") as out:
+    with open(datafiles.sibling(prefix, ".bin"), "wb") as out:
         left = size
         while left > 0:
             n = min(CHUNK, left)
@@ -58,7 +58,7 @@ def write_pair(prefix: Path, size: int) -> None:
             left -= n
         out.flush()
         os.fsync(out.fileno())
-    integrity.sibling(prefix, ".idx").write_bytes(rng.bytes(max(size // 1000, 34)))
+    datafiles.sibling(prefix, ".idx").write_bytes(rng.bytes(max(size // 1000, 34)))
 
 
 def drop_cache(path: Path) -> bool:
@@ -79,7 +79,7 @@ def time_full_hash(prefix: Path, repeat: int, cold: bool) -> float:
     """Median seconds to sha256 both files."""
     times = []
     for _ in range(repeat):
-        files = [integrity.sibling(prefix, s) for s in integrity.SUFFIXES]
+        files = [datafiles.sibling(prefix, s) for s in datafiles.SUFFIXES]
         if cold and not all(drop_cache(p) for p in files):
             return float("nan")
         start = time.perf_counter()
@@ -90,21 +90,21 @@ def time_full_hash(prefix: Path, repeat: int, cold: bool) -> float:
 
 
 def time_remembered(prefix: Path, repeat: int) -> float:
-    """Median seconds of integrity.pair_hashes once the hashes are remembered (no file read)."""
-    integrity.pair_hashes(prefix)
+    """Median seconds of datafiles.pair_hashes once the hashes are remembered (no file read)."""
+    datafiles.pair_hashes(prefix)
     times = []
     for _ in range(max(repeat, 20)):
         start = time.perf_counter()
-        _, hashed = integrity.pair_hashes(prefix)
+        _, hashed = datafiles.pair_hashes(prefix)
         times.append(time.perf_counter() - start)
         if hashed:
             raise UsageError(f"{prefix}: the hashes were not remembered (files changed in the last "
-                             f"{integrity.RACY_NS / 1e9:.0f} s, or the directory is read-only)")
+                             f"{datafiles.RACY_NS / 1e9:.0f} s, or the directory is read-only)")
     return statistics.median(times)
 
 
 def report(prefix: Path, repeat: int) -> list[str]:
-    size = sum(integrity.sibling(prefix, s).stat().st_size for s in integrity.SUFFIXES)
+    size = sum(datafiles.sibling(prefix, s).stat().st_size for s in datafiles.SUFFIXES)
     warm = time_full_hash(prefix, repeat, cold=False)
     cold = time_full_hash(prefix, repeat, cold=True)
     remembered = time_remembered(prefix, repeat)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.size_gib <= 0 or args.repeat < 1:
         parser.error("--size-gib and --repeat must be positive")
     if args.prefix:
-        if not all(integrity.sibling(args.prefix, s).is_file() for s in integrity.SUFFIXES):
+        if not all(datafiles.sibling(args.prefix, s).is_file() for s in datafiles.SUFFIXES):
             raise UsageError(f"--prefix {args.prefix}: .bin or .idx missing")
         print("\n".join(report(args.prefix, args.repeat)))
         return 0
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prefix = work / "bench_text_document"
         write_pair(prefix, int(args.size_gib * 2 ** 30))
-        time.sleep(integrity.RACY_NS / 1e9 + 0.1)  # out of the racy window, as data prepared earlier is
+        time.sleep(datafiles.RACY_NS / 1e9 + 0.1)  # out of the racy window, as data prepared earlier is
         print("\n".join(report(prefix, args.repeat)))
     finally:
         shutil.rmtree(work, ignore_errors=True)

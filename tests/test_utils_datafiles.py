@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from utils import datafiles as integrity
+from utils import datafiles
 from data.encode import encode_file
 from utils.datafiles import DataProblem, check_vocabulary, prove, prove_pair
 from data.verify import verify
@@ -135,7 +135,7 @@ def test_the_verified_pair_is_proven_and_fingerprinted_by_its_files(data_dir):
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda f: f.__name__)
 def test_a_pair_corrupted_after_verification_is_refused_and_never_carries_the_clean_fingerprint(data_dir, corrupt,
                                                                                                    monkeypatch):
-    monkeypatch.setattr(integrity, "RACY_NS", 0)
+    monkeypatch.setattr(datafiles, "RACY_NS", 0)
     clean = json.loads(qwen(data_dir, ".manifest.json").read_text())["fingerprint"]
     prove_pair(qwen(data_dir))  # remembered hashes from before the corruption must not vouch for it
     corrupt(data_dir)
@@ -150,7 +150,7 @@ def test_a_pair_corrupted_after_verification_is_refused_and_never_carries_the_cl
 
 
 def test_touch_restoring_the_mtime_does_not_hide_a_change(data_dir, monkeypatch):
-    monkeypatch.setattr(integrity, "RACY_NS", 0)
+    monkeypatch.setattr(datafiles, "RACY_NS", 0)
     assert prove_pair(qwen(data_dir)).hashed is True
     assert prove_pair(qwen(data_dir)).hashed is False  # remembered: no second full hash
     path = qwen(data_dir, ".bin")
