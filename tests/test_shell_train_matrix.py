@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.fixtures.train_matrix.shell import alive, machine, prepared_data, read, run_dirs
+from tests.fixtures.train_matrix.shell import alive, machine, prepared_data, read, request, run_dirs
 from tests.shell_harness import HANG_TIMEOUT_S, REPO
 
 WRAPPERS = sorted(p.name for p in (REPO / "train").glob("train_*_*_*.sh"))
@@ -29,8 +29,8 @@ def test_each_wrapper_launches_its_platform_framework_and_model(tmp_path, script
     result = fake.run(f"train/{script}", DRY_RUN="1")
     assert result.returncode == 0, result.output
     (run_dir,) = run_dirs(tmp_path / "output")
-    config = read(run_dir / "config.json")
-    assert (config["platform"], config["framework"], config["model"]) == (platform, framework, model)
+    identity = request(run_dir).identity
+    assert (identity.platform, identity.framework, identity.model) == (platform, framework, model)
     assert FRAMEWORK_COMMAND[framework] in read(run_dir / "launch.json")["command"]
     assert not (run_dir / "train.log").exists()
 
@@ -88,7 +88,7 @@ def test_mock_data_needs_no_prepared_data(tmp_path):
     result = fake.run("train/train_amd_prim_llama.sh", DRY_RUN="1", MOCK_DATA="1")
     assert result.returncode == 0, result.output
     assert "data not prepared" not in result.output
-    assert read(run_dirs(tmp_path / "output")[0] / "config.json")["mock_data"]
+    assert request(run_dirs(tmp_path / "output")[0]).data.mock_data
 
 
 @pytest.mark.parametrize("platform, vendor_file", [("nvd", "nemo_settings.json"), ("amd", "primus_experiment.yaml")])
@@ -100,8 +100,8 @@ def test_dry_run_sweep_lists_every_run_and_writes_its_configuration(tmp_path, pl
     assert len(dirs) == 20 and len({d.parent for d in dirs}) == 1
     assert (dirs[0].parent / "system.json").exists()
     for run_dir in dirs:
-        config = read(run_dir / "config.json")
-        layout = f"TP{config['tp']} PP{config['pp']} DP{config['dp']} GA{config['ga']}"
+        lay = request(run_dir).parallelism
+        layout = f"TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga}"
         assert f"{run_dir.name}  " in result.stdout and layout in result.stdout
         assert "command: " in result.stdout
         assert not (run_dir / "train.log").exists()
@@ -117,15 +117,15 @@ def test_a_dry_run_writes_the_fairness_profile_and_the_workload_into_every_frame
     fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})
     result = fake.run("shell/train.sh", DRY_RUN="1", MODELS="llama", FAIRNESS=fairness, PRECISION=precision)
     assert result.returncode == 0, result.output
-    runs = {read(d / "config.json")["framework"]: d for d in run_dirs(tmp_path / "output")}
+    runs = {request(d).identity.framework: d for d in run_dirs(tmp_path / "output")}
     assert set(runs) == ({"mega", "prim"} if platform == "amd" else {"mega", "nemo"})
     tuned = fairness == "tuned"
     for framework, run_dir in runs.items():
-        config = read(run_dir / "config.json")
-        assert config["fairness_profile"] == fairness
-        assert (config["fairness"]["overlap_grad_reduce"], config["fairness"]["grad_reduce_in_fp32"],
-                config["fairness"]["check_for_nan_in_grad"]) == (tuned, tuned, False)
-        assert config["workload"] == {"init_method_std": 0.02, "eod_mask_loss": False, "dataloader_type": "single",
+        config = request(run_dir).fairness
+        assert config.profile == fairness
+        assert (config.table["overlap_grad_reduce"], config.table["grad_reduce_in_fp32"],
+                config.table["check_for_nan_in_grad"]) == (tuned, tuned, False)
+        assert config.workload == {"init_method_std": 0.02, "eod_mask_loss": False, "dataloader_type": "single",
                                       "padded_vocab_size": 128256,
                                       "lr_warmup_convention": "nemo-cosine-annealing" if framework == "nemo"
                                       else "megatron"}

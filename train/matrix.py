@@ -20,8 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr
-from io import StringIO
 from pathlib import Path
 from typing import NoReturn
 
@@ -98,7 +96,7 @@ class Stop:
              f"nothing more starts{where}")
         raise SystemExit(128 + self.signal)
 
-    def run(self, name: str, argv: list[str], env: dict[str, str]) -> int:
+    def run_in_group(self, name: str, argv: list[str], env: dict[str, str]) -> int:
         """Run one run in a process group of its own and wait until it has ended, whatever signals come."""
         self.running = name
         child = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, process_group=0)
@@ -120,16 +118,15 @@ def tool(*argv: str) -> int:
     return subprocess.run([python(), "-m", *argv], cwd=ROOT).returncode
 
 
-def data_ready(quietly: bool, cfg: Config) -> bool:
-    if quietly:
-        return not plan.data_problems(cfg)
+def data_ready() -> bool:
+    """train.plan's data check: every model's data proven, else each problem and its fix on stderr."""
     return plan.main(["--check-data"]) == 0
 
 
 def check_data(cfg: Config, stop: Stop) -> None:
     """Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here (in a multi-node
     run only node 0 does; the other nodes wait for it)."""
-    if data_ready(False, cfg):
+    if data_ready():
         return
     stop.end_if_stopped()
     sample = cfg.platform == "cpu" and cfg["DATASET"] == "sample" and not cfg["DRY_RUN"]
@@ -140,7 +137,7 @@ def check_data(cfg: Config, stop: Stop) -> None:
         if subprocess.run(["bash", str(ROOT / "shell" / "data.sh")], cwd=ROOT).returncode != 0:
             stop.end_if_stopped()
             die(1, "preparing the sample data failed (see above)")
-        if not data_ready(False, cfg):
+        if not data_ready():
             die(1, "the sample data is still missing after shell/data.sh")
     elif cfg["DRY_RUN"]:
         warn(f"dry run: a real run would stop here until the data is prepared with {PREPARE}")
@@ -157,7 +154,7 @@ def wait_for_sample_data(cfg: Config, stop: Stop) -> None:
         die(2, f"TPRIMAT_DATA_WAIT_S={limit}: must be a number of seconds")
     deadline = time.monotonic() + int(limit)
     log(f"node {node}: waiting up to {limit} s for node 0 to prepare the sample corpus in {data_dir}")
-    while not data_ready(True, cfg):
+    while plan.data_problems(cfg):
         if time.monotonic() >= deadline:
             die(1, f"node {node}: node 0's verified sample data did not appear in {data_dir} within {limit} s; "
                    f"DATA_DIR must be on a filesystem every node shares (or prepare the data on every node first: "
@@ -188,7 +185,7 @@ def run_matrix(cfg: Config, runs: list[plan.Run], run_set: Path, stop: Stop) -> 
             log(f"from the host: {container_command(cfg.platform, script, args)}")
         strategy = "" if run.strategy == CUSTOM else run.strategy
         env = {**os.environ, "STRATEGY": strategy}
-        if stop.run(run.name, ["bash", str(ROOT / script), *args], env) != 0:
+        if stop.run_in_group(run.name, ["bash", str(ROOT / script), *args], env) != 0:
             failed = True
     return names, failed
 
@@ -242,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         warn("the system probe failed: results will have no system description")
     names, failed = run_matrix(cfg, runs, run_set, stop)
     if stop.signal is not None and node == 0 and names:
-        summary.main([str(run_set), *names])
+        try:
+            summary.main([str(run_set), *names])
+        except OSError:  # after a hangup the terminal may be gone: the exit status still says what happened
+            pass
     stop.end_if_stopped()
     if node != 0:
         log(f"node {node}: done; node 0 writes the summary")
