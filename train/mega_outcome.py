@@ -25,6 +25,7 @@ from train.mega_data import DataError, DataSource, locate
 from train.mega_steps import StepLog, is_last_rank
 from train.mega_trainer import NonFiniteLoss, SettingsError, Trainer, check_device, init_distributed
 from utils import platform_env
+from utils.files import atomic_open
 from utils.fingerprint import project_commit
 from utils.models import by_variant
 from utils.request import Request
@@ -137,7 +138,8 @@ def train_and_report(req: Request, run_dir: Path, inject_nan_step: int | None = 
         print(text, file=sys.stderr, flush=True)
         status, code = "failed", 1
         if not last:
-            _error_file(run_dir, rank).write_text(text)
+            with atomic_open(_error_file(run_dir, rank)) as report:  # the last rank may be reading it
+                report.write(text)
         peers = _peer_errors(run_dir, rank, wait=world > 1, own=text) if last else ""
         error = "\n".join(part for part in (_excerpt(text), peers) if part)
     if last:

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from train.mega_steps import is_last_rank
+from utils.files import atomic_open
 from utils.hardware import cpu_native_bf16
 from utils.request import Environment
 
@@ -139,7 +140,8 @@ def profiler(env: Environment, run_dir: Path, notes: list[str]):
     def save(prof: torch.profiler.profile) -> None:
         prof.export_chrome_trace(str(out / "trace_rank0.json"))
         table = prof.key_averages().table(sort_by=sort_key, row_limit=40)
-        (out / "top_kernels.txt").write_text(f"steps {first}-{last}, rank 0, sorted by {sort_key}\n{table}\n")
+        with atomic_open(out / "top_kernels.txt") as top:
+            top.write(f"steps {first}-{last}, rank 0, sorted by {sort_key}\n{table}\n")
 
     notes.append(f"steps {first}-{last} ran under the profiler (rank 0) and are slower; trace and top kernels in {out}")
     return torch.profiler.profile(
