@@ -43,10 +43,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from utils import ROOT
 from utils.cli import Parser, UsageError, WorkError, run
 from utils.hardware import cpu_flags
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "sample" / "sample.jsonl.gz"
 INCLUDE_FLAG = "--tokenizer-hf-include-special-tokens"
 MEGATRON_SETUP = [  # how to get the Megatron-LM tool the benchmark compares with, outside the repository

@@ -20,10 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from utils import ROOT
 from utils.cli import Parser, run
 from utils.files import read_json, sha256_file, write_json
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def digest(path: Path) -> str | None:

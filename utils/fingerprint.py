@@ -18,11 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from utils import ROOT
 from utils.datafiles import PREPARE, SUFFIXES, DataProblem, cache_path, manifest_path, pair_fingerprint, \
     pair_hashes, prove_pair, sibling
 from utils.files import read_json
 
-ROOT = Path(__file__).resolve().parent.parent
 # Knobs that define the workload (the same on every platform); layouts and paths are left out, so
 # an AMD and an NVIDIA run of the same benchmark share this fingerprint.
 WORKLOAD_KEYS = ("MODELS", "MODEL_SIZE", "DATASET", "DATA_SAMPLES", "MOCK_DATA", "SEED", "MBS", "SL", "GBS", "LR",
