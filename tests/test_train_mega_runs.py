@@ -287,12 +287,15 @@ def test_mock_data_is_only_used_when_asked_for_and_says_so(tmp_path):
 
 
 def test_a_trainer_given_its_request_takes_every_setting_from_it_not_from_the_environment(tmp_path, data_dir):
-    """The launcher's way (--request RUN_DIR/config.json): the knobs of the environment no longer count."""
+    """The launcher's way (--request RUN_DIR/config.json): the configuration is not even read (a knob it would
+    refuse changes nothing), and the knobs of the environment no longer count."""
     request = write_request(tmp_path / "run" / "config.json", data_dir, TRAIN_ITERS=2, WARMUP_STEPS=1, MBS=1, GA=2)
-    run = train(tmp_path / "run", data_dir, args=("--request", str(request)), TRAIN_ITERS=3, SEED=7)
+    run = train(tmp_path / "run", data_dir, args=("--request", str(request)), TRAIN_ITERS=3, SEED=7,
+                LR="not-a-number")
     assert_trained(run, 2)
     result = run.result
-    assert (result["training"]["steps"], result["training"]["seed"], result["run"]["id"]) == (2, 42, "run")
+    assert (result["training"]["steps"], result["training"]["seed"], result["training"]["lr"],
+            result["run"]["id"]) == (2, 42, LR, "run")
     assert {key: result["effective"][key] for key in ("mbs", "ga", "gbs", "seed")} == {"mbs": 1, "ga": 2, "gbs": 2,
                                                                                         "seed": 42}
     assert result["parallelism"]["distributed_optimizer"] is True and result["parallelism"]["nnodes"] == 1
