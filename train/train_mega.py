@@ -75,11 +75,13 @@ def planned_request(model: str, strategy: str | None, run_dir: Path) -> Request:
 def given_request(path: Path, model: str | None, strategy: str | None) -> Request:
     """The launcher's request; a command line naming another model, strategy or framework is refused."""
     req = Request.read(path)
-    asked = {"framework": (FRAMEWORK, req.identity.framework), "--model": (model, req.identity.model),
-             "--strategy": (strategy, req.parallelism.strategy)}
-    for name, (wanted, requested) in asked.items():
+    if req.identity.framework != FRAMEWORK:
+        raise RequestMismatch(f"{path}: the request is for framework {req.identity.framework}, not {FRAMEWORK}; "
+                              "give a mega run's config.json")
+    for option, wanted, requested in (("model", model, req.identity.model),
+                                      ("strategy", strategy, req.parallelism.strategy)):
         if wanted is not None and wanted != requested:
-            raise RequestMismatch(f"{path}: the request is for {name.lstrip('-')} {requested}, not {wanted}; "
+            raise RequestMismatch(f"{path}: the request is for {option} {requested}, not {wanted}; "
                                   "give the matching request or leave the option out")
     return req
 
