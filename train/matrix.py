@@ -25,13 +25,12 @@ from typing import NoReturn
 
 from train import plan, summary
 from utils import ROOT
-from utils.cli import Parser, UsageError
+from utils.cli import STOP_SIGNALS, Parser, UsageError
 from utils.config import ConfigError, Config
 from utils.datafiles import PREPARE
 from utils.runset import make_run_set
 from utils.strategies import CUSTOM
 
-STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 DATA_WAIT_S = 1800  # how long a node other than 0 waits for node 0's sample data (TPRIMAT_DATA_WAIT_S)
 DATA_POLL_S = 5
 

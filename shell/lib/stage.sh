@@ -23,7 +23,8 @@ tp_slurm_wanted() {
   [[ "${mode}" == slurm ]]
 }
 
-# The signals that stop a command, one trap each: hangup (an SSH disconnect), Ctrl-C, Ctrl-\, kill.
+# The signals that stop a command, one trap each: hangup (an SSH disconnect), Ctrl-C, Ctrl-\, kill
+# (utils.cli.STOP_SIGNALS are the same four, for the Python side).
 TP_STOP_SIGNALS=(HUP INT QUIT TERM)
 
 # tp_wait_ended PID: wait until the background job PID has ended, however many trapped signals cut a
