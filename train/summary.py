@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.cli import Parser
+
 
 @dataclass(frozen=True)
 class Row:
@@ -77,7 +79,7 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.summary", description=__doc__,
+    parser = Parser(prog="python3 -m train.summary", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_set", type=Path, help="the run set directory (OUTPUT_DIR/<timestamp>-<platform>)")
     parser.add_argument("runs", nargs="*", help="run names in order (default: every run directory)")
