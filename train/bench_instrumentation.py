@@ -37,7 +37,7 @@ from train.mega_steps import StepLog
 from train.mega_trainer import Trainer, init_distributed
 from train.train_mega import planned_request
 from utils import platform_env
-from utils.models import by_variant
+from utils.models import MODEL_KEYS, by_variant
 
 BUDGET = 0.01  # the limit: 1% of step time
 
@@ -56,7 +56,7 @@ def block_time(trainer: Trainer, first_step: int, steps: int, instrumented: bool
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m train.bench_instrumentation", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="llama", choices=("llama", "qwen"))
+    parser.add_argument("--model", default="llama", choices=MODEL_KEYS)
     parser.add_argument("--blocks", type=int, default=6, help="blocks per mode (alternating on/off)")
     parser.add_argument("--block-steps", type=int, default=4, help="steps per block")
     parser.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first")

@@ -36,6 +36,7 @@ from train.mega_outcome import train_and_report  # noqa: E402
 from train.plan import Run, request  # noqa: E402
 from utils.cli import Parser  # noqa: E402
 from utils.config import ConfigError, load_config  # noqa: E402
+from utils.models import MODEL_KEYS  # noqa: E402
 from utils.request import Request, RequestError  # noqa: E402
 
 FRAMEWORK = "mega"
@@ -52,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--request", type=Path, metavar="CONFIG_JSON",
                         help="the run's request (config.json, as train.launch writes it)")
     parser.add_argument("--run-dir", required=True, type=Path, help="run directory (created if missing)")
-    parser.add_argument("--model", choices=("llama", "qwen"),
+    parser.add_argument("--model", choices=MODEL_KEYS,
                         help="model key (required without --request; with it, must be the request's)")
     parser.add_argument("--strategy", help="parallelism strategy (default: the configuration's first; with "
                                            "--request, must be the request's)")
