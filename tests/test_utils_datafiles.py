@@ -25,11 +25,12 @@ from data.encode import encode_file
 from utils.datafiles import DataProblem, check_vocabulary, prove, prove_pair
 from data.verify import verify
 from utils.fingerprint import dataset_fingerprint
-from tests.fixtures.train_matrix.requests import node
+from tests.fixtures.train_matrix.requests import node, run_request
 from tests.test_data_tokenizer import offline_tokenizer
 from train.mega_data import DataError, DatasetTokenizer, locate
 from train.plan import data_problems
 from utils.models import get_model
+from utils.request import Data
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "data" / "sample" / "sample.jsonl.gz"
@@ -115,6 +116,11 @@ CORRUPTIONS = [flipped_byte, removed_eod, token_beyond_vocabulary, truncated_by_
                idx_swapped_same_size]
 
 
+def sample_data(data_dir: Path, model: str) -> Data:
+    """The data section of a mega run's request over the sample pair, as the launcher writes it."""
+    return run_request("cpu", "mega", model, DATA_DIR=str(data_dir), DATASET="sample", MODELS=model).data
+
+
 def config(data_dir: Path, models: str = "qwen"):
     return node("cpu", 0, DATA_DIR=str(data_dir), DATASET="sample", MODELS=models)
 
@@ -124,7 +130,7 @@ def test_the_verified_pair_is_proven_and_fingerprinted_by_its_files(data_dir):
     assert data_problems(config(data_dir)) == []
     proven = prove(qwen(data_dir), data_dir / "tokenizers" / "qwen", "qwen", QWEN.vocab_size)
     assert proven.fingerprint == manifest["fingerprint"]
-    source = locate(str(data_dir), "sample", "qwen", QWEN.vocab_size, mock=False)
+    source = locate(sample_data(data_dir, "qwen"), QWEN)
     assert (source.fingerprint, source.tokenizer_fingerprint) == (manifest["fingerprint"],
                                                                   manifest["tokenizer"]["sha256"])
     assert dataset_fingerprint(qwen(data_dir)) == {"fingerprint": manifest["fingerprint"], "source": "verified",
@@ -143,7 +149,7 @@ def test_a_pair_corrupted_after_verification_is_refused_and_never_carries_the_cl
     assert problem.startswith(f"qwen: {data_dir}/sample_qwen_text_document.") and "./shell/run_data.sh" in problem
     assert "\n" not in problem
     with pytest.raises(DataError, match=r"sample_qwen_text_document\.(bin|idx): .*\./shell/run_data\.sh"):
-        locate(str(data_dir), "sample", "qwen", QWEN.vocab_size, mock=False)
+        locate(sample_data(data_dir, "qwen"), QWEN)
     found = dataset_fingerprint(qwen(data_dir))
     assert found["verified"] is False and found["fingerprint"] != clean
     assert found["fingerprint"] == dataset_fingerprint(qwen(data_dir), compute=True)["fingerprint"]
@@ -180,7 +186,7 @@ def test_qwens_pair_renamed_as_llamas_is_a_data_error_before_the_model_is_built(
     (problem,) = data_problems(config(data_dir, "llama"))
     assert "encoded with the qwen tokenizer, not llama's" in problem and "./shell/run_data.sh" in problem
     with pytest.raises(DataError, match="qwen tokenizer"):
-        locate(str(data_dir), "sample", "llama", LLAMA.vocab_size, mock=False)
+        locate(sample_data(data_dir, "llama"), LLAMA)
 
 
 def test_token_ids_beyond_the_models_vocabulary_are_named(data_dir):
