@@ -33,6 +33,7 @@ from evaluate.collect import Loaded
 from evaluate.logs import collective_network
 from evaluate.validate import check_result
 from utils.cli import STOP_SIGNALS, Parser, UsageError, run
+from utils.frameworks import TABLE
 from utils.request import Request, RequestError
 from utils.result import build_result, load_result, write_result
 
@@ -104,10 +105,11 @@ def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str
 
 
 def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Path]) -> dict:
-    """result.json of the run: the trainer's own (mega), else extracted from the nodes' logs."""
+    """result.json of the run: its trainer's own (utils.frameworks: writes_result), else extracted from the nodes'
+    logs."""
     path = run_dir / "result.json"
     framework = request.identity.framework
-    if framework != "mega" or not path.exists():
+    if not TABLE[framework].writes_result or not path.exists():
         code = extract.main([*map(str, logs), "--framework", framework, "--run-dir", str(run_dir),
                              "--exit-code", str(ended.exit_code), "--started-at", ended.started_at,
                              "--ended-at", ended.ended_at, "-o", str(path)])
@@ -124,7 +126,7 @@ def readback_problems(request: Request, result: dict) -> list[str]:
     effective = result.get("effective") or {}
     framework = request.identity.framework
     problems = []
-    if framework != "mega" and result["run"]["steps_completed"] > 0:
+    if not TABLE[framework].writes_result and result["run"]["steps_completed"] > 0:  # a trainer reports its own
         missing = [key for key in REQUIRED_READBACK if effective.get(key) is None]
         if missing:
             problems.append(f"the {framework} log does not report {', '.join(missing)}: "

@@ -41,7 +41,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from train.launch_command import IN_THIS_PYTHON, REQUEST_FILE, Launch, node_identity, prepare, run_environment, warn
+from train.launch_command import REQUEST_FILE, Launch, node_identity, prepare, run_environment, warn
 from train.launch_process import hold_stops, judge, run_supervised
 from train.plan import Run, data_problems, request, run_name
 from utils import probe
@@ -50,6 +50,7 @@ from utils.config import FRAMEWORKS, PLATFORMS, ConfigError, load_config
 from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.files import write_json
 from utils.fingerprint import project_commit
+from utils.frameworks import TABLE
 from utils.models import MODEL_KEYS
 from utils.request import Request
 from utils.runset import make_run_set
@@ -89,7 +90,7 @@ def resolve(args) -> tuple[Request, Path]:
         raise UsageError(f"data not prepared: {missing} (or MOCK_DATA=1 for synthetic tokens)")
     if missing:
         warn(f"dry run: data not prepared: {missing}; a real run stops here until {PREPARE_COMMAND} prepared it")
-    if not cfg["DRY_RUN"] and cfg.platform != "cpu" and args.framework in IN_THIS_PYTHON:
+    if not cfg["DRY_RUN"] and cfg.platform != "cpu" and TABLE[args.framework].in_this_python:
         # A torch that sees no GPU would train on the CPU (train/cpu_compat.py) a run labelled amd or nvd.
         problem = probe.stack_problem(cfg.platform, [args.framework], sys.executable)
         if problem:

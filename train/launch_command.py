@@ -125,8 +125,6 @@ def _prim(req: Request, run_dir: Path, work_dir: Path) -> Launch:
 
 
 COMMANDS = {"mega": _mega, "nemo": _nemo, "prim": _prim}
-# Frameworks whose trainer runs in this Python (torchrun under sys.executable); Primus brings its own launcher.
-IN_THIS_PYTHON = ("mega", "nemo")
 
 
 def prepare(req: Request, run_dir: Path, work_dir: Path) -> Launch:

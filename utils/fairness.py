@@ -14,6 +14,8 @@ Both share every other value, and WORKLOAD is the same in both: it defines the t
 
 from __future__ import annotations
 
+from utils.frameworks import TABLE
+
 PROFILES = ("spec", "tuned")
 DEFAULT_PROFILE = "spec"
 
@@ -74,10 +76,9 @@ WORKLOAD: dict[str, object] = {
 # make_vocab_size_divisible_by x TP, which changes the model with the layout (Qwen 151680 at TP1,
 # 151808 at TP2); Primus is given make_vocab_size_divisible_by = vocab_size / TP, so its padding
 # lands exactly on the published size.
-# The LR warm-up: Megatron-LM's (the scheduler steps after the optimizer, so step k, 1-based, runs at
+# The LR warm-up (each framework's is in utils/frameworks.py): Megatron-LM's (the scheduler steps after the optimizer, so step k, 1-based, runs at
 # LR x (k-1)/W: step 1 at 0). NeMo 2.3's CosineAnnealingScheduler warms as (i+1)/(W+1) for its
 # 0-based step i (step k at k/(W+1)) and has no Megatron-style warm-up: it cannot be made equal.
-WARMUP_CONVENTIONS = {"mega": "megatron", "prim": "megatron", "nemo": "nemo-cosine-annealing"}
 WARMUP_MEANING = {"megatron": "step k runs at LR x (k-1)/W (step 1 at LR 0)",
                   "nemo-cosine-annealing": "step k runs at LR x k/(W+1)"}
 
@@ -100,7 +101,7 @@ def workload(framework: str, vocab_size: int, tp: int) -> dict[str, object]:
     """The workload-identity settings one framework's run applies (the request's `workload`)."""
     if vocab_size % tp:
         raise ValueError(f"vocabulary {vocab_size} does not split over TP={tp}")
-    return {**WORKLOAD, "padded_vocab_size": vocab_size, "lr_warmup_convention": WARMUP_CONVENTIONS[framework]}
+    return {**WORKLOAD, "padded_vocab_size": vocab_size, "lr_warmup_convention": TABLE[framework].warmup_convention}
 
 
 def fp8_recipe(table: dict) -> dict[str, object]:

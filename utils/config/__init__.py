@@ -29,13 +29,13 @@ from utils.config.parse import ConfigError, convert
 from utils.config.reading import (CONFIG_FILE, CPU_PREFIX, KNOBS, Settings, environment_warnings, near_knob, overlay,
                                   read_file)
 from utils.config.resolved import Config
-from utils.config.selection import FRAMEWORKS, PLATFORM_FRAMEWORKS, PLATFORMS, VENDOR_FRAMEWORK, detect
+from utils.config.selection import FRAMEWORKS, PLATFORMS, detect
 from utils.config.show import describe, shell_exports
 from utils.config.workload import PRECISIONS
 from utils.models import get_model
 
-__all__ = ["CONFIG_FILE", "FRAMEWORKS", "KNOBS", "PLATFORMS", "PLATFORM_FRAMEWORKS", "PRECISIONS", "ROOT",
-           "VENDOR_FRAMEWORK", "Config", "ConfigError", "describe", "detect", "environment_warnings", "launch_mode",
+__all__ = ["CONFIG_FILE", "FRAMEWORKS", "KNOBS", "PLATFORMS", "PRECISIONS", "ROOT",
+           "Config", "ConfigError", "describe", "detect", "environment_warnings", "launch_mode",
            "load_config", "near_knob", "shell_exports"]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from utils import frameworks
 from utils.config.parse import Knob, list_items
 from utils.models import MODEL_KEYS
 from utils.strategies import CUSTOM, StrategyError, load_table
@@ -15,10 +16,7 @@ if TYPE_CHECKING:
     from utils.config.resolved import Config
 
 PLATFORMS = ("amd", "nvd", "cpu")
-FRAMEWORKS = ("mega", "prim", "nemo")
-# The frameworks each platform can run; the vendor framework of the other platform maps onto its own.
-PLATFORM_FRAMEWORKS = {"nvd": ("mega", "nemo"), "amd": ("mega", "prim"), "cpu": ("mega",)}
-VENDOR_FRAMEWORK = {"nvd": "nemo", "amd": "prim"}
+FRAMEWORKS = frameworks.NAMES
 # What the platform check says a machine lacks when PLATFORM names a vendor it does not have.
 MISSING_VENDOR = {"amd": "AMD GPU (no /dev/kfd; rocm-smi and amd-smi list none)",
                   "nvd": "NVIDIA GPU (nvidia-smi -L lists none)"}
@@ -69,8 +67,9 @@ def resolve_strategies(value: str, table: dict, problems: list[str]) -> list[str
 
 
 def resolve_frameworks(requested: list[str], platform: str, notes: list[str]) -> list[str]:
-    """FRAMEWORK (with all) mapped onto what the platform runs: prim<->nemo, only mega on the CPU."""
-    available = PLATFORM_FRAMEWORKS[platform]
+    """FRAMEWORK (with all) mapped onto what the platform runs (utils.frameworks): prim<->nemo, only mega on the
+    CPU."""
+    available = frameworks.on(platform)
     resolved: list[str] = []
     for name in requested:
         if name == "all":
@@ -82,7 +81,7 @@ def resolve_frameworks(requested: list[str], platform: str, notes: list[str]) ->
             notes.append(f"FRAMEWORK={name}: the CPU runs mega only; {name} needs a GPU")
             resolved.append("mega")
         else:
-            own = VENDOR_FRAMEWORK[platform]
+            own = frameworks.vendor_framework(platform)
             notes.append(f"FRAMEWORK={name}: {name} does not run on {platform}; its counterpart {own} runs instead")
             resolved.append(own)
     return list(dict.fromkeys(resolved))
