@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
+from utils.runset import SYSTEM_FILE
+
 RESULT_NAME = "result.json"
-SYSTEM_NAME = "system.json"
 
 
 @dataclass
@@ -42,7 +43,7 @@ class CollectError(Exception):
 
 def _tree(source: Path) -> dict[PurePosixPath, bytes] | None:
     """Relative path -> content of every result.json/system.json under a directory or in a zip."""
-    wanted = (RESULT_NAME, SYSTEM_NAME)
+    wanted = (RESULT_NAME, SYSTEM_FILE)
     if source.is_dir():
         return {PurePosixPath(p.relative_to(source).as_posix()): p.read_bytes()
                 for p in sorted(source.rglob("*.json")) if p.name in wanted}
@@ -74,7 +75,7 @@ def load(inputs: Sequence[str | Path]) -> list[Loaded]:
             result = _json(str(item), item.read_bytes())
             loaded.append(Loaded(str(item), result, result.get("system") or {}))
             continue
-        systems = {path.parent: _json(f"{item}:{path}", data) for path, data in tree.items() if path.name == SYSTEM_NAME}
+        systems = {path.parent: _json(f"{item}:{path}", data) for path, data in tree.items() if path.name == SYSTEM_FILE}
         for path, data in tree.items():
             if path.name != RESULT_NAME:
                 continue

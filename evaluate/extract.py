@@ -46,6 +46,7 @@ from evaluate.run_settings import SETTINGS, flag, merged, requested, sections, s
 from utils import fingerprint, metrics
 from utils.cli import Parser, UsageError, WorkError
 from utils.result import ResultError, build_result, write_result
+from utils.runset import system_path
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))
 FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend")
@@ -59,10 +60,9 @@ def redact(text: str) -> str:
 
 def find_system(run_dir: Path | None, system_file: Path | None, notes: list[str]) -> dict:
     """The probe's system.json: --system's, else the run directory's, else its run set's; {} (noted) when none."""
-    candidates = [system_file] if system_file else ([run_dir / "system.json", run_dir.parent / "system.json"]
-                                                    if run_dir else [])
+    candidates = [system_file] if system_file else [system_path(run_dir)] if run_dir else []
     for path in candidates:
-        if path.is_file():
+        if path is not None and path.is_file():
             try:
                 return json.loads(path.read_text())
             except json.JSONDecodeError as err:

@@ -53,7 +53,7 @@ from utils.fingerprint import project_commit
 from utils.frameworks import TABLE
 from utils.models import MODEL_KEYS
 from utils.request import Request
-from utils.runset import make_run_set
+from utils.runset import SYSTEM_FILE, make_run_set
 from utils.strategies import CUSTOM
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[tprimat] dry run: wrote {', '.join([REQUEST_FILE, 'launch.json'] + launch.generated)}; "
               "nothing trained", flush=True)
         return EXIT_OK
-    if node_rank == 0 and not (run_dir.parent / "system.json").exists():
-        probe_system(run_dir.parent / "system.json")
+    if node_rank == 0 and not (run_dir.parent / SYSTEM_FILE).exists():
+        probe_system(run_dir.parent / SYSTEM_FILE)
     outcome = run_supervised(launch, work_dir / "train.log", who.platform)
     hold_stops()  # the run has ended: a stop signal now cuts only the judge's wait short, never the record
     record.update(exit_code=outcome.exit_code, stopped_by=outcome.stopped_by, started_at=outcome.started_at,

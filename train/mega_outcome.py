@@ -30,6 +30,7 @@ from utils.fingerprint import project_commit
 from utils.models import by_variant
 from utils.request import Request
 from utils.result import build_result, write_result
+from utils.runset import system_path
 
 EXCERPT_LINES = 20
 PEER_ERROR_WAIT_S = 3.0  # how long the last rank waits for another rank's error report when it fails
@@ -73,10 +74,10 @@ def _peer_errors(run_dir: Path, rank: int, wait: bool, own: str) -> str:
 
 def _system(run_dir: Path) -> tuple[dict, list[str]]:
     """The probe's system.json of the run set (the run directory's parent), if it ran."""
-    for path in (run_dir / "system.json", run_dir.parent / "system.json"):
-        if path.is_file():
-            return json.loads(path.read_text()), []
-    return {}, ["no system.json beside the run: system description empty"]
+    path = system_path(run_dir)
+    if path is None:
+        return {}, ["no system.json beside the run: system description empty"]
+    return json.loads(path.read_text()), []
 
 
 def assemble_result(req: Request, trainer: Trainer | None, source: DataSource | None, run_dir: Path, *,

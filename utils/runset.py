@@ -14,6 +14,8 @@ from pathlib import Path
 
 from utils.cli import UsageError
 
+SYSTEM_FILE = "system.json"  # the probe's description of the machine (utils.probe), written once per run set
+
 
 def make_run_set(output_dir: str | os.PathLike, platform: str, given: str | os.PathLike | None = None,
                  now: datetime | None = None) -> Path:
@@ -40,3 +42,8 @@ def make_run_set(output_dir: str | os.PathLike, platform: str, given: str | os.P
             candidate = base.with_name(f"{base.name}-{suffix}")
         except OSError as err:
             raise UsageError(f"OUTPUT_DIR={output_dir}: cannot create the run set there: {err.strerror}") from None
+
+
+def system_path(run_dir: Path) -> Path | None:
+    """A run's system.json: the run directory's own, else its run set's (the parent); None when neither exists."""
+    return next((path for path in (run_dir / SYSTEM_FILE, run_dir.parent / SYSTEM_FILE) if path.is_file()), None)
