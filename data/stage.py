@@ -14,7 +14,6 @@ code (130, 143) comes back with no second line.
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import subprocess
 import sys
@@ -22,8 +21,7 @@ from pathlib import Path
 
 from utils import ROOT
 from utils.cli import Parser, run
-from utils.files import read_json, sha256_file, write_json
-
+from utils.files import read_json, sha256_file, sha256_listing, write_json
 
 
 def digest(path: Path) -> str | None:
@@ -31,8 +29,7 @@ def digest(path: Path) -> str | None:
     if path.is_file():
         return sha256_file(path)
     if path.is_dir():
-        lines = [f"{p.relative_to(path)}\0{sha256_file(p)}\n" for p in sorted(path.rglob("*")) if p.is_file()]
-        return hashlib.sha256("".join(lines).encode()).hexdigest()
+        return sha256_listing((str(p.relative_to(path)), sha256_file(p)) for p in sorted(path.rglob("*")) if p.is_file())
     return None
 
 
