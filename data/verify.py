@@ -45,7 +45,7 @@ class Broken(WorkError):
 
 
 @dataclass
-class Summary:
+class PairFacts:
     documents: int
     sequences: int
     tokens: int
@@ -72,7 +72,7 @@ def _tokenizer_facts(directory: Path) -> tuple[int, int | None, int | None]:
             added[0] if len(added) == 1 else None)
 
 
-def check_pair(bin_path: Path, idx_path: Path, vocab_size: int, eod: int | None, bos: int | None = None) -> Summary:
+def check_pair(bin_path: Path, idx_path: Path, vocab_size: int, eod: int | None, bos: int | None = None) -> PairFacts:
     """Every structural check of data.md on the pair; raises Broken at the first failure."""
     for path in (bin_path, idx_path):
         if not path.is_file():
@@ -140,7 +140,7 @@ def check_pair(bin_path: Path, idx_path: Path, vocab_size: int, eod: int | None,
             raise Broken(bin_path, "missing BOS", f"document {bad[0]} starts with {int(first[bad[0]])}, not BOS {bos} (encoded "
                          "without the special tokens its tokenizer adds: encode it with data.encode, or Megatron-LM's "
                          "tool with --tokenizer-hf-include-special-tokens)")
-    return Summary(documents=d - 1, sequences=s, tokens=tokens, mean_document_tokens=float(doc_tokens.mean()),
+    return PairFacts(documents=d - 1, sequences=s, tokens=tokens, mean_document_tokens=float(doc_tokens.mean()),
                    max_document_tokens=int(doc_tokens.max()), min_token_id=low, max_token_id=high,
                    dtype=expected.name, eod=eod, gpt_samples=0, seq_length=0)
 
