@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.datafiles import document_prefix, sibling
 from utils.files import tmp_path
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -33,8 +34,8 @@ def optimal_dtype(vocab_size: int) -> np.dtype:
 
 def output_paths(prefix: str, key: str) -> tuple[Path, Path]:
     """PREFIX_<key>_document.{bin,idx}, the names Megatron's preprocess_data.py uses."""
-    stem = f"{prefix}_{key}_document"
-    return Path(stem + ".bin"), Path(stem + ".idx")
+    stem = document_prefix(prefix, key)
+    return sibling(stem, ".bin"), sibling(stem, ".idx")
 
 
 class IndexedWriter:

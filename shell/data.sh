@@ -28,12 +28,18 @@ prepare_tokenizer() {
     -- data.fetch tokenizer --model "${model}" --output-dir "${dir}" --platform "${PLATFORM}" "${allow[@]}"
 }
 
+# One model's tokenizer directory, data.encode's output prefix and the pair's prefix, one per line, as
+# utils.datafiles lays them out (the one place that knows where prepared data lives).
+data_layout() {
+  tp_python -m utils.datafiles layout "${DATA_DIR}" "${DATASET}" "$1" || tp_die 2 "cannot lay out the data of $1"
+}
+
 # Encode the cleaned corpus with one model's tokenizer, then verify it and write its manifest.
 prepare_model() {
   local model="$1" clean="$2" report="$3" workers="$4"
-  local tokenizer="${DATA_DIR}/tokenizers/${model}"
-  local prefix="${DATA_DIR}/${DATASET}_${model}"
-  local pair="${prefix}_text_document"
+  local layout tokenizer prefix pair
+  layout="$(data_layout "${model}")"
+  { read -r tokenizer; read -r prefix; read -r pair; } <<<"${layout}"
   prepare_tokenizer "${model}" "${tokenizer}"
   data_stage "encode-${DATASET}-${model}" --input "${clean}" --input "${tokenizer}" \
     --input data/encode.py --input data/bpe.py --input data/indexed.py \
@@ -71,7 +77,7 @@ main() {
   for model in ${MODELS//,/ }; do
     prepare_model "${model}" "${clean}" "${DATA_DIR}/clean/${DATASET}.report.json" "${workers}"
   done
-  tp_log "data ready: $(for model in ${MODELS//,/ }; do printf '%s ' "${DATA_DIR}/${DATASET}_${model}_text_document"; done)"
+  tp_log "data ready: $(for model in ${MODELS//,/ }; do data_layout "${model}" | tail -n 1; done | tr '\n' ' ')"
 }
 
 main "$@"

@@ -131,16 +131,7 @@ tp_slurm_check() {
 # A new, empty run-set directory, named and claimed by utils.runset as every run set is (nothing is
 # overwritten; a name taken in the same second gets -2, -3).
 tp_slurm_run_set() {
-  (cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" - "${OUTPUT_DIR}" "${PLATFORM}") <<'EOF'
-import sys
-from utils.cli import UsageError
-from utils.runset import make_run_set
-try:
-    print(make_run_set(sys.argv[1], sys.argv[2]))
-except UsageError as err:
-    print(f"[tprimat] error: {err}", file=sys.stderr)
-    sys.exit(2)
-EOF
+  (cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.runset "${OUTPUT_DIR}" "${PLATFORM}")
 }
 
 # --- Following a job ----------------------------------------------------------------------------

@@ -130,13 +130,12 @@ def test_estimate_comes_from_earlier_identical_runs_only(tmp_path):
     assert any("estimated total: 2m20s" in line for line in table(cfg, build_plan(cfg)))
 
 
-def test_tsv_lists_runs_for_the_shell(tmp_path):
+def test_a_named_strategy_is_part_of_each_runs_name(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "TPRIMAT_DETECTED_PLATFORM": "nvd", "TPRIMAT_DETECTED_GPUS": "8",
            "FRAMEWORK": "nemo", "STRATEGY": "balanced", "HOME": str(tmp_path), "OUTPUT_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "train.plan", "--tsv"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, check=True).stdout
-    assert out.splitlines() == ["nemo-llama-balanced\tnemo\tllama\tbalanced\t1",
-                                "nemo-qwen-balanced\tnemo\tqwen\tbalanced\t1"]
+    runs = build_plan(load_config(env))
+    assert [(r.name, r.framework, r.model, r.strategy, r.repeat) for r in runs] == \
+        [("nemo-llama-balanced", "nemo", "llama", "balanced", 1), ("nemo-qwen-balanced", "nemo", "qwen", "balanced", 1)]
 
 
 def test_a_bad_configuration_exits_2_naming_it(tmp_path):

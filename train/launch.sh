@@ -39,7 +39,7 @@ main() {
   tp_args "--run-dir= --repeat=" "$@"
   PLATFORM="${platform}" FRAMEWORK="${framework}" MODELS="${model}" tp_load_config --quiet
   # A stop signal reaches the launcher too (one process group): this shell waits for it to record the stop.
-  trap : HUP INT QUIT TERM
+  trap : "${TP_STOP_SIGNALS[@]}"
   tp_python -m train.launch --platform "${platform}" --framework "${framework}" --model "${model}" "$@"
 }
 

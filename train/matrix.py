@@ -117,15 +117,10 @@ def tool(*argv: str) -> int:
     return subprocess.run([python(), "-m", *argv], cwd=ROOT).returncode
 
 
-def data_ready() -> bool:
-    """train.plan's data check: every model's data proven, else each problem and its fix on stderr."""
-    return plan.main(["--check-data"]) == 0
-
-
 def check_data(cfg: Config, stop: Stop) -> None:
     """Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here (in a multi-node
     run only node 0 does; the other nodes wait for it)."""
-    if data_ready():
+    if plan.report_data_problems(cfg):
         return
     stop.end_if_stopped()
     sample = cfg.platform == "cpu" and cfg["DATASET"] == "sample" and not cfg["DRY_RUN"]
@@ -136,7 +131,7 @@ def check_data(cfg: Config, stop: Stop) -> None:
         if subprocess.run(["bash", str(ROOT / "shell" / "data.sh")], cwd=ROOT).returncode != 0:
             stop.end_if_stopped()
             die(1, "preparing the sample data failed (see above)")
-        if not data_ready():
+        if not plan.report_data_problems(cfg):
             die(1, "the sample data is still missing after shell/data.sh")
     elif cfg["DRY_RUN"]:
         warn(f"dry run: a real run would stop here until the data is prepared with {PREPARE}")

@@ -1,7 +1,6 @@
 """The run list: strategy x framework x model x repeat from the configuration, and each run's request.
 
     python3 -m train.plan            # the run list as a table, with framework-mapping notes
-    python3 -m train.plan --tsv      # one run per line for shell/train.sh: name, framework, model, strategy, repeat
     python3 -m train.plan --check-data   # exit 1 naming each model whose prepared data is missing
 
 A run's request (`request()`, a utils.request.Request written as config.json into its directory) is what
@@ -194,32 +193,30 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
     return lines
 
 
+def report_data_problems(cfg: Config) -> bool:
+    """True when every model's data is proven; otherwise each problem and the fix, on stderr."""
+    problems = data_problems(cfg)
+    for problem in problems:
+        print(f"data not ready: {problem}", file=sys.stderr)
+    if problems:
+        print(f"prepare it first: {PREPARE_COMMAND}  (DATASET={cfg['DATASET']}, DATA_DIR={cfg['DATA_DIR']})",
+              file=sys.stderr)
+    return not problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m train.plan", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--tsv", action="store_true", help="machine-readable run list for shell/train.sh")
-    mode.add_argument("--check-data", action="store_true", help="check every model's prepared data")
+    parser.add_argument("--check-data", action="store_true", help="check every model's prepared data")
     args = parser.parse_args(argv)
     try:
         cfg = load_config()
     except ConfigError as err:
         err.report("train.plan")
         return 2
-    runs = build_plan(cfg)
-    if args.tsv:
-        for run in runs:
-            print("\t".join((run.name, run.framework, run.model, run.strategy, str(run.repeat))))
-    elif args.check_data:
-        problems = data_problems(cfg)
-        for problem in problems:
-            print(f"data not ready: {problem}", file=sys.stderr)
-        if problems:
-            print(f"prepare it first: {PREPARE_COMMAND}  (DATASET={cfg['DATASET']}, DATA_DIR={cfg['DATA_DIR']})",
-                  file=sys.stderr)
-            return 1
-    else:
-        print("\n".join(table(cfg, runs)))
+    if args.check_data:
+        return 0 if report_data_problems(cfg) else 1
+    print("\n".join(table(cfg, build_plan(cfg))))
     return 0
 
 

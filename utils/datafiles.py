@@ -1,4 +1,10 @@
-"""Proof that a prepared pair is the one data.verify verified, and the fingerprint of what is read.
+"""Where prepared data lives, proof that a pair is the one data.verify verified, and the fingerprint of what is read.
+
+    python3 -m utils.datafiles layout DATA_DIR DATASET MODEL   # the tokenizer directory, data.encode's
+                                                               # --output-prefix and the pair's prefix, one per line
+
+The layout (DATA_DIR/tokenizers/<model>, DATA_DIR/<dataset>_<model>_text_document.{bin,idx}) is written here
+alone: shell/data.sh asks this command, the planner and the trainers call the functions.
 
 The one check every consumer makes before it trusts a prefix: the plan check and the launcher
 (train.plan.data_problems, once per run, whatever the framework), the Megatron trainer on each rank
@@ -23,10 +29,12 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.cli import Parser
 from utils.files import read_json, sha256_file, sha256_listing, unique_tmp_path
 
 PREPARE = "./shell/run_data.sh"
@@ -43,9 +51,20 @@ class DataProblem(Exception):
     """The prefix is not the verified data: one line naming the file, what differs and the fix."""
 
 
+def document_prefix(output_prefix: str | Path, key: str = "text") -> Path:
+    """OUTPUT_PREFIX_<key>_document: the pair Megatron's preprocess_data.py (and data.encode) writes for one JSON
+    key, without its .bin/.idx suffix."""
+    return Path(f"{output_prefix}_{key}_document")
+
+
+def encode_prefix(data_dir: str, dataset: str, model: str) -> Path:
+    """data.encode's --output-prefix for one model's tokenization of a dataset."""
+    return Path(data_dir) / f"{dataset}_{model}"
+
+
 def data_prefix(data_dir: str, dataset: str, model: str) -> Path:
     """Megatron's dataset prefix (no .bin/.idx suffix) of one model's tokenization of a dataset."""
-    return Path(data_dir) / f"{dataset}_{model}_text_document"
+    return document_prefix(encode_prefix(data_dir, dataset, model))
 
 
 def tokenizer_dir(data_dir: str, model: str) -> Path:
@@ -280,3 +299,19 @@ def ensure_dataset_helpers() -> None:
         raise DataProblem(f"{where}: megatron-core's dataset helpers (helpers_cpp) are not compiled and `make -C "
                         f"{where}` failed (its output is above); install a C++ compiler and pybind11 and run that "
                         f"make, or install a megatron-core wheel, which ships them compiled")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python3 -m utils.datafiles", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    layout = commands.add_parser("layout", help="the tokenizer directory, encode prefix and pair prefix")
+    for name in ("data_dir", "dataset", "model"):
+        layout.add_argument(name)
+    args = parser.parse_args(argv)
+    print(tokenizer_dir(args.data_dir, args.model), encode_prefix(args.data_dir, args.dataset, args.model),
+          data_prefix(args.data_dir, args.dataset, args.model), sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,6 +4,8 @@ A new run set is `OUTPUT_DIR/<YYYYmmdd-HHMMSS>-<platform>`, claimed by mkdir its
 existing directory), so two commands started in the same second never share one: the second takes
 `...-2`, then `...-3`. A run set given by a launcher (RUN_SET_DIR, e.g. Slurm's for every node) is used
 as it is, created if need be.
+
+    python3 -m utils.runset OUTPUT_DIR PLATFORM   # claim a new run set and print its path (shell/slurm.sh)
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from utils.cli import UsageError
+from utils.cli import Parser, UsageError, run
 
 SYSTEM_FILE = "system.json"  # the probe's description of the machine (utils.probe), written once per run set
 
@@ -47,3 +49,16 @@ def make_run_set(output_dir: str | os.PathLike, platform: str, given: str | os.P
 def system_path(run_dir: Path) -> Path | None:
     """A run's system.json: the run directory's own, else its run set's (the parent); None when neither exists."""
     return next((path for path in (run_dir / SYSTEM_FILE, run_dir.parent / SYSTEM_FILE) if path.is_file()), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python3 -m utils.runset", description=__doc__.split("\n\n")[0])
+    parser.add_argument("output_dir")
+    parser.add_argument("platform")
+    args = parser.parse_args(argv)
+    print(make_run_set(args.output_dir, args.platform))
+    return 0
+
+
+if __name__ == "__main__":
+    run(main, "utils.runset")

@@ -7,10 +7,13 @@
 # HF_TOKEN, unless it is already prepared or an offline fallback tokenizer is explicitly allowed.
 tp_check_data_secrets() {
   [[ "${PLATFORM}" != cpu && "${ALLOW_FALLBACK_TOKENIZER}" != 1 ]] || return 0
-  local gated key repo name
+  local gated key repo name tokenizer
   gated="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.models gated "${MODELS}")" || exit 2
   while IFS=$'\t' read -r key repo name; do
-    [[ -n "${key}" && ! -f "${DATA_DIR}/tokenizers/${key}/tokenizer.json" ]] || continue
+    [[ -n "${key}" ]] || continue
+    tokenizer="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.datafiles layout "${DATA_DIR}" "${DATASET}" "${key}")" \
+      || exit 2
+    [[ ! -f "${tokenizer%%$'\n'*}/tokenizer.json" ]] || continue
     tp_require_token "the ${name} tokenizer (${repo}, gated)"
   done <<<"${gated}"
 }
