@@ -27,10 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from utils.probe import host_info
+from utils import ROOT
 from utils.hardware import cpu_flags, cpu_precision
+from utils.probe import host_info
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUDGET_S = 4 * 60
 CI_BUDGET_S = 25 * 60
 PRECISION_FLAGS = re.compile(r"avx512.*|amx.*|bf16|avx2")
