@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -156,11 +158,25 @@ def test_a_run_with_no_step_gets_a_result_that_says_why(tmp_path):
 
 
 def test_the_judge_stops_waiting_for_other_nodes_when_told(tmp_path):
-    hurry = threading.Event()
+    hurry = judge.Hurry()
     hurry.set()
     (tmp_path / "node1").mkdir()
     (tmp_path / "node1" / "train.log").write_text("")
     assert judge.other_node_logs(tmp_path, 2, hurry, timeout_s=60) == [tmp_path / "node1" / "train.log"]
+
+
+def test_a_stop_signal_during_the_wait_for_other_nodes_ends_it_at_once(tmp_path):
+    """The handler runs on the thread that waits: setting the flag there must not deadlock against the wait."""
+    hurry = judge.Hurry()
+    previous = signal.signal(signal.SIGUSR1, hurry.set)
+    try:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
+        timer.start()
+        started = time.monotonic()
+        assert judge.other_node_logs(tmp_path, 2, hurry, timeout_s=60) == []
+        assert time.monotonic() - started < 5
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 @pytest.mark.parametrize("missing", ["config.json", "launch.json"])
