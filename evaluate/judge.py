@@ -31,7 +31,7 @@ from evaluate import extract
 from evaluate.collect import Loaded
 from evaluate.logs import collective_network
 from evaluate.validate import check_result
-from utils.cli import STOP_SIGNALS, Parser, UsageError, run
+from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run
 from utils.frameworks import TABLE
 from utils.request import Request, RequestError
 from utils.result import build_result, load_result, write_result
@@ -161,30 +161,7 @@ def _is_number(item: object) -> bool:
     return True
 
 
-class Hurry:
-    """Set by a stop signal's handler to cut the wait for other nodes short. A plain flag, polled: a handler runs
-    on the main thread between two bytecodes, and threading.Event.set() there deadlocks when the main thread is
-    inside the same Event's wait() holding its lock (a second Ctrl-C hung the judge that way)."""
-
-    POLL_S = 0.1
-
-    def __init__(self) -> None:
-        self.stopped = False
-
-    def set(self, *_signal) -> None:
-        self.stopped = True
-
-    def is_set(self) -> bool:
-        return self.stopped
-
-    def wait(self, seconds: float) -> None:
-        """Sleep up to `seconds`, less once set."""
-        deadline = time.monotonic() + seconds
-        while not self.stopped and time.monotonic() < deadline:
-            time.sleep(self.POLL_S)
-
-
-def other_node_logs(run_dir: Path, nnodes: int, hurry: Hurry, timeout_s: float = NODE_WAIT_S) -> list[Path]:
+def other_node_logs(run_dir: Path, nnodes: int, hurry: SignalFlag, timeout_s: float = NODE_WAIT_S) -> list[Path]:
     """The other nodes' train.log once each has recorded its end (Megatron and Primus print their
     iteration lines on the last rank, which lives on the last node); waits at most timeout_s, or until
     hurry is set (a stop signal)."""
@@ -225,7 +202,7 @@ def record_environment(nnodes: int, result: dict, environment: dict[str, str], l
     return []
 
 
-def judge(request: Request, run_dir: Path, ended: Ended, hurry: Hurry) -> str:
+def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> str:
     """Final status of the run (ok | failed | incomplete | interrupted), written into result.json."""
     nnodes = request.parallelism.nnodes
     logs = [run_dir / "train.log"] + other_node_logs(run_dir, nnodes, hurry)
@@ -253,7 +230,7 @@ def judge(request: Request, run_dir: Path, ended: Ended, hurry: Hurry) -> str:
 def main(argv: list[str] | None = None) -> int:
     # The run has ended: a stop signal now (a second Ctrl-C) cuts only the wait for the other nodes short,
     # never the record of the run.
-    hurry = Hurry()
+    hurry = SignalFlag()
     for sig in STOP_SIGNALS:
         signal.signal(sig, hurry.set)
     parser = Parser(prog="python3 -m evaluate.judge", description=__doc__,

@@ -19,6 +19,7 @@ import pytest
 from evaluate import judge
 from tests.fixtures.train_matrix.requests import run_request
 from utils.request import Request
+from utils.cli import SignalFlag
 from utils.result import schema_errors
 
 REPO = Path(__file__).resolve().parent.parent
@@ -158,7 +159,7 @@ def test_a_run_with_no_step_gets_a_result_that_says_why(tmp_path):
 
 
 def test_the_judge_stops_waiting_for_other_nodes_when_told(tmp_path):
-    hurry = judge.Hurry()
+    hurry = SignalFlag()
     hurry.set()
     (tmp_path / "node1").mkdir()
     (tmp_path / "node1" / "train.log").write_text("")
@@ -167,7 +168,7 @@ def test_the_judge_stops_waiting_for_other_nodes_when_told(tmp_path):
 
 def test_a_stop_signal_during_the_wait_for_other_nodes_ends_it_at_once(tmp_path):
     """The handler runs on the thread that waits: setting the flag there must not deadlock against the wait."""
-    hurry = judge.Hurry()
+    hurry = SignalFlag()
     previous = signal.signal(signal.SIGUSR1, hurry.set)
     try:
         timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from train import settle
 from train.launch_command import Launch, warn
-from utils.config import ROOT
+from utils import ROOT
+from utils.cli import STOP_SIGNALS, SignalFlag
 from utils.vendor_tools import memory_used_mib
 
-STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 PR_SET_PDEATHSIG = 1
 LEFTOVER_GRACE_S = 30.0  # a finished run's processes get this long to exit before they are killed
 GPU_IDLE_TIMEOUT_S = 120.0
@@ -51,7 +51,7 @@ class Outcome:
         return self.stopped_by is not None
 
 
-def _copy_output(source, log_file, quiet: threading.Event) -> None:
+def _copy_output(source, log_file, quiet: SignalFlag) -> None:
     """Raw bytes to the log and, until the run is stopped or the terminal is gone, to the terminal as they
     come (progress bars keep their carriage returns)."""
     out = sys.stdout.buffer
@@ -88,7 +88,7 @@ def run_supervised(launch: Launch, log_path: Path, platform: str) -> Outcome:
             print(f"[tprimat] error: {message}", file=sys.stderr, flush=True)
             return Outcome(127, None, started, now_iso(), time.monotonic() - t0, [message])
         stops: list[tuple[float, int]] = []
-        quiet = threading.Event()
+        quiet = SignalFlag()
 
         def stop(signum, _frame) -> None:
             # The run's own report of the stop (torchrun's traceback) goes to train.log only. One signal

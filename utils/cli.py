@@ -13,6 +13,7 @@ import argparse
 import errno
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -20,6 +21,31 @@ from typing import NoReturn
 # The signals that stop a run, a matrix or a tool (shell/lib.sh's TP_STOP_SIGNALS are the same four): each is
 # passed on to the children and ends the process with 128+signal.
 STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+
+
+
+class SignalFlag:
+    """A flag a signal handler sets (pass `flag.set` as the handler) and the program polls. A plain attribute:
+    a handler runs on the main thread between two bytecodes, and threading.Event.set() there deadlocks when that
+    thread already holds the Event's lock: inside its wait(), or inside set() when a second signal follows the
+    first (a second Ctrl-C hung the judge that way)."""
+
+    POLL_S = 0.1
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def set(self, *_signal) -> None:
+        self.raised = True
+
+    def is_set(self) -> bool:
+        return self.raised
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to `seconds`, less once set."""
+        deadline = time.monotonic() + seconds
+        while not self.raised and time.monotonic() < deadline:
+            time.sleep(self.POLL_S)
 
 
 class Parser(argparse.ArgumentParser):
