@@ -31,7 +31,7 @@ from evaluate import extract
 from evaluate.collect import Loaded
 from evaluate.logs import collective_network
 from evaluate.validate import check_result
-from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run
+from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run, warn
 from utils.frameworks import TABLE
 from utils.request import Request, RequestError
 from utils.result import build_result, load_result, write_result
@@ -72,10 +72,6 @@ class Ended:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             raise UsageError(f"{path}: no outcome of a run in it ({type(err).__name__}: {err}); judge a run "
                              "directory whose run has ended") from None
-
-
-def warn(message: str) -> None:
-    print(f"[tprimat] warning: {message}", file=sys.stderr, flush=True)
 
 
 def log_tail(log_path: Path, lines: int = 20) -> str:

@@ -41,11 +41,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from train.launch_command import REQUEST_FILE, Launch, node_identity, prepare, run_environment, warn
+from train.launch_command import REQUEST_FILE, Launch, node_identity, prepare, run_environment
 from train.launch_process import hold_stops, judge, run_supervised
 from train.plan import Run, data_problems, request, run_name
 from utils import probe
-from utils.cli import Parser, UsageError
+from utils.cli import Parser, UsageError, warn
 from utils.config import FRAMEWORKS, PLATFORMS, ConfigError, load_config
 from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.files import write_json

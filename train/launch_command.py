@@ -19,7 +19,7 @@ from pathlib import Path
 from train.nemo_recipe import recipe_settings
 from train.primus_config import ShippedConfigMissing, command as primus_command
 from train.primus_config import write_experiment
-from utils.cli import UsageError
+from utils.cli import UsageError, warn
 from utils.config import ROOT
 from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.files import write_json
@@ -45,10 +45,6 @@ class Launch:
         """The command as one line a user can paste."""
         assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         return f"cd {shlex.quote(self.cwd)} && {assignments} {shlex.join(self.argv)}"
-
-
-def warn(message: str) -> None:
-    print(f"[tprimat] warning: {message}", file=sys.stderr, flush=True)
 
 
 def torchrun(req: Request) -> list[str]:

@@ -18,23 +18,19 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from train import settle
-from train.launch_command import Launch, warn
+from train.launch_command import Launch
 from utils import ROOT
-from utils.cli import STOP_SIGNALS, SignalFlag
+from utils.cli import STOP_SIGNALS, SignalFlag, warn
+from utils.result import now_iso
 from utils.vendor_tools import memory_used_mib
 
 PR_SET_PDEATHSIG = 1
 LEFTOVER_GRACE_S = 30.0  # a finished run's processes get this long to exit before they are killed
 GPU_IDLE_TIMEOUT_S = 120.0
 STOP_GRACE_S = 20.0  # after a stop signal: SIGTERM to the run, SIGKILL after this long (or at a second signal)
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass

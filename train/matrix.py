@@ -25,7 +25,7 @@ from typing import NoReturn
 
 from train import plan, summary
 from utils import ROOT
-from utils.cli import STOP_SIGNALS, Parser, UsageError
+from utils.cli import STOP_SIGNALS, Parser, UsageError, say, warn
 from utils.config import ConfigError, Config
 from utils.datafiles import PREPARE
 from utils.runset import make_run_set
@@ -36,24 +36,12 @@ DATA_POLL_S = 5
 
 
 def log(message: str) -> None:
-    _say(f"[tprimat] {message}")
-
-
-def warn(message: str) -> None:
-    _say(f"[tprimat] warning: {message}")
+    say(f"[tprimat] {message}")
 
 
 def die(code: int, message: str) -> NoReturn:
-    _say(f"[tprimat] error: {message}")
+    say(f"[tprimat] error: {message}")
     raise SystemExit(code)
-
-
-def _say(line: str) -> None:
-    """One line on stderr; after a hangup the terminal may be gone, and the exit status still says what happened."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 class Stop:

@@ -15,7 +15,6 @@ import sys
 import time
 import traceback
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -29,7 +28,7 @@ from utils.files import atomic_open
 from utils.fingerprint import project_commit
 from utils.models import by_variant
 from utils.request import Request
-from utils.result import build_result, write_result
+from utils.result import build_result, now_iso, write_result
 from utils.runset import system_path
 
 EXCERPT_LINES = 20
@@ -46,10 +45,6 @@ class Stopped(BaseException):
 
 def _raise_stopped(signum: int, _frame) -> None:
     raise Stopped(signum)
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _error_file(run_dir: Path, rank: int) -> Path:

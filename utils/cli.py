@@ -24,6 +24,20 @@ STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 
 
 
+
+def say(line: str) -> None:
+    """One line on stderr; after a hangup the terminal may be gone, and the exit status still says what happened."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def warn(message: str) -> None:
+    """A TPrimat warning line, as every stage prints it."""
+    say(f"[tprimat] warning: {message}")
+
+
 class SignalFlag:
     """A flag a signal handler sets (pass `flag.set` as the handler) and the program polls. A plain attribute:
     a handler runs on the main thread between two bytecodes, and threading.Event.set() there deadlocks when that
