@@ -23,8 +23,7 @@ from pathlib import Path
 from train import settle
 from train.launch_command import Launch
 from utils import ROOT
-from utils.cli import STOP_SIGNALS, SignalFlag, warn
-from utils.result import now_iso
+from utils.cli import STOP_SIGNALS, SignalFlag, now_iso, warn
 from utils.vendor_tools import memory_used_mib
 
 PR_SET_PDEATHSIG = 1

@@ -24,11 +24,12 @@ from train.mega_data import DataError, DataSource, locate
 from train.mega_steps import StepLog, is_last_rank
 from train.mega_trainer import NonFiniteLoss, SettingsError, Trainer, check_device, init_distributed
 from utils import platform_env
+from utils.cli import now_iso
 from utils.files import atomic_open
 from utils.fingerprint import project_commit
 from utils.models import by_variant
 from utils.request import Request
-from utils.result import build_result, now_iso, write_result
+from utils.result import build_result, write_result
 from utils.runset import system_path
 
 EXCERPT_LINES = 20

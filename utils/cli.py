@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import NoReturn
 
 
@@ -23,6 +24,11 @@ from typing import NoReturn
 STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 
 
+
+
+def now_iso() -> str:
+    """The present as TPrimat records times (launch.json, results): ISO 8601, UTC, whole seconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def say(line: str) -> None:

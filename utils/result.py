@@ -10,7 +10,7 @@ import json
 import math
 import os
 import warnings as warnings_module
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -74,11 +74,6 @@ def _checked(name: str, given: Mapping, required: set[str], optional: Mapping | 
             out.setdefault(key, default)
     return out
 
-
-
-def now_iso() -> str:
-    """The present as a result records times: ISO 8601, UTC, whole seconds."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _iso_or_none(name: str, value: str | None) -> str | None:
