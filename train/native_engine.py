@@ -1,0 +1,37 @@
+"""The seam between the torch-native trainer's loop and one parallel implementation of it.
+
+train/native_trainer.py owns everything the torch-native frameworks share: the request, the data (megatron-core's
+GPTDataset in Megatron-LM's sample order, train/megatron_data.py), the Hugging Face model built from the spec
+(train/native_model.py), Megatron-LM's LR schedule, the step loop, its timing and forward/backward/optimizer
+breakdown, the step records and the result. An Engine is what differs: how the model is spread over the ranks and
+how a gradient becomes an update. fsdp's engine is FSDP2 + DTensor TP or DDP (train/fsdp_engine.py), autotp's
+DeepSpeed's AutoTP engine (train/autotp_engine.py).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class Engine(Protocol):
+    """One framework's parallel training of an already built model, on every rank."""
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One microbatch (train/megatron_data.BATCH_KEYS) through the model: the mean loss over the unmasked
+        tokens of this rank's samples, a float32 scalar that backward() accepts."""
+
+    def backward(self, loss: torch.Tensor, last_microbatch: bool) -> None:
+        """Gradients of one microbatch's loss, divided by GA; gradient synchronisation may wait for the last."""
+
+    def optimizer_step(self, lr: float) -> float | None:
+        """Clip to the request's GRAD_CLIP, step the optimizer at learning rate lr, zero the gradients; the
+        gradient norm before clipping (None where the engine does not report it)."""
+
+    def read_back(self) -> dict:
+        """The effective settings of the built, wrapped model for the result's `effective`: parameter count,
+        sharding, mesh, compile and checkpointing state, and anything else the engine decided."""
+
+    def features(self) -> dict:
+        """The result's `features`: attention implementation, compile, checkpointing, fused kernels -> on/off/name."""
