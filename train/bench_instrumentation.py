@@ -32,8 +32,8 @@ from dataclasses import replace
 import torch
 
 from train import cpu_compat
-from train.mega_data import locate
-from train.mega_steps import StepLog
+from train.megatron_data import locate
+from train.step_log import StepLog
 from train.mega_trainer import Trainer, init_distributed
 from train.train_mega import planned_request
 from utils import platform_env

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from train import cpu_compat
-from train.mega_data import DataError, DataSource, locate
-from train.mega_steps import StepLog, is_last_rank
+from train.megatron_data import DataError, DataSource, locate
+from train.step_log import StepLog, is_last_rank
 from train.mega_trainer import NonFiniteLoss, SettingsError, Trainer, check_device, init_distributed
 from utils import platform_env
 from utils.cli import now_iso

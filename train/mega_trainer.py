@@ -3,7 +3,7 @@
 The loop is Megatron-LM's: megatron-core's GPTModel (train/mega_model.py) under its DDP with the distributed
 optimizer (AdamW), linear warm-up then cosine decay to MIN_LR, and the forward-backward schedule of the layout
 (no pipelining, or 1F1B). Each step is timed between device synchronisations; its record is reduced over the
-ranks and written by the last rank to steps.jsonl and the console (train/mega_steps.py). Every setting comes
+ranks and written by the last rank to steps.jsonl and the console (train/step_log.py). Every setting comes
 from the run's request (utils.request).
 """
 
@@ -24,8 +24,8 @@ import numpy
 import torch
 
 from train import mega_readback
-from train.mega_data import DataSource, build_dataset, microbatches
-from train.mega_steps import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
+from train.megatron_data import DataSource, build_dataset, microbatches
+from train.step_log import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
 from utils import metrics
 from utils.models import ModelSpec, by_variant
 from utils.request import Request

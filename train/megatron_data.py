@@ -1,4 +1,5 @@
-"""The trainer's data: the prepared dataset (checked before anything is built), or mock tokens on request.
+"""The trainers' data (mega, fsdp, autotp): the prepared dataset (checked before anything is built), or mock
+tokens on request.
 
 Real data is megatron-core's GPTDataset over the request's prefix (DATA_DIR/<dataset>_<model>_text_document,
 utils.datafiles) through BlendedMegatronDatasetBuilder, as Megatron-LM reads it. A run refuses to start when that prefix

@@ -23,7 +23,8 @@ from utils.config import ConfigError, Config, load_config
 from utils.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
 from utils.hardware import cpu_precision
-from utils.request import Data, Environment, Fairness, Identity, Parallelism, Request, RequestError, Training
+from utils.config.native import sac_every
+from utils.request import Data, Environment, Fairness, Identity, Native, Parallelism, Request, RequestError, Training
 from utils.strategies import CUSTOM, Layout
 
 
@@ -85,6 +86,8 @@ def request(cfg: Config, run: Run) -> Request:
                   tokenizer_dir=str(tokenizer_dir(v["DATA_DIR"], run.model)), mock_data=v["MOCK_DATA"]),
         fairness=Fairness(profile=v["FAIRNESS"], table=table,
                           workload=workload(run.framework, spec.vocab_size, lay.tp)),
+        native=Native(data_parallel=v["DATA_PARALLEL"], compile=v["COMPILE"], compile_mode=v["COMPILE_MODE"],
+                      sac_every=sac_every(v["SAC_FREQ"]), attn_impl=v["ATTN_IMPL"], zero_stage=v["ZERO_STAGE"]),
         environment=Environment(node_rank=v["NODE_RANK"], master_addr=v["MASTER_ADDR"],
                                 master_port=v["MASTER_PORT"], hf_home=v["HF_HOME"], dry_run=v["DRY_RUN"],
                                 warmup_skip=v["WARMUP_SKIP"], profiling=v["PROFILING"],

@@ -1,4 +1,5 @@
-"""The per-step record of a mega run: one JSON line in steps.jsonl and one Megatron-LM log line.
+"""The per-step record of a TPrimat trainer (mega, fsdp, autotp): one JSON line in steps.jsonl and one
+Megatron-LM log line.
 
 steps.jsonl is appended and flushed at every step, so a killed run keeps every step it finished.
 The console line copies Megatron-LM's training_log format (../shared/reference/log-formats.md),
@@ -35,6 +36,9 @@ class StepRecord:
     mem_allocated_gib: float | None  # peak since start, the largest over all ranks
     mem_reserved_gib: float | None
     mem_host_rss_gib: float | None = None  # peak resident host memory of a worker process, the largest over all ranks
+    forward_s: float | None = None  # the step's breakdown (utils.metrics.BREAKDOWN_KEYS); None where not measured
+    backward_s: float | None = None
+    optimizer_s: float | None = None
 
     def as_json(self) -> str:
         """One line; nan/inf become null (JSON has no nan) and the nan count says so."""

@@ -12,7 +12,7 @@ utils.config) for --model and --strategy, as the launcher would: the layout (TP,
 optimizer and LR schedule, SEED, the data, the fairness profile, WARMUP_SKIP and PROFILING. GBS = MBS x DP x GA.
 
 The loop is Megatron-LM's (train/mega_trainer.py); each step is written to DIR/steps.jsonl and the console
-(train/mega_steps.py); the last rank then writes DIR/result.json (train/mega_outcome.py). PROFILING=true adds
+(train/step_log.py); the last rank then writes DIR/result.json (train/mega_outcome.py). PROFILING=true adds
 DIR/profile/ (rank 0's Chrome trace and top-kernels table). A crash, an out-of-memory error or a NaN loss
 still ends in a result with status failed (a failing rank leaves its traceback in DIR/error_rank<N>.txt); the
 exit status is then non-zero.

@@ -25,13 +25,23 @@ TABLE = {spec.name: spec for spec in (
     Framework("mega", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True),
     Framework("prim", ("amd",), "megatron", writes_result=False, in_this_python=False),  # Primus's own launcher
     Framework("nemo", ("nvd",), "nemo-cosine-annealing", writes_result=False, in_this_python=True),
+    # Torch-native: Hugging Face models on plain PyTorch (FSDP2 + DTensor TP, or DDP) and DeepSpeed AutoTP, with
+    # Megatron-LM's LR schedule implemented by TPrimat (train/native_trainer.py); both run unchanged everywhere.
+    Framework("fsdp", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True),
+    Framework("autotp", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True),
 )}
 NAMES = tuple(TABLE)
+NATIVE = ("fsdp", "autotp")  # no pipeline parallelism: a PP > 1 layout skips them (train.plan)
 
 
 def on(platform: str) -> tuple[str, ...]:
     """The frameworks one platform runs, in the table's order."""
     return tuple(name for name, spec in TABLE.items() if platform in spec.platforms)
+
+
+def torch_native(name: str) -> bool:
+    """Whether a framework is one of the torch-native ones, whose own knobs (COMPILE, SAC_FREQ, ...) apply to it."""
+    return name in NATIVE
 
 
 def vendor_framework(platform: str) -> str | None:

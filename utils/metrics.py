@@ -14,6 +14,10 @@ from typing import Iterable, Sequence
 
 from utils.models import ModelSpec
 
+# A step's parts, each timed by its framework's trainer (train/native_steps.py, train/mega_trainer.py); "other" is
+# the rest of the step (data loading, gradient clipping and synchronisation outside the three).
+BREAKDOWN_KEYS = ("forward_s", "backward_s", "optimizer_s")
+
 FLOPS_CONVENTION = ("Megatron-LM formula (megatron-core >= 0.12): 6 x (dense weights + LM head) "
                     "+ 6 x L x (a*d) x s per token, causal attention counted once")
 
@@ -75,6 +79,18 @@ def steady_window(steps: Sequence[int], step_times: Sequence[float | None], warm
     if not kept:
         return None
     return Window(first_step=kept[0], last_step=kept[-1], steps=kept)
+
+
+def breakdown(records: Sequence[dict]) -> dict | None:
+    """Mean forward, backward, optimizer and other seconds over the steps (a window) that carry all three parts;
+    means, not medians, so that the four add up to the mean step time. None when no step carries them."""
+    full = [r for r in records if r.get("step_time_s") is not None
+            and all(r.get(key) is not None for key in BREAKDOWN_KEYS)]
+    if not full:
+        return None
+    means = {key: statistics.fmean(r[key] for r in full) for key in BREAKDOWN_KEYS}
+    means["other_s"] = statistics.fmean(r["step_time_s"] - sum(r[key] for key in BREAKDOWN_KEYS) for r in full)
+    return {**means, "step_time_s": statistics.fmean(r["step_time_s"] for r in full), "count": len(full)}
 
 
 def tokens_per_second(tokens_per_step: int, step_time_s: float) -> float:

@@ -40,6 +40,8 @@ class ModelSpec:
     qkv_bias: bool
     rope_scaling: dict = field(default_factory=dict)  # Llama 3 frequency scaling, empty if none
     gated: bool = False  # the Hub repository needs HF_TOKEN and an accepted licence
+    sliding_window: int | None = None  # attention sees at most this many earlier tokens (Mistral 7B v0.1); None: all
+    proxy_of: str | None = None  # the full-depth variant whose layers this one keeps fewer of (MODEL_LAYERS)
 
     @property
     def head_dim(self) -> int:

@@ -6,7 +6,8 @@ the run's config.json; every launcher, trainer and generated framework file read
 `result_training`). Its field names are the result schema's (utils/result.schema.json), so no layer renames
 a setting: seq_len is seq_len from config.json to result.json.
 
-config.json holds one object per section below, plus `knobs`: every configuration knob as resolved for the
+config.json holds one object per section below (identity, parallelism, training, data, fairness, native,
+environment), plus `knobs`: every configuration knob as resolved for the
 run (the record that reproduces it; code reads the typed sections, and the knobs only where it hands them on
 as they are: the NET_* network settings, utils/netenv.py).
 """
@@ -97,6 +98,18 @@ class Fairness:
 
 
 @dataclass(frozen=True)
+class Native:
+    """The torch-native frameworks' own settings (utils/config/native.py); the other frameworks carry them unused."""
+
+    data_parallel: str  # fsdp | ddp: fsdp's data parallelism (FSDP2 fully_shard, or DDP at TP=1)
+    compile: bool  # torch.compile each transformer layer
+    compile_mode: str  # torch.compile's mode
+    sac_every: int  # selective activation checkpointing of every N-th layer; 0: off
+    attn_impl: str  # Hugging Face attention: sdpa | flash_attention_2 | eager
+    zero_stage: int  # DeepSpeed's ZeRO stage under AutoTP
+
+
+@dataclass(frozen=True)
 class Environment:
     """How this node runs and measures it."""
 
@@ -120,6 +133,7 @@ class Request:
     training: Training
     data: Data
     fairness: Fairness
+    native: Native
     environment: Environment
     knobs: dict = field(default_factory=dict)  # every knob as resolved (utils.config), the record that reproduces it
 

@@ -24,7 +24,7 @@ from utils.hardware import peak_tflops
 from utils.models import by_variant
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
@@ -37,7 +37,7 @@ TRAINING_OPTIONAL = {"lr_decay_style": "cosine", "weight_decay": None, "beta1": 
 STEP_VALUE_KEYS = ("step_time_s", "loss", "lr", "grad_norm", "mem_allocated_gib", "mem_reserved_gib")
 # Per-step values only some sources report: device memory as the driver sees it (Primus), and the peak
 # resident host memory of the largest worker (TPrimat's trainer; the CPU's equivalent of device memory).
-STEP_OPTIONAL_KEYS = ("mem_device_used_gib", "mem_host_rss_gib")
+STEP_OPTIONAL_KEYS = ("mem_device_used_gib", "mem_host_rss_gib") + metrics.BREAKDOWN_KEYS
 
 
 class ResultError(ValueError):
@@ -134,7 +134,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                  parallelism: Mapping, training: Mapping, steps: Iterable[Mapping], warmup_skip: int,
                  num_gpus: int, device_name: str | None, raw_framework: Mapping | None = None,
                  effective: Mapping | None = None, features: Mapping | None = None,
-                 host_rss_gib_per_worker: Sequence[float] = (), warnings: Sequence[str] = ()) -> dict:
+                 host_rss_gib_per_worker: Sequence[float] = (), breakdown_method: str | None = None,
+                 warnings: Sequence[str] = ()) -> dict:
     """Assemble one result from plain data and compute every figure with utils.metrics.
 
     Parameters (all keyword-only; raises ResultError naming the field on unknown or missing keys):
@@ -159,8 +160,9 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
             "grad_norm": float|None, "skipped": int, "nan": int, "tokens": int,
             "mem_allocated_gib", "mem_reserved_gib": float|None (peak since start, per GPU)};
             extra keys are ignored except those of STEP_OPTIONAL_KEYS: "mem_device_used_gib" (driver-reported
-            device memory) and "mem_host_rss_gib" (peak resident host memory of the largest worker, GiB). nan/inf values may be passed as
-            floats: they become null and are listed in health.nonfinite and warnings.
+            device memory), "mem_host_rss_gib" (peak resident host memory of the largest worker, GiB) and the
+            step's breakdown "forward_s", "backward_s", "optimizer_s" (utils.metrics.BREAKDOWN_KEYS). nan/inf values
+            may be passed as floats: they become null and are listed in health.nonfinite and warnings.
       warmup_skip: WARMUP_SKIP; steps numbered <= it are left out of the statistics.
       num_gpus: GPUs of the job (TP x PP x DP); tokens/s/GPU divides by it.
       device_name: the accelerator's reported name (e.g. "NVIDIA H100 80GB HBM3") for the MFU peak;
@@ -169,6 +171,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
       effective: settings read back from the framework, keyed like parallelism/training fields.
       features: fused kernels / attention implementation -> True|False|str.
       host_rss_gib_per_worker: each worker's peak resident host memory (GiB), in rank order.
+      breakdown_method: how the steps' forward/backward/optimizer times were measured (required with them);
+            performance.breakdown then holds their means over the window.
       warnings: notes from the caller, kept in the result's warnings.
 
     Statistics cover the steady-state window (steps after warmup_skip with a step time); tokens/s
@@ -204,6 +208,17 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         notes.append(f"steps report {odd_tokens} tokens, not GBS x SL = {tokens_per_step}")
 
     performance = _performance(spec, records, train, warmup_skip, num_gpus, device_name, platform, notes)
+    if any(r[key] is not None for r in records for key in metrics.BREAKDOWN_KEYS):
+        if not breakdown_method:
+            raise ResultError("steps carry forward/backward/optimizer times: give breakdown_method (how they were "
+                              "measured)")
+        window = performance["window"]
+        kept = [r for r in records if window and window["first_step"] <= r["step"] <= window["last_step"]]
+        found = metrics.breakdown(kept)
+        if found is not None:
+            performance["breakdown"] = {"method": breakdown_method, **found}
+    breakdown_series = {key: [r[key] for r in records] for key in metrics.BREAKDOWN_KEYS
+                        if any(r[key] is not None for r in records)}
     memory = {"peak_allocated_gib": _peak(records, "mem_allocated_gib"),
               "peak_reserved_gib": _peak(records, "mem_reserved_gib")}
     if any(r["mem_device_used_gib"] is not None for r in records):
@@ -226,14 +241,17 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                   "parameters": spec.param_count(), "num_layers": spec.num_layers,
                   "hidden_size": spec.hidden_size, "ffn_hidden_size": spec.ffn_hidden_size,
                   "num_attention_heads": spec.num_attention_heads, "num_kv_heads": spec.num_kv_heads,
-                  "head_dim": spec.head_dim, "vocab_size": spec.vocab_size, "qkv_bias": spec.qkv_bias},
+                  "head_dim": spec.head_dim, "vocab_size": spec.vocab_size, "qkv_bias": spec.qkv_bias,
+                  **({"sliding_window": spec.sliding_window} if spec.sliding_window else {}),
+                  **({"proxy_of": spec.proxy_of} if spec.proxy_of else {})},
         "system": _json_safe(system),
         "parallelism": {**par, "num_gpus": num_gpus, **({"nnodes": nnodes} if nnodes else {})},
         "training": train,
         "performance": performance,
         "memory": memory,
         "series": {"step": [r["step"] for r in records],
-                   **{key: [r[key] for r in records] for key in STEP_VALUE_KEYS}, **host_series},
+                   **{key: [r[key] for r in records] for key in STEP_VALUE_KEYS}, **host_series,
+                   **breakdown_series},
         "health": health,
         "raw_framework": _json_safe(raw_framework or {}),
         "effective": _json_safe(effective or {}),

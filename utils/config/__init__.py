@@ -12,9 +12,10 @@ gets a warning line.
     python3 -m utils.config get KEY # one resolved value
 
 The knobs live in sections, each with the rules that concern it, in config.env's order: selection
-(where and what to run), workload (data, training, measurement), layout (parallelism, nodes) and
-launch (Slurm, network, run switches). parse turns text into typed values, reading finds each
-knob's text and its source, resolved holds the result (Config), show prints it.
+(where and what to run), workload (data, training, measurement), layout (parallelism, nodes), native
+(the torch-native frameworks' knobs and their compatibility rules) and launch (Slurm, network, run
+switches). parse turns text into typed values, reading finds each knob's text and its source, resolved
+holds the result (Config), show prints it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 from pathlib import Path
 
 from utils import ROOT
-from utils.config import layout, selection, workload
+from utils.config import layout, native, selection, workload
 from utils.config.launch import launch_mode
 from utils.config.parse import ConfigError, convert
 from utils.config.reading import (CONFIG_FILE, CPU_PREFIX, KNOBS, Settings, environment_warnings, near_knob, overlay,
@@ -66,6 +67,8 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     if unknown:  # a strategy that is none has no layout to check
         raise ConfigError(problems + unknown)
     problems += layout.layout_problems(config)
+    if not problems:  # the compatibility rules read every layout, so they come after the layout rules
+        problems += native.problems(config)
     if problems:
         raise ConfigError(problems)
     return config

@@ -67,8 +67,8 @@ def resolve_strategies(value: str, table: dict, problems: list[str]) -> list[str
 
 
 def resolve_frameworks(requested: list[str], platform: str, notes: list[str]) -> list[str]:
-    """FRAMEWORK (with all) mapped onto what the platform runs (utils.frameworks): prim<->nemo, only mega on the
-    CPU."""
+    """FRAMEWORK (with all) mapped onto what the platform runs (utils.frameworks): prim<->nemo; on the CPU a
+    vendor's framework is left out (the others run there)."""
     available = frameworks.on(platform)
     resolved: list[str] = []
     for name in requested:
@@ -78,7 +78,8 @@ def resolve_frameworks(requested: list[str], platform: str, notes: list[str]) ->
         if name in available:
             resolved.append(name)
         elif platform == "cpu":
-            notes.append(f"FRAMEWORK={name}: the CPU runs mega only; {name} needs a GPU")
+            notes.append(f"FRAMEWORK={name}: {name} needs a GPU; the CPU runs {', '.join(available)}, mega "
+                         "instead")
             resolved.append("mega")
         else:
             own = frameworks.vendor_framework(platform)
