@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from utils import probe, vendor_tools
+from utils import frameworks, probe, vendor_tools
 
 NVIDIA_SMI = """\
 #!/bin/sh
@@ -157,9 +157,14 @@ def test_one_node_is_this_host_and_a_multi_node_run_started_by_hand_names_none(f
 
 
 def test_a_stack_check_of_unknown_frameworks_is_refused_in_one_line(capsys):
-    assert probe.main(["--require-stack", "amd", "--frameworks", "mega,fsdp"]) == 2
+    assert probe.main(["--require-stack", "amd", "--frameworks", "mega,jax"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert "--frameworks 'mega,fsdp'" in line and "mega, nemo, prim" in line
+    assert "--frameworks 'mega,jax'" in line and "mega, nemo, prim, fsdp, autotp" in line
+
+
+def test_every_framework_names_the_modules_its_trainer_needs():
+    assert set(probe.FRAMEWORK_MODULES) == set(frameworks.NAMES)
+    assert "deepspeed" in probe.FRAMEWORK_MODULES["autotp"] and "transformers" in probe.FRAMEWORK_MODULES["fsdp"]
 
 
 def test_this_machines_python_reports_what_it_sees_and_is_refused_for_gpu_training():

@@ -207,8 +207,10 @@ def probe(env: Mapping[str, str] | None = None) -> dict:
 
 VENDOR_STACK = {"amd": ("hip", "ROCm", "AMD"), "nvd": ("cuda", "CUDA", "NVIDIA")}  # torch.version.<attr>, names
 # What each framework's trainer imports besides torch (prim: Primus's launcher, inside its checkout).
+# What each framework's trainer imports beyond torch (the torch-native ones read data through megatron.core too).
 FRAMEWORK_MODULES = {"mega": ("transformer_engine", "megatron.core"),
-                     "nemo": ("transformer_engine", "megatron.core", "nemo"), "prim": ("transformer_engine",)}
+                     "nemo": ("transformer_engine", "megatron.core", "nemo"), "prim": ("transformer_engine",),
+                     "fsdp": ("transformers", "megatron.core"), "autotp": ("transformers", "deepspeed", "megatron.core")}
 
 
 def stack_facts() -> dict:
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, help="system.json to write (default: print)")
     parser.add_argument("--require-stack", choices=sorted(VENDOR_STACK), metavar="PLATFORM",
                         help="amd or nvd: exit 2 with one line unless --python can train --frameworks there")
-    parser.add_argument("--frameworks", default="", help="comma list of mega, nemo, prim (with --require-stack)")
+    parser.add_argument("--frameworks", default="", help="comma list of frameworks (utils.frameworks; with --require-stack)")
     parser.add_argument("--python", default=sys.executable, help="the Python that would train (default: this one)")
     parser.add_argument("--stack-facts", action="store_true", help="print what this Python sees, as JSON")
     args = parser.parse_args(argv)
