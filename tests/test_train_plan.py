@@ -23,9 +23,13 @@ def names(platform: str, **env: str) -> list[str]:
     return [run.name for run in build_plan(node(platform, **env))]
 
 
+NATIVE_RUNS = ["fsdp-llama", "fsdp-qwen", "autotp-llama", "autotp-qwen"]
+
+
 @pytest.mark.parametrize("platform, framework, expected", [
-    ("nvd", "all", ["mega-llama", "mega-qwen", "nemo-llama", "nemo-qwen"]),
-    ("amd", "all", ["mega-llama", "mega-qwen", "prim-llama", "prim-qwen"]),
+    ("nvd", "all", ["mega-llama", "mega-qwen", "nemo-llama", "nemo-qwen", *NATIVE_RUNS]),
+    ("amd", "all", ["mega-llama", "mega-qwen", "prim-llama", "prim-qwen", *NATIVE_RUNS]),
+    ("nvd", "autotp,fsdp", ["autotp-llama", "autotp-qwen", "fsdp-llama", "fsdp-qwen"]),
     ("nvd", "mega", ["mega-llama", "mega-qwen"]),
     ("nvd", "nemo", ["nemo-llama", "nemo-qwen"]),
     ("nvd", "prim", ["nemo-llama", "nemo-qwen"]),  # Primus is AMD's: NeMo is its NVIDIA counterpart
@@ -36,11 +40,14 @@ def test_run_list_per_gpu_platform_and_framework(platform, framework, expected):
     assert names(platform, FRAMEWORK=framework) == expected
 
 
-@pytest.mark.parametrize("framework", ["all", "mega", "prim", "nemo"])
-def test_the_cpu_runs_megatron_only_whatever_is_asked(framework):
+@pytest.mark.parametrize("framework, expected", [
+    ("all", ["mega-llama", "mega-qwen", *NATIVE_RUNS]), ("mega", ["mega-llama", "mega-qwen"]),
+    ("prim", ["mega-llama", "mega-qwen"]), ("nemo", ["mega-llama", "mega-qwen"]),
+])
+def test_the_cpu_runs_megatron_for_a_vendors_framework_and_the_torch_native_ones(framework, expected):
     cfg = node("cpu", 0, FRAMEWORK=framework)
-    assert [run.name for run in build_plan(cfg)] == ["mega-llama", "mega-qwen"]
-    assert all(run.layout.gpus == 2 for run in build_plan(cfg))
+    assert [run.name for run in build_plan(cfg)] == expected
+    assert all(run.layout.gpus == 2 and not run.skipped for run in build_plan(cfg))
 
 
 def test_mapping_notes_are_printed_with_the_list():
@@ -59,7 +66,7 @@ def test_repeats_are_outermost_and_named():
 ])
 def test_a_sweep_names_each_strategy_and_keeps_the_global_batch(platform, llama_qwen):
     runs = build_plan(node(platform, STRATEGY="all"))
-    assert len(runs) == 5 * 2 * 2
+    assert len(runs) == 5 * 4 * 2
     best = [r for r in runs if r.strategy == "maximum_performance" and r.framework == "mega"]
     assert [r.name for r in best] == ["mega-llama-maximum_performance", "mega-qwen-maximum_performance"]
     assert [(r.layout.tp, r.layout.pp, r.layout.dp, r.layout.ga) for r in best] == llama_qwen
@@ -67,9 +74,40 @@ def test_a_sweep_names_each_strategy_and_keeps_the_global_batch(platform, llama_
 
 
 def test_the_cpu_sweep_runs_strategies_that_fit_two_processes():
-    runs = build_plan(node("cpu", 0, STRATEGY="balanced,memory_optimized", MODELS="llama"))
-    assert [(r.name, r.layout.tp, r.layout.pp, r.layout.dp) for r in runs] == [
-        ("mega-llama-balanced", 2, 1, 1), ("mega-llama-memory_optimized", 1, 2, 1)]
+    runs = build_plan(node("cpu", 0, STRATEGY="balanced,memory_optimized", MODELS="llama", FRAMEWORK="mega,fsdp"))
+    assert [(r.name, r.layout.tp, r.layout.pp, r.layout.dp, bool(r.skipped)) for r in runs] == [
+        ("mega-llama-balanced", 2, 1, 1, False), ("fsdp-llama-balanced", 2, 1, 1, False),
+        ("mega-llama-memory_optimized", 1, 2, 1, False), ("fsdp-llama-memory_optimized", 1, 2, 1, True)]
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "autotp"])
+def test_a_torch_native_framework_skips_a_pipeline_layout_and_the_run_list_says_why(framework):
+    cfg = node("nvd", STRATEGY="memory_optimized,maximum_performance", FRAMEWORK=f"mega,{framework}")
+    runs = build_plan(cfg)
+    skipped = {r.name: r.skipped for r in runs if r.skipped}
+    assert set(skipped) == {f"{framework}-llama-memory_optimized", f"{framework}-qwen-memory_optimized",
+                            f"{framework}-qwen-maximum_performance"}  # PP2 each; mega runs every one of them
+    assert set(skipped.values()) == {f"{framework} has no pipeline parallelism (PP=2); the other frameworks run "
+                                     "this layout"}
+    lines = table(cfg, runs)
+    listed = [line for line in lines if line.split()[1:2] and line.split()[1] in skipped]
+    assert len(listed) == 3 and all(f"skipped: {framework} has no pipeline parallelism" in line for line in listed)
+    assert "3 run(s) skipped (the reason is on each line), 5 to run" in lines
+
+
+def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are(monkeypatch):
+    from train import plan
+    monkeypatch.setitem(plan.MODEL_NAMES, "nemo", ({"llama": "llama31_8b"}, "train/nemo_recipe.py's RECIPES"))
+    runs = build_plan(node("nvd", FRAMEWORK="nemo,mega"))
+    assert [(r.name, r.skipped) for r in runs] == [
+        ("nemo-llama", ""), ("nemo-qwen", "nemo has no name for qwen (train/nemo_recipe.py's RECIPES has none)"),
+        ("mega-llama", ""), ("mega-qwen", "")]
+
+
+def test_every_framework_with_names_has_one_for_each_benchmarked_model():
+    from train.plan import MODEL_NAMES
+    assert {name: sorted(set(table_) & {"llama", "qwen"}) for name, (table_, _) in MODEL_NAMES.items()} == \
+        {"nemo": ["llama", "qwen"], "prim": ["llama", "qwen"]}
 
 
 def test_request_holds_identity_layout_workload_data_and_every_knob():
@@ -170,7 +208,15 @@ def test_the_request_carries_the_chosen_fairness_profile_and_each_framework_s_wa
     cfg = node("nvd", MODELS="llama", FRAMEWORK="all", FAIRNESS="tuned")
     reqs = {run.framework: request(cfg, run) for run in build_plan(cfg)}
     assert {fw: (r.fairness.profile, r.fairness.table["overlap_grad_reduce"]) for fw, r in reqs.items()} == \
-        {"mega": ("tuned", True), "nemo": ("tuned", True)}
+        {fw: ("tuned", True) for fw in ("mega", "nemo", "fsdp", "autotp")}
     assert {fw: r.fairness.workload["lr_warmup_convention"] for fw, r in reqs.items()} == \
-        {"mega": "megatron", "nemo": "nemo-cosine-annealing"}
+        {"mega": "megatron", "nemo": "nemo-cosine-annealing", "fsdp": "megatron", "autotp": "megatron"}
     assert {r.fairness.workload["padded_vocab_size"] for r in reqs.values()} == {128256}
+
+
+def test_the_request_carries_the_torch_native_knobs():
+    cfg = node("cpu", 0, FRAMEWORK="fsdp", MODELS="qwen", COMPILE="1", COMPILE_MODE="max-autotune",
+               SAC_FREQ="1/4", ATTN_IMPL="eager", ZERO_STAGE="2")
+    native = request(cfg, build_plan(cfg)[0]).native
+    assert (native.data_parallel, native.compile, native.compile_mode, native.sac_every, native.attn_impl,
+            native.zero_stage) == ("fsdp", True, "max-autotune", 4, "eager", 2)

@@ -46,7 +46,7 @@ def test_gpu_defaults_are_the_fair_comparison_settings():
                 "FAIRNESS": "spec"}
     assert {k: config[k] for k in expected} == expected
     assert config.gbs == 64 and config.num_gpus == 8
-    assert config.frameworks == ["mega", "nemo"]
+    assert config.frameworks == ["mega", "nemo", "fsdp", "autotp"]
     assert [m.variant for m in config.models] == ["llama3.1-8b", "qwen2.5-7b"]
 
 
@@ -55,7 +55,7 @@ def test_cpu_scales_itself_down_without_edits():
     assert config.platform == "cpu" and config["MODEL_SIZE"] == "tiny"
     assert (config["DP"], config["GPUS_PER_NODE"], config["SL"], config["DATASET"]) == (2, 2, 128, "sample")
     assert config["TRAIN_ITERS"] < 100
-    assert config.frameworks == ["mega"]
+    assert config.frameworks == ["mega", "fsdp", "autotp"]
     assert config.sources["SL"] == "config.env (CPU profile)"
 
 
@@ -65,14 +65,15 @@ def test_environment_overrides_file_and_cpu_profile():
 
 
 @pytest.mark.parametrize("platform, requested, resolved", [
-    ("nvd", "prim", ["nemo"]), ("amd", "nemo", ["prim"]), ("amd", "all", ["mega", "prim"]),
-    ("nvd", "mega,prim,nemo", ["mega", "nemo"]), ("cpu", "all", ["mega"]), ("cpu", "nemo", ["mega"]),
+    ("nvd", "prim", ["nemo"]), ("amd", "nemo", ["prim"]), ("amd", "all", ["mega", "prim", "fsdp", "autotp"]),
+    ("nvd", "mega,prim,nemo", ["mega", "nemo"]), ("cpu", "all", ["mega", "fsdp", "autotp"]), ("cpu", "nemo", ["mega"]),
+    ("cpu", "autotp,fsdp", ["autotp", "fsdp"]),
 ])
 def test_frameworks_map_onto_the_platform(platform, requested, resolved):
     env = {"TPRIMAT_DETECTED_PLATFORM": platform, "TPRIMAT_DETECTED_GPUS": "0" if platform == "cpu" else "8"}
     config = load_config({**env, "FRAMEWORK": requested})
     assert config.frameworks == resolved
-    if requested not in ("all", "mega"):
+    if requested != "all" and resolved != requested.split(","):
         assert config.notes, "a mapping must be said"
 
 
@@ -216,7 +217,7 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
     ("MODELS", "llama,llama", "MODELS=llama,llama: llama twice; valid: a comma list of llama, qwen, each once"),
     ("MODELS", "LLAMA", "MODELS=LLAMA: unknown LLAMA; valid: a comma list of llama, qwen, each once"),
     ("FRAMEWORK", "mega,,nemo",
-     "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, all, each once"),
+     "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, fsdp, autotp, all, each once"),
     ("STRATEGY", "balanced,balanced", "STRATEGY=balanced,balanced: balanced twice; valid: a comma list of all, "
      "minimal_communication, balanced, truly_identical, memory_optimized, maximum_performance, custom, each once"),
     ("STRATEGY", "all,balanced",

@@ -5,9 +5,11 @@ from utils.config import FRAMEWORKS
 from utils.fairness import workload
 
 
-def test_each_platform_runs_megatron_and_its_vendors_framework():
+def test_each_platform_runs_megatron_its_vendors_framework_and_the_torch_native_ones():
     assert {platform: frameworks.on(platform) for platform in ("nvd", "amd", "cpu")} == \
-        {"nvd": ("mega", "nemo"), "amd": ("mega", "prim"), "cpu": ("mega",)}
+        {"nvd": ("mega", "nemo", "fsdp", "autotp"), "amd": ("mega", "prim", "fsdp", "autotp"),
+         "cpu": ("mega", "fsdp", "autotp")}
+    assert [name for name in frameworks.NAMES if frameworks.torch_native(name)] == list(frameworks.NATIVE)
 
 
 def test_a_vendors_framework_is_the_one_only_its_platform_runs():
@@ -15,13 +17,14 @@ def test_a_vendors_framework_is_the_one_only_its_platform_runs():
 
 
 def test_the_configuration_knows_exactly_the_tables_frameworks():
-    assert FRAMEWORKS == frameworks.NAMES == ("mega", "prim", "nemo")
+    assert FRAMEWORKS == frameworks.NAMES == ("mega", "prim", "nemo", "fsdp", "autotp")
 
 
 def test_the_workload_records_each_frameworks_warm_up_convention():
     assert {name: workload(name, 128256, 1)["lr_warmup_convention"] for name in frameworks.NAMES} == \
-        {"mega": "megatron", "prim": "megatron", "nemo": "nemo-cosine-annealing"}
+        {"mega": "megatron", "prim": "megatron", "nemo": "nemo-cosine-annealing", "fsdp": "megatron",
+         "autotp": "megatron"}
 
 
-def test_only_the_megatron_trainer_writes_its_own_result():
-    assert [name for name, spec in frameworks.TABLE.items() if spec.writes_result] == ["mega"]
+def test_tprimats_own_trainers_write_their_result_and_the_vendors_logs_are_extracted():
+    assert [name for name, spec in frameworks.TABLE.items() if spec.writes_result] == ["mega", "fsdp", "autotp"]

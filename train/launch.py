@@ -43,7 +43,7 @@ from pathlib import Path
 
 from train.launch_command import REQUEST_FILE, Launch, node_identity, prepare, run_environment
 from train.launch_process import hold_stops, judge, run_supervised
-from train.plan import Run, data_problems, request, run_name
+from train.plan import Run, data_problems, request, run_name, skip_reason
 from utils import probe
 from utils.cli import Parser, UsageError, warn
 from utils.config import FRAMEWORKS, PLATFORMS, ConfigError, load_config
@@ -85,6 +85,9 @@ def resolve(args) -> tuple[Request, Path]:
         raise UsageError(f"STRATEGY={cfg['STRATEGY']} names {len(cfg.strategies)} strategies; one run takes one "
                          "(a sweep is ./shell/run_train.sh)")
     strategy = cfg.strategies[0]
+    skipped = skip_reason(args.framework, args.model, cfg.layout(args.model, strategy))
+    if skipped:
+        raise UsageError(f"{skipped}; choose another STRATEGY (or TP, PP, DP, GA) or FRAMEWORK")
     missing = "; ".join(data_problems(cfg))
     if missing and not cfg["DRY_RUN"]:
         raise UsageError(f"data not prepared: {missing} (or MOCK_DATA=1 for synthetic tokens)")
@@ -151,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     hold_stops()  # the run has ended: a stop signal now cuts only the judge's wait short, never the record
     record.update(exit_code=outcome.exit_code, stopped_by=outcome.stopped_by, started_at=outcome.started_at,
                   ended_at=outcome.ended_at, wall_s=round(outcome.wall_s, 1), warnings=outcome.warnings,
-                  environment=run_environment(launch, who.platform))
+                  environment=run_environment(launch, who.platform, who.framework))
     if node_rank == 0:  # node 0 judges the run from every node's log
         write_json(work_dir / "launch.json", record)
         judged = judge(run_dir)

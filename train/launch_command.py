@@ -1,10 +1,11 @@
 """The command of one run per framework, and the files generated for it, from the run's request.
 
-Each framework (utils.config's FRAMEWORKS) is one function of COMMANDS: mega runs torchrun on train/train_mega.py with the run's
-config.json; nemo runs torchrun on train/train_nemo.py with the recipe settings of train/nemo_recipe.py;
-prim runs Primus's examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/primus_config.py.
-Every command gets the platform's environment (utils/platform_env), and a multi-node one the network
-settings of utils/netenv.
+Each framework (utils.config's FRAMEWORKS) is one function of COMMANDS: mega, fsdp and autotp run torchrun
+on their trainer (train/train_mega.py, train_fsdp.py, train_autotp.py) with the run's config.json; nemo runs
+torchrun on train/train_nemo.py with the recipe settings of train/nemo_recipe.py; prim runs Primus's
+examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/primus_config.py.
+Every command gets the platform's environment with its framework's (utils/platform_env), and a multi-node one
+the network settings of utils/netenv.
 """
 
 from __future__ import annotations
@@ -58,13 +59,15 @@ def torchrun(req: Request) -> list[str]:
 
 
 def vendor_env(req: Request) -> dict[str, str]:
-    """utils/platform_env's variables where the user has not set them otherwise (theirs win), the
+    """utils/platform_env's variables for the platform and framework where the user has not set them otherwise
+    (theirs win), the
     multi-node network settings of utils/netenv (NET_* knobs beat what is exported, which beats the
     vendor's defaults), and unbuffered Python so that the console streams into train.log and the
     terminal as it happens."""
     platform = req.identity.platform
     network = network_env(platform, req.knobs) if req.parallelism.nnodes > 1 else {}
-    return {**{key: os.environ.get(key, value) for key, value in platform_env(platform).items()}, **network,
+    wanted = platform_env(platform, req.identity.framework)
+    return {**{key: os.environ.get(key, value) for key, value in wanted.items()}, **network,
             "PYTHONUNBUFFERED": "1"}
 
 
@@ -77,17 +80,20 @@ def node_identity(launch: Launch) -> dict:
             "network": {key: env[key] for key in sorted(env) if key.startswith(NETWORK_PREFIXES)}}
 
 
-def run_environment(launch: Launch, platform: str) -> dict[str, str]:
-    """The platform's variables (utils/platform_env) as the run is started with them."""
+def run_environment(launch: Launch, platform: str, framework: str = "") -> dict[str, str]:
+    """The platform's and framework's variables (utils/platform_env) as the run is started with them."""
     env = {**os.environ, **launch.env}
-    return {key: env[key] for key in platform_env(platform) if key in env}
+    return {key: env[key] for key in platform_env(platform, framework) if key in env}
 
 
-def _mega(req: Request, run_dir: Path, work_dir: Path) -> Launch:
-    """TPrimat's megatron-core trainer, which reads everything from the run's config.json (on every node: the
-    nodes share the run directory, and node 0 writes it before its torchrun lets any worker start)."""
-    argv = torchrun(req) + ["train/train_mega.py", "--request", str(run_dir / REQUEST_FILE), "--run-dir", str(run_dir)]
-    return Launch(argv, vendor_env(req), str(ROOT))
+def _own_trainer(script: str):
+    """A TPrimat trainer that reads everything from the run's config.json (on every node: the nodes share the
+    run directory, and node 0 writes it before its torchrun lets any worker start)."""
+    def command(req: Request, run_dir: Path, work_dir: Path) -> Launch:
+        argv = torchrun(req) + [script, "--request", str(run_dir / REQUEST_FILE), "--run-dir", str(run_dir)]
+        return Launch(argv, vendor_env(req), str(ROOT))
+    command.__doc__ = f"torchrun on {script} with the run's config.json."
+    return command
 
 
 def _nemo(req: Request, run_dir: Path, work_dir: Path) -> Launch:
@@ -120,7 +126,8 @@ def _prim(req: Request, run_dir: Path, work_dir: Path) -> Launch:
     return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd, [exp_path.name])
 
 
-COMMANDS = {"mega": _mega, "nemo": _nemo, "prim": _prim}
+COMMANDS = {"mega": _own_trainer("train/train_mega.py"), "nemo": _nemo, "prim": _prim,
+            "fsdp": _own_trainer("train/train_fsdp.py"), "autotp": _own_trainer("train/train_autotp.py")}
 
 
 def prepare(req: Request, run_dir: Path, work_dir: Path) -> Launch:

@@ -3,8 +3,8 @@
     python3 -m train.matrix      (shell/train.sh hands over to it in the chosen runtime)
 
 Prints the run list, checks the data (on the CPU with the bundled sample corpus it prepares it), probes
-the system into system.json, runs each run through its train/train_<platform>_<framework>_<model>.sh in
-a process group of its own, then prints the summary table and runs evaluate.validate and evaluate.compare
+the system into system.json, runs each run through train/launch.sh PLATFORM FRAMEWORK MODEL in a process
+group of its own (a run its framework cannot do is listed as skipped, with the reason, and not started), then prints the summary table and runs evaluate.validate and evaluate.compare
 (as commands: train/ does not import evaluate/). DRY_RUN=1: every run's command and generated
 configuration, nothing trained. Multi-node: every node walks the same matrix; node 0 probes, prepares
 the sample data when it is missing (the others wait for it) and writes the summary and report.
@@ -33,6 +33,7 @@ from utils.strategies import CUSTOM
 
 DATA_WAIT_S = 1800  # how long a node other than 0 waits for node 0's sample data (TPRIMAT_DATA_WAIT_S)
 DATA_POLL_S = 5
+LAUNCHER = "train/launch.sh"  # every run's: PLATFORM FRAMEWORK MODEL (the train_*.sh wrappers are the user's shortcuts)
 
 
 def log(message: str) -> None:
@@ -159,22 +160,30 @@ def run_matrix(cfg: Config, runs: list[plan.Run], run_set: Path, stop: Stop) -> 
     for index, run in enumerate(runs, 1):
         if stop.signal is not None:
             break
+        if run.skipped:
+            log(f"run {index}/{len(runs)}: {run.name} skipped: {run.skipped}")
+            continue
         names.append(run.name)
-        script = f"train/train_{cfg.platform}_{run.framework}_{run.model}.sh"
-        args = ["--run-dir", str(run_set / run.name), "--repeat", str(run.repeat)]
+        args = [cfg.platform, run.framework, run.model, "--run-dir", str(run_set / run.name),
+                "--repeat", str(run.repeat)]
         log(f"run {index}/{len(runs)}: {run.name}")
         if cfg["DRY_RUN"] and os.environ.get("TPRIMAT_RUNTIME") == "docker":
-            log(f"from the host: {container_command(cfg.platform, script, args)}")
+            log(f"from the host: {container_command(cfg.platform, LAUNCHER, args)}")
         strategy = "" if run.strategy == CUSTOM else run.strategy
         env = {**os.environ, "STRATEGY": strategy}
-        if stop.run_in_group(run.name, ["bash", str(ROOT / script), *args], env) != 0:
+        if stop.run_in_group(run.name, ["bash", str(ROOT / LAUNCHER), *args], env) != 0:
             failed = True
     return names, failed
 
 
-def report(cfg: Config, run_set: Path, names: list[str], failed: bool, stop: Stop) -> bool:
+def summarise(run_set: Path, names: list[str], runs: list[plan.Run]) -> int:
+    """train.summary's table of the runs started, with the skipped ones counted; its exit status."""
+    return summary.main([str(run_set), *names, *(f"--skipped={run.name}: {run.skipped}" for run in runs if run.skipped)])
+
+
+def report(cfg: Config, run_set: Path, runs: list[plan.Run], names: list[str], failed: bool, stop: Stop) -> bool:
     """Node 0: the summary table, then evaluate.validate and evaluate.compare; whether anything failed."""
-    if summary.main([str(run_set), *names]) != 0:
+    if summarise(run_set, names, runs) != 0:
         failed = True
     stop.end_if_stopped()
     if cfg["DRY_RUN"]:
@@ -205,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs = plan.build_plan(cfg)
     print("\n".join(plan.table(cfg, runs)))
-    if not runs:
-        die(2, "the run list is empty; check FRAMEWORK and MODELS")
+    if not any(not run.skipped for run in runs):
+        die(2, "the run list has nothing to run; check FRAMEWORK, MODELS and STRATEGY")
     check_data(cfg, stop)
     stop.end_if_stopped()
     try:
@@ -222,14 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     names, failed = run_matrix(cfg, runs, run_set, stop)
     if stop.signal is not None and node == 0 and names:
         try:
-            summary.main([str(run_set), *names])
+            summarise(run_set, names, runs)
         except OSError:  # after a hangup the terminal may be gone: the exit status still says what happened
             pass
     stop.end_if_stopped()
     if node != 0:
         log(f"node {node}: done; node 0 writes the summary")
         return int(failed)
-    return int(report(cfg, run_set, names, failed, stop))
+    return int(report(cfg, run_set, runs, names, failed, stop))
 
 
 if __name__ == "__main__":

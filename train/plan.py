@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from train.nemo_recipe import RECIPES
+from train.primus_config import SHIPPED_NAMES
 from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
 from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
 from utils.cli import Parser
@@ -24,6 +26,7 @@ from utils.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
 from utils.hardware import cpu_precision
 from utils.config.native import sac_every
+from utils.frameworks import torch_native
 from utils.request import Data, Environment, Fairness, Identity, Native, Parallelism, Request, RequestError, Training
 from utils.strategies import CUSTOM, Layout
 
@@ -38,6 +41,24 @@ class Run:
     strategy: str
     repeat: int  # 1-based
     layout: Layout
+    skipped: str = ""  # why this framework cannot run this run (listed, never started); empty: it runs
+
+
+# The frameworks that train a model under a name of their own (a shipped recipe or experiment file): a model missing
+# from one of these tables is skipped for that framework. mega, fsdp and autotp build any model from utils.models.
+MODEL_NAMES = {"nemo": (RECIPES, "train/nemo_recipe.py's RECIPES"),
+               "prim": (SHIPPED_NAMES, "train/primus_config.py's SHIPPED_NAMES")}
+
+
+def skip_reason(framework: str, model: str, layout: Layout) -> str:
+    """Why a framework cannot run a model in a layout that the configuration accepts, or "" when it can: such a
+    run is skipped (another framework can still run it), not an error."""
+    if torch_native(framework) and layout.pp > 1:
+        return f"{framework} has no pipeline parallelism (PP={layout.pp}); the other frameworks run this layout"
+    names, where = MODEL_NAMES.get(framework, (None, ""))
+    if names is not None and model not in names:
+        return f"{framework} has no name for {model} ({where} has none)"
+    return ""
 
 
 def run_name(framework: str, model: str, strategy: str, repeat: int, *, named_strategy: bool,
@@ -52,15 +73,17 @@ def run_name(framework: str, model: str, strategy: str, repeat: int, *, named_st
 
 
 def build_plan(cfg: Config) -> list[Run]:
-    """Every run in execution order: repeats outermost, so a slow drift of the machine spreads evenly."""
+    """Every run in execution order: repeats outermost, so a slow drift of the machine spreads evenly. A run its
+    framework cannot do (skip_reason) is in the list with the reason, and the matrix does not start it."""
     repeats = cfg["RUNS"]
     named = cfg.strategies != [CUSTOM]
     return [Run(run_name(framework, spec.key, strategy, repeat, named_strategy=named, repeats=repeats),
-                framework, spec.key, strategy, repeat, cfg.layout(spec.key, strategy))
+                framework, spec.key, strategy, repeat, layout, skip_reason(framework, spec.key, layout))
             for repeat in range(1, repeats + 1)
             for strategy in cfg.strategies
             for framework in cfg.frameworks
-            for spec in cfg.models]
+            for spec in cfg.models
+            for layout in [cfg.layout(spec.key, strategy)]]
 
 
 def request(cfg: Config, run: Run) -> Request:
@@ -180,12 +203,17 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
     known: list[float] = []
     for index, run in enumerate(runs, 1):
         lay = run.layout
-        guess = estimate_s(Path(cfg["OUTPUT_DIR"]), request(cfg, run))
+        guess = None if run.skipped else estimate_s(Path(cfg["OUTPUT_DIR"]), request(cfg, run))
         if guess is not None:
             known.append(guess)
         layout = f"TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga}"
+        last = f"skipped: {run.skipped}" if run.skipped else _duration(guess) if guess is not None else "-"
         lines.append(f"{index:>3}  {run.name:<{width}}  {run.framework:<9} {cfg.model(run.model).variant:<18} "
-                     f"{run.strategy:<22} {layout:<20} {_duration(guess) if guess is not None else '-'}")
+                     f"{run.strategy:<22} {layout:<20} {last}")
+    skipped = sum(bool(run.skipped) for run in runs)
+    runs = [run for run in runs if not run.skipped]
+    if skipped:
+        lines.append(f"{skipped} run(s) skipped (the reason is on each line), {len(runs)} to run")
     if known and len(known) == len(runs):
         lines.append(f"estimated total: {_duration(sum(known))} (median of earlier identical runs)")
     elif known:

@@ -1,9 +1,10 @@
 """The summary table of a run set: run, status, tokens/s/GPU, TFLOP/s/GPU, time.
 
-    python3 -m train.summary RUN_SET_DIR [RUN_NAME...]
+    python3 -m train.summary RUN_SET_DIR [RUN_NAME...] [--skipped "RUN_NAME: why"...]
 
 Reads each run directory's launch.json (status, wall time) and result.json (figures). Runs are
-listed in the order given (default: every run directory, by name). Exit 1 when any run is not ok.
+listed in the order given (default: every run directory, by name), then the runs of the plan that
+were skipped (train.plan.skip_reason), counted apart. Exit 1 when any run is not ok.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from utils.cli import Parser
 @dataclass(frozen=True)
 class Row:
     run: str
-    status: str  # ok | failed | incomplete | interrupted | dry run | unfinished | not run
+    status: str  # ok | failed | incomplete | interrupted | dry run | unfinished | not run | skipped
     tokens_per_s_per_gpu: float | None
     tflop_per_s_per_gpu: float | None
     wall_s: float | None
@@ -28,7 +29,7 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("ok", "dry run")
+        return self.status in ("ok", "dry run", "skipped")
 
 
 def _read(path: Path) -> dict | None:
@@ -74,7 +75,9 @@ def table(rows: list[Row]) -> list[str]:
         lines.append(f"{r.run:<{width}}  {r.status:<11} {_number(r.tokens_per_s_per_gpu, 1):>13} "
                      f"{_number(r.tflop_per_s_per_gpu, 2):>12} {_time(r.wall_s):>8}  {r.reason[:100]}")
     bad = sum(not r.ok for r in rows)
-    lines.append(f"{len(rows)} run(s), {len(rows) - bad} ok, {bad} not ok")
+    skipped = sum(r.status == "skipped" for r in rows)
+    lines.append(f"{len(rows) - skipped} run(s), {len(rows) - skipped - bad} ok, {bad} not ok"
+                 + (f", {skipped} skipped" if skipped else ""))
     return lines
 
 
@@ -83,12 +86,16 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_set", type=Path, help="the run set directory (OUTPUT_DIR/<timestamp>-<platform>)")
     parser.add_argument("runs", nargs="*", help="run names in order (default: every run directory)")
+    parser.add_argument("--skipped", action="append", default=[], metavar="'RUN: WHY'",
+                        help="a run of the plan that was not started, and why (repeatable)")
     args = parser.parse_args(argv)
     if not args.run_set.is_dir():
         print(f"train.summary: {args.run_set}: no such run set directory", file=sys.stderr)
         return 2
     names = args.runs or sorted(p.parent.name for p in args.run_set.glob("*/config.json"))
     rows = [row(args.run_set / name) for name in names]
+    rows += [Row(name.strip(), "skipped", None, None, None, why.strip())
+             for name, _, why in (text.partition(":") for text in args.skipped)]
     print("\n".join(table(rows)))
     return 0 if all(r.ok for r in rows) else 1
 

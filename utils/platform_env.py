@@ -60,26 +60,41 @@ PLATFORM_ENV: dict[str, dict[str, str]] = {
         "OMP_NUM_THREADS": "1",
     },
 }
+# What a framework's stack needs on top of its platform's variables: framework -> platform -> variables.
+FRAMEWORK_ENV: dict[str, dict[str, dict[str, str]]] = {
+    # The torch-native frameworks' GEMMs go through torch itself: on ROCm torch's addmm takes hipBLASLt only
+    # while DISABLE_ADDMM_HIP_LT is 0 (the torch-native benchmark TPrimat follows needed it set so on MI300X).
+    "fsdp": {"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},
+    "autotp": {
+        "amd": {"DISABLE_ADDMM_HIP_LT": "0", "DS_ACCELERATOR": "cuda"},  # ROCm torch reports itself as cuda
+        "nvd": {"DS_ACCELERATOR": "cuda"},
+        # DeepSpeed picks its accelerator by probing, and without a GPU it would look for Intel's extension
+        # first: the CPU accelerator (gloo) is named, so a run never depends on what happens to be installed.
+        "cpu": {"DS_ACCELERATOR": "cpu"},
+    },
+}
 # Read once when a process starts: only an environment exported before the launch can set these.
 AT_PROCESS_START = frozenset({"GLIBC_TUNABLES", "OMP_NUM_THREADS"})
 
 
-def platform_env(platform: str) -> dict[str, str]:
-    """The variables a platform's training processes need (a copy)."""
+def platform_env(platform: str, framework: str = "") -> dict[str, str]:
+    """The variables a platform's training processes need (a copy), with those of the framework's stack when one
+    is named."""
     try:
-        return dict(PLATFORM_ENV[platform])
+        return {**PLATFORM_ENV[platform], **FRAMEWORK_ENV.get(framework, {}).get(platform, {})}
     except KeyError:
         raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORM_ENV)}") from None
 
 
-def apply(platform: str, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Set the platform's variables that are not set yet and can still take effect; return the
+def apply(platform: str, environ: MutableMapping[str, str] | None = None, framework: str = "") -> dict[str, str]:
+    """Set the platform's (and framework's) variables that are not set yet and can still take effect; return the
     effective values (a variable read at process start that the launch did not export is left out)."""
     environ = os.environ if environ is None else environ
-    for key, value in platform_env(platform).items():
+    wanted = platform_env(platform, framework)
+    for key, value in wanted.items():
         if key not in AT_PROCESS_START:
             environ.setdefault(key, value)
-    return {key: environ[key] for key in platform_env(platform) if key in environ}
+    return {key: environ[key] for key in wanted if key in environ}
 
 
 def main(argv: list[str] | None = None) -> int:
