@@ -173,7 +173,7 @@ def load_encoder(tokenizer_dir: Path, keys: list[str], append_eod: bool, backend
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers are the parallelism
     if not (tokenizer_dir / "tokenizer_config.json").exists() and not (tokenizer_dir / "tokenizer.json").exists():
         raise UsageError(f"--tokenizer-model {tokenizer_dir}: not a Hugging Face tokenizer directory; "
-                         "prepare one with: python3 -m data.fetch tokenizer --model llama|qwen --output-dir DIR")
+                         "prepare one with: python3 -m data.fetch tokenizer --model MODEL --output-dir DIR")
     proof, fresh = load_proof(tokenizer_dir, cache)
     if fresh:
         print(f"data.encode: proved tiktoken against the Hugging Face tokenizer of {tokenizer_dir} once; "

@@ -1,7 +1,7 @@
 """Fetch stage: a deterministic sample of the dataset as JSON lines, and each model's tokenizer.
 
     python3 -m data.fetch dataset --dataset bc|c4|sample --samples N --seed S --output RAW.jsonl
-    python3 -m data.fetch tokenizer [--model llama|qwen [--output-dir DIR]] [--platform P] [--allow-fallback]
+    python3 -m data.fetch tokenizer [--model MODEL [--output-dir DIR]] [--platform P] [--allow-fallback]
 
 Datasets are streamed with `datasets` (never the whole corpus on disk), shuffled with a seeded
 buffer (shard order and records), and cut after N records. C4 records are documents. BookCorpus
@@ -12,8 +12,8 @@ the same way (JSON-lines or parquet shards): the tests use it, and so can a mirr
 and the commit used are written to RAW.source.json for the manifest.
 
 `tokenizer` with no options prepares every model of the configuration's MODELS into
-DATA_DIR/tokenizers/<model>; what the command line leaves out (models, directory, platform,
-ALLOW_FALLBACK_TOKENIZER, HF_HOME) comes from config.env and the environment, as
+DATA_DIR/tokenizers/<model>, once per tokenizer (llama70b uses llama's); what the command line leaves
+out (models, directory, platform, ALLOW_FALLBACK_TOKENIZER, HF_HOME) comes from config.env and the environment, as
 ./shell/run_data.sh would pass it.
 """
 
@@ -30,7 +30,8 @@ from typing import Iterator
 from utils.cli import Parser, UsageError, WorkError, run
 from utils.files import atomic_open, sha256_file, sha256_listing, write_json
 from data.tokenizer import prepare_tokenizer
-from utils.models import MODEL_KEYS
+from utils.datafiles import tokenizer_dir
+from utils.models import MODEL_KEYS, data_keys
 
 SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample" / "sample.jsonl.gz"
 PASSAGE_SENTENCES = 64  # BookCorpus sentences per passage (about 800 words)
@@ -220,9 +221,8 @@ def tokenizer_plan(args: argparse.Namespace) -> TokenizerPlan:
     if config["HF_HOME"]:
         os.environ["HF_HOME"] = config["HF_HOME"]  # the configuration's cache, as the launcher exports it
     platform = args.platform or config.platform
-    models = [args.model] if args.model else config["MODELS"]
-    tokenizers = Path(config["DATA_DIR"]) / "tokenizers"
-    return TokenizerPlan([(m, args.output_dir or tokenizers / m) for m in models], platform,
+    models = data_keys([args.model] if args.model else config["MODELS"])  # llama70b's is llama's: prepared once
+    return TokenizerPlan([(m, args.output_dir or tokenizer_dir(config["DATA_DIR"], m)) for m in models], platform,
                          args.allow_fallback or config["ALLOW_FALLBACK_TOKENIZER"] or platform == "cpu")
 
 

