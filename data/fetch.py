@@ -12,9 +12,9 @@ the same way (JSON-lines or parquet shards): the tests use it, and so can a mirr
 and the commit used are written to RAW.source.json for the manifest.
 
 `tokenizer` with no options prepares every model of the configuration's MODELS into
-DATA_DIR/tokenizers/<model>, once per tokenizer (llama70b uses llama's); what the command line leaves
-out (models, directory, platform, ALLOW_FALLBACK_TOKENIZER, HF_HOME) comes from config.env and the environment, as
-./shell/run_data.sh would pass it.
+DATA_DIR/tokenizers/<model>, once per tokenizer (llama70b uses llama's); what the command line
+leaves out (models, directory, platform, ALLOW_FALLBACK_TOKENIZER, HF_HOME) comes from config.env
+and the environment, as ./shell/run_data.sh would pass it.
 """
 
 from __future__ import annotations
