@@ -1,4 +1,10 @@
-"""How a mega run ends: trained, or failed or stopped, and always with a result (written by the last rank).
+"""How a TPrimat trainer's run ends (mega, fsdp, autotp): trained, or failed or stopped, and always with a result
+(written by the last rank).
+
+A framework hands train_and_report a `start(req, source, run_dir, inject_nan_step)` that initialises
+distributed and returns its trainer object, which has build(), train() and the attributes log (StepLog | None),
+notes, effective, features, host_rss_gib_per_worker and breakdown_method (how the step's forward/backward/optimizer
+seconds were timed; None where they are not measured).
 
 A crash, an out-of-memory error or a NaN loss still ends in a result with status failed: a failing rank leaves
 its traceback in RUN_DIR/error_rank<N>.txt, and the last rank quotes the other ranks' errors in its own. The
@@ -19,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from train import cpu_compat
+from typing import Any, Callable
+
 from train.megatron_data import DataError, DataSource, locate
 from train.step_log import StepLog, is_last_rank
-from train.mega_trainer import NonFiniteLoss, SettingsError, Trainer, check_device, init_distributed
 from utils import platform_env
 from utils.cli import now_iso
 from utils.files import atomic_open
@@ -34,6 +40,29 @@ from utils.runset import system_path
 
 EXCERPT_LINES = 20
 PEER_ERROR_WAIT_S = 3.0  # how long the last rank waits for another rank's error report when it fails
+
+Start = Callable[[Request, DataSource, Path, "int | None"], Any]  # (request, data, run dir, nan step) -> trainer
+
+
+class SettingsError(ValueError):
+    """A request this run cannot honour (exit 2)."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss or the gradient norm of a step was nan or inf: the run stops as failed."""
+
+
+def check_device(platform: str) -> None:
+    """A result names the hardware that really trained: a GPU platform needs a torch that sees its GPUs
+    (else the trainer would train on the CPU under an amd/nvd label), and the CPU platform must not train
+    on a GPU torch happens to see."""
+    if platform != "cpu" and not torch.cuda.is_available():
+        raise SettingsError(f"PLATFORM={platform}: torch {torch.__version__} sees no GPU; run in the container "
+                            "runtime (./shell/run_train.sh on a node with a Docker engine) or set TPRIMAT_PYTHON to "
+                            "a Python with the vendor's GPU stack")
+    if platform == "cpu" and torch.cuda.is_available():
+        raise SettingsError("PLATFORM=cpu, but torch sees a GPU: hide it (CUDA_VISIBLE_DEVICES= HIP_VISIBLE_DEVICES=) "
+                            "or run the GPU platform (unset PLATFORM)")
 
 
 class Stopped(BaseException):
@@ -76,7 +105,7 @@ def _system(run_dir: Path) -> tuple[dict, list[str]]:
     return json.loads(path.read_text()), []
 
 
-def assemble_result(req: Request, trainer: Trainer | None, source: DataSource | None, run_dir: Path, *,
+def assemble_result(req: Request, trainer: Any, source: DataSource | None, run_dir: Path, *,
                     started_at: str, status: str, exit_code: int, error: str | None) -> dict:
     """The run's result in TPrimat's one shape (utils.result), figures from utils.metrics."""
     system, notes = _system(run_dir)
@@ -84,8 +113,6 @@ def assemble_result(req: Request, trainer: Trainer | None, source: DataSource | 
         notes = trainer.notes + notes
     if req.data.mock_data:
         notes.append("MOCK DATA: trained on synthetic tokens (MOCK_DATA=1), not on a dataset")
-    if cpu_compat.needed():
-        notes.append("no accelerator: megatron-core ran on the CPU through train/cpu_compat.py (gloo)")
     records = trainer.log.records if trainer is not None and trainer.log is not None else []
     return build_result(
         run={"id": req.identity.run_id, "started_at": started_at, "ended_at": now_iso(), "status": status,
@@ -96,15 +123,17 @@ def assemble_result(req: Request, trainer: Trainer | None, source: DataSource | 
         device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         effective=trainer.effective if trainer is not None else {},
         features=trainer.features if trainer is not None else {},
-        host_rss_gib_per_worker=trainer.host_rss_gib_per_worker if trainer is not None else (), warnings=notes)
+        host_rss_gib_per_worker=trainer.host_rss_gib_per_worker if trainer is not None else (), warnings=notes,
+        breakdown_method=getattr(trainer, "breakdown_method", None))  # mega: until its Trainer measures one
 
 
-def train_and_report(req: Request, run_dir: Path, inject_nan_step: int | None = None) -> int:
-    """Train one run and write its result (last rank); returns the process exit status."""
+def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, inject_nan_step: int | None = None) -> int:
+    """Train one run with the trainer start() returns and write its result (last rank); returns the process exit
+    status. tool names the trainer in its one-line errors."""
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     last = is_last_rank()
     started_at = now_iso()
-    trainer: Trainer | None = None
+    trainer: Any = None
     source: DataSource | None = None
     status, code, error = "ok", 0, None
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -113,9 +142,7 @@ def train_and_report(req: Request, run_dir: Path, inject_nan_step: int | None = 
         env = platform_env.apply(req.identity.platform)
         check_device(req.identity.platform)
         source = locate(req.data, by_variant(req.identity.variant))
-        cpu_compat.apply()
-        init_distributed(req)
-        trainer = Trainer(req, source, run_dir, inject_nan_step)
+        trainer = start(req, source, run_dir, inject_nan_step)
         trainer.build()
         trainer.effective["environment"] = env
         if last:
@@ -125,7 +152,7 @@ def train_and_report(req: Request, run_dir: Path, inject_nan_step: int | None = 
     except (DataError, SettingsError, NonFiniteLoss) as err:  # the same on every rank: reported once
         status, code, error = "failed", 1 if isinstance(err, NonFiniteLoss) else 2, str(err)
         if last:
-            print(f"train_mega: {err}", file=sys.stderr, flush=True)
+            print(f"{tool}: {err}", file=sys.stderr, flush=True)
     except Stopped as stop:
         peers = _peer_errors(run_dir, rank, wait=True, own="")
         status, code = ("failed" if peers else "incomplete"), 128 + stop.signum

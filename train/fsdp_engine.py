@@ -1,0 +1,202 @@
+"""The fsdp framework's Engine (train/native_engine.py): FSDP2 with DTensor tensor parallelism, or DDP.
+
+The ranks form a 2D mesh (dp, tp), row-major: TP groups are consecutive ranks ({0,1},{2,3} at TP=2), DP groups
+the columns. With TP > 1 each decoder layer is parallelised with TPrimat's TP plan (q, k, v, gate, up column-wise;
+o and down row-wise; embeddings, norms and the LM head stay whole); then, in torchtitan's order, FP8 (torchao),
+selective activation checkpointing of every N-th layer, torch.compile per layer, and FSDP2's fully_shard per layer
+and on the root over the dp mesh with the run's mixed precision. DATA_PARALLEL=ddp replicates the model with
+torch's DistributedDataParallel instead (TP=1 only). Every refusal is a SettingsError (exit 2).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from contextlib import nullcontext
+
+import torch
+
+from train import native_trainer
+from train.outcome import SettingsError
+from utils.request import Request
+
+COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
+ROW = ("self_attn.o_proj", "mlp.down_proj")
+DTYPES = {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "fp32": torch.float32}
+
+
+def check(req: Request, device: torch.device) -> None:
+    """The combinations this engine refuses (utils/config/native.py refuses them before anything starts: this
+    is the trainer's own guard)."""
+    lay, native, precision = req.parallelism, req.native, req.training.precision
+    if lay.pp != 1:
+        raise SettingsError(f"PP={lay.pp}: fsdp has no pipeline parallelism; give a strategy with PP=1")
+    if native.data_parallel == "ddp" and lay.tp != 1:
+        raise SettingsError(f"DATA_PARALLEL=ddp with TP={lay.tp}: DDP replicates whole models; set "
+                            "DATA_PARALLEL=fsdp or TP=1")
+    if native.sac_every and (native.data_parallel != "fsdp" or precision == "fp8"):
+        raise SettingsError("SAC_FREQ needs DATA_PARALLEL=fsdp and a precision other than fp8; clear SAC_FREQ")
+    if precision == "fp8":
+        if device.type != "cuda":
+            raise SettingsError("PRECISION=fp8 needs a GPU; the CPU trains bf16 or fp32")
+        if importlib.util.find_spec("torchao") is None:
+            raise SettingsError("PRECISION=fp8 under fsdp needs torchao's float8 training (pip install torchao); "
+                                "Transformer Engine is not wired into fsdp; or set PRECISION=bf16")
+
+
+def tp_plan(fp8: bool) -> dict:
+    """TPrimat's plan for one Llama/Qwen decoder layer (torchao's float8 styles under FP8)."""
+    if fp8:
+        from torchao.float8.float8_tensor_parallel import Float8ColwiseParallel as Column
+        from torchao.float8.float8_tensor_parallel import Float8RowwiseParallel as Row
+    else:
+        from torch.distributed.tensor.parallel import ColwiseParallel as Column
+        from torch.distributed.tensor.parallel import RowwiseParallel as Row
+    return {**{name: Column() for name in COLUMN}, **{name: Row() for name in ROW}}
+
+
+def grad_norm(parameters: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The global L2 norm of the gradients, whatever mesh each DTensor gradient lives on (FSDP2 shards the
+    layers' over (dp, tp), the rest over dp): one reduction per mesh."""
+    from torch.distributed.tensor import DTensor
+
+    by_mesh: dict = {}
+    for param in parameters:
+        if param.grad is not None:
+            grad = param.grad
+            key = grad.device_mesh if isinstance(grad, DTensor) else None
+            by_mesh.setdefault(key, []).append(grad.float().pow(2).sum())
+    total = None
+    for mesh, squares in by_mesh.items():
+        part = torch.stack(squares).sum() if mesh is None else \
+            torch.stack([s.full_tensor() if hasattr(s, "full_tensor") else s for s in squares]).sum()
+        total = part if total is None else total + part
+    return torch.sqrt(total) if total is not None else torch.zeros(())
+
+
+class FsdpEngine:
+    """FSDP2 (+ DTensor TP) or DDP around one built Hugging Face causal LM."""
+
+    def __init__(self, model: torch.nn.Module, req: Request, device: torch.device):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        check(req, device)
+        lay, native, precision = req.parallelism, req.native, req.training.precision
+        self.request, self.device, self.ga = req, device, lay.ga
+        self.mesh = init_device_mesh(device.type, (lay.dp, lay.tp), mesh_dim_names=("dp", "tp"))
+        self.dp_group = self.mesh["dp"].get_group()
+        self.dp_rank, self.dp_size = self.mesh["dp"].get_local_rank(), lay.dp
+        self.param_dtype = DTYPES[precision]
+        table_fp32 = bool(req.fairness.table["grad_reduce_in_fp32"])
+        self.reduce_dtype = torch.float32 if table_fp32 or precision == "fp32" else torch.bfloat16
+        self.float8 = precision == "fp8"
+        layers = model.model.layers
+        if self.float8:
+            from torchao.float8 import convert_to_float8_training
+
+            convert_to_float8_training(model, module_filter_fn=lambda module, name: name != "lm_head")
+        if lay.tp > 1:
+            from torch.distributed.tensor.parallel import parallelize_module
+
+            for layer in layers:
+                parallelize_module(layer, self.mesh["tp"], tp_plan(self.float8))
+        self.checkpointed = [index for index in range(len(layers))
+                             if native.sac_every and (index + 1) % native.sac_every == 0]
+        if self.checkpointed:
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+            for index in self.checkpointed:
+                layers[index] = checkpoint_wrapper(layers[index])
+        if native.compile:
+            for layer in layers:
+                layer.compile(mode=native.compile_mode)
+        self.fsdp = native.data_parallel == "fsdp"
+        if self.fsdp:
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+            policy = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=self.reduce_dtype)
+            for layer in layers:
+                fully_shard(layer, mesh=self.mesh["dp"], mp_policy=policy, reshard_after_forward=True)
+            fully_shard(model, mesh=self.mesh["dp"], mp_policy=policy, reshard_after_forward=True)
+            self.model = model
+        else:
+            self.model = self._ddp(model)
+        self.hf_model = model
+        self.optimizer = native_trainer.adamw(model, req)
+        self.parameters = [param for param in model.parameters() if param.requires_grad]
+
+    def _ddp(self, model: torch.nn.Module) -> torch.nn.Module:
+        """torch's DDP; gradients reduced in bf16 (a compression hook) where the profile reduces in bf16."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                                      process_group=self.dp_group)
+        if self.reduce_dtype == torch.bfloat16:
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+            ddp.register_comm_hook(self.dp_group, bf16_compress_hook)
+        return ddp
+
+    def _autocast(self):
+        """DDP keeps fp32 weights and computes in bf16 under autocast (FSDP2 casts through its policy)."""
+        if self.fsdp or self.param_dtype == torch.float32:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.param_dtype)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with self._autocast():
+            logits = self.model(input_ids=batch["tokens"], position_ids=batch["position_ids"],
+                                use_cache=False).logits
+        return native_trainer.masked_loss(logits, batch)
+
+    def backward(self, loss: torch.Tensor, last_microbatch: bool) -> None:
+        if self.fsdp:
+            self.model.set_requires_gradient_sync(last_microbatch)
+            (loss / self.ga).backward()
+            return
+        with nullcontext() if last_microbatch else self.model.no_sync():
+            (loss / self.ga).backward()
+
+    def optimizer_step(self) -> float | None:
+        """Megatron-LM's clipping (scale by GRAD_CLIP / (norm + 1e-6) when below 1), then AdamW."""
+        norm = grad_norm(self.parameters)
+        clip = self.request.training.grad_clip
+        if clip > 0:
+            coefficient = torch.clamp(clip / (norm + 1e-6), max=1.0)
+            torch._foreach_mul_([p.grad for p in self.parameters if p.grad is not None], coefficient)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def read_back(self) -> dict:
+        """The wrapped model as built: sharding, mesh, precision, compile and checkpointing state."""
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+        layers = list(self.hf_model.model.layers)
+        native = self.request.native
+        return {
+            "tp": self.mesh["tp"].size(), "dp": self.mesh["dp"].size(), "pp": 1,
+            "num_gpus": self.mesh.size(), "mesh": {"shape": list(self.mesh.shape), "dims": ["dp", "tp"],
+                                                   "device_type": self.mesh.device_type},
+            "tp_plan": {**{name: "colwise" for name in COLUMN}, **{name: "rowwise" for name in ROW}}
+            if self.mesh["tp"].size() > 1 else {},
+            "sharding": "fsdp2" if self.fsdp else "ddp", "data_parallel": native.data_parallel,
+            "reshard_after_forward": True if self.fsdp else None,
+            "precision": self.request.training.precision if not self.float8 else "fp8",
+            "param_dtype": str(self.param_dtype).removeprefix("torch."),
+            "reduce_dtype": str(self.reduce_dtype).removeprefix("torch."),
+            "grad_reduce_in_fp32": self.reduce_dtype == torch.float32,
+            "float8_linears": sum(type(m).__name__ == "Float8Linear" for m in self.hf_model.modules()),
+            "parameters": sum(param.numel() for param in self.hf_model.parameters()),
+            "compile": all(getattr(layer, "_compiled_call_impl", None) is not None for layer in layers),
+            "compile_mode": native.compile_mode if native.compile else None,
+            "checkpointed_layers": [i for i, layer in enumerate(layers) if isinstance(layer, CheckpointWrapper)],
+            "attn_impl": self.hf_model.config._attn_implementation,
+            "torch_version": torch.__version__,
+        }
+
+    def features(self) -> dict:
+        native = self.request.native
+        return {"attention": self.hf_model.config._attn_implementation,
+                "torch_compile": native.compile_mode if native.compile else False,
+                "activation_checkpointing": f"every {native.sac_every} layers" if self.checkpointed else False,
+                "fsdp2": self.fsdp, "float8": "torchao" if self.float8 else False}

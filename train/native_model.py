@@ -1,0 +1,82 @@
+"""The torch-native frameworks' model (fsdp, autotp): a Hugging Face `transformers` causal LM built from TPrimat's
+model spec (utils/models.py) with random weights; nothing is downloaded.
+
+Every architecture number comes from the spec; the initialisation std is the workload's (utils.fairness). The
+model is built from one seed on every rank, so every layout of a seed starts from the same weights (TP=2 and
+TP=1 alike), and its parameter count must equal the spec's (the FLOPs and the result rely on it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from train.outcome import SettingsError
+from utils.fairness import WORKLOAD
+from utils.models import ModelSpec
+
+ATTENTION = ("sdpa", "eager", "flash_attention_2")
+
+
+def config_classes() -> dict:
+    """Each model key's Hugging Face config class: adding a model is one line here."""
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    return {"llama": LlamaConfig, "qwen": Qwen2Config, "llama70b": LlamaConfig, "mistral": MistralConfig}
+
+
+def rope_parameters(spec: ModelSpec) -> dict:
+    """transformers 5's rope_parameters: the theta, and Llama 3's frequency scaling where the spec has it."""
+    if spec.rope_scaling:
+        return {"rope_type": "llama3", "rope_theta": spec.rope_theta, **spec.rope_scaling}
+    return {"rope_type": "default", "rope_theta": spec.rope_theta}
+
+
+def hf_config(spec: ModelSpec, attn_impl: str):
+    """The spec as its family's Hugging Face config (untied embeddings, no dropout, no KV cache)."""
+    try:
+        cls = config_classes()[spec.key]
+    except KeyError:
+        raise SettingsError(f"model {spec.key} has no Hugging Face config class in train/native_model.py; "
+                            "add it to config_classes()") from None
+    extra = {} if spec.sliding_window is None else {"sliding_window": spec.sliding_window}
+    if spec.key == "llama":  # Qwen2's q/k/v always carry a bias; Llama's attention_bias would add o_proj's too
+        extra["attention_bias"] = spec.qkv_bias
+    config = cls(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.ffn_hidden_size,
+                 num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_attention_heads,
+                 num_key_value_heads=spec.num_kv_heads, max_position_embeddings=spec.max_position_embeddings,
+                 rms_norm_eps=spec.norm_eps, rope_parameters=rope_parameters(spec), tie_word_embeddings=False,
+                 initializer_range=float(WORKLOAD["init_method_std"]), attention_dropout=0.0, use_cache=False,
+                 **extra)
+    config._attn_implementation = attn_impl
+    return config
+
+
+def check_attention(attn_impl: str) -> None:
+    """An attention implementation this Python can run (flash needs the flash_attn package)."""
+    if attn_impl not in ATTENTION:
+        raise SettingsError(f"ATTN_IMPL={attn_impl}: not one of {', '.join(ATTENTION)}")
+    if attn_impl == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise SettingsError("ATTN_IMPL=flash_attention_2 needs the flash_attn package, which this Python lacks: "
+                            "install flash-attn or set ATTN_IMPL=sdpa")
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(param.numel() for param in model.parameters())
+
+
+def build(spec: ModelSpec, attn_impl: str, seed: int, device: torch.device) -> torch.nn.Module:
+    """The randomly initialised model in fp32 on the device, the same on every rank for one seed."""
+    from transformers import AutoModelForCausalLM
+
+    check_attention(attn_impl)
+    torch.manual_seed(seed)
+    with device:
+        model = AutoModelForCausalLM.from_config(hf_config(spec, attn_impl), attn_implementation=attn_impl,
+                                                 dtype=torch.float32)
+    parameters = count_parameters(model)
+    if parameters != spec.param_count():
+        raise RuntimeError(f"the built model has {parameters} parameters, the {spec.variant} spec "
+                           f"{spec.param_count()}: utils/models.py and train/native_model.py disagree")
+    return model

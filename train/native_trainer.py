@@ -1,0 +1,262 @@
+"""The torch-native trainer's loop, shared by fsdp and autotp: distributed start-up, the built run (Hugging Face
+model, an Engine, Megatron-LM's LR schedule, the data) and its steps.
+
+The workload is mega's: the same samples in the same order (train/megatron_data.py), the same loss (mean token
+cross-entropy over the loss mask, on the dataset's already shifted labels), AdamW with Megatron-LM's parameter
+groups (no weight decay on biases and 1-D weights) and its schedule (megatron-core's OptimizerParamScheduler
+driving the torch optimizer: step k runs at LR x (k-1)/W during the warm-up, then cosine to MIN_LR). What differs
+per framework is the Engine (train/native_engine.py).
+
+Each step is timed between device synchronisations. Its forward / backward / optimizer breakdown is marked with
+device events (torch.cuda.Event) recorded into the stream and read only after the step's final synchronisation,
+so the measurement adds no synchronisation; on the CPU, where the work is synchronous, the host clock is read at
+the same points.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from train import native_model, native_readback
+from train.megatron_data import DataSource, build_dataset, microbatches
+from train.native_engine import Engine
+from train.outcome import NonFiniteLoss, SettingsError
+from train.step_log import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
+from utils import metrics
+from utils.models import ModelSpec, by_variant
+from utils.request import Request
+
+MakeEngine = Callable[[torch.nn.Module, Request, torch.device], Engine]
+DEVICE_EVENTS = "torch.cuda.Event(enable_timing=True) around forward, backward and optimizer, read after the step's synchronisation"
+HOST_CLOCK = "host clock (time.perf_counter) around forward, backward and optimizer: CPU work is synchronous"
+
+
+def init_distributed(req: Request) -> torch.device:
+    """The process group (NCCL/RCCL on GPUs, gloo on the CPU) for TP x DP processes; this rank's device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    lay = req.parallelism
+    if lay.pp != 1:
+        raise SettingsError(f"PP={lay.pp}: framework {req.identity.framework} has no pipeline parallelism; "
+                            "give a strategy with PP=1")
+    if world != lay.num_gpus:
+        raise SettingsError(f"{world} processes started, but TP x PP x DP = {lay.tp} x {lay.pp} x {lay.dp} = "
+                            f"{lay.num_gpus}; start torchrun with that many processes")
+    gpu = torch.cuda.is_available()
+    if gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    backend = "nccl" if gpu else "gloo"
+    if "WORLD_SIZE" in os.environ:  # started by torchrun
+        torch.distributed.init_process_group(backend=backend)
+    else:  # one process started by hand: a group of one, no rendezvous
+        torch.distributed.init_process_group(backend=backend, store=torch.distributed.HashStore(), rank=0,
+                                             world_size=1)
+    return torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
+
+
+def masked_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean token cross-entropy over the loss mask, in fp32 (the labels are already shifted: megatron_data)."""
+    losses = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), batch["labels"].view(-1),
+                                               reduction="none")
+    mask = batch["loss_mask"].view(-1).float()
+    return torch.sum(losses * mask) / mask.sum()
+
+
+def adamw(model: torch.nn.Module, req: Request) -> torch.optim.AdamW:
+    """AdamW in megatron-core's parameter groups: biases and 1-D weights (norms) without weight decay (wd_mult 0,
+    which the schedule reads); call after the engine wrapped the model, on the parameters it trains."""
+    t = req.training
+    decayed, plain = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (plain if param.dim() == 1 or name.endswith(".bias") else decayed).append(param)
+    groups = [{"params": decayed, "wd_mult": 1.0}, {"params": plain, "wd_mult": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=t.lr, betas=(t.beta1, t.beta2),
+                             eps=float(req.fairness.table["adam_eps"]), weight_decay=t.weight_decay)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Marks:
+    """Points in one step's work: device events on a GPU (read after the step's synchronisation), the host clock
+    on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.gpu = device.type == "cuda"
+        self.points: list = []
+
+    def mark(self) -> int:
+        if self.gpu:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.points.append(event)
+        else:
+            self.points.append(time.perf_counter())
+        return len(self.points) - 1
+
+    def seconds(self, first: int, second: int) -> float:
+        a, b = self.points[first], self.points[second]
+        return a.elapsed_time(b) / 1000.0 if self.gpu else b - a
+
+
+@dataclass
+class NativeTrainer:
+    """The built run (model, engine, schedule, data) and the step loop over them."""
+
+    request: Request
+    source: DataSource
+    run_dir: Path
+    make_engine: MakeEngine
+    device: torch.device
+    inject_nan_step: int | None = None
+    breakdown: bool = True  # False only for train/bench_breakdown.py's comparison
+    notes: list[str] = field(default_factory=list)
+    effective: dict = field(default_factory=dict)
+    features: dict = field(default_factory=dict)
+    host_rss_gib_per_worker: list[float] = field(default_factory=list)
+    log: StepLog | None = None
+    spec: ModelSpec = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.spec = by_variant(self.request.identity.variant)
+
+    @property
+    def breakdown_method(self) -> str | None:
+        if not self.breakdown:
+            return None
+        return DEVICE_EVENTS if self.device.type == "cuda" else HOST_CLOCK
+
+    def build(self) -> None:
+        """The model (one seed, every rank), the engine's wrapping and optimizer, the schedule and the data."""
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        t, lay = self.request.training, self.request.parallelism
+        model = native_model.build(self.spec, self.request.native.attn_impl, t.seed, self.device)
+        self.engine = self.make_engine(model, self.request, self.device)
+        self.scheduler = OptimizerParamScheduler(
+            self.engine.optimizer, init_lr=0.0, max_lr=t.lr, min_lr=t.min_lr, lr_warmup_steps=t.warmup_steps,
+            lr_decay_steps=t.steps, lr_decay_style=t.lr_decay_style, start_wd=t.weight_decay, end_wd=t.weight_decay,
+            wd_incr_steps=t.steps, wd_incr_style="constant")
+        dataset = build_dataset(self.source, t.seq_len, t.steps * t.gbs, t.seed,
+                                Path(self.request.data.data_dir) / "index_cache")
+        self.batches = microbatches(dataset, steps=t.steps, mbs=t.mbs, dp=self.engine.dp_size,
+                                    dp_rank=self.engine.dp_rank, ga=lay.ga, device=self.device)
+        self.features = self.engine.features()
+        self.effective = {**native_readback.run_settings(self, model, dataset), **self.engine.read_back()}
+
+    def run_step(self, step: int, marks: Marks | None) -> tuple[list[torch.Tensor], float | None, float, list[int]]:
+        """One optimizer step: GA microbatches forward and backward, then the optimizer at the schedule's LR; the
+        losses, the gradient norm, the LR applied and the marks' indices [forward start, forward end, backward
+        end] per microbatch, then [optimizer start, optimizer end]."""
+        ga = self.request.parallelism.ga
+        losses, points = [], []
+        for micro in range(ga):
+            batch = next(self.batches)
+            points.append(marks.mark() if marks else 0)
+            loss = self.engine.forward(batch)
+            if step == self.inject_nan_step:
+                loss = loss * float("nan")  # fault injection for the failure-path test (--inject-nan-at-step)
+            points.append(marks.mark() if marks else 0)
+            self.engine.backward(loss, last_microbatch=micro == ga - 1)
+            points.append(marks.mark() if marks else 0)
+            losses.append(loss.detach())
+            if step == 1 and micro == 0:
+                native_readback.read_back_batch(self.effective, batch, ga)
+        # Megatron-LM's order: the optimizer steps at the schedule's current value, then the schedule advances.
+        lr = self.engine.optimizer.param_groups[0]["lr"]
+        points.append(marks.mark() if marks else 0)
+        grad_norm = self.engine.optimizer_step()
+        points.append(marks.mark() if marks else 0)
+        self.scheduler.step(increment=1)
+        return losses, grad_norm, lr, points
+
+    def split(self, marks: Marks, points: list[int]) -> dict[str, float]:
+        """The step's forward, backward and optimizer seconds from its marks."""
+        triples = [points[i:i + 3] for i in range(0, len(points) - 2, 3)]
+        return {"forward_s": sum(marks.seconds(a, b) for a, b, _ in triples),
+                "backward_s": sum(marks.seconds(b, c) for _, b, c in triples),
+                "optimizer_s": marks.seconds(points[-2], points[-1])}
+
+    def reduce_step_record(self, step: int, elapsed: float, losses: list[torch.Tensor], grad_norm: float | None,
+                           lr: float, parts: dict[str, float]) -> StepRecord:
+        """The step's record: the loss averaged over microbatches and DP replicas, the nan flag and peak memory
+        the largest over all ranks (collectives every rank joins)."""
+        t, engine = self.request.training, self.engine
+        mean = torch.stack(losses).float().mean()
+        torch.distributed.all_reduce(mean, group=engine.dp_group)
+        loss = mean.item() / engine.dp_size
+        nonfinite = not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm))
+        gpu = self.device.type == "cuda"
+        memory = [torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB] if gpu \
+            else [-1.0, -1.0]
+        shared = torch.tensor([float(nonfinite), *memory, peak_host_rss_gib()], dtype=torch.float64,
+                              device=self.device)
+        torch.distributed.all_reduce(shared, op=torch.distributed.ReduceOp.MAX)
+        flag, allocated, reserved, host_rss = shared.tolist()
+        return StepRecord(step=step, step_time_s=elapsed, loss=loss, lr=lr, grad_norm=grad_norm, skipped=0,
+                          nan=int(flag), tokens=t.gbs * t.seq_len,
+                          mem_allocated_gib=allocated if allocated >= 0 else None,
+                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss, **parts)
+
+    def train(self) -> None:
+        if self.request.environment.profiling:
+            self.notes.append("PROFILING is not wired for the torch-native trainer: no profile/ was written")
+        for step in range(1, self.request.training.steps + 1):
+            self.step(step)
+        self.finish()
+
+    def step(self, step: int) -> None:
+        """One step, timed between device synchronisations, recorded (last rank) and checked for nan."""
+        marks = Marks(self.device) if self.breakdown else None
+        synchronize(self.device)
+        start = time.perf_counter()
+        losses, grad_norm, lr, points = self.run_step(step, marks)
+        synchronize(self.device)
+        elapsed = time.perf_counter() - start
+        parts = self.split(marks, points) if marks else {}
+        record = self.reduce_step_record(step, elapsed, losses, grad_norm, lr, parts)
+        if self.log is not None:
+            self._report(record)
+        if record.nan:
+            raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not finite; "
+                                "training stopped")
+
+    def finish(self) -> None:
+        """Every worker's peak host memory, in rank order."""
+        synchronize(self.device)
+        peaks: list = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(peaks, peak_host_rss_gib())
+        self.host_rss_gib_per_worker = peaks
+
+    def _report(self, record: StepRecord) -> None:
+        """The record into steps.jsonl and as Megatron-LM's line (and its memory line after step 1)."""
+        t = self.request.training
+        self.log.write(record)
+        tflops = None
+        if record.step_time_s > 0:
+            per_gpu = metrics.per_gpu(metrics.tokens_per_second(record.tokens, record.step_time_s),
+                                      self.request.parallelism.num_gpus)
+            tflops = metrics.tflops_per_gpu(self.spec, t.seq_len, per_gpu)
+        print(megatron_line(record, t.steps, t.gbs, tflops), flush=True)
+        if record.step == 1 and record.mem_allocated_gib is not None:
+            print(memory_line(torch.distributed.get_rank(), 1, torch.cuda.memory_allocated() / GIB,
+                              record.mem_allocated_gib, torch.cuda.memory_reserved() / GIB,
+                              record.mem_reserved_gib), flush=True)
+
+
+def starter(make_engine: MakeEngine):
+    """A framework's start(req, source, run_dir, inject_nan_step) for train/outcome.py: distributed, then the
+    trainer around its engine."""
+    def start(req: Request, source: DataSource, run_dir: Path, inject_nan_step: int | None) -> NativeTrainer:
+        device = init_distributed(req)
+        return NativeTrainer(req, source, run_dir, make_engine, device, inject_nan_step)
+    return start

@@ -1,0 +1,35 @@
+"""TPrimat's torch-native pretraining (framework `fsdp`): FSDP2 + DTensor TP, or DDP, on a Hugging Face model.
+
+    torchrun --nproc_per_node=N ... train/train_fsdp.py --request RUN_DIR/config.json --run-dir RUN_DIR  # the launcher
+    torchrun --nproc_per_node=N train/train_fsdp.py --model llama|qwen --run-dir DIR [--strategy NAME]
+    python3 train/train_fsdp.py --model llama --run-dir DIR  # one process (TP x DP = 1), no torchrun
+
+The loop is train/native_trainer.py's (the same data, loss and LR schedule as mega), the parallelism
+train/fsdp_engine.py's; each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer
+breakdown, and the last rank writes DIR/result.json (train/outcome.py). The command line is train/trainer_cli.py's.
+
+Exit status: 0 trained every step; 1 the training failed; 2 bad input (request, configuration, missing data,
+a setting fsdp refuses: PP > 1, DDP with TP > 1, FP8 on the CPU or without torchao); 128+signal stopped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script by torchrun: make the project's packages importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from train import native_trainer, trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
+from train.fsdp_engine import FsdpEngine  # noqa: E402
+
+FRAMEWORK = "fsdp"
+TOOL = "train_fsdp"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return trainer_cli.main(FRAMEWORK, TOOL, __doc__, native_trainer.starter(FsdpEngine), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
