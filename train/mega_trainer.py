@@ -5,6 +5,17 @@ optimizer (AdamW), linear warm-up then cosine decay to MIN_LR, and the forward-b
 (no pipelining, or 1F1B). Each step is timed between device synchronisations; its record is reduced over the
 ranks and written by the last rank to steps.jsonl and the console (train/step_log.py). Every setting comes
 from the run's request (utils.request).
+
+The step's forward / backward / optimizer breakdown (BREAKDOWN_METHOD) is measured without perturbing it: marks
+that never wait for the device (train/step_marks.py: CUDA events, the host clock on the CPU) before each
+microbatch's batch fetch, at the start of its model forward and at the end of its loss function (of its forward,
+on a stage without the loss), around the forward-backward schedule call and around the optimizer and LR schedule
+steps; they are read after the step's existing closing synchronisation. Forward is the sum of the forward
+intervals; backward is the schedule call less the forwards and fetches, so it also holds what megatron-core does
+between them inside the schedule: the pipeline's sends, receives and waits (PP > 1, where 1F1B interleaves the
+microbatches' forwards and backwards: sums need no order) and the gradient reduction finalize_model_grads
+completes at the schedule's end (a forward holds its wait for an overlapped parameter gather, profile tuned). Each rank measures its own step; the last rank's parts are recorded, beside its
+own step time. Bench mode (instrumented=False) makes no marks at all. Cost: train/bench_instrumentation.py.
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ import numpy
 import torch
 
 from train import mega_readback
+from train.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
 from train.megatron_data import DataSource, build_dataset, microbatches
+from train.outcome import NonFiniteLoss, SettingsError
 from train.step_log import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
 from utils import metrics
 from utils.models import ModelSpec, by_variant
@@ -39,13 +52,10 @@ QUIET_WARNINGS = (r"Transformer Engine and Apex are not installed", r"Apex is no
 for _pattern in QUIET_WARNINGS:
     warnings.filterwarnings("ignore", message=_pattern)
 
-
-class SettingsError(ValueError):
-    """A request this run cannot honour (exit 2)."""
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss or the gradient norm of a step was nan or inf: the run stops as failed."""
+BREAKDOWN_METHOD = ("marks that wait for nothing (CUDA events; the host clock on the CPU, which runs synchronously), "
+                    "last rank: forward = each microbatch's model forward and loss; backward = megatron-core's "
+                    "forward-backward schedule less the forwards and batch fetches (backward, pipeline transfers and "
+                    "waits, gradient reduction); optimizer = optimizer step and LR schedule step")
 
 
 def seed_everything(seed: int) -> None:
@@ -56,19 +66,6 @@ def seed_everything(seed: int) -> None:
     numpy.random.seed(seed)
     torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)
-
-
-def check_device(platform: str) -> None:
-    """A result names the hardware that really trained: a GPU platform needs a torch that sees its GPUs
-    (else cpu_compat would train on the CPU under an amd/nvd label), and the CPU platform must not train
-    on a GPU torch happens to see."""
-    if platform != "cpu" and not torch.cuda.is_available():
-        raise SettingsError(f"PLATFORM={platform}: torch {torch.__version__} sees no GPU; run in the container "
-                            "runtime (./shell/run_train.sh on a node with a Docker engine) or set TPRIMAT_PYTHON to "
-                            "a Python with the vendor's GPU stack")
-    if platform == "cpu" and torch.cuda.is_available():
-        raise SettingsError("PLATFORM=cpu, but torch sees a GPU: hide it (CUDA_VISIBLE_DEVICES= HIP_VISIBLE_DEVICES=) "
-                            "or run the GPU platform (unset PLATFORM)")
 
 
 def init_distributed(req: Request) -> None:
@@ -98,12 +95,20 @@ class ForwardStep:
         self.microbatches = 0  # counted per step: the GA the schedule really ran
         self.batch_shape: tuple[int, ...] | None = None
         self.inject_nan_step = inject_nan_step
+        self.marks: StepMarks | None = None  # the step's breakdown marks (None: not measured)
 
     def __call__(self, data_iterator: Iterator[dict], model: torch.nn.Module):
+        marks = self.marks
+        if marks is not None:
+            marks.mark(FETCH)
         batch = next(data_iterator)
         self.microbatches += 1
         self.batch_shape = tuple(batch["tokens"].shape)
+        if marks is not None:
+            marks.mark(FORWARD_BEGIN)
         output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+        if marks is not None:
+            marks.mark(FORWARD_END)  # a stage without the loss function ends its forward here
         return output, partial(self.loss, batch["loss_mask"])
 
     def loss(self, loss_mask: torch.Tensor, output: torch.Tensor):
@@ -112,7 +117,10 @@ class ForwardStep:
         if self.step == self.inject_nan_step:
             loss = loss * float("nan")  # fault injection for the failure-path test (--inject-nan-at-step)
         # The schedule divides the returned loss by the number of microbatches in place: log a copy.
-        return loss, {"lm loss": loss.detach().clone()}
+        logged = {"lm loss": loss.detach().clone()}
+        if self.marks is not None:
+            self.marks.mark(FORWARD_END, replace_last=True)  # the last stage's forward ends with its loss
+        return loss, logged
 
 
 @dataclass
@@ -129,11 +137,14 @@ class Trainer:
     features: dict = field(default_factory=dict)
     host_rss_gib_per_worker: list[float] = field(default_factory=list)
     log: StepLog | None = None
-    recording_s: float = 0.0  # seconds spent recording steps so far: bench_instrumentation's figure
+    recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench_instrumentation's figure
+    breakdown_method: str = BREAKDOWN_METHOD  # the result's performance.breakdown.method
+    marks: StepMarks = field(init=False)  # the breakdown's marks, reused step after step
     spec: ModelSpec = field(init=False)  # the variant the request names (utils.models)
 
     def __post_init__(self) -> None:
         self.spec = by_variant(self.request.identity.variant)
+        self.marks = StepMarks(on_device=torch.cuda.is_available())
 
     def build(self) -> None:
         """Everything megatron-core needs, in Megatron-LM's order; reads back the effective settings."""
@@ -188,24 +199,36 @@ class Trainer:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         t = self.request.training
-        self.forward_step.step, self.forward_step.microbatches = step, 0
+        marks = self.marks if self.instrumented else None
+        if marks is not None:
+            marks.reset()
+        self.forward_step.step, self.forward_step.microbatches, self.forward_step.marks = step, 0, marks
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
-        losses = get_forward_backward_func()(
+        schedule = get_forward_backward_func()
+        if marks is not None:
+            marks.mark(SCHEDULE)
+        losses = schedule(
             forward_step_func=self.forward_step, data_iterator=self.batches, model=[self.model],
             num_microbatches=self.request.parallelism.ga, seq_length=t.seq_len, micro_batch_size=t.mbs,
             decoder_seq_length=t.seq_len, forward_only=False)
+        if marks is not None:
+            marks.mark(SCHEDULE)
         # Megatron-LM's order: the optimizer steps at the schedule's current value, then the schedule
         # advances, so step k (1-based) runs at LR x (k-1)/W during the warm-up (step 1 at 0).
         lr = self.optimizer.param_groups[0]["lr"]
+        if marks is not None:
+            marks.mark(OPTIMIZER)
         success, grad_norm, _ = self.optimizer.step()
         self.scheduler.step(increment=1)
+        if marks is not None:
+            marks.mark(OPTIMIZER)
         return losses, grad_norm, success, lr
 
     def reduce_step_record(self, step: int, elapsed: float, losses: list, grad_norm: float | None, success: bool,
-                           lr: float) -> StepRecord:
+                           lr: float, parts: dict[str, float]) -> StepRecord:
         """The step's record, through collectives every rank joins: the loss averaged over microbatches and DP
-        ranks, the nan flag and peak memory the largest over all ranks."""
+        ranks, the nan flag and peak memory the largest over all ranks; parts (the breakdown) this rank's own."""
         from megatron.core import parallel_state
 
         t = self.request.training
@@ -226,7 +249,7 @@ class Trainer:
         return StepRecord(step=step, step_time_s=elapsed, loss=loss, lr=lr, grad_norm=grad_norm,
                           skipped=0 if success else 1, nan=int(flag), tokens=t.gbs * t.seq_len,
                           mem_allocated_gib=allocated if allocated >= 0 else None,
-                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss)
+                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss, **parts)
 
     def train(self) -> None:
         """Every step in order (the profiler follows along on rank 0), then the end-of-run checks."""
@@ -240,16 +263,18 @@ class Trainer:
 
     def step(self, step: int) -> None:
         """One step, timed between device synchronisations, recorded (last rank) and checked for nan; the
-        recording's own seconds are added to recording_s."""
+        recording's own seconds (the breakdown marks' included) are added to recording_s."""
         if not self.instrumented:
             self.run_step(step)
             return
+        marked = self.marks.own_s
         torch.cuda.synchronize()
         start = time.perf_counter()
         losses, grad_norm, success, lr = self.run_step(step)
+        marked = self.marks.own_s - marked  # the breakdown marks' host seconds inside the timed step
         torch.cuda.synchronize()
         end = time.perf_counter()
-        record = self.reduce_step_record(step, end - start, losses, grad_norm, success, lr)
+        record = self.reduce_step_record(step, end - start, losses, grad_norm, success, lr, self.marks.parts())
         if step == 1:
             mega_readback.read_back_batch(self.effective, self.forward_step)
         if self.log is not None:
@@ -257,7 +282,7 @@ class Trainer:
         if record.nan:
             raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not finite; "
                                 "training stopped")
-        self.recording_s += time.perf_counter() - end
+        self.recording_s += time.perf_counter() - end + marked
 
     def finish(self) -> None:
         """Complete the last overlapped parameter gather (profile tuned), then check that the DP replicas agree."""
