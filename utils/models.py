@@ -169,7 +169,7 @@ def get_model(key: str, size: str = "full", layers: int | None = None) -> ModelS
         raise ValueError(f"{spec.display_name} has {spec.num_layers} layers: a proxy keeps 1 to {spec.num_layers}, "
                          f"not {layers}")
     return replace(spec, num_layers=layers, variant=f"{spec.variant}-L{layers}", proxy_of=spec.variant,
-                   display_name=f"{spec.display_name}, {layers} of {spec.num_layers} layers")
+                   display_name=f"{spec.display_name} ({layers}-layer proxy)")
 
 
 def by_variant(variant: str) -> ModelSpec:

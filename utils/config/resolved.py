@@ -1,10 +1,11 @@
 """Config: the validated, typed configuration of one invocation, and what follows from it (the global
-batch, the GPU count, each model's spec and each strategy's layout)."""
+batch, the GPU count, each model's spec, a MODEL_LAYERS proxy's included, and each strategy's layout)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from utils.config.selection import model_layers
 from utils.models import ModelSpec, get_model
 from utils.strategies import CUSTOM, Layout, lookup
 
@@ -26,6 +27,10 @@ class Config:
     strategy_table: dict = field(default_factory=dict)
     raw: dict[str, str] = field(default_factory=dict)  # knob -> its text as written, for problem lines
 
+    def __post_init__(self) -> None:
+        """The models as MODEL_LAYERS makes them, whoever built the list."""
+        self.models = [self.model(spec.key) for spec in self.models]
+
     def __getitem__(self, key: str):
         return self.values[key]
 
@@ -43,7 +48,10 @@ class Config:
         return self.values["NNODES"] * self.values["GPUS_PER_NODE"]
 
     def model(self, key: str) -> ModelSpec:
-        return get_model(key, self.values["MODEL_SIZE"])
+        """The model's spec at MODEL_SIZE; with MODEL_LAYERS, its proxy of that many layers (a count beyond the
+        model's depth is selection.layer_problems' line, and leaves the model whole meanwhile)."""
+        spec, layers = get_model(key, self.values["MODEL_SIZE"]), model_layers(self.values)
+        return spec if layers is None or layers > spec.num_layers else get_model(key, spec.size, layers)
 
     def layout(self, model_key: str, strategy: str | None = None) -> Layout:
         """TP/PP/DP/GA of a model under a strategy (default: the first strategy of this run)."""

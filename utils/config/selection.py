@@ -1,5 +1,6 @@
 """Where and what to run (config.env's first section): the platform and its detection, the runtime,
-the frameworks, the models and the strategies, with the rules that concern them."""
+the frameworks, the models (with MODEL_LAYERS, their fewer-layer proxies) and the strategies, with the
+rules that concern them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from utils import frameworks
 from utils.config.parse import Knob, list_items
-from utils.models import MODEL_KEYS
+from utils.models import MODEL_KEYS, get_model
 from utils.strategies import CUSTOM, StrategyError, load_table
 from utils.vendor_tools import detect_platform, gpu_count
 
@@ -27,6 +28,9 @@ KNOBS = {
     "FRAMEWORK": Knob("list", FRAMEWORKS + ("all",)),
     "MODELS": Knob("list", MODEL_KEYS),
     "MODEL_SIZE": Knob("enum", ("auto", "full", "tiny")),
+    "MODEL_LAYERS": Knob("str", pattern=r"([1-9][0-9]{0,5})?",
+                         rule="a layer count from 1 (a proxy of each model: its first N layers at full width), "
+                              "or empty for each model's own depth"),
     "STRATEGY": Knob("str"),  # checked against the strategy table, which STRATEGIES_FILE extends
     "STRATEGIES_FILE": Knob("file"),
 }
@@ -88,10 +92,29 @@ def resolve_frameworks(requested: list[str], platform: str, notes: list[str]) ->
     return list(dict.fromkeys(resolved))
 
 
+def model_layers(values: dict) -> int | None:
+    """MODEL_LAYERS as a layer count; None when empty (each model keeps its own depth)."""
+    return int(values["MODEL_LAYERS"]) if values["MODEL_LAYERS"] else None
+
+
+def layer_problems(values: dict) -> list[str]:
+    """MODEL_LAYERS deeper than a model: one line per model (a proxy keeps 1 to all of its layers)."""
+    layers = model_layers(values)
+    found = []
+    for spec in (get_model(key, values["MODEL_SIZE"]) for key in values["MODELS"]):
+        if layers is not None and layers > spec.num_layers:
+            found.append(f"MODEL_LAYERS={layers}: {spec.display_name} has {spec.num_layers} layers; give 1 to "
+                         f"{spec.num_layers} for a proxy of {spec.key}, empty for every model's own depth, or "
+                         "leave it out of MODELS")
+    return found
+
+
 def problems(config: Config) -> list[str]:
-    """A GPU platform this machine does not have, unless nothing runs here (a dry run, or Slurm's nodes)."""
+    """MODEL_LAYERS beyond a model's depth; a GPU platform this machine does not have, unless nothing runs here
+    (a dry run, or Slurm's nodes)."""
+    found = layer_problems(config.values)
     platform, detected = config.platform, config.detected_platform
     if platform == "cpu" or platform == detected or config["DRY_RUN"] or config.launch == "slurm":
-        return []
-    return [f"PLATFORM={platform}: this machine has no {MISSING_VENDOR[platform]}; detected {detected}. "
-            "Unset PLATFORM to use what is here, or run on a matching node"]
+        return found
+    return found + [f"PLATFORM={platform}: this machine has no {MISSING_VENDOR[platform]}; detected {detected}. "
+                    "Unset PLATFORM to use what is here, or run on a matching node"]
