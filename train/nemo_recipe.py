@@ -8,10 +8,13 @@ builds (data module, DDP config, precision plugin, callbacks).
 
 from __future__ import annotations
 
-from utils.models import get_model
+from utils.models import by_variant
 from utils.request import Request
 
-RECIPES = {"llama": "llama31_8b", "qwen": "qwen25_7b"}  # nemo.collections.llm.<recipe>
+# nemo.collections.llm.<recipe> (NeMo 2.3): each model's own recipe, whose architecture TPrimat then sets from its
+# spec (a MODEL_LAYERS proxy's layer count included). mistral_7b's MistralConfig7B attends through a sliding
+# window (window_size [4096, 0]), which megatron-core hands to Transformer Engine's attention.
+RECIPES = {"llama": "llama31_8b", "qwen": "qwen25_7b", "llama70b": "llama31_70b", "mistral": "mistral_7b"}
 PRECISION_PLUGINS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_mixed"}  # ...recipes.precision.mixed_precision
 
 # TPrimat's fairness names -> NeMo's attribute paths on the recipe.
@@ -36,10 +39,12 @@ FP8_PLUGIN_KEYS = {"fp8_format": "fp8", "fp8_recipe": "fp8_recipe", "fp8_margin"
                    "fp8_amax_history_len": "fp8_amax_history_len", "fp8_amax_compute_algo": "fp8_amax_compute_algo"}
 
 
-def _architecture(model: str, variant: str, padded_vocab_size: int) -> dict[str, object]:
-    """The model's numbers from TPrimat's spec, so NeMo builds exactly the variant requested."""
-    size = "tiny" if variant.endswith("-tiny") else "full"
-    spec = get_model(model, size)
+def _architecture(variant: str, padded_vocab_size: int) -> dict[str, object]:
+    """The model's numbers from TPrimat's spec, so NeMo builds exactly the variant requested (a proxy's fewer layers
+    too). A sliding window is set as TPrimat's spec means it, the sliding_window tokens Hugging Face's Mistral sees
+    (megatron_window); NeMo's own MistralConfig7B says [4096, 0], one token more."""
+    spec = by_variant(variant)
+    window = {"model.config.window_size": list(spec.megatron_window)} if spec.megatron_window else {}
     return {
         "model.config.num_layers": spec.num_layers,
         "model.config.hidden_size": spec.hidden_size,
@@ -49,6 +54,7 @@ def _architecture(model: str, variant: str, padded_vocab_size: int) -> dict[str,
         "model.config.vocab_size": padded_vocab_size,  # NeMo builds a preset vocab_size as it is
         "model.config.rotary_base": spec.rope_theta,
         "model.config.layernorm_epsilon": spec.norm_eps,
+        **window,
     }
 
 
@@ -93,7 +99,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         # model
         "model.config.seq_length": train.seq_len,
         "model.config.init_method_std": applied["init_method_std"],
-        **_architecture(who.model, who.variant, applied["padded_vocab_size"]),
+        **_architecture(who.variant, applied["padded_vocab_size"]),
     }
     for name, path in FAIRNESS_PATHS.items():
         settings[path] = fairness[name]

@@ -17,16 +17,18 @@ from pathlib import Path
 
 from utils.cli import Parser, UsageError, run
 from utils.files import atomic_open
-from utils.models import get_model
+from utils.models import by_variant
 from utils.platform_env import DEFAULT_PRIMUS_PATH
 from utils.request import Request, RequestError
 
 CONFIG_DIR = "examples/megatron/configs/MI300X"
 # Shipped experiment files per model, newest naming first (Primus renamed them to -BF16-/-FP8- in
-# late 2025; older images ship the single -pretrain.yaml). {precision} is BF16 or FP8.
+# late 2025; older images ship the single -pretrain.yaml). {precision} is BF16 or FP8. Primus ships none
+# for Mistral 7B (only Mixtral's MoE models), so mistral is absent: the planner skips prim for it.
 SHIPPED_NAMES = {
     "llama": ("llama3.1_8B-{precision}-pretrain.yaml", "llama3.1_8B-pretrain.yaml"),
     "qwen": ("qwen2.5_7B-{precision}-pretrain.yaml", "qwen2.5_7B-pretrain.yaml"),
+    "llama70b": ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml"),
 }
 # Fairness-table names Megatron (and so Primus) spells the same way.
 FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_grad_reduce",
@@ -47,6 +49,9 @@ class ShippedConfigMissing(FileNotFoundError):
 def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
     """The shipped experiment YAML this run derives from (the first of the known names present)."""
     directory = Path(primus_path) / CONFIG_DIR
+    if model not in SHIPPED_NAMES:
+        raise ShippedConfigMissing(f"Primus ships no experiment config for {model} (train/primus_config.py's "
+                                   "SHIPPED_NAMES has none); run it with another framework")
     tried = [directory / name.format(precision=precision.upper()) for name in SHIPPED_NAMES[model]]
     for path in tried:
         if path.is_file():
@@ -61,7 +66,7 @@ def overrides(req: Request) -> dict:
     """Every setting the run requests, in Megatron's argument names."""
     who, lay, train, data, env = req.identity, req.parallelism, req.training, req.data, req.environment
     fairness = req.fairness.table
-    spec = get_model(who.model, "tiny" if who.variant.endswith("-tiny") else "full")
+    spec = by_variant(who.variant)  # a MODEL_LAYERS proxy's num_layers too
     steps = train.steps
     settings: dict[str, object] = {
         # parallelism
