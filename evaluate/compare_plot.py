@@ -1,5 +1,6 @@
-"""compare.png: throughput, TFLOP/s and memory per configuration (bars), and loss, learning rate and step
-time per run (lines); AMD in reds, NVIDIA in greens, CPU in blues, one hatch or line style per model."""
+"""compare.png: throughput, TFLOP/s and memory per configuration (bars), loss, learning rate and step time per
+run (lines), and each run's step time breakdown (stacked bars, evaluate/breakdown_view.py); AMD in reds, NVIDIA
+in greens, CPU in blues, one hatch or line style per model."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
+from evaluate import breakdown_view
 from evaluate.collect import Loaded
 from evaluate.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
 from utils.files import atomic_open
@@ -31,17 +33,21 @@ def colours(rows: Sequence[Repeats]) -> dict[int, str]:
 
 
 def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[str, int]:
-    """Draw the six panels into path; returns each panel's title with its number of bars or lines."""
+    """Draw the seven panels into path; returns each panel's title with its number of bars, lines or (breakdown)
+    runs with a breakdown."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
     from matplotlib.container import BarContainer
     from matplotlib.ticker import MaxNLocator
 
     colour = colours(rows)
     variants = list(dict.fromkeys(r.variant for r in rows))
-    fig, axes = plt.subplots(2, 3, figsize=(19, 11), dpi=100)
+    fig = plt.figure(figsize=(19, 16.5), dpi=100)
+    grid = fig.add_gridspec(3, 3)
+    axes = np.array([[fig.add_subplot(grid[r, c]) for c in range(3)] for r in range(2)])
     devices = " vs ".join(dict.fromkeys(r.device for r in rows))
     fig.suptitle(f"TPrimat: {devices}\n{title(items)}", fontsize=14, fontweight="bold")
     bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f"),
@@ -86,16 +92,19 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[s
     axes[1, 2].text(0.99, 0.99, f"grey: first {skip} steps, left out of the figures", transform=axes[1, 2].transAxes,
                     ha="right", va="top", fontsize=8, color="dimgray")
     _clip_spikes(axes[1, 2], items)
+    split = fig.add_subplot(grid[2, :])
+    runs = breakdown_view.panel(split, [item for row in rows for item in row.items])
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=colour[x], edgecolor="black",
                              hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)]) for x, r in enumerate(rows)]
     fig.legend(handles, [r.label for r in rows], loc="lower center", ncol=min(4, len(rows)), fontsize=9,
                frameon=False, title="device + framework - model (AMD: reds/oranges, NVIDIA: greens, CPU: blues; "
                "hatch / line style: model)", title_fontsize=9)
     rows_of_legend = -(-len(rows) // min(4, len(rows)))
-    fig.tight_layout(rect=(0, 0.04 + 0.025 * rows_of_legend, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.027 + 0.017 * rows_of_legend, 1, 0.965))
     save_png(fig, path)
     drawn = {ax.get_title(): sum(isinstance(c, BarContainer) for c in ax.containers) or len(ax.lines)
              for ax in axes.flat}
+    drawn[split.get_title()] = runs
     plt.close(fig)
     return drawn
 

@@ -6,10 +6,12 @@ The launcher (train/launch_process.py) runs this on node 0 after the run, with t
 config.json (the request, utils.request) and launch.json (the command and its outcome: exit_code,
 started_at, ended_at, warnings, stopped_by, environment). A multi-node run's other nodes keep theirs in
 node<N>/; their logs are waited for (at most NODE_WAIT_S; a stop signal cuts the wait short) and read
-with node 0's. The result is the trainer's own (mega), else extracted from the logs (evaluate.extract),
-else, for a run that never logged a step, a result with no figures naming why. Then the settings the
-framework reports are compared with the request: a mismatch, a layout it does not report, synthetic or
-other data than requested fail the run; a stopped run is incomplete. result.json is written atomically.
+with node 0's. The result is the trainer's own (mega, fsdp, autotp: utils.frameworks' writes_result), else
+extracted from the logs (evaluate.extract), else, for a run that never logged a step or a torch-native trainer
+that wrote none, a result with no figures naming why. Then the settings the framework reports are compared
+with the request (a torch-native framework's own settings too, those it reads back: evaluate/native_settings.py):
+a mismatch, a layout it does not report, synthetic or other data than requested fail the run; a stopped run
+is incomplete. result.json is written atomically.
 
 Exit 0: result.json written (its run.status is the verdict); 2: RUN_DIR holds no readable request or
 launch record.
@@ -27,9 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaluate import extract
+from evaluate import extract, native_settings
 from evaluate.collect import Loaded
-from evaluate.logs import collective_network
+from evaluate.logs import FRAMEWORKS as LOG_FORMATS, collective_network
 from evaluate.validate import check_result
 from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run, warn
 from utils.frameworks import TABLE
@@ -104,7 +106,11 @@ def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Pat
     logs."""
     path = run_dir / "result.json"
     framework = request.identity.framework
-    if not TABLE[framework].writes_result or not path.exists():
+    if TABLE[framework].writes_result and not path.exists() and framework not in LOG_FORMATS:
+        why = (f"exit code {ended.exit_code}; " if ended.exit_code else "") + \
+              f"the {framework} trainer wrote no result.json and its log is no format evaluate.extract reads"
+        write_result(path, start_failure_result(request, run_dir, ended, why))
+    elif not TABLE[framework].writes_result or not path.exists():
         code = extract.main([*map(str, logs), "--framework", framework, "--run-dir", str(run_dir),
                              "--exit-code", str(ended.exit_code), "--started-at", ended.started_at,
                              "--ended-at", ended.ended_at, "-o", str(path)])
@@ -116,8 +122,8 @@ def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Pat
 
 
 def readback_problems(request: Request, result: dict) -> list[str]:
-    """Where the framework's own report differs from the request (one line per setting), synthetic data
-    where real data was requested, or a log that does not report the layout at all."""
+    """Where the framework's own report differs from the request (one line per setting; a torch-native one's own
+    settings too), synthetic data where real data was requested, or a log that does not report the layout at all."""
     effective = result.get("effective") or {}
     framework = request.identity.framework
     problems = []
@@ -128,6 +134,8 @@ def readback_problems(request: Request, result: dict) -> list[str]:
                             "cannot confirm the requested settings were applied")
     problems += [f"{finding.check}: {finding.message}" for finding in check_result(Loaded("", result, {}))
                  if finding.fatal and finding.check in READBACK_CHECKS]
+    problems += [f"effective settings: {problem}"
+                 for problem in native_settings.readback_problems(request.native, result)]
     reported = effective.get("data_path")
     if not request.data.mock_data and reported is not None:
         paths = data_paths(reported)

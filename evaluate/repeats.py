@@ -16,7 +16,8 @@ from evaluate.collect import Loaded
 from utils.hardware import lookup_device
 from utils.models import by_variant
 
-FRAMEWORK_NAMES = {"mega": "Megatron", "prim": "Primus", "nemo": "NeMo"}
+FRAMEWORK_NAMES = {"mega": "Megatron", "prim": "Primus", "nemo": "NeMo", "fsdp": "torch FSDP",
+                   "autotp": "DeepSpeed AutoTP"}
 PLATFORM_NAMES = {"amd": "AMD", "nvd": "NVIDIA", "cpu": "CPU"}
 
 
@@ -64,14 +65,23 @@ class Repeats:
         return f"{self.device} + {FRAMEWORK_NAMES[self.framework]} - {self.model_name}{strategy}{nodes}"
 
     def figures(self, getter: Callable[[dict], float | None]) -> list[float]:
-        """One figure per successful repeat (repeats without the figure are left out)."""
-        return [v for v in (getter(i.result) for i in self.ok) if v is not None]
+        return figures(self.items, getter)
 
     def status(self) -> str:
-        counts: dict[str, int] = {}
-        for item in self.items:
-            counts[item.result["run"]["status"]] = counts.get(item.result["run"]["status"], 0) + 1
-        return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        return statuses(self.items)
+
+
+def figures(items: Sequence[Loaded], getter: Callable[[dict], float | None]) -> list[float]:
+    """One figure per successful repeat (repeats without the figure are left out)."""
+    return [v for v in (getter(i.result) for i in items if i.result["run"]["status"] == "ok") if v is not None]
+
+
+def statuses(items: Sequence[Loaded]) -> str:
+    """How the repeats ended: "2 ok, 1 failed"."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.result["run"]["status"]] = counts.get(item.result["run"]["status"], 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
 def tokens(r: dict) -> float | None:

@@ -1,15 +1,17 @@
-"""The comparison's report.md: workload, systems, results per model, AMD vs NVIDIA, strategies, scaling,
-fairness, mock data, each run's checks and the FLOPs convention, stated rather than hidden."""
+"""The comparison's report.md: workload, systems, results per model, frameworks side by side on the same layout,
+each run's step time breakdown, AMD vs NVIDIA, strategies, scaling, fairness, mock data, each run's checks and
+the FLOPs convention, stated rather than hidden."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from evaluate import scaling, strategy_view
+from evaluate import breakdown_view, framework_view, scaling, strategy_view
 from evaluate.collect import Loaded
 from evaluate.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss, median_or_none,
                               memory, memory_kind, mfu, spread, title, tokens, tflops, workload)
 from evaluate.validate import check_result, fairness
+from utils.frameworks import NATIVE
 from utils.metrics import FLOPS_CONVENTION
 from utils.models import by_variant
 
@@ -112,6 +114,18 @@ NEMO_VS_MEGATRON = [
 ]
 
 
+# What the torch-native frameworks (fsdp, autotp) share with Megatron and what they cannot.
+NATIVE_VS_MEGATRON = [
+    "Torch-native (fsdp, autotp) and Megatron: equal by construction are the model's architecture (utils/models.py), "
+    "layout, batch, data and its sample order (megatron-core's dataset, train/megatron_data.py), seed and "
+    "Megatron-LM's LR schedule and warm-up convention. They cannot be equal: the model is Hugging Face's "
+    "implementation, without Megatron's fused kernels, and the torch-native settings (DP implementation, "
+    "torch.compile, SAC, attention, ZeRO stage; see Frameworks on the same layout) trade memory, time and rounding "
+    "their own way. So throughput compares as two ways to train the same workload, not as one kernel set against "
+    "another.",
+]
+
+
 def mock_lines(items: Sequence[Loaded]) -> list[str]:
     lines = []
     for item in items:
@@ -144,6 +158,8 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
     out += ["Peak memory per GPU: reserved = the allocator's peak reservation, device = device memory in use as the "
             "driver reports it (Primus), allocated = peak tensor allocation, host = peak resident host memory of the "
             "largest worker process (CPU runs, which have no device memory).", ""]
+    out += framework_view.section(items)
+    out += breakdown_view.table([item for row in rows for item in row.items])
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
     entries = strategy_view.entries(rows)
@@ -163,6 +179,8 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
     if {"nemo", "mega"} <= {i.result["framework"] for i in items} or \
             {"nemo", "prim"} <= {i.result["framework"] for i in items}:
         out += NEMO_VS_MEGATRON + [""]
+    if {i.result["framework"] for i in items} & set(NATIVE):
+        out += NATIVE_VS_MEGATRON + [""]
     if mocks:
         out += ["## MOCK DATA", ""] + mocks + [""]
     checks = [f for item in items for f in check_result(item)]

@@ -13,7 +13,10 @@ the same model must share variant, sequence length, precision, steps, dataset an
 fingerprints, the fairness profile and the workload conventions (init std, padded vocabulary, EOD
 loss masking, sampler, NaN check, FP8 recipe; a different LR warm-up convention, NeMo's, is
 warned of), and results on the same number of nodes the global batch (it grows with data
-parallelism across nodes: weak scaling).
+parallelism across nodes: weak scaling). Every framework is held to these alike, the torch-native ones (fsdp,
+autotp) included; their own settings (evaluate/native_settings.py: DP implementation, compile, SAC, attention,
+ZeRO stage) change the memory/time trade-off or the rounding, not the work, so where they differ between runs
+of the same model a warning names them.
 Prints one line per problem naming the result and the check; exit 1 when any check fails.
 """
 
@@ -26,6 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
+from evaluate import native_settings
 from evaluate.collect import CollectError, Loaded, load
 from evaluate.logs import step_ranges
 from utils import metrics
@@ -285,6 +289,23 @@ def fairness(items: Sequence[Loaded]) -> list[Finding]:
             for nodes, part in parts.items():
                 where = f"{model}{f' on {nodes} node(s)' if field.per_nodes and len(parts) > 1 else ''}"
                 found += _differences(where, field, part)
+        found += _native_differences(model, group)
+    return found
+
+
+def _native_differences(model: str, items: Sequence[Loaded]) -> list[Finding]:
+    """A warning per torch-native setting that differs between the runs of one model that record it."""
+    found = []
+    for key, setting in native_settings.SETTINGS.items():
+        values: dict[str, list[str]] = defaultdict(list)
+        for item in items:
+            value = native_settings.recorded(item.result).get(key)
+            if value is not None:
+                values[native_settings.shown(key, value)].append(item.name)
+        if len(values) > 1:
+            spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
+            found.append(Finding("set", "fairness", f"{model}: torch-native {setting.label} differs: {spread} "
+                                 f"({setting.why})", fatal=False))
     return found
 
 

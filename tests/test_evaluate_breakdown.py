@@ -1,0 +1,132 @@
+"""The report side of the torch-native frameworks: each run's step time breakdown (stacked bars and a table),
+frameworks side by side on the same layout with the ratio to Megatron, and the torch-native settings in the
+fairness check. Results: tests/fixtures/breakdown_results.py (mega and fsdp with a breakdown, nemo without)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from evaluate import breakdown_view, compare_plot, framework_view, native_settings, report, validate
+from evaluate.collect import Loaded
+from evaluate.repeats import repeats_of
+from tests.fixtures import breakdown_results as fixtures
+
+
+@pytest.fixture(scope="module")
+def items():
+    return [fixtures.mega(), fixtures.fsdp(), fixtures.nemo()]
+
+
+def test_each_runs_breakdown_is_a_stacked_bar_and_a_run_without_one_says_so(items):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    assert breakdown_view.panel(ax, items) == 2
+    parts = {c.get_label(): [(p.get_x() + p.get_width() / 2, p.get_y(), p.get_height()) for p in c.patches]
+             for c in ax.containers}
+    assert list(parts) == ["forward", "backward", "optimizer", "other"]
+    assert [x for x, _, _ in parts["forward"]] == [0, 1]  # mega and fsdp; nemo (x=2) has no bar
+    assert parts["forward"][0][2] == pytest.approx(30.0) and parts["backward"][1][2] == pytest.approx(60.0)
+    assert parts["backward"][0][1] == pytest.approx(30.0)  # stacked on the forward part
+    tops = [sum(parts[name][x][2] for name in parts) for x in (0, 1)]
+    assert tops == [pytest.approx(100.0)] * 2
+    assert [(getattr(t, "xy", t.get_position())[0], t.get_text()) for t in ax.texts] == [
+        (0, "2,000.0 ms"), (1, "2,500.0 ms"), (2, "no breakdown")]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "Megatron\nLlama 3.1 8B\nTP1 PP1 DP8 GA16", "torch FSDP\nLlama 3.1 8B\nTP1 PP1 DP8 GA16",
+        "NeMo\nLlama 3.1 8B\nTP1 PP1 DP8 GA16"]
+    plt.close(fig)
+
+
+def test_compare_png_holds_the_breakdown_panel(items, tmp_path):
+    drawn = compare_plot.plot(items, repeats_of(items), tmp_path / "compare.png")
+    assert drawn[breakdown_view.TITLE] == 2
+    assert (tmp_path / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_breakdown_table_gives_each_part_in_ms_and_percent(items):
+    lines = breakdown_view.table(items)
+    assert "| Forward | Backward | Optimizer | Other | Step (ms) | Steps |" in lines[4]
+    mega = next(line for line in lines if line.startswith("| nvd/mega-llama"))
+    assert "| 600.0 (30.0%) | 1,200.0 (60.0%) | 100.0 (5.0%) | 100.0 (5.0%) | 2,000.0 | 4 |" in mega
+    fsdp = next(line for line in lines if line.startswith("| nvd/fsdp-llama"))
+    assert "| 700.0 (28.0%) | 1,500.0 (60.0%) | 200.0 (8.0%) | 100.0 (4.0%) | 2,500.0 | 4 |" in fsdp
+    nemo = next(line for line in lines if line.startswith("| nvd/nemo-llama"))
+    assert nemo.endswith("| no breakdown | - | - | - | - | - |")
+    assert "- measured by device events around each phase: nvd/mega-llama, nvd/fsdp-llama" in lines
+
+
+def with_training(item: Loaded, run_id: str, **training) -> Loaded:
+    data = copy.deepcopy(item.result)
+    data["training"].update(training)
+    data["run"]["id"] = run_id
+    return Loaded(item.where, data, item.system)
+
+
+def test_runs_of_one_model_and_layout_are_one_group_with_the_ratio_to_megatron(items):
+    other = with_training(fixtures.fsdp("fsdp-mbs2"), "fsdp-mbs2", mbs=2)  # another layout: a group of its own
+    off = fixtures.fsdp("fsdp-eager", compile=False)  # other settings: another row of the same group
+    found = framework_view.groups([*items, other, off])
+    assert len(found) == 2
+    rows = found[("llama3.1-8b", 1, 1, 8, 16, 1, 2048, "bf16", 8)]
+    assert [(row.framework, row.settings) for row in rows] == [
+        ("mega", "-"), ("fsdp", "DP fsdp, compile on, compile mode default, SAC off, attention sdpa"),
+        ("nemo", "-"), ("fsdp", "DP fsdp, compile off, SAC off, attention sdpa")]
+    assert [framework_view.ratio(row, rows) for row in rows] == pytest.approx([1.0, 2.0 / 2.5, 2.0 / 2.2, 0.8])
+    assert list(framework_view.compared(found)) == [("llama3.1-8b", 1, 1, 8, 16, 1, 2048, "bf16", 8)]
+
+
+def test_the_report_sets_frameworks_side_by_side_and_shows_the_breakdown(items):
+    text = report.report(items, repeats_of(items), "compare.png")
+    side = text.split("## Frameworks on the same layout")[1].split("\n## ")[0]
+    assert "### Llama 3.1 8B: TP 1, PP 1, DP 8, GA 16, MBS 1, SL 2048, BF16, 8 GPUs" in side
+    fsdp = next(line for line in side.splitlines() if "| torch FSDP |" in line)
+    assert fsdp == ("| NVIDIA H100 SXM | torch FSDP | 1 | DP fsdp, compile on, compile mode default, SAC off, "
+                    "attention sdpa | 13,107 | 611.3 | 2.500 | 0.80x | 1 ok |")
+    assert "| NVIDIA H100 SXM | Megatron | 1 | - | 16,384 |" in side and "| 1.00x | 1 ok |" in side
+    assert "## Step time breakdown" in text and "| no breakdown |" in text
+    assert "Torch-native (fsdp, autotp) and Megatron: equal by construction" in text
+
+
+def test_a_single_framework_has_nothing_to_set_beside_it():
+    assert framework_view.section([fixtures.mega()])[-2] == "- no model and layout was run by more than one framework"
+
+
+def native_warnings(items) -> list[str]:
+    return [f.message for f in validate.fairness(items) if "torch-native" in f.message]
+
+
+def test_torch_native_settings_that_differ_are_named_in_a_warning():
+    found = [f for f in validate.fairness([fixtures.mega(), fixtures.fsdp(),
+                                           fixtures.fsdp("fsdp-sac", sac_every=4, compile=False)])
+             if "torch-native" in f.message]
+    assert [f.fatal for f in found] == [False, False]
+    assert found[0].message.startswith("llama: torch-native compile differs: compile on in nvd/fsdp-llama; "
+                                       "compile off in nvd/fsdp-sac (torch.compile")
+    assert found[1].message.startswith("llama: torch-native SAC differs: SAC off in nvd/fsdp-llama; SAC 1/4 in "
+                                       "nvd/fsdp-sac (activation checkpointing")
+
+
+def test_equal_torch_native_settings_and_other_frameworks_raise_no_warning(items):
+    assert native_warnings([*items, fixtures.fsdp("fsdp-again")]) == []
+    # a compile mode is no setting while compile is off
+    assert native_warnings([fixtures.fsdp("a", compile=False), fixtures.fsdp("b", compile=False,
+                                                                             compile_mode="max-autotune")]) == []
+
+
+def test_a_torch_native_run_is_held_to_the_workload_identity_like_any_framework(items):
+    assert [f for f in validate.fairness(items) if f.fatal] == []
+    odd = with_training(fixtures.fsdp(), "fsdp-vocab", padded_vocab_size=128384)
+    assert [f.message for f in validate.fairness([fixtures.mega(), odd]) if f.fatal] == [
+        "llama: padded vocabulary differs: 128256 in nvd/mega-llama; 128384 in nvd/fsdp-vocab"]
+
+
+def test_every_request_setting_has_its_words():
+    assert set(native_settings.KEYS) == set(native_settings.SETTINGS)
+    assert native_settings.described(fixtures.mega().result) == "-"
+    assert native_settings.described(fixtures.result("autotp", "a", effective={}).result) == "not recorded"
