@@ -2,9 +2,10 @@
 stage) as a result records them, for the report, the fairness check and the judge.
 
 A torch-native trainer reads them back from the built model into its result's `effective`, under the request's
-names and values (data_parallel "fsdp"|"ddp", compile true|false, compile_mode, sac_every N with 0 off, attn_impl,
-zero_stage): so the judge compares them with config.json's `native` key by key, and runs compared as the same
-workload show where they differ. A framework reports only the settings that apply to it (no ZeRO stage under fsdp).
+names and values (data_parallel "fsdp"|"ddp", compile true|false, compile_mode, attn_impl, zero_stage; the
+checkpointed layers as checkpointed_layers, 0-based, or sac_every N with 0 off): so the judge compares them with
+config.json's `native` key by key, and runs compared as the same workload show where they differ. A framework
+reports only the settings that apply to it (no ZeRO stage under fsdp).
 """
 
 from __future__ import annotations
@@ -41,20 +42,43 @@ def recorded(result: dict) -> dict:
         return {}
     effective = result.get("effective") or {}
     found = {key: effective[key] for key in KEYS if effective.get(key) is not None}
+    if "sac_every" not in found and isinstance(effective.get("checkpointed_layers"), list):
+        found["sac_every"] = sac_every(effective["checkpointed_layers"], result["model"]["num_layers"])
     if found.get("compile") is False:
         found.pop("compile_mode", None)  # a mode without compiling is no setting
     return found
 
 
+def checkpointed(every: int, num_layers: int) -> list[int]:
+    """The layers (0-based) SAC_FREQ=1/every checkpoints: every every-th one; none for 0."""
+    return [i for i in range(num_layers) if every and (i + 1) % every == 0]
+
+
+def sac_every(layers: list[int], num_layers: int) -> int | list[int]:
+    """The N of SAC_FREQ=1/N that checkpoints exactly these layers of the model (0: none), else the layers
+    themselves (no 1/N does)."""
+    return next((every for every in range(num_layers + 1) if layers == checkpointed(every, num_layers)), layers)
+
+
 def readback_problems(native: Native, result: dict) -> list[str]:
-    """Where a torch-native run's read-back differs from the request's `native` section (the settings both carry)."""
-    return [f"{key} is {value!r} in the framework, {getattr(native, key)!r} requested"
-            for key, value in recorded(result).items() if value != getattr(native, key)]
+    """Where a torch-native run's read-back differs from the request's `native` section (the settings both carry);
+    SAC as the layers it checkpoints (1/4 of a 2-layer proxy checkpoints none, as 0 does)."""
+    problems, layers = [], result["model"]["num_layers"]
+    for key, value in recorded(result).items():
+        wanted = getattr(native, key)
+        if key == "sac_every":
+            value, wanted = (v if isinstance(v, list) else checkpointed(v, layers) for v in (value, wanted))
+        if value != wanted:
+            problems.append(f"{key} is {value!r} in the framework, {wanted!r} requested"
+                            + (" (checkpointed layers, 0-based)" if key == "sac_every" else ""))
+    return problems
 
 
 def shown(key: str, value: object) -> str:
     """One setting in words: "SAC 1/4" (SAC_FREQ's notation: every 4th layer), "compile on"."""
     label = SETTINGS[key].label
+    if key == "sac_every" and isinstance(value, list):
+        return f"{label} layers {','.join(map(str, value))}"
     if key == "sac_every":
         return f"{label} {f'1/{value}' if value else 'off'}"
     if isinstance(value, bool):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from evaluate import judge
+from tests.fixtures import breakdown_results
 from tests.fixtures.train_matrix.requests import run_request
 from utils.request import Request
 from utils.cli import SignalFlag
@@ -204,3 +205,44 @@ def test_a_stop_signal_cuts_the_wait_for_other_nodes_short_and_the_result_is_sti
     assert judging.returncode == 0, err
     assert "node(s) 1: stopped waiting; extracting from the logs there are" in err
     assert json.loads((run_dir / "result.json").read_text())["run"]["steps_completed"] == 12
+
+
+# --- The torch-native frameworks (fsdp, autotp): their own settings read back, and a trainer that wrote nothing ---
+
+def native_readback(effective: dict, **env: str) -> list[str]:
+    """judge.readback_problems of an fsdp result (tests/fixtures/breakdown_results.py) reading back `effective`."""
+    req = run_request("nvd", "fsdp", "llama", **env)
+    return judge.readback_problems(req, breakdown_results.result("fsdp", "fsdp-llama", effective=effective).result)
+
+
+def test_a_torch_native_runs_own_settings_are_compared_with_the_request():
+    built = {"data_parallel": "fsdp", "compile": True, "compile_mode": "default", "attn_impl": "sdpa",
+             "checkpointed_layers": [3, 7, 11, 15, 19, 23, 27, 31]}  # Llama 3.1 8B's 32 layers, every 4th
+    assert native_readback(built, COMPILE="1", SAC_FREQ="1/4", FRAMEWORK="fsdp") == []
+    assert native_readback({**built, "compile": False, "attn_impl": "eager"}, COMPILE="1", SAC_FREQ="1/4",
+                           FRAMEWORK="fsdp") == ["effective settings: compile is False in the framework, True requested",
+                                                 "effective settings: attn_impl is 'eager' in the framework, 'sdpa' "
+                                                 "requested"]
+    assert native_readback(built, FRAMEWORK="fsdp") == [
+        "effective settings: compile is True in the framework, False requested",
+        "effective settings: sac_every is [3, 7, 11, 15, 19, 23, 27, 31] in the framework, [] requested "
+        "(checkpointed layers, 0-based)"]
+
+
+def test_settings_a_torch_native_framework_does_not_report_are_not_compared():
+    """fsdp has no ZeRO stage: the request carries one (unused), its result none."""
+    assert native_readback({"attn_impl": "sdpa"}) == []
+
+
+def test_a_torch_native_trainer_that_wrote_no_result_gets_one_that_says_why(tmp_path):
+    run_dir = tmp_path / "set" / "fsdp-llama"
+    run_dir.mkdir(parents=True)
+    run_request("cpu", "fsdp", "llama").write(run_dir / "config.json")
+    (run_dir / "train.log").write_text("Traceback (most recent call last):\nRuntimeError: out of memory\n")
+    (run_dir / "launch.json").write_text(json.dumps({"run_id": "fsdp-llama", "node_rank": 0, **ENDED,
+                                                     "exit_code": 1}))
+    code, result = judged(run_dir)
+    assert code == 0 and result["framework"] == "fsdp" and result["run"]["status"] == "failed"
+    assert result["run"]["error_excerpt"].startswith(
+        "exit code 1; the fsdp trainer wrote no result.json and its log is no format evaluate.extract reads\n")
+    assert "RuntimeError: out of memory" in result["run"]["error_excerpt"]
