@@ -1,4 +1,4 @@
-"""Llama 3.1 and Qwen 2.5 as megatron-core GPT models, built from utils.models specs.
+"""TPrimat's models (utils.models specs) as megatron-core GPT models.
 
 Everything here sticks to the megatron-core API shared by 0.12 (nemo:25.04), Primus's Megatron-LM
 and 0.16 (the host). The choices a benchmark must be able to prove are made in one place each:
@@ -139,8 +139,20 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         **(fp8_settings(table) if precision == "fp8" else {"fp8": None}),
         deallocate_pipeline_outputs=True,
         cross_entropy_fusion_impl=table["cross_entropy_fusion_impl"],
-        **fusions,
+        **{**fusions, **_sliding_window(spec, stack, fusions)},
     )
+
+
+def _sliding_window(spec: ModelSpec, stack: Stack, fusions: dict[str, bool]) -> dict:
+    """megatron-core's window_size for a sliding-window model (the spec's megatron_window, every layer).
+
+    Transformer Engine's attention takes the window; the local spec applies it in its unfused softmax only:
+    megatron-core 0.16.1's fused masked-softmax kernel builds a plain causal mask and would train full attention
+    silently, so a windowed model on the local spec runs with that fusion off (features() records it)."""
+    if spec.megatron_window is None:
+        return {}
+    local_kernel = fusions["masked_softmax_fusion"] and not stack.transformer_engine
+    return {"window_size": spec.megatron_window, **({"masked_softmax_fusion": False} if local_kernel else {})}
 
 
 def precision_of(config: TransformerConfig) -> str:
@@ -298,4 +310,5 @@ def features(config: TransformerConfig, stack: Stack) -> dict[str, bool | str]:
         out["attention"] = "local (unfused softmax)" if not config.masked_softmax_fusion else "local (fused softmax)"
         out["flash_attention"] = False
     out["attention_backend"] = str(getattr(config, "attention_backend", "n/a"))
+    out["sliding_window"] = f"window_size={tuple(config.window_size)}" if config.window_size else False
     return out

@@ -85,11 +85,16 @@ class ModelSpec:
         """Training FLOPs per token (forward + backward), Megatron-LM's formula, causal attention.
 
         6 * [L * (QKV and output projections + SwiGLU MLP) + LM head] + 6 * L * (a*d) * s
+
+        s stands for twice the keys a query sees on average (s/2, causal). A sliding window W < s caps them:
+        queries past the first W see W keys each, so the mean is W - W^2/(2s) and s becomes 2W - W^2/s.
         """
         h, d = self.hidden_size, self.head_dim
         q_width, kv_width = self.num_attention_heads * d, self.num_kv_heads * d
         dense = self.num_layers * (h * (q_width + 2 * kv_width) + q_width * h + 3 * h * self.ffn_hidden_size)
-        attention = self.num_layers * q_width * seq_len
+        window = self.sliding_window
+        span = seq_len if window is None or seq_len <= window else 2 * window - window * window / seq_len
+        attention = self.num_layers * q_width * span
         return 6.0 * (dense + h * self.vocab_size) + 6.0 * attention
 
     def valid_tp(self, limit: int = 64) -> list[int]:
