@@ -46,7 +46,7 @@ def recorded(result: dict) -> dict:
         found["sac_every"] = sac_every(effective["checkpointed_layers"], result["model"]["num_layers"])
     if found.get("compile") is False:
         found.pop("compile_mode", None)  # a mode without compiling is no setting
-    return found
+    return {key: found[key] for key in KEYS if key in found}
 
 
 def checkpointed(every: int, num_layers: int) -> list[int]:

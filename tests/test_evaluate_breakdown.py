@@ -103,7 +103,8 @@ def native_warnings(items) -> list[str]:
 
 def test_torch_native_settings_that_differ_are_named_in_a_warning():
     found = [f for f in validate.fairness([fixtures.mega(), fixtures.fsdp(),
-                                           fixtures.fsdp("fsdp-sac", sac_every=4, compile=False)])
+                                           fixtures.fsdp("fsdp-sac", checkpointed_layers=fixtures.SAC_1_4,
+                                                         compile=False)])
              if "torch-native" in f.message]
     assert [f.fatal for f in found] == [False, False]
     assert found[0].message.startswith("llama: torch-native compile differs: compile on in nvd/fsdp-llama; "
@@ -124,6 +125,13 @@ def test_a_torch_native_run_is_held_to_the_workload_identity_like_any_framework(
     odd = with_training(fixtures.fsdp(), "fsdp-vocab", padded_vocab_size=128384)
     assert [f.message for f in validate.fairness([fixtures.mega(), odd]) if f.fatal] == [
         "llama: padded vocabulary differs: 128256 in nvd/mega-llama; 128384 in nvd/fsdp-vocab"]
+
+
+def test_sac_is_read_from_the_checkpointed_layers():
+    assert native_settings.described(fixtures.fsdp(checkpointed_layers=fixtures.SAC_1_4).result) == \
+        "DP fsdp, compile on, compile mode default, SAC 1/4, attention sdpa"
+    assert native_settings.described(fixtures.fsdp(checkpointed_layers=[0, 5]).result).endswith(
+        "SAC layers 0,5, attention sdpa")
 
 
 def test_every_request_setting_has_its_words():
