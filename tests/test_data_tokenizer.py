@@ -104,6 +104,33 @@ def test_gated_repository_names_the_licence_page_and_secrets_env_without_the_tok
     assert not (tmp_path / "llama").exists()
 
 
+def test_mistral_is_gated_and_has_no_offline_copy(monkeypatch, tmp_path):
+    """No PyPI package ships Mistral 7B v0.1's tokenizer: offline, the Hub's cache is the only source."""
+    monkeypatch.setattr("huggingface_hub.snapshot_download", _raise(hub_error("gated")))
+    with pytest.raises(WorkError, match="https://huggingface.co/mistralai/Mistral-7B-v0.1"):
+        prepare_tokenizer("mistral", tmp_path / "mistral", token=None, allow_fallback=True)
+    monkeypatch.setattr("huggingface_hub.snapshot_download", _raise(hub_error("offline")))
+    with pytest.raises(WorkError, match="no PyPI package ships the Mistral 7B v0.1 tokenizer, so there is no offline"):
+        prepare_tokenizer("mistral", tmp_path / "mistral", token=None, allow_fallback=True)
+    assert not (tmp_path / "mistral").exists()
+
+
+def test_llama70b_gets_llamas_tokenizer_recorded_as_llamas(monkeypatch, tmp_path, tokenizers):
+    snapshot = tmp_path / "cache" / "4567cdef"
+    snapshot.mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        snapshot.joinpath(name).write_bytes((tokenizers["llama"] / name).read_bytes())
+    seen = {}
+
+    def fake(repo, **kwargs):
+        seen["repo"] = repo
+        return str(snapshot)
+    monkeypatch.setattr("huggingface_hub.snapshot_download", fake)
+    identity = prepare_tokenizer("llama70b", tmp_path / "llama", token="tok", allow_fallback=False)
+    assert seen["repo"] == "meta-llama/Llama-3.1-8B"
+    assert (identity.model, identity.source) == ("llama", "hub:meta-llama/Llama-3.1-8B@4567cdef")
+
+
 def test_missing_repository_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr("huggingface_hub.snapshot_download", _raise(hub_error("missing")))
     with pytest.raises(WorkError, match="^Qwen/Qwen2.5-7B was not found on the Hub"):
@@ -160,6 +187,14 @@ def test_the_readme_command_prepares_every_model_of_the_configuration_into_data_
         directory = tmp_path / "data" / "tokenizers" / model
         assert read_identity(directory).sha256 == FIXTURE_TOKENIZER_SHA256[model]
         assert f"data.fetch: tokenizer {model} = fallback:" in out.stderr and str(directory) in out.stderr
+
+
+def test_llama70b_and_llama_share_one_tokenizer_prepared_once(tmp_path):
+    out = fetch_tokenizer(tmp_path, MODELS="llama70b,llama")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "data" / "tokenizers").iterdir()) == ["llama"]
+    assert out.stderr.count("data.fetch: tokenizer ") == 1 and "data.fetch: tokenizer llama = fallback:" in out.stderr
+    assert read_identity(tmp_path / "data" / "tokenizers" / "llama").sha256 == FIXTURE_TOKENIZER_SHA256["llama"]
 
 
 def test_one_model_goes_to_its_data_dir_directory_whatever_models_says(tmp_path):
