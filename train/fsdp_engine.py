@@ -54,23 +54,27 @@ def tp_plan(fp8: bool) -> dict:
     return {**{name: Column() for name in COLUMN}, **{name: Row() for name in ROW}}
 
 
-def grad_norm(parameters: list[torch.nn.Parameter]) -> torch.Tensor:
-    """The global L2 norm of the gradients, whatever mesh each DTensor gradient lives on (FSDP2 shards the
-    layers' over (dp, tp), the rest over dp): one reduction per mesh."""
+def by_mesh(parameters: list[torch.nn.Parameter]) -> list[list[torch.Tensor]]:
+    """The gradients grouped by the mesh they live on (FSDP2 shards the TP layers' over (dp, tp), the rest over
+    dp; DDP's are plain tensors): DTensor operations never mix meshes."""
     from torch.distributed.tensor import DTensor
 
-    by_mesh: dict = {}
+    groups: dict = {}
     for param in parameters:
         if param.grad is not None:
-            grad = param.grad
-            key = grad.device_mesh if isinstance(grad, DTensor) else None
-            by_mesh.setdefault(key, []).append(grad.float().pow(2).sum())
-    total = None
-    for mesh, squares in by_mesh.items():
-        part = torch.stack(squares).sum() if mesh is None else \
-            torch.stack([s.full_tensor() if hasattr(s, "full_tensor") else s for s in squares]).sum()
-        total = part if total is None else total + part
-    return torch.sqrt(total) if total is not None else torch.zeros(())
+            key = param.grad.device_mesh if isinstance(param.grad, DTensor) else None
+            groups.setdefault(key, []).append(param.grad)
+    return list(groups.values())
+
+
+def grad_norm(groups: list[list[torch.Tensor]]) -> float:
+    """The global L2 norm of the gradients: one reduction per mesh (a DTensor's squared sum is a partial value
+    over its mesh, completed by full_tensor)."""
+    total = 0.0
+    for grads in groups:
+        squares = torch.stack([grad.float().pow(2).sum() for grad in grads]).sum()
+        total += float(squares.full_tensor() if hasattr(squares, "full_tensor") else squares)
+    return total ** 0.5
 
 
 class FsdpEngine:
@@ -158,14 +162,15 @@ class FsdpEngine:
 
     def optimizer_step(self) -> float | None:
         """Megatron-LM's clipping (scale by GRAD_CLIP / (norm + 1e-6) when below 1), then AdamW."""
-        norm = grad_norm(self.parameters)
+        groups = by_mesh(self.parameters)
+        norm = grad_norm(groups)
         clip = self.request.training.grad_clip
-        if clip > 0:
-            coefficient = torch.clamp(clip / (norm + 1e-6), max=1.0)
-            torch._foreach_mul_([p.grad for p in self.parameters if p.grad is not None], coefficient)
+        if clip > 0 and clip / (norm + 1e-6) < 1.0:
+            for grads in groups:
+                torch._foreach_mul_(grads, clip / (norm + 1e-6))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return norm
 
     def read_back(self) -> dict:
         """The wrapped model as built: sharding, mesh, precision, compile and checkpointing state."""
@@ -184,7 +189,11 @@ class FsdpEngine:
             "precision": self.request.training.precision if not self.float8 else "fp8",
             "param_dtype": str(self.param_dtype).removeprefix("torch."),
             "reduce_dtype": str(self.reduce_dtype).removeprefix("torch."),
-            "grad_reduce_in_fp32": self.reduce_dtype == torch.float32,
+            # the profile's choice where it decides something: fp32 training reduces in fp32 whatever it says
+            "grad_reduce_in_fp32": self.reduce_dtype == torch.float32 if self.param_dtype != torch.float32 else None,
+            # FSDP2 always prefetches the next layer's all-gather and reduce-scatters during backward (DDP
+            # all-reduces its buckets during backward): no switch turns that off, so it is reported, not hidden
+            "reduce_overlaps_backward": True, "gather_prefetch": self.fsdp,
             "float8_linears": sum(type(m).__name__ == "Float8Linear" for m in self.hf_model.modules()),
             "parameters": sum(param.numel() for param in self.hf_model.parameters()),
             "compile": all(getattr(layer, "_compiled_call_impl", None) is not None for layer in layers),

@@ -40,7 +40,8 @@ def run_settings(trainer, model: torch.nn.Module, dataset) -> dict:
         "untied_embeddings": not config.tie_word_embeddings,
         "sliding_window": getattr(config, "sliding_window", None),
         "attn_impl": config._attn_implementation,
-        "init_method_std": config.initializer_range,
+        "init_method_std": config.initializer_range, "padded_vocab_size": config.vocab_size,
+        "eod_mask_loss": bool(dataset.config.eod_mask_loss), "check_for_nan_in_grad": False,
         "parameters_built": native_model.count_parameters(model),
         "torch_version": torch.__version__, "transformers_version": transformers.__version__,
     }
