@@ -5,6 +5,7 @@ in greens, CPU in blues, one hatch or line style per model."""
 from __future__ import annotations
 
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -22,14 +23,23 @@ MODEL_HATCHES = ("", "//", "..", "xx")
 
 
 def colours(rows: Sequence[Repeats]) -> dict[int, str]:
-    """A colour per row: the platform's palette, one shade per framework/strategy/device."""
+    """A colour per row: the platform's palette, one shade per framework/strategy/device/torch-native settings."""
     out, seen = {}, {}
     for index, row in enumerate(rows):
-        key = (row.platform, row.device, row.framework, row.strategy, row.layout)
+        key = (row.platform, row.device, row.framework, row.strategy, row.layout, row.settings)
         palette = PALETTES[row.platform]
         shade = seen.setdefault(key, len({k for k in seen if k[0] == row.platform}) % len(palette))
         out[index] = palette[shade]
     return out
+
+
+def tick_labels(rows: Sequence[Repeats]) -> list[str]:
+    """Device, framework, model and strategy per bar; rows alike but for their torch-native settings (compile on
+    and off) are told apart by them."""
+    labels = [f"{r.device.removeprefix('AMD ').removeprefix('NVIDIA ')}\n{FRAMEWORK_NAMES[r.framework]}\n"
+              f"{r.short_model}" + ("" if r.strategy == "custom" else f"\n{r.strategy}") for r in rows]
+    return [label + ("" if labels.count(label) == 1 else "\n" + "\n".join(textwrap.wrap(r.settings, 24)))
+            for label, r in zip(labels, rows)]
 
 
 def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[str, int]:
@@ -53,8 +63,7 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[s
     bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f"),
                   (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".3g"),
                   (axes[0, 2], memory, memory_title(items), "GiB", ".1f"))
-    labels = [f"{r.device.removeprefix('AMD ').removeprefix('NVIDIA ')}\n{FRAMEWORK_NAMES[r.framework]}\n"
-              f"{r.short_model}" + ("" if r.strategy == "custom" else f"\n{r.strategy}") for r in rows]
+    labels = tick_labels(rows)
     for ax, getter, name, unit, fmt in bar_panels:
         for x, row in enumerate(rows):
             values = row.figures(getter)

@@ -1,8 +1,8 @@
 """Results grouped into repeats of one configuration, and the figures evaluate.compare shows of them.
 
-Runs of the same platform, device, framework, model, strategy, layout and node count are repeats: their
-figures are shown as median [min-max] (`spread`) over the successful ones. `workload` and `title` say what
-the compared runs did, for the report and the plot alike.
+Runs of the same platform, device, framework, model, strategy, layout, node count and torch-native settings
+are repeats: their figures are shown as median [min-max] (`spread`) over the successful ones. `workload` and
+`title` say what the compared runs did, for the report and the plot alike.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from evaluate import native_settings
 from evaluate.collect import Loaded
 from utils.hardware import lookup_device
 from utils.models import by_variant
@@ -43,6 +44,7 @@ class Repeats:
     strategy: str
     layout: tuple[int, int, int, int]
     nodes: int | None  # None: unknown (a result without a node count)
+    settings: str = "-"  # the torch-native settings (evaluate/native_settings.py); "-" for the other frameworks
     items: list[Loaded] = field(default_factory=list)
 
     @property
@@ -62,7 +64,12 @@ class Repeats:
     def label(self) -> str:
         strategy = "" if self.strategy == "custom" else f" [{self.strategy}]"
         nodes = f", {self.nodes} nodes" if self.nodes and self.nodes > 1 else ""
-        return f"{self.device} + {FRAMEWORK_NAMES[self.framework]} - {self.model_name}{strategy}{nodes}"
+        return f"{self.device} + {self.framework_text} - {self.model_name}{strategy}{nodes}"
+
+    @property
+    def framework_text(self) -> str:
+        """The framework, with its torch-native settings where it has them."""
+        return FRAMEWORK_NAMES[self.framework] + ("" if self.settings == "-" else f" ({self.settings})")
 
     def figures(self, getter: Callable[[dict], float | None]) -> list[float]:
         return figures(self.items, getter)
@@ -127,15 +134,16 @@ def final_loss(r: dict) -> float | None:
 
 
 def repeats_of(items: Sequence[Loaded]) -> list[Repeats]:
-    """Group repeats; ordered by model, platform, framework, strategy, layout, nodes."""
+    """Group repeats; ordered by model, platform, framework, strategy, layout, nodes and torch-native settings
+    (runs with compile on and off are two configurations, not repeats)."""
     found: dict[tuple, Repeats] = {}
     for item in items:
         r, p = item.result, item.result["parallelism"]
         layout = (p["tp"], p["pp"], p["dp"], p["ga"])
         key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], layout,
-               item.nodes or 0)
+               item.nodes or 0, native_settings.described(r))
         found.setdefault(key, Repeats(r["platform"], key[2], r["framework"], key[0], p["strategy"], layout,
-                                 item.nodes)).items.append(item)
+                                      item.nodes, key[-1])).items.append(item)
     return [found[k] for k in sorted(found)]
 
 

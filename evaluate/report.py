@@ -77,7 +77,7 @@ def results_table(rows: Sequence[Repeats]) -> list[str]:
         first = row.items[0].result
         kinds = sorted({memory_kind(i.result) for i in row.ok} - {"-"}) or ["-"]
         lines.append(
-            f"| {row.device} | {FRAMEWORK_NAMES[row.framework]} | {row.strategy} | {row.nodes or '?'} | "
+            f"| {row.device} | {row.framework_text} | {row.strategy} | {row.nodes or '?'} | "
             f"{first['parallelism']['num_gpus']} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens), ',.0f')} | "
             f"{spread(row.figures(tflops), '.1f')} | {spread([100 * v for v in row.figures(mfu)], '.1f')}"
             f"{'%' if row.figures(mfu) else ''} | {spread(row.figures(memory), '.1f')} ({'/'.join(kinds)}) | "
@@ -95,8 +95,8 @@ def speedups(rows: Sequence[Repeats]) -> list[str]:
             a, n = median_or_none(amd.figures(tokens)), median_or_none(nvd.figures(tokens))
             if a is None or n is None:
                 continue
-            lines.append(f"- {amd.device} + {FRAMEWORK_NAMES[amd.framework]} is **{a / n:.2f}x** {nvd.device} + "
-                         f"{FRAMEWORK_NAMES[nvd.framework]} on {amd.model_name} ({a:,.0f} vs {n:,.0f} tokens/s/GPU"
+            lines.append(f"- {amd.device} + {amd.framework_text} is **{a / n:.2f}x** {nvd.device} + "
+                         f"{nvd.framework_text} on {amd.model_name} ({a:,.0f} vs {n:,.0f} tokens/s/GPU"
                          f"{'' if amd.strategy == 'custom' else ', strategy ' + amd.strategy})")
     return lines
 

@@ -138,3 +138,17 @@ def test_every_request_setting_has_its_words():
     assert set(native_settings.KEYS) == set(native_settings.SETTINGS)
     assert native_settings.described(fixtures.mega().result) == "-"
     assert native_settings.described(fixtures.result("autotp", "a", effective={}).result) == "not recorded"
+
+
+def test_torch_native_runs_with_other_settings_are_two_configurations_not_repeats():
+    on, off = fixtures.fsdp("fsdp-on"), fixtures.fsdp("fsdp-off", compile=False)
+    rows = repeats_of([on, off, fixtures.fsdp("fsdp-on-r2")])
+    assert [(row.settings, len(row.items)) for row in rows] == [
+        ("DP fsdp, compile off, SAC off, attention sdpa", 1),
+        ("DP fsdp, compile on, compile mode default, SAC off, attention sdpa", 2)]
+    table = "\n".join(report.results_table(rows))
+    assert "| NVIDIA H100 SXM | torch FSDP (DP fsdp, compile off, SAC off, attention sdpa) | custom |" in table
+    assert compare_plot.tick_labels(rows) == [
+        "H100 SXM\ntorch FSDP\nLlama\nDP fsdp, compile off,\nSAC off, attention sdpa",
+        "H100 SXM\ntorch FSDP\nLlama\nDP fsdp, compile on,\ncompile mode default,\nSAC off, attention sdpa"]
+    assert compare_plot.tick_labels(rows[:1]) == ["H100 SXM\ntorch FSDP\nLlama"]
