@@ -189,6 +189,26 @@ def test_qwens_pair_renamed_as_llamas_is_a_data_error_before_the_model_is_built(
         locate(sample_data(data_dir, "llama"), LLAMA)
 
 
+def test_llama70b_reads_llamas_verified_pair_and_tokenizer(data_dir):
+    """One preparation serves both: the layout names llama's files, and the proof accepts them for llama70b."""
+    assert datafiles.data_prefix(str(data_dir), "sample", "llama70b") == data_dir / "sample_llama_text_document"
+    assert datafiles.tokenizer_dir(str(data_dir), "llama70b") == data_dir / "tokenizers" / "llama"
+    assert datafiles.encode_prefix(str(data_dir), "sample", "llama70b") == data_dir / "sample_llama"
+    assert data_problems(config(data_dir, "llama70b")) == []
+    big = get_model("llama70b", "tiny")
+    assert locate(sample_data(data_dir, "llama70b"), big).fingerprint == \
+        locate(sample_data(data_dir, "llama"), get_model("llama", "tiny")).fingerprint
+
+
+def test_llamas_pair_renamed_as_mistrals_is_refused(data_dir):
+    for suffix in (".bin", ".idx", ".manifest.json"):
+        os.replace(data_dir / f"sample_llama_text_document{suffix}", data_dir / f"sample_mistral_text_document{suffix}")
+    with pytest.raises(DataProblem, match="encoded with the llama tokenizer, not mistral's"):
+        prove(data_dir / "sample_mistral_text_document", data_dir / "tokenizers" / "llama", "mistral", 32000)
+    with pytest.raises(DataProblem, match="not llama70b's, llama70b uses llama's"):
+        prove(qwen(data_dir), data_dir / "tokenizers" / "qwen", "llama70b", QWEN.vocab_size)
+
+
 def test_token_ids_beyond_the_models_vocabulary_are_named(data_dir):
     proven = prove_pair(qwen(data_dir))
     with pytest.raises(DataProblem, match=r"token ids up to 151643, beyond llama's vocabulary of 128256"):

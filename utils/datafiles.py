@@ -229,9 +229,11 @@ def check_tokenizer(verified: Verified, tokenizer_dir: Path, model: str) -> None
     """The tokenizer directory holds the files that encoded the pair, and they are the model's."""
 
     recorded = verified.manifest["tokenizer"]
-    if recorded.get("model") and recorded["model"] != data_key(model):
-        raise DataProblem(f"{verified.prefix}: encoded with the {recorded['model']} tokenizer, not {model}'s "
-                          f"({data_key(model)}'s; a pair renamed or copied from another model); {FIX}")
+    key = data_key(model)
+    if recorded.get("model") and recorded["model"] != key:
+        uses = f", {model} uses {key}'s" if key != model else ""
+        raise DataProblem(f"{verified.prefix}: encoded with the {recorded['model']} tokenizer, not {model}'s"
+                          f"{uses} (a pair renamed or copied from another model); {FIX}")
     if not tokenizer_dir.is_dir():
         raise DataProblem(f"{tokenizer_dir}: tokenizer directory missing; {FIX}")
     if tokenizer_sha256(tokenizer_dir)[0] != recorded["sha256"]:
