@@ -21,10 +21,25 @@ def settings_for(model: str, **env: str) -> dict:
     return recipe_settings(run_request("nvd", "nemo", model, **env), RUN_DIR)
 
 
-@pytest.mark.parametrize("model, recipe", [("llama", "llama31_8b"), ("qwen", "qwen25_7b")])
+@pytest.mark.parametrize("model, recipe", [("llama", "llama31_8b"), ("qwen", "qwen25_7b"),
+                                           ("llama70b", "llama31_70b"), ("mistral", "mistral_7b")])
 def test_each_model_uses_nemos_own_recipe(model, recipe):
-    s = settings_for(model)
+    s = settings_for(model, MODELS=model)
     assert (s["recipe"], s["num_nodes"], s["num_gpus_per_node"]) == (recipe, 1, 8)
+
+
+def test_a_proxy_sets_its_layer_count_on_the_recipe_of_its_model():
+    s = settings_for("llama70b", MODELS="llama70b", MODEL_LAYERS="8")
+    assert s["recipe"] == "llama31_70b"
+    assert (s["set"]["model.config.num_layers"], s["set"]["model.config.hidden_size"],
+            s["set"]["model.config.num_query_groups"]) == (8, 8192, 8)
+
+
+def test_mistrals_window_is_set_as_huggingface_means_it_and_llama_has_none():
+    """NeMo's MistralConfig7B says window_size [4096, 0] (4097 tokens); TPrimat's spec means 4096, as HF's does."""
+    assert settings_for("mistral", MODELS="mistral")["set"]["model.config.window_size"] == [4095, 0]
+    assert settings_for("mistral", MODELS="mistral", MODEL_SIZE="tiny")["set"]["model.config.window_size"] == [63, 0]
+    assert "model.config.window_size" not in settings_for("llama")["set"]
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])

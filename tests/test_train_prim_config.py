@@ -15,8 +15,8 @@ from evaluate import log_settings
 from tests.fixtures.train_matrix import primus_v25_11
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
 from utils.fairness import profile
-from train.primus_config import (RENAMED_KEYS, ShippedConfigMissing, command, experiment, render, shipped_config,
-                                 write_experiment)
+from train.primus_config import (RENAMED_KEYS, SHIPPED_NAMES, ShippedConfigMissing, command, experiment, overrides,
+                                 render, shipped_config, write_experiment)
 
 PRIMUS = FIXTURES / "primus"
 RUN_DIR = "/out/set/prim-llama"
@@ -193,3 +193,17 @@ def test_a_key_the_experiment_leaves_out_takes_primus_v25_11_s_default(tmp_path)
     dump = dict(match.groups() for match in map(log_settings.ARGUMENT.search, out.stdout.splitlines()) if match)
     assert (dump["init_method_std"], dump["eod_mask_loss"], dump["seed"], dump["dataloader_type"]) == \
         ("0.008", "False", "1234", "cyclic")  # Qwen 2.5's model default, then the module's
+
+
+def test_llama70b_has_primus_shipped_names_and_a_proxy_overrides_its_layers():
+    assert SHIPPED_NAMES["llama70b"] == ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml")
+    o = overrides(run_request("amd", "prim", "llama70b", MODELS="llama70b", MODEL_LAYERS="8"))
+    assert (o["num_layers"], o["hidden_size"], o["ffn_hidden_size"], o["num_attention_heads"],
+            o["num_query_groups"]) == (8, 8192, 28672, 64, 8)
+
+
+def test_primus_ships_no_mistral_so_the_table_lacks_it_and_asking_is_one_line():
+    """Primus's MI300X configs have Mixtral's MoE models but no Mistral 7B: the planner skips prim for it."""
+    assert "mistral" not in SHIPPED_NAMES
+    with pytest.raises(ShippedConfigMissing, match="^Primus ships no experiment config for mistral"):
+        shipped_config(PRIMUS, "mistral", "bf16")
