@@ -17,18 +17,17 @@ NONE = "no breakdown"
 
 
 def labels(items: Sequence[Loaded]) -> list[str]:
-    """One label per run: framework, model and layout (with the device when the runs have several); repeats of one
-    label are numbered."""
+    """One label per run: framework, model and layout (with the device when the runs have several); runs alike in
+    these (repeats, other torch-native settings) add their run id."""
     several = len({device_label(i) for i in items}) > 1
-    out, seen = [], {}
+    out = []
     for item in items:
         r, p = item.result, item.result["parallelism"]
         layout = f"TP{p['tp']} PP{p['pp']} DP{p['dp']} GA{p['ga']}"
-        label = (f"{device_label(item)}\n" if several else "") + \
-            f"{FRAMEWORK_NAMES[r['framework']]}\n{r['model']['display_name']}\n{layout}"
-        seen[label] = seen.get(label, 0) + 1
-        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
-    return out
+        out.append((f"{device_label(item)}\n" if several else "") +
+                   f"{FRAMEWORK_NAMES[r['framework']]}\n{r['model']['display_name']}\n{layout}")
+    return [label + ("" if out.count(label) == 1 else f"\n{item.result['run']['id']}")
+            for label, item in zip(out, items)]
 
 
 def breakdown(item: Loaded) -> dict | None:

@@ -105,10 +105,11 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[s
     runs = breakdown_view.panel(split, [item for row in rows for item in row.items])
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=colour[x], edgecolor="black",
                              hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)]) for x, r in enumerate(rows)]
-    fig.legend(handles, [r.label for r in rows], loc="lower center", ncol=min(4, len(rows)), fontsize=9,
+    columns = max(1, min(4, len(rows), 280 // max(len(r.label) for r in rows)))  # ~280 characters fit a line
+    fig.legend(handles, [r.label for r in rows], loc="lower center", ncol=columns, fontsize=9,
                frameon=False, title="device + framework - model (AMD: reds/oranges, NVIDIA: greens, CPU: blues; "
                "hatch / line style: model)", title_fontsize=9)
-    rows_of_legend = -(-len(rows) // min(4, len(rows)))
+    rows_of_legend = -(-len(rows) // columns)
     fig.tight_layout(rect=(0, 0.027 + 0.017 * rows_of_legend, 1, 0.965))
     save_png(fig, path)
     drawn = {ax.get_title(): sum(isinstance(c, BarContainer) for c in ax.containers) or len(ax.lines)

@@ -46,13 +46,14 @@ def group_key(r: dict) -> tuple:
 
 
 def groups(items: Sequence[Loaded]) -> dict[tuple, list[Row]]:
-    """group_key -> its rows, in first-seen order."""
+    """group_key -> its rows (Megatron's first) in first-seen order of the groups."""
     out: dict[tuple, dict[tuple, Row]] = {}
     for item in items:
         r = item.result
         row = (device_label(item), r["framework"], item.nodes, native_settings.described(r))
         out.setdefault(group_key(r), {}).setdefault(row, Row(*row)).items.append(item)
-    return {key: list(rows.values()) for key, rows in out.items()}
+    return {key: sorted(rows.values(), key=lambda row: (row.framework != BASELINE, row.device, row.framework,
+                                                        row.settings)) for key, rows in out.items()}
 
 
 def compared(found: dict[tuple, list[Row]]) -> dict[tuple, list[Row]]:
