@@ -6,7 +6,7 @@ optimizer (AdamW), linear warm-up then cosine decay to MIN_LR, and the forward-b
 ranks and written by the last rank to steps.jsonl and the console (train/step_log.py). Every setting comes
 from the run's request (utils.request).
 
-The step's forward / backward / optimizer breakdown (BREAKDOWN_METHOD) is measured without perturbing it: marks
+The step's forward / backward / optimizer breakdown (breakdown_method) is measured without perturbing it: marks
 that never wait for the device (train/step_marks.py: CUDA events, the host clock on the CPU) before each
 microbatch's batch fetch, at the start of its model forward and at the end of its loss function (of its forward,
 on a stage without the loss), around the forward-backward schedule call and around the optimizer and LR schedule
@@ -14,8 +14,9 @@ steps; they are read after the step's existing closing synchronisation. Forward 
 intervals; backward is the schedule call less the forwards and fetches, so it also holds what megatron-core does
 between them inside the schedule: the pipeline's sends, receives and waits (PP > 1, where 1F1B interleaves the
 microbatches' forwards and backwards: sums need no order) and the gradient reduction finalize_model_grads
-completes at the schedule's end (a forward holds its wait for an overlapped parameter gather, profile tuned). Each rank measures its own step; the last rank's parts are recorded, beside its
-own step time. Bench mode (instrumented=False) makes no marks at all. Cost: train/bench_instrumentation.py.
+completes at the schedule's end (a forward holds its wait for an overlapped parameter gather, profile tuned).
+Each rank measures its own step; the last rank's parts are recorded, beside its own step time. Bench mode
+(instrumented=False) makes no marks at all. Cost: train/bench_instrumentation.py.
 """
 
 from __future__ import annotations
@@ -52,10 +53,14 @@ QUIET_WARNINGS = (r"Transformer Engine and Apex are not installed", r"Apex is no
 for _pattern in QUIET_WARNINGS:
     warnings.filterwarnings("ignore", message=_pattern)
 
-BREAKDOWN_METHOD = ("marks that wait for nothing (CUDA events; the host clock on the CPU, which runs synchronously), "
-                    "last rank: forward = each microbatch's model forward and loss; backward = megatron-core's "
-                    "forward-backward schedule less the forwards and batch fetches (backward, pipeline transfers and "
-                    "waits, gradient reduction); optimizer = optimizer step and LR schedule step")
+
+def breakdown_method(on_device: bool) -> str:
+    """The result's performance.breakdown.method: how this run's marks were taken and what each part holds."""
+    clock = ("CUDA events recorded without synchronisation, read after the step's" if on_device else
+             "the host clock (megatron-core runs synchronously on the CPU)")
+    return (f"{clock}, last rank: forward = each microbatch's model forward and loss; backward = megatron-core's "
+            "forward-backward schedule less the forwards and batch fetches (backward, pipeline transfers and waits, "
+            "gradient reduction); optimizer = optimizer step and LR schedule step")
 
 
 def seed_everything(seed: int) -> None:
@@ -138,13 +143,14 @@ class Trainer:
     host_rss_gib_per_worker: list[float] = field(default_factory=list)
     log: StepLog | None = None
     recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench_instrumentation's figure
-    breakdown_method: str = BREAKDOWN_METHOD  # the result's performance.breakdown.method
+    breakdown_method: str = field(init=False)  # the result's performance.breakdown.method
     marks: StepMarks = field(init=False)  # the breakdown's marks, reused step after step
     spec: ModelSpec = field(init=False)  # the variant the request names (utils.models)
 
     def __post_init__(self) -> None:
         self.spec = by_variant(self.request.identity.variant)
         self.marks = StepMarks(on_device=torch.cuda.is_available())
+        self.breakdown_method = breakdown_method(self.marks.on_device)
 
     def build(self) -> None:
         """Everything megatron-core needs, in Megatron-LM's order; reads back the effective settings."""
