@@ -22,17 +22,35 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def full_models() -> dict:
-    """Llama 3.1 8B and Qwen 2.5 7B as train.mega_model builds them with megatron-core (meta device)."""
+    """Every full model as train.mega_model builds it with megatron-core (meta device)."""
     out = subprocess.run([sys.executable, "-m", "tests.fixtures.train.full_models"], cwd=ROOT,
                          capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("key, billions", [("llama", 8.030), ("qwen", 7.616)])
+@pytest.mark.parametrize("key, billions", [("llama", 8.030), ("qwen", 7.616), ("llama70b", 70.554),
+                                           ("mistral", 7.242)])
 def test_megatron_builds_the_published_parameter_count(full_models, key, billions):
     assert round(full_models[key]["parameters"] / 1e9, 3) == billions
     assert full_models[key]["parameters"] == get_model(key).param_count()
+
+
+def test_only_mistral_is_built_with_a_sliding_window(full_models):
+    assert {key: built["window_size"] for key, built in full_models.items()} == {
+        "llama": None, "qwen": None, "llama70b": None, "mistral": [4095, 0]}
+
+
+def test_the_window_really_cuts_attention_short_on_the_cpu():
+    """The tiny Mistral's one-layer proxy (window 64) on the local spec: changing token 0 moves the logits of
+    positions 0-63 only (full causal attention would move all 128)."""
+    out = subprocess.run([sys.executable, "-m", "tests.fixtures.train.window"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=HANG_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["window_size"] == [63, 0] and seen["moved"] == list(range(64))
+    assert seen["features"]["sliding_window"] == "window_size=(63, 0)"
+    assert seen["features"]["masked_softmax_fusion"] is False
 
 
 @pytest.mark.parametrize("key, seq_len, gflops", [
@@ -93,3 +111,15 @@ def test_platform_environment_prints_export_lines_for_the_shell():
     assert "export HSA_NO_SCRATCH_RECLAIM=0" in out.stdout.splitlines()
     bad = subprocess.run([sys.executable, "-m", "utils.platform_env", "tpu"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+@pytest.mark.parametrize("te, fused_after", [(False, False), (True, True)])
+def test_the_local_specs_causal_only_softmax_kernel_is_never_used_with_a_window(te, fused_after):
+    """megatron-core 0.16.1's fused masked softmax builds a plain causal mask: with it the local spec would train
+    full attention. Transformer Engine takes the window itself, so its fusions stay as they are."""
+    from train.mega_model import Stack, _sliding_window
+    stack = Stack(gpu=True, transformer_engine=te, rope_kernel=True, softmax_kernel=True)
+    window = _sliding_window(get_model("mistral"), stack, {"masked_softmax_fusion": True})
+    assert window["window_size"] == (4095, 0)
+    assert window.get("masked_softmax_fusion", True) is fused_after
+    assert _sliding_window(get_model("llama"), stack, {"masked_softmax_fusion": True}) == {}
