@@ -3,9 +3,9 @@
 Used by evaluate.compare when results of the same workload ran on 1 node and on more. Efficiency is
 tokens/s/GPU on N nodes over tokens/s/GPU on 1 node; the speed-up is total tokens/s on N nodes over
 1 node, next to the ideal (the ratio of GPUs). A workload here is everything that fixes the work of
-one GPU in one step: platform, device, framework, model, strategy, TP and PP, GPUs per node, sequence
-length, micro batch and precision. Data parallelism (and with it the global batch) may grow with the
-nodes: that is weak scaling, said so in the report, not a fairness problem.
+one GPU in one step: platform, device, framework (with its torch-native settings), model, strategy, TP and
+PP, GPUs per node, sequence length, micro batch and precision. Data parallelism (and with it the global
+batch) may grow with the nodes: that is weak scaling, said so in the report, not a fairness problem.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from evaluate import native_settings
 from evaluate.collect import Loaded
 from utils.models import by_variant
 
@@ -44,6 +45,10 @@ class Group:
     mbs: int
     precision: str
     points: tuple[Point, ...]  # by node count; the first is the 1-node baseline
+    settings: str = "-"  # the torch-native settings (evaluate/native_settings.py); "-" for the other frameworks
+
+    def framework_text(self, framework_names: Mapping[str, str]) -> str:
+        return framework_names[self.framework] + ("" if self.settings == "-" else f" ({self.settings})")
 
     def efficiency(self, point: Point) -> float | None:
         base = self.points[0].tokens_per_gpu
@@ -79,15 +84,15 @@ def groups(items: Sequence[Loaded], device_label: Callable[[Loaded], str]) -> li
         if not nodes or p["num_gpus"] % nodes:
             continue
         key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], p["tp"],
-               p["pp"], p["num_gpus"] // nodes, t["seq_len"], t["mbs"], t["precision"])
+               p["pp"], p["num_gpus"] // nodes, t["seq_len"], t["mbs"], t["precision"], native_settings.described(r))
         cells.setdefault(key, {}).setdefault(nodes, []).append(item)
     out = []
     for key in sorted(cells):
-        variant, _, device, framework, strategy, tp, pp, per_node, seq_len, mbs, precision = key
+        variant, _, device, framework, strategy, tp, pp, per_node, seq_len, mbs, precision, settings = key
         points = tuple(_point(n, n * per_node, cells[key][n]) for n in sorted(cells[key]))
         if points[0].nodes == 1 and points[0].tokens_per_gpu is not None and len(points) > 1:
             out.append(Group(by_variant(variant).display_name, device, framework, strategy, tp, pp, seq_len, mbs,
-                             precision, points))
+                             precision, points, settings))
     return out
 
 
@@ -107,8 +112,8 @@ def section(found: Sequence[Group], framework_names: Mapping[str, str]) -> list[
            "node counts and losses do not.", ""]
     for group in found:
         strategy = "" if group.strategy == "custom" else f"{group.strategy}, "
-        out += [f"**{group.model}** on {group.device} + {framework_names[group.framework]} ({strategy}TP {group.tp}, "
-                f"PP {group.pp}, SL {group.seq_len}, MBS {group.mbs}, {group.precision.upper()}, "
+        out += [f"**{group.model}** on {group.device} + {group.framework_text(framework_names)} ({strategy}"
+                f"TP {group.tp}, PP {group.pp}, SL {group.seq_len}, MBS {group.mbs}, {group.precision.upper()}, "
                 f"{group.points[0].gpus} GPUs per node)", "",
                 "| Nodes | GPUs | GBS | tokens/s/GPU | tokens/s | Efficiency | Speed-up | Runs ok |",
                 "|---|---|---|---|---|---|---|---|"]
@@ -125,7 +130,7 @@ def section(found: Sequence[Group], framework_names: Mapping[str, str]) -> list[
 
 def headlines(found: Sequence[Group], framework_names: Mapping[str, str]) -> list[str]:
     """One line per workload and larger node count, for the top of the report (and so the console)."""
-    return [f"**Scaling**: {g.model} on {g.device} + {framework_names[g.framework]} keeps "
+    return [f"**Scaling**: {g.model} on {g.device} + {g.framework_text(framework_names)} keeps "
             f"{_figure(g.efficiency(p), '.0%')} of its 1-node tokens/s/GPU on {p.nodes} nodes "
             f"({_figure(g.speedup(p), '.2f')}x the total tokens/s, ideal {g.ideal(p):g}x)"
             for g in found for p in g.points[1:]]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from evaluate.compare_plot import PALETTES, save_png
-from evaluate.repeats import FRAMEWORK_NAMES, Repeats, memory, tokens
+from evaluate.repeats import Repeats, memory, tokens
 from utils.strategies import IDENTICAL
 
 
@@ -21,7 +21,7 @@ class Entry:
     model: str  # display name
     platform: str
     device: str
-    framework: str  # display name
+    framework: str  # display name, with its torch-native settings (Repeats.framework_text)
     strategy: str
     layout: tuple[int, int, int, int]
     tokens: float | None  # median tokens/s/GPU over successful repeats
@@ -38,7 +38,7 @@ def entries(rows: Sequence[Repeats]) -> list[Entry]:
     out = []
     for row in rows:
         t, m = row.figures(tokens), row.figures(memory)
-        out.append(Entry(row.model_name, row.platform, row.device, FRAMEWORK_NAMES[row.framework], row.strategy,
+        out.append(Entry(row.model_name, row.platform, row.device, row.framework_text, row.strategy,
                          row.layout, statistics.median(t) if t else None, statistics.median(m) if m else None,
                          row.status()))
     return out

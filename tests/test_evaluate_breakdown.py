@@ -8,9 +8,9 @@ import copy
 
 import pytest
 
-from evaluate import breakdown_view, compare_plot, framework_view, native_settings, report, validate
+from evaluate import breakdown_view, compare_plot, framework_view, native_settings, report, scaling, validate
 from evaluate.collect import Loaded
-from evaluate.repeats import repeats_of
+from evaluate.repeats import FRAMEWORK_NAMES, device_label, repeats_of
 from tests.fixtures import breakdown_results as fixtures
 
 
@@ -152,3 +152,20 @@ def test_torch_native_runs_with_other_settings_are_two_configurations_not_repeat
         "H100 SXM\ntorch FSDP\nLlama\nDP fsdp, compile off,\nSAC off, attention sdpa",
         "H100 SXM\ntorch FSDP\nLlama\nDP fsdp, compile on,\ncompile mode default,\nSAC off, attention sdpa"]
     assert compare_plot.tick_labels(rows[:1]) == ["H100 SXM\ntorch FSDP\nLlama"]
+
+
+def on_nodes(item: Loaded, nodes: int) -> Loaded:
+    data = copy.deepcopy(item.result)
+    data["parallelism"].update(nnodes=nodes, num_gpus=8 * nodes, dp=8 * nodes)
+    data["run"]["id"] += f"-n{nodes}"
+    return Loaded(item.where, data, item.system)
+
+
+def test_scaling_keeps_torch_native_settings_apart():
+    on, off = fixtures.fsdp("on"), fixtures.fsdp("off", compile=False)
+    found = scaling.groups([on, on_nodes(on, 2), off, on_nodes(off, 2)], device_label)
+    assert [(g.settings, [p.nodes for p in g.points]) for g in found] == [
+        ("DP fsdp, compile off, SAC off, attention sdpa", [1, 2]),
+        ("DP fsdp, compile on, compile mode default, SAC off, attention sdpa", [1, 2])]
+    assert scaling.headlines(found, FRAMEWORK_NAMES)[0].startswith(
+        "**Scaling**: Llama 3.1 8B on NVIDIA H100 SXM + torch FSDP (DP fsdp, compile off, SAC off, attention sdpa) keeps")
