@@ -168,4 +168,5 @@ def test_scaling_keeps_torch_native_settings_apart():
         ("DP fsdp, compile off, SAC off, attention sdpa", [1, 2]),
         ("DP fsdp, compile on, compile mode default, SAC off, attention sdpa", [1, 2])]
     assert scaling.headlines(found, FRAMEWORK_NAMES)[0].startswith(
-        "**Scaling**: Llama 3.1 8B on NVIDIA H100 SXM + torch FSDP (DP fsdp, compile off, SAC off, attention sdpa) keeps")
+        "**Scaling**: Llama 3.1 8B on NVIDIA H100 SXM + torch FSDP (DP fsdp, compile off, SAC off, attention sdpa) "
+        "keeps")
