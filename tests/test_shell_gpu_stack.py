@@ -53,7 +53,8 @@ def test_each_framework_needs_its_own_modules(tmp_path):
     facts = '{"torch": "2.7.0+cu128", "hip": null, "cuda": "12.8", "gpus": 8, "modules": {"transformer_engine": true}}'
     error = the_error(fake.run("shell/run_train.sh", TPRIMAT_PYTHON=str(FAKEBIN / "fake-gpu-python"),
                                FAKE_REAL_PYTHON=sys.executable, FAKE_STACK_FACTS=facts))
-    assert "cannot train mega,nemo on NVIDIA GPUs: no megatron.core, no nemo;" in error
+    assert ("cannot train mega,nemo,fsdp,autotp on NVIDIA GPUs: no megatron.core, no nemo, no transformers, "
+            "no deepspeed;") in error
 
 
 def test_prim_needs_its_primus_checkout(tmp_path):
@@ -87,11 +88,11 @@ def test_a_dry_run_plans_without_the_stack_and_says_a_real_run_would_stop(tmp_pa
     fake = machine(tmp_path, **GPUS[platform])
     del fake.env["TPRIMAT_PYTHON"]
     venv = tmp_path / "no-venv"
-    result = fake.run("shell/run_train.sh", DRY_RUN="1", TPRIMAT_VENV=str(venv))
+    result = fake.run("shell/run_train.sh", DRY_RUN="1", TPRIMAT_VENV=str(venv), FRAMEWORK="mega")
     assert result.returncode == 0, result.output
     (warning,) = [line for line in result.stderr.splitlines() if "a real run would stop here: PLATFORM=" in line]
     assert f"{venv}/bin/python cannot train" in warning and "TPRIMAT_PYTHON" in warning
-    assert len(run_dirs(tmp_path / "output")) == 4 and not venv.exists()
+    assert len(run_dirs(tmp_path / "output")) == 2 and not venv.exists()
 
 
 @pytest.mark.parametrize("script", ["train/train_amd_mega_llama.sh", "train/train_nvd_nemo_qwen.sh"])
@@ -115,5 +116,5 @@ def test_a_slurm_job_without_a_container_checks_the_stack_where_the_gpus_are_bef
     job.write_text(f"source {fake.root}/shell/slurm_job.sh\ntp_job_prepare\n")
     result = fake.run(str(job), PATH=with_scontrol(fake, tmp_path, "10.8.0.7"), RUN_SET_DIR=str(run_set),
                       PLATFORM="amd", DP="16", GA="4", **ALLOCATION)
-    assert f"PLATFORM=amd: {sys.executable} cannot train mega,prim on AMD GPUs" in the_error(result)
+    assert f"PLATFORM=amd: {sys.executable} cannot train mega,prim,fsdp,autotp on AMD GPUs" in the_error(result)
     assert not (run_set / "slurm.json").exists()

@@ -301,7 +301,7 @@ def test_a_docker_dry_run_plans_on_the_host_with_the_standard_library_and_builds
     stdlib_only.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages
     stdlib_only.chmod(0o755)
     result = fake.run("shell/run_train.sh", DRY_RUN="1", PATH=f"{stdlib_only.parent}:{fake.env['PATH']}",
-                      TPRIMAT_VENV=str(tmp_path / "no-venv"))
+                      TPRIMAT_VENV=str(tmp_path / "no-venv"), FRAMEWORK=f"mega,{vendor}")
     assert result.returncode == 0, result.output
     assert {call[1] for call in result.calls_of("docker")} <= {"info", "image"}  # never build, pull or run
     assert not (tmp_path / "no-venv").exists()
@@ -313,7 +313,7 @@ def test_a_docker_dry_run_plans_on_the_host_with_the_standard_library_and_builds
         assert f"{run_dir.name}  " in result.stdout  # the run list
         assert re.search(rf"command: .*{re.escape(str(run_dir))}", result.stdout)  # the run's own command
         assert re.search(rf"from the host: docker run .*tprimat:{platform} bash "
-                         rf"train/train_{platform}_{framework}_{model}\.sh --run-dir {re.escape(str(run_dir))} ",
+                         rf"train/launch\.sh {platform} {framework} {model} --run-dir {re.escape(str(run_dir))} ",
                          result.stderr)  # and the container that would wrap it
     assert result.stdout.count("command: ") == 4
     if vendor == "prim":
@@ -331,7 +331,8 @@ def test_a_dry_run_of_a_multi_node_gpu_node_shows_rdma_devices_memlock_and_the_r
     devices = tmp_path / "infiniband"
     devices.mkdir()
     result = fake.run("shell/run_train.sh", DRY_RUN="1", NNODES="2", DP="16", GA="4", LAUNCHER="local",
-                      MASTER_ADDR="10.0.0.1", TPRIMAT_INFINIBAND=str(devices))
+                      MASTER_ADDR="10.0.0.1", TPRIMAT_INFINIBAND=str(devices),
+                      FRAMEWORK="mega,nemo" if platform == "nvd" else "mega,prim")
     assert result.returncode == 0, result.output
     (container,) = [line for line in result.stderr.splitlines() if "a real run would start: docker run" in line]
     assert f"--device={devices}:/dev/infiniband" in container and "--ulimit memlock=-1" in container

@@ -16,13 +16,32 @@ import pytest
 
 from tests.fixtures.train_matrix.shell import alive, machine, prepared_data, read, request, run_dirs
 from tests.shell_harness import HANG_TIMEOUT_S, REPO
+from utils import frameworks
+from utils.config import PLATFORMS
 
 WRAPPERS = sorted(p.name for p in (REPO / "train").glob("train_*_*_*.sh"))
-FRAMEWORK_COMMAND = {"mega": "train/train_mega.py", "nemo": "train.train_nemo", "prim": "./examples/run_pretrain.sh"}
+FRAMEWORK_COMMAND = {"mega": "train/train_mega.py", "nemo": "train.train_nemo", "prim": "./examples/run_pretrain.sh",
+                     "fsdp": "train/train_fsdp.py", "autotp": "train/train_autotp.py"}
 SHORT_RUN = {"TRAIN_ITERS": "6", "WARMUP_STEPS": "1", "WARMUP_SKIP": "2"}
+WRAPPED_MODELS = ("llama", "qwen")  # the benchmarked pair; a further model runs through train/launch.sh alone
+
+
+def test_every_framework_of_every_platform_has_a_wrapper_per_benchmarked_model():
+    assert WRAPPERS == sorted(f"train_{platform}_{framework}_{model}.sh" for platform in PLATFORMS
+                              for framework in frameworks.on(platform) for model in WRAPPED_MODELS)
 
 
 @pytest.mark.parametrize("script", WRAPPERS)
+def test_each_wrapper_hands_its_platform_framework_and_model_to_the_launcher(script):
+    platform, framework, model = script.removesuffix(".sh").split("_")[1:]
+    lines = (REPO / "train" / script).read_text().splitlines()
+    assert lines[1] == f"# usage: bash train/{script} [--run-dir DIR] [--repeat N]"
+    assert lines[-1] == f'exec bash "$(dirname "${{BASH_SOURCE[0]}}")/launch.sh" {platform} {framework} {model} "$@"'
+
+
+# One wrapper per framework runs for real (its dry run): the rest differ from these only in the words checked above.
+@pytest.mark.parametrize("script", ["train_cpu_mega_llama.sh", "train_nvd_nemo_qwen.sh", "train_amd_prim_llama.sh",
+                                    "train_nvd_fsdp_qwen.sh", "train_amd_autotp_llama.sh"])
 def test_each_wrapper_launches_its_platform_framework_and_model(tmp_path, script):
     platform, framework, model = script.removesuffix(".sh").split("_")[1:]
     fake = machine(tmp_path)
@@ -94,7 +113,8 @@ def test_mock_data_needs_no_prepared_data(tmp_path):
 @pytest.mark.parametrize("platform, vendor_file", [("nvd", "nemo_settings.json"), ("amd", "primus_experiment.yaml")])
 def test_dry_run_sweep_lists_every_run_and_writes_its_configuration(tmp_path, platform, vendor_file):
     fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})
-    result = fake.run("shell/train.sh", DRY_RUN="1", STRATEGY="all")
+    counterpart = "nemo" if platform == "nvd" else "prim"
+    result = fake.run("shell/train.sh", DRY_RUN="1", STRATEGY="all", FRAMEWORK=f"mega,{counterpart}")
     assert result.returncode == 0, result.output
     dirs = run_dirs(tmp_path / "output")
     assert len(dirs) == 20 and len({d.parent for d in dirs}) == 1
@@ -118,7 +138,7 @@ def test_a_dry_run_writes_the_fairness_profile_and_the_workload_into_every_frame
     result = fake.run("shell/train.sh", DRY_RUN="1", MODELS="llama", FAIRNESS=fairness, PRECISION=precision)
     assert result.returncode == 0, result.output
     runs = {request(d).identity.framework: d for d in run_dirs(tmp_path / "output")}
-    assert set(runs) == ({"mega", "prim"} if platform == "amd" else {"mega", "nemo"})
+    assert set(runs) == ({"mega", "prim"} if platform == "amd" else {"mega", "nemo"}) | {"fsdp", "autotp"}
     tuned = fairness == "tuned"
     for framework, run_dir in runs.items():
         config = request(run_dir).fairness
@@ -152,7 +172,7 @@ def test_dry_run_in_the_container_prints_the_docker_invocation(tmp_path):
     assert result.returncode == 0, result.output
     line = next(l for l in result.stderr.splitlines() if "from the host:" in l)
     assert "docker run" in line and "--gpus all" in line and "tprimat:nvd" in line
-    assert "train/train_nvd_nemo_qwen.sh" in line
+    assert "bash train/launch.sh nvd nemo qwen --run-dir " in line
 
 
 def test_a_primus_run_ends_with_its_log_result_and_read_back_settings(tmp_path):

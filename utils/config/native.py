@@ -56,9 +56,10 @@ def problems(config: Config) -> list[str]:
         found.append(f"SAC_FREQ={v['SAC_FREQ']} with PRECISION=fp8: selective activation checkpointing and FP8 do "
                      "not go together; clear SAC_FREQ or set PRECISION=bf16")
     if sac and ("autotp" in chosen or v["DATA_PARALLEL"] != "fsdp"):
-        why = "autotp is in FRAMEWORK" if "autotp" in chosen else f"DATA_PARALLEL={v['DATA_PARALLEL']}"
+        why, fix = (("autotp is in FRAMEWORK", "run FRAMEWORK=fsdp") if "autotp" in chosen else
+                    (f"DATA_PARALLEL={v['DATA_PARALLEL']}", "set DATA_PARALLEL=fsdp"))
         found.append(f"SAC_FREQ={v['SAC_FREQ']}: selective activation checkpointing runs only under FSDP (framework "
-                     f"fsdp with DATA_PARALLEL=fsdp), and {why}; clear SAC_FREQ or run FRAMEWORK=fsdp")
+                     f"fsdp with DATA_PARALLEL=fsdp), and {why}; clear SAC_FREQ or {fix}")
     if "fsdp" in chosen and v["DATA_PARALLEL"] == "ddp":
         tensor_parallel = sorted({config.layout(spec.key, name).tp for name in config.strategies
                                   for spec in config.models} - {1})
