@@ -95,19 +95,32 @@ def test_a_torch_native_framework_skips_a_pipeline_layout_and_the_run_list_says_
     assert "3 run(s) skipped (the reason is on each line), 5 to run" in lines
 
 
-def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are(monkeypatch):
-    from train import plan
-    monkeypatch.setitem(plan.MODEL_NAMES, "nemo", ({"llama": "llama31_8b"}, "train/nemo_recipe.py's RECIPES"))
-    runs = build_plan(node("nvd", FRAMEWORK="nemo,mega"))
+@pytest.mark.parametrize("knobs, reason", [
+    ({"PRECISION": "fp8"}, "autotp has no FP8 path (DeepSpeed AutoTP trains bf16 or fp32); the other frameworks run fp8"),
+    ({"COMPILE": "1"}, "autotp has no torch.compile (COMPILE=1 applies to fsdp)"),
+])
+def test_autotp_skips_what_deepspeed_autotp_cannot_do_and_fsdp_runs_it(knobs, reason):
+    runs = build_plan(node("nvd", FRAMEWORK="fsdp,autotp", MODELS="llama", **knobs))
+    assert [(r.name, r.skipped) for r in runs] == [("fsdp-llama", ""), ("autotp-llama", reason)]
+
+
+def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are():
+    cfg = node("amd", FRAMEWORK="prim,fsdp", MODELS="mistral,llama70b", MODEL_LAYERS="8")
+    runs = build_plan(cfg)
     assert [(r.name, r.skipped) for r in runs] == [
-        ("nemo-llama", ""), ("nemo-qwen", "nemo has no name for qwen (train/nemo_recipe.py's RECIPES has none)"),
-        ("mega-llama", ""), ("mega-qwen", "")]
+        ("prim-mistral", "prim has no name for mistral (train/primus_config.py's SHIPPED_NAMES has none)"),
+        ("prim-llama70b", ""), ("fsdp-mistral", ""), ("fsdp-llama70b", "")]
+    assert any(line.split()[1:2] == ["prim-mistral"] and "mistral-7b-v0.1-L8 " in line
+               and line.endswith("skipped: prim has no name for mistral (train/primus_config.py's SHIPPED_NAMES "
+                                 "has none)") for line in table(cfg, runs))
 
 
 def test_every_framework_with_names_has_one_for_each_benchmarked_model():
     from train.plan import MODEL_NAMES
     assert {name: sorted(set(table_) & {"llama", "qwen"}) for name, (table_, _) in MODEL_NAMES.items()} == \
         {"nemo": ["llama", "qwen"], "prim": ["llama", "qwen"]}
+    assert all(not run.skipped for run in build_plan(node("nvd", MODELS="llama,qwen,llama70b,mistral",
+                                                          MODEL_LAYERS="8")))
 
 
 def test_request_holds_identity_layout_workload_data_and_every_knob():

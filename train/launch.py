@@ -85,7 +85,7 @@ def resolve(args) -> tuple[Request, Path]:
         raise UsageError(f"STRATEGY={cfg['STRATEGY']} names {len(cfg.strategies)} strategies; one run takes one "
                          "(a sweep is ./shell/run_train.sh)")
     strategy = cfg.strategies[0]
-    skipped = skip_reason(args.framework, args.model, cfg.layout(args.model, strategy))
+    skipped = skip_reason(args.framework, args.model, cfg.layout(args.model, strategy), cfg.values)
     if skipped:
         raise UsageError(f"{skipped}; choose another STRATEGY (or TP, PP, DP, GA) or FRAMEWORK")
     missing = "; ".join(data_problems(cfg))

@@ -4,8 +4,9 @@
 
 Prints the run list, checks the data (on the CPU with the bundled sample corpus it prepares it), probes
 the system into system.json, runs each run through train/launch.sh PLATFORM FRAMEWORK MODEL in a process
-group of its own (a run its framework cannot do is listed as skipped, with the reason, and not started), then prints the summary table and runs evaluate.validate and evaluate.compare
-(as commands: train/ does not import evaluate/). DRY_RUN=1: every run's command and generated
+group of its own (a run its framework cannot do is listed as skipped, with the reason, and not started),
+then prints the summary table and runs evaluate.validate and evaluate.compare (as commands: train/ does
+not import evaluate/). DRY_RUN=1: every run's command and generated
 configuration, nothing trained. Multi-node: every node walks the same matrix; node 0 probes, prepares
 the sample data when it is missing (the others wait for it) and writes the summary and report.
 A stop signal (HUP, INT, QUIT, TERM) is passed to the run in progress, which records the stop; nothing
@@ -178,7 +179,8 @@ def run_matrix(cfg: Config, runs: list[plan.Run], run_set: Path, stop: Stop) -> 
 
 def summarise(run_set: Path, names: list[str], runs: list[plan.Run]) -> int:
     """train.summary's table of the runs started, with the skipped ones counted; its exit status."""
-    return summary.main([str(run_set), *names, *(f"--skipped={run.name}: {run.skipped}" for run in runs if run.skipped)])
+    skipped = [f"--skipped={run.name}: {run.skipped}" for run in runs if run.skipped]
+    return summary.main([str(run_set), *names, *skipped])
 
 
 def report(cfg: Config, run_set: Path, runs: list[plan.Run], names: list[str], failed: bool, stop: Stop) -> bool:

@@ -15,6 +15,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from train.nemo_recipe import RECIPES
 from train.primus_config import SHIPPED_NAMES
@@ -50,11 +51,15 @@ MODEL_NAMES = {"nemo": (RECIPES, "train/nemo_recipe.py's RECIPES"),
                "prim": (SHIPPED_NAMES, "train/primus_config.py's SHIPPED_NAMES")}
 
 
-def skip_reason(framework: str, model: str, layout: Layout) -> str:
-    """Why a framework cannot run a model in a layout that the configuration accepts, or "" when it can: such a
-    run is skipped (another framework can still run it), not an error."""
+def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, object]) -> str:
+    """Why a framework cannot run a model in a layout, with knobs the configuration accepts, or "" when it can:
+    such a run is skipped (another framework can still run it), not an error."""
     if torch_native(framework) and layout.pp > 1:
         return f"{framework} has no pipeline parallelism (PP={layout.pp}); the other frameworks run this layout"
+    if framework == "autotp" and knobs["PRECISION"] == "fp8":
+        return "autotp has no FP8 path (DeepSpeed AutoTP trains bf16 or fp32); the other frameworks run fp8"
+    if framework == "autotp" and knobs["COMPILE"]:
+        return "autotp has no torch.compile (COMPILE=1 applies to fsdp)"
     names, where = MODEL_NAMES.get(framework, (None, ""))
     if names is not None and model not in names:
         return f"{framework} has no name for {model} ({where} has none)"
@@ -78,7 +83,7 @@ def build_plan(cfg: Config) -> list[Run]:
     repeats = cfg["RUNS"]
     named = cfg.strategies != [CUSTOM]
     return [Run(run_name(framework, spec.key, strategy, repeat, named_strategy=named, repeats=repeats),
-                framework, spec.key, strategy, repeat, layout, skip_reason(framework, spec.key, layout))
+                framework, spec.key, strategy, repeat, layout, skip_reason(framework, spec.key, layout, cfg.values))
             for repeat in range(1, repeats + 1)
             for strategy in cfg.strategies
             for framework in cfg.frameworks
@@ -199,7 +204,9 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
              f"{precision_label(cfg)}, {cfg.num_gpus} {'worker process(es)' if cfg.platform == 'cpu' else 'GPU(s)'}"]
     lines += [f"note: {note}" for note in cfg.notes]
     width = max([len(run.name) for run in runs] + [3])
-    lines.append(f"{'#':>3}  {'run':<{width}}  {'framework':<9} {'model':<18} {'strategy':<22} {'layout':<20} estimate")
+    model_width = max([len(spec.variant) + 1 for spec in cfg.models] + [18])
+    lines.append(f"{'#':>3}  {'run':<{width}}  {'framework':<9} {'model':<{model_width}} {'strategy':<22} "
+                 f"{'layout':<20} estimate")
     known: list[float] = []
     for index, run in enumerate(runs, 1):
         lay = run.layout
@@ -208,7 +215,8 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
             known.append(guess)
         layout = f"TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga}"
         last = f"skipped: {run.skipped}" if run.skipped else _duration(guess) if guess is not None else "-"
-        lines.append(f"{index:>3}  {run.name:<{width}}  {run.framework:<9} {cfg.model(run.model).variant:<18} "
+        variant = cfg.model(run.model).variant
+        lines.append(f"{index:>3}  {run.name:<{width}}  {run.framework:<9} {variant:<{model_width}} "
                      f"{run.strategy:<22} {layout:<20} {last}")
     skipped = sum(bool(run.skipped) for run in runs)
     runs = [run for run in runs if not run.skipped]
