@@ -229,6 +229,16 @@ def test_a_torch_native_runs_own_settings_are_compared_with_the_request():
         "(checkpointed layers, 0-based)"]
 
 
+def test_autotps_zero_stage_is_compared_with_the_request():
+    """train/autotp_engine.py reads back DeepSpeed's ZeRO stage, no compile and no checkpointed layers."""
+    req = run_request("nvd", "autotp", "llama", ZERO_STAGE="1")
+    built = {"zero_stage": 1, "compile": False, "compile_mode": None, "checkpointed_layers": [], "attn_impl": "sdpa"}
+    autotp = breakdown_results.result("autotp", "autotp-llama", effective=built).result
+    assert judge.readback_problems(req, autotp) == []
+    autotp["effective"]["zero_stage"] = 0
+    assert judge.readback_problems(req, autotp) == ["effective settings: zero_stage is 0 in the framework, 1 requested"]
+
+
 def test_settings_a_torch_native_framework_does_not_report_are_not_compared():
     """fsdp has no ZeRO stage: the request carries one (unused), its result none."""
     assert native_readback({"attn_impl": "sdpa"}) == []
