@@ -17,7 +17,8 @@ Measured on this project's CPU machine (2-core AMD EPYC, AVX2 only, shared with 
 TP1 PP1 DP2 GA1 MBS2 SL128, two processes, 6 blocks of 4 steps, median step 3.36 s): the breakdown's 8 marks
 per step took 0.049 ms = 0.0015% of step time; all recording together 19.6 ms = 0.58%; the on/off block
 difference (-13.7%) was inside the machine's block-to-block noise (23% std), so the direct figures are the
-measurement. On a GPU a mark is one CUDA event record (microseconds, no synchronisation).
+measurement. With GA=4 (20 marks per step, step 7.4 s): 0.097 ms = 0.0013%. On a GPU a mark is one CUDA
+event record (microseconds, no synchronisation).
 """
 
 from __future__ import annotations
