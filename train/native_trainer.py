@@ -7,10 +7,10 @@ groups (no weight decay on biases and 1-D weights) and its schedule (megatron-co
 driving the torch optimizer: step k runs at LR x (k-1)/W during the warm-up, then cosine to MIN_LR). What differs
 per framework is the Engine (train/native_engine.py).
 
-Each step is timed between device synchronisations. Its forward / backward / optimizer breakdown is marked with
-device events (torch.cuda.Event) recorded into the stream and read only after the step's final synchronisation,
-so the measurement adds no synchronisation; on the CPU, where the work is synchronous, the host clock is read at
-the same points.
+Each step is timed between device synchronisations. Its forward / backward / optimizer breakdown is mega's
+(train/step_marks.py, the same intervals): device events recorded into the stream and read only after the step's
+final synchronisation, so the measurement adds no synchronisation; on the CPU, where the work is synchronous, the
+host clock at the same points.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from train import native_model, native_readback
+from train import native_model, native_readback, step_marks
 from train.megatron_data import DataSource, build_dataset, microbatches
 from train.native_engine import Engine
 from train.outcome import NonFiniteLoss, SettingsError
@@ -34,8 +34,10 @@ from utils.models import ModelSpec, by_variant
 from utils.request import Request
 
 MakeEngine = Callable[[torch.nn.Module, Request, torch.device], Engine]
-DEVICE_EVENTS = "torch.cuda.Event(enable_timing=True) around forward, backward and optimizer, read after the step's synchronisation"
-HOST_CLOCK = "host clock (time.perf_counter) around forward, backward and optimizer: CPU work is synchronous"
+DEVICE_EVENTS = ("CUDA events (train/step_marks.py) around each microbatch's forward and loss, the microbatches' "
+                 "forward-backward and the optimizer step, read after the step's synchronisation")
+HOST_CLOCK = ("host clock (train/step_marks.py) around each microbatch's forward and loss, the microbatches' "
+              "forward-backward and the optimizer step: CPU work is synchronous")
 
 
 def init_distributed(req: Request) -> torch.device:
@@ -86,28 +88,6 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class Marks:
-    """Points in one step's work: device events on a GPU (read after the step's synchronisation), the host clock
-    on the CPU."""
-
-    def __init__(self, device: torch.device):
-        self.gpu = device.type == "cuda"
-        self.points: list = []
-
-    def mark(self) -> int:
-        if self.gpu:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.points.append(event)
-        else:
-            self.points.append(time.perf_counter())
-        return len(self.points) - 1
-
-    def seconds(self, first: int, second: int) -> float:
-        a, b = self.points[first], self.points[second]
-        return a.elapsed_time(b) / 1000.0 if self.gpu else b - a
-
-
 @dataclass
 class NativeTrainer:
     """The built run (model, engine, schedule, data) and the step loop over them."""
@@ -125,9 +105,15 @@ class NativeTrainer:
     host_rss_gib_per_worker: list[float] = field(default_factory=list)
     log: StepLog | None = None
     spec: ModelSpec = field(init=False)
+    marks: step_marks.StepMarks = field(init=False)
 
     def __post_init__(self) -> None:
         self.spec = by_variant(self.request.identity.variant)
+        self.marks = step_marks.StepMarks(on_device=self.device.type == "cuda")
+
+    def _mark(self, name: str) -> None:
+        if self.breakdown:
+            self.marks.mark(name)
 
     @property
     def breakdown_method(self) -> str | None:
@@ -153,38 +139,33 @@ class NativeTrainer:
         self.features = self.engine.features()
         self.effective = {**native_readback.run_settings(self, model, dataset), **self.engine.read_back()}
 
-    def run_step(self, step: int, marks: Marks | None) -> tuple[list[torch.Tensor], float | None, float, list[int]]:
-        """One optimizer step: GA microbatches forward and backward, then the optimizer at the schedule's LR; the
-        losses, the gradient norm, the LR applied and the marks' indices [forward start, forward end, backward
-        end] per microbatch, then [optimizer start, optimizer end]."""
+    def run_step(self, step: int) -> tuple[list[torch.Tensor], float | None, float]:
+        """One optimizer step: GA microbatches forward and backward, then the optimizer at the schedule's LR and
+        the schedule's advance; the losses, the gradient norm and the LR applied."""
         ga = self.request.parallelism.ga
-        losses, points = [], []
+        losses = []
+        self.marks.reset()
+        self._mark(step_marks.SCHEDULE)
         for micro in range(ga):
+            self._mark(step_marks.FETCH)
             batch = next(self.batches)
-            points.append(marks.mark() if marks else 0)
+            self._mark(step_marks.FORWARD_BEGIN)
             loss = self.engine.forward(batch)
             if step == self.inject_nan_step:
                 loss = loss * float("nan")  # fault injection for the failure-path test (--inject-nan-at-step)
-            points.append(marks.mark() if marks else 0)
+            self._mark(step_marks.FORWARD_END)
             self.engine.backward(loss, last_microbatch=micro == ga - 1)
-            points.append(marks.mark() if marks else 0)
             losses.append(loss.detach())
             if step == 1 and micro == 0:
                 native_readback.read_back_batch(self.effective, batch, ga)
+        self._mark(step_marks.SCHEDULE)
         # Megatron-LM's order: the optimizer steps at the schedule's current value, then the schedule advances.
         lr = self.engine.optimizer.param_groups[0]["lr"]
-        points.append(marks.mark() if marks else 0)
+        self._mark(step_marks.OPTIMIZER)
         grad_norm = self.engine.optimizer_step()
-        points.append(marks.mark() if marks else 0)
         self.scheduler.step(increment=1)
-        return losses, grad_norm, lr, points
-
-    def split(self, marks: Marks, points: list[int]) -> dict[str, float]:
-        """The step's forward, backward and optimizer seconds from its marks."""
-        triples = [points[i:i + 3] for i in range(0, len(points) - 2, 3)]
-        return {"forward_s": sum(marks.seconds(a, b) for a, b, _ in triples),
-                "backward_s": sum(marks.seconds(b, c) for _, b, c in triples),
-                "optimizer_s": marks.seconds(points[-2], points[-1])}
+        self._mark(step_marks.OPTIMIZER)
+        return losses, grad_norm, lr
 
     def reduce_step_record(self, step: int, elapsed: float, losses: list[torch.Tensor], grad_norm: float | None,
                            lr: float, parts: dict[str, float]) -> StepRecord:
@@ -216,13 +197,12 @@ class NativeTrainer:
 
     def step(self, step: int) -> None:
         """One step, timed between device synchronisations, recorded (last rank) and checked for nan."""
-        marks = Marks(self.device) if self.breakdown else None
         synchronize(self.device)
         start = time.perf_counter()
-        losses, grad_norm, lr, points = self.run_step(step, marks)
+        losses, grad_norm, lr = self.run_step(step)
         synchronize(self.device)
         elapsed = time.perf_counter() - start
-        parts = self.split(marks, points) if marks else {}
+        parts = self.marks.parts() if self.breakdown else {}
         record = self.reduce_step_record(step, elapsed, losses, grad_norm, lr, parts)
         if self.log is not None:
             self._report(record)

@@ -1,0 +1,123 @@
+"""Show that fsdp's forward/backward/optimizer breakdown costs at most 1% of step time.
+
+    torchrun --standalone --nproc_per_node=2 -m train.bench_breakdown --model llama [--blocks 6 --block-steps 3]
+    DP=1 GPUS_PER_NODE=1 python3 -m train.bench_breakdown --model llama    # one process
+
+One fsdp model is built once (the configuration's settings with FRAMEWORK=fsdp, synthetic tokens), then trained
+in alternating blocks of steps with the breakdown on (train/step_marks.py's marks around each microbatch's
+forward, the forward-backward and the optimizer, read after the step's synchronisation) and off (no marks;
+everything else the same: synchronisations, reductions, records). Each block is timed between device
+synchronisations; alternating blocks cancel slow drifts of a shared machine. Printed: both step times, their
+difference with the block-to-block noise, and the marks' own host time per step measured directly (their clock
+reads included: an upper bound). Exit 0 when the direct cost is within 1% of step time and the on/off difference
+is not above 1% by more than twice its standard error; 1 otherwise.
+
+Measured on this project's CPU machine (2-core AMD EPYC, AVX2 only: `grep -o 'avx512[a-z_0-9]*\\|amx[a-z_0-9]*'
+/proc/cpuinfo` prints nothing; shared with other work): see MEASURED below.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
+import torch  # noqa: E402
+
+from train import native_trainer, trainer_cli  # noqa: E402
+from train.fsdp_engine import FsdpEngine  # noqa: E402
+from train.megatron_data import locate  # noqa: E402
+from utils import platform_env  # noqa: E402
+from utils.models import MODEL_KEYS, by_variant  # noqa: E402
+
+BUDGET = 0.01  # the issue's limit: 1% of step time
+MEASURED = None
+
+
+def block(trainer: native_trainer.NativeTrainer, first_step: int, steps: int, on: bool) -> tuple[float, float]:
+    """Seconds per step of one block in one mode, and the marks' own seconds per step."""
+    trainer.breakdown = on
+    own = trainer.marks.own_s
+    native_trainer.synchronize(trainer.device)
+    start = time.perf_counter()
+    for step in range(first_step, first_step + steps):
+        trainer.step(step)
+    native_trainer.synchronize(trainer.device)
+    return (time.perf_counter() - start) / steps, (trainer.marks.own_s - own) / steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m train.bench_breakdown", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="llama", choices=MODEL_KEYS)
+    parser.add_argument("--blocks", type=int, default=6, help="blocks per mode (alternating on/off)")
+    parser.add_argument("--block-steps", type=int, default=3, help="steps per block")
+    parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
+    args = parser.parse_args(argv)
+    if min(args.blocks, args.block_steps) < 1 or args.warmup_steps < 0:
+        parser.error("--blocks and --block-steps must be at least 1, --warmup-steps at least 0")
+    total = args.warmup_steps + 2 * args.blocks * args.block_steps
+    with tempfile.TemporaryDirectory() as scratch:
+        planned = trainer_cli.planned_request("fsdp", args.model, None, Path(scratch))
+        req = replace(planned, training=replace(planned.training, steps=total, warmup_steps=min(
+            planned.training.warmup_steps, total - 1)), data=replace(planned.data, mock_data=True))
+        platform_env.apply(req.identity.platform)
+        trainer = native_trainer.starter(FsdpEngine)(req, locate(req.data, by_variant(req.identity.variant)),
+                                                     Path(scratch), None)
+        trainer.build()
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        with contextlib.redirect_stdout(io.StringIO()):
+            for step in range(1, args.warmup_steps + 1):
+                trainer.step(step)
+            step = args.warmup_steps + 1
+            times: dict[bool, list[float]] = {True: [], False: []}
+            own: list[float] = []
+            for index in range(args.blocks):
+                for on in ((True, False) if index % 2 == 0 else (False, True)):
+                    seconds, marks_s = block(trainer, step, args.block_steps, on)
+                    times[on].append(seconds)
+                    own += [marks_s] if on else []
+                    step += args.block_steps
+    torch.distributed.destroy_process_group()
+    if rank != world - 1:
+        return 0
+    on, off = times[True], times[False]
+    step_off = statistics.median(off)
+    pairs = [(a - b) / b for a, b in zip(on, off)]  # adjacent blocks: drift cancels
+    difference = statistics.median(pairs)
+    error = statistics.stdev(pairs) / math.sqrt(len(pairs)) if len(pairs) > 1 else float("inf")
+    direct = statistics.fmean(own) / step_off
+    lay, t = req.parallelism, req.training
+    print(f"fsdp breakdown benchmark: {req.identity.variant} on {req.identity.platform}, TP{lay.tp} DP{lay.dp} "
+          f"GA{lay.ga} MBS{t.mbs} SL{t.seq_len} {t.precision}, {world} process(es), synthetic tokens, "
+          f"{args.blocks} blocks of {args.block_steps} steps per mode after {args.warmup_steps} untimed")
+    print(f"  step time, breakdown on : median {statistics.median(on) * 1000:9.2f} ms  blocks "
+          + " ".join(f"{s * 1000:.1f}" for s in on))
+    print(f"  step time, breakdown off: median {step_off * 1000:9.2f} ms  blocks "
+          + " ".join(f"{s * 1000:.1f}" for s in off))
+    print(f"  on - off: median {difference * 100:+.2f}% of step time over adjacent block pairs "
+          f"(standard error {error * 100:.2f}%)")
+    print(f"  the marks' own host time: {statistics.fmean(own) * 1e6:.1f} us per step = {direct * 100:.4f}% of "
+          "step time (clock reads included)")
+    within = direct <= BUDGET and difference - 2 * error <= BUDGET
+    print(f"  budget {BUDGET * 100:.0f}%: {'met' if within else 'EXCEEDED'}")
+    print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && FRAMEWORK=fsdp torchrun --standalone "
+          f"--nproc_per_node={world} -m train.bench_breakdown --model {args.model} --blocks {args.blocks} "
+          f"--block-steps {args.block_steps}   (PLATFORM={req.identity.platform}; "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
