@@ -39,6 +39,7 @@ from utils.result import build_result, write_result
 from utils.runset import system_path
 
 EXCERPT_LINES = 20
+EXCERPT_LINE_CHARS = 500  # a DTensor sharding error prints every tensor's spec on one line of many kilobytes
 PEER_ERROR_WAIT_S = 3.0  # how long the last rank waits for another rank's error report when it fails
 
 Start = Callable[[Request, DataSource, Path, "int | None"], Any]  # (request, data, run dir, nan step) -> trainer
@@ -82,7 +83,8 @@ def _error_file(run_dir: Path, rank: int) -> Path:
 
 
 def _excerpt(text: str, lines: int = EXCERPT_LINES) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
+    return "\n".join(line if len(line) <= EXCERPT_LINE_CHARS else line[:EXCERPT_LINE_CHARS] + " [...]"
+                     for line in text.strip().splitlines()[-lines:])
 
 
 def _peer_errors(run_dir: Path, rank: int, wait: bool, own: str) -> str:
@@ -124,7 +126,7 @@ def assemble_result(req: Request, trainer: Any, source: DataSource | None, run_d
         effective=trainer.effective if trainer is not None else {},
         features=trainer.features if trainer is not None else {},
         host_rss_gib_per_worker=trainer.host_rss_gib_per_worker if trainer is not None else (), warnings=notes,
-        breakdown_method=getattr(trainer, "breakdown_method", None))  # mega: until its Trainer measures one
+        breakdown_method=trainer.breakdown_method if trainer is not None else None)
 
 
 def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, inject_nan_step: int | None = None) -> int:
