@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 
 from utils import ROOT
-from utils.datafiles import PREPARE, SUFFIXES, DataProblem, cache_path, manifest_path, pair_fingerprint, \
+from utils.datafiles import PREPARE, SUFFIXES, DataProblem, cache_path, data_prefix, manifest_path, pair_fingerprint, \
     pair_hashes, prove_pair, sibling
 from utils.files import read_json
 
 # Knobs that define the workload (the same on every platform); layouts and paths are left out, so
 # an AMD and an NVIDIA run of the same benchmark share this fingerprint.
-WORKLOAD_KEYS = ("MODELS", "MODEL_SIZE", "DATASET", "DATA_SAMPLES", "MOCK_DATA", "SEED", "MBS", "SL", "GBS", "LR",
+WORKLOAD_KEYS = ("MODELS", "MODEL_SIZE", "MODEL_LAYERS", "DATASET", "DATA_SAMPLES", "MOCK_DATA", "SEED", "MBS", "SL", "GBS", "LR",
                  "MIN_LR", "WARMUP_STEPS", "TRAIN_ITERS", "WEIGHT_DECAY", "BETA1", "BETA2", "GRAD_CLIP",
                  "PRECISION", "WARMUP_SKIP")
 
@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         values = cfg.as_dict()
         out["config"] = config_fingerprint(values)
-        prefixes = [Path(values["DATA_DIR"]) / f"{values['DATASET']}_{m.key}_text_document" for m in cfg.models]
+        # llama70b reads llama's data (utils.models data_key): each prepared pair once
+        prefixes = list(dict.fromkeys(data_prefix(values["DATA_DIR"], values["DATASET"], m.key) for m in cfg.models))
     failed = False
     for prefix in prefixes:
         try:
