@@ -163,5 +163,5 @@ class AutotpEngine:
     def features(self) -> dict:
         return {"attention": self.hf_model.config._attn_implementation, "torch_compile": False,
                 "activation_checkpointing": False, "deepspeed_autotp": True,
-                "zero_stage": self.engine.zero_optimization_stage(),
+                "zero": f"ZeRO stage {self.engine.zero_optimization_stage()}",
                 "vocab_parallel_loss": self.vocab_head is not None}
