@@ -68,8 +68,9 @@ def test_discovery_finds_the_documented_entry_points():
                    "shell/build.sh", "shell/entry.sh", "shell/platform.sh", "shell/test.sh", "shell/slurm.sh",
                    "train/launch.sh"):
         assert script in SHELL_SCRIPTS
-    assert len([s for s in SHELL_SCRIPTS if s.startswith("train/train_")]) == 10
-    for module in ("train.launch", "train.plan", "train.summary", "train.train_mega", "utils.config",
+    assert len([s for s in SHELL_SCRIPTS if s.startswith("train/train_")]) == 22  # 11 platform x framework, 2 models
+    for module in ("train.launch", "train.plan", "train.summary", "train.train_mega", "train.train_fsdp",
+                   "train.train_autotp", "utils.config",
                    "utils.platform_env", "utils.netenv", "evaluate.extract", "data.stage"):
         assert module in PYTHON_TOOLS
 
