@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from tests.fixtures.train_matrix.shell import machine, run_dirs
 
-DRY = {"DRY_RUN": "1", "MOCK_DATA": "1", "MODELS": "llama"}
+DRY = {"DRY_RUN": "1", "MOCK_DATA": "1", "MODELS": "llama", "FRAMEWORK": "mega"}
 
 
 def test_a_run_set_that_cannot_be_created_stops_in_one_line_with_exit_2(tmp_path):
@@ -46,7 +46,7 @@ def test_a_dry_run_whose_command_could_not_be_generated_fails(tmp_path):
     run_set = tmp_path / "output" / "set"
     (run_set / "mega-llama").mkdir(parents=True)
     (run_set / "mega-llama" / "config.json").write_text(json.dumps({"run_id": "mega-llama"}))
-    result = fake.run("shell/run_train.sh", RUN_SET_DIR=str(run_set), FRAMEWORK="mega", **DRY)
+    result = fake.run("shell/run_train.sh", RUN_SET_DIR=str(run_set), **DRY)
     assert result.returncode == 1, result.output
     assert "already holds a run" in result.stderr
     assert "1 run(s), 0 ok, 1 not ok" in result.stdout
