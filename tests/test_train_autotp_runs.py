@@ -116,8 +116,8 @@ def test_tp2_matches_dp2_and_fsdp_on_the_same_request(runs):
 
 def request(**changes) -> SimpleNamespace:
     """The parts of a request the engine's own checks read."""
-    settings = {**dict(pp=1, precision="fp32", zero_stage=1, compile=False, sac_every=0), **changes}
-    return SimpleNamespace(parallelism=SimpleNamespace(pp=settings["pp"]),
+    settings = {**dict(pp=1, tp=2, precision="fp32", zero_stage=1, compile=False, sac_every=0), **changes}
+    return SimpleNamespace(parallelism=SimpleNamespace(pp=settings["pp"], tp=settings["tp"]),
                            training=SimpleNamespace(precision=settings["precision"]),
                            native=SimpleNamespace(zero_stage=settings["zero_stage"], compile=settings["compile"],
                                                   sac_every=settings["sac_every"]))
@@ -128,6 +128,7 @@ def request(**changes) -> SimpleNamespace:
     (dict(precision="fp8"), "PRECISION=fp8: DeepSpeed AutoTP trains bf16 or fp32 here (it has no FP8 path)"),
     (dict(zero_stage=3), "ZERO_STAGE=3: AutoTP runs ZeRO stage 0, 1 or 2"),
     (dict(compile=True), "COMPILE=1 or SAC_FREQ under autotp"),
+    (dict(zero_stage=0, precision="bf16"), "ZERO_STAGE=0 with PRECISION=bf16 and TP>1"),
 ])
 def test_the_engine_refuses_what_autotp_cannot_run(changes, words):
     with pytest.raises(SettingsError, match=re.escape(words)):

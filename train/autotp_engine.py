@@ -35,6 +35,11 @@ def check(req: Request) -> None:
                             "path); set PRECISION=bf16")
     if native.zero_stage not in (0, 1, 2):
         raise SettingsError(f"ZERO_STAGE={native.zero_stage}: AutoTP runs ZeRO stage 0, 1 or 2")
+    if native.zero_stage == 0 and precision == "bf16" and lay.tp > 1:
+        # measured on the tiny Llama at TP=2: its gradient norm 2.59 where ZeRO 1/2 and fsdp have 3.13 at step 1, and
+        # the losses leave theirs from step 3
+        raise SettingsError("ZERO_STAGE=0 with PRECISION=bf16 and TP>1: DeepSpeed's bf16 optimizer without ZeRO "
+                            "gets AutoTP's gradient norm (and so its clipping) wrong; set ZERO_STAGE=1 or 2")
     if native.compile or native.sac_every:
         raise SettingsError("COMPILE=1 or SAC_FREQ under autotp: torch.compile and activation checkpointing are "
                             "wired into fsdp only; set COMPILE=0 and clear SAC_FREQ, or run FRAMEWORK=fsdp")
