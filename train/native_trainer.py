@@ -30,6 +30,7 @@ from train.native_engine import Engine
 from train.outcome import NonFiniteLoss, SettingsError
 from train.step_log import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
 from utils import metrics
+from utils.hardware import cpu_native_bf16
 from utils.models import ModelSpec, by_variant
 from utils.request import Request
 
@@ -137,6 +138,11 @@ class NativeTrainer:
         self.batches = microbatches(dataset, steps=t.steps, mbs=t.mbs, dp=self.engine.dp_size,
                                     dp_rank=self.engine.dp_rank, ga=lay.ga, device=self.device)
         self.features = self.engine.features()
+        if self.device.type == "cpu":
+            self.features["cpu_native_bf16"] = cpu_native_bf16()
+            if t.precision == "bf16" and not self.features["cpu_native_bf16"]:
+                self.notes.append("PRECISION=bf16 on a CPU without bf16 instructions: every bf16 product is emulated "
+                                  "(many times slower than fp32); the step times say nothing about bf16 hardware")
         self.effective = {**native_readback.run_settings(self, model, dataset), **self.engine.read_back()}
 
     def run_step(self, step: int) -> tuple[list[torch.Tensor], float | None, float]:
