@@ -1,6 +1,6 @@
 """The run list: strategy x framework x model x repeat from the configuration, and each run's request.
 
-    python3 -m train.plan            # the run list as a table, with framework-mapping notes
+    python3 -m train.plan            # the run list as a table, with framework-mapping notes and skipped runs
     python3 -m train.plan --check-data   # exit 1 naming each model whose prepared data is missing
 
 A run's request (`request()`, a utils.request.Request written as config.json into its directory) is what
