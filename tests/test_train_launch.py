@@ -101,6 +101,16 @@ def test_a_result_records_the_platform_environment_the_run_was_started_with(monk
     assert environment == {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_CK_USES_BWD_V3": "1"}
 
 
+def test_a_torch_native_run_records_its_frameworks_variables_and_a_users_value_wins(monkeypatch, tmp_path):
+    monkeypatch.setenv("DISABLE_ADDMM_HIP_LT", "1")  # a user's deliberate choice is launched and recorded as is
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    launch = launch_command.prepare(run_request("amd", "autotp", "llama"), tmp_path / "run", tmp_path)
+    assert (launch.env["DISABLE_ADDMM_HIP_LT"], launch.env["DS_ACCELERATOR"]) == ("1", "cuda")
+    recorded = launch_command.run_environment(launch, "amd", "autotp")
+    assert (recorded["DISABLE_ADDMM_HIP_LT"], recorded["DS_ACCELERATOR"]) == ("1", "cuda")
+    assert "DS_ACCELERATOR" not in launch_command.run_environment(launch, "amd", "mega")
+
+
 def test_nemo_on_mock_data_needs_the_models_tokenizer_for_its_vocabulary(tmp_path):
     req = run_request("nvd", "nemo", "llama", MOCK_DATA="1", DATA_DIR=str(tmp_path / "data"))
     with pytest.raises(UsageError, match=r"NeMo's mock data takes its vocabulary from the model's tokenizer.*"
