@@ -36,7 +36,7 @@ BASE = dict(PRECISION="fp32", SL=64, TRAIN_ITERS=STEPS, WARMUP_STEPS=2, WARMUP_S
 # MEASURED_DIFFERENCE. The layouts differ only in the order of floating-point sums (row-parallel projections, the
 # vocabulary-parallel softmax's partial sums, the DP gradient average), so they agree to fp32 rounding grown over
 # a few Adam steps.
-MEASURED_DIFFERENCE = None
+MEASURED_DIFFERENCE = 1.9e-6
 TOLERANCE = 1e-4
 
 
@@ -74,7 +74,7 @@ def runs(tmp_path_factory):
 
 def test_autotp_trains_at_tp2_with_a_vocabulary_parallel_head(runs):
     run = runs("tp2_zero1")
-    losses = run.series("loss")  # measured: 11.79 -> 11.59 at MBS=1
+    losses = run.series("loss")  # measured: 11.765 -> 11.687 (the mean of the last three)
     assert sum(losses[-3:]) / 3 < losses[0] - 0.05, losses
     effective = run.result["effective"]
     assert (effective["tp"], effective["dp"], effective["autotp_size"]) == (2, 1, 2)
