@@ -2,9 +2,10 @@
 
 The ranks form a 2D mesh (dp, tp), row-major: TP groups are consecutive ranks ({0,1},{2,3} at TP=2), DP groups
 the columns. With TP > 1 each decoder layer is parallelised with TPrimat's TP plan (q, k, v, gate, up column-wise;
-o and down row-wise; embeddings, norms and the LM head stay whole); then, in torchtitan's order, FP8 (torchao),
-selective activation checkpointing of every N-th layer, torch.compile per layer, and FSDP2's fully_shard per layer
-and on the root over the dp mesh with the run's mixed precision. DATA_PARALLEL=ddp replicates the model with
+o and down row-wise; embeddings, norms and the LM head stay whole); then FP8 (torchao), torch.compile per layer,
+selective activation checkpointing of every N-th layer around the compiled layer (the other way round, torch 2.13
+fails under TP: the compiled checkpointed region saves a DeviceMesh for backward), and FSDP2's fully_shard per
+layer and on the root over the dp mesh with the run's mixed precision. DATA_PARALLEL=ddp replicates the model with
 torch's DistributedDataParallel instead (TP=1 only). Every refusal is a SettingsError (exit 2).
 """
 
@@ -116,6 +117,9 @@ class FsdpEngine:
 
             for layer in layers:
                 parallelize_module(layer, self.mesh["tp"], tp_plan(self.float8))
+        if native.compile:
+            for layer in layers:
+                layer.compile(mode=native.compile_mode)
         self.checkpointed = [index for index in range(len(layers))
                              if native.sac_every and (index + 1) % native.sac_every == 0]
         if self.checkpointed:
@@ -123,9 +127,6 @@ class FsdpEngine:
 
             for index in self.checkpointed:
                 layers[index] = checkpoint_wrapper(layers[index])
-        if native.compile:
-            for layer in layers:
-                layer.compile(mode=native.compile_mode)
         self.fsdp = native.data_parallel == "fsdp"
         if self.fsdp:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -207,7 +208,8 @@ class FsdpEngine:
             "reduce_overlaps_backward": True, "gather_prefetch": self.fsdp,
             "float8_linears": sum(type(m).__name__ == "Float8Linear" for m in self.hf_model.modules()),
             "parameters": sum(param.numel() for param in self.hf_model.parameters()),
-            "compile": all(getattr(layer, "_compiled_call_impl", None) is not None for layer in layers),
+            "compile": all(getattr(getattr(layer, "_checkpoint_wrapped_module", layer), "_compiled_call_impl", None)
+                           is not None for layer in layers),
             "compile_mode": native.compile_mode if native.compile else None,
             "checkpointed_layers": [i for i, layer in enumerate(layers) if isinstance(layer, CheckpointWrapper)],
             "attn_impl": self.hf_model.config._attn_implementation,
