@@ -28,10 +28,11 @@ BASE = dict(FRAMEWORK="fsdp", PRECISION="fp32", SL=64, TRAIN_ITERS=STEPS, WARMUP
             MIN_LR=MIN_LR, MBS=1, TP=1, PP=1, DP=2, GA=1)
 # TP=2 (DP=1, MBS 2) against DP=2 (TP=1, MBS 1): the same samples per step from the same weights, in fp32. A TP
 # split changes only the order of sums (the row-parallel projections' all-reduce, the DP split the gradient
-# reduction), so the losses may differ by float32 rounding, grown over 8 Adam steps. Measured on this machine:
-# the largest loss difference 1.9e-6 (about 2 float32 ulps at 11.7), grad norms 6.1e-7. The tolerance is five
-# times that: far below the 0.2 the loss moves in these 8 steps, so a wrong split (a missing all-reduce, a
-# shard mixed up) cannot pass.
+# reduction; the compiled layers their kernels' order), so the losses may differ by float32 rounding, grown over
+# 8 Adam steps. Measured on this machine: the largest loss difference 1.9e-6 (about 2 float32 ulps at 11.7) both
+# without and with compile + SAC on the TP run, grad norms 6.1e-7 and 3.8e-7. The tolerance is five times that:
+# far below the 0.2 the loss moves in these 8 steps, so a wrong split (a missing all-reduce, a shard mixed up)
+# cannot pass.
 TP_TOLERANCE = 1e-5
 
 
