@@ -86,6 +86,8 @@ class AutotpEngine:
         from deepspeed.utils import groups
 
         self.request, self.hf_model = req, model
+        if "WORLD_SIZE" not in os.environ:  # one process started by hand: DeepSpeed reads what torchrun sets
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
         deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())  # the trainer's process group
         dtype = DTYPES[req.training.precision]
         deepspeed.tp_model_init(model, tp_size=req.parallelism.tp, dtype=dtype)
