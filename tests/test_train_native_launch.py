@@ -77,8 +77,11 @@ RULES = [
      "(FSDP2 + DTensor TP) or TP=1"),
     ("cpu", {"ATTN_IMPL": "flash_attention_2"}, "ATTN_IMPL=flash_attention_2: flash attention needs a GPU (the "
      "flash-attn package); use sdpa or eager on the CPU"),
+    ("nvd", {"ZERO_STAGE": "0", "FRAMEWORK": "autotp", "STRATEGY": "balanced"}, "ZERO_STAGE=0 with PRECISION=bf16: "
+     "DeepSpeed's bf16 optimizer without ZeRO gets AutoTP's gradient norm wrong, and a layout asks for TP=2; set "
+     "ZERO_STAGE=1 or 2"),
 ]
-RULE_IDS = ["compile-fp8", "sac-fp8", "sac-ddp", "sac-autotp", "ddp-tp", "flash-cpu"]
+RULE_IDS = ["compile-fp8", "sac-fp8", "sac-ddp", "sac-autotp", "ddp-tp", "flash-cpu", "zero0-bf16-tp"]
 
 
 @pytest.mark.parametrize("platform, knobs, line", RULES, ids=RULE_IDS)

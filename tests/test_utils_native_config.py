@@ -28,6 +28,13 @@ def test_the_rules_do_not_touch_a_matrix_without_a_torch_native_framework():
     assert config.frameworks == ["mega", "nemo"]
 
 
+def test_zero_0_is_accepted_where_autotp_has_no_tp_or_trains_fp32():
+    assert load_config({**GPU_NODE, "FRAMEWORK": "autotp", "ZERO_STAGE": "0"})["ZERO_STAGE"] == 0  # TP1
+    cpu = {"TPRIMAT_DETECTED_PLATFORM": "cpu", "TPRIMAT_DETECTED_GPUS": "0", "HOME": "/home/u"}
+    config = load_config({**cpu, "FRAMEWORK": "autotp", "ZERO_STAGE": "0", "PRECISION": "fp32", "STRATEGY": "balanced"})
+    assert config.layout("llama", "balanced").tp == 2
+
+
 def test_ddp_at_tp_1_and_sac_under_fsdp_are_accepted():
     assert load_config({**GPU_NODE, "FRAMEWORK": "fsdp", "DATA_PARALLEL": "ddp"})["DATA_PARALLEL"] == "ddp"
     config = load_config({**GPU_NODE, "FRAMEWORK": "fsdp", "SAC_FREQ": "1/4", "COMPILE": "1",

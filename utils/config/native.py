@@ -5,7 +5,8 @@ The rules are those of the torch-native benchmarks TPrimat follows: torch.compil
 kernels' own graph breaks), FP8 and selective activation checkpointing not together (recomputing an FP8
 layer re-quantises it with other scaling), SAC only under FSDP (fsdp with DATA_PARALLEL=fsdp), DDP only
 without tensor parallelism, flash attention only where flash-attn is (a GPU), DeepSpeed's ZeRO stage 3 not
-with AutoTP. Pipeline parallelism is no rule here: a PP > 1 layout skips these frameworks in the run list
+with AutoTP, and ZeRO stage 0 not in bf16 with AutoTP's TP > 1 (train/autotp_engine.py measured its gradient
+norm wrong there). Pipeline parallelism is no rule here: a PP > 1 layout skips these frameworks in the run list
 (train.plan), since another framework can still run it.
 """
 
@@ -66,6 +67,13 @@ def problems(config: Config) -> list[str]:
         if tensor_parallel:
             found.append(f"DATA_PARALLEL=ddp: DDP replicates whole models, and a layout asks for TP="
                          f"{','.join(map(str, tensor_parallel))}; use DATA_PARALLEL=fsdp (FSDP2 + DTensor TP) or TP=1")
+    if "autotp" in chosen and v["ZERO_STAGE"] == 0 and v["PRECISION"] == "bf16":
+        tensor_parallel = sorted({lay.tp for name in config.strategies for spec in config.models
+                                  for lay in [config.layout(spec.key, name)] if lay.pp == 1} - {1})
+        if tensor_parallel:  # measured by autotp's engine: a wrong gradient norm, so wrong clipping
+            found.append(f"ZERO_STAGE=0 with PRECISION=bf16: DeepSpeed's bf16 optimizer without ZeRO gets AutoTP's "
+                         f"gradient norm wrong, and a layout asks for TP={','.join(map(str, tensor_parallel))}; "
+                         "set ZERO_STAGE=1 or 2")
     if v["ATTN_IMPL"] == "flash_attention_2" and config.platform == "cpu":
         found.append("ATTN_IMPL=flash_attention_2: flash attention needs a GPU (the flash-attn package); "
                      "use sdpa or eager on the CPU")
