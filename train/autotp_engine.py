@@ -96,7 +96,6 @@ class AutotpEngine:
             model=model, optimizer=lambda _parameters: native_trainer.adamw(model, req), config=ds_config(req))
         self.dp_group = groups.get_data_parallel_group()
         self.dp_rank, self.dp_size = groups.get_data_parallel_rank(), groups.get_data_parallel_world_size()
-        self.tp_group = groups.get_tensor_model_parallel_group()
         self.tp_size = groups.get_tensor_model_parallel_world_size()
         if self.dp_size * self.tp_size != req.parallelism.num_gpus or self.tp_size != req.parallelism.tp:
             raise SettingsError(f"DeepSpeed built TP={self.tp_size} x DP={self.dp_size}, the request asks TP="
