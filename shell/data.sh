@@ -74,10 +74,14 @@ main() {
   data_stage "clean-${DATASET}" --input "${raw}" --input data/clean.py --input data/quality.py \
     --output "${clean}" --output "${DATA_DIR}/clean/${DATASET}.report.json" \
     -- data.clean --input "${raw}" --output "${clean}" --workers "${workers}"
-  for model in ${MODELS//,/ }; do
+  # One pair per tokenizer: llama70b reads llama's (utils/models.py's data_key).
+  local -a keys
+  mapfile -t keys < <(tp_python -m utils.models data-keys "${MODELS}")
+  ((${#keys[@]})) || tp_die 2 "MODELS=${MODELS}: no model to prepare data for"
+  for model in "${keys[@]}"; do
     prepare_model "${model}" "${clean}" "${DATA_DIR}/clean/${DATASET}.report.json" "${workers}"
   done
-  tp_log "data ready: $(for model in ${MODELS//,/ }; do data_layout "${model}" | tail -n 1; done | tr '\n' ' ')"
+  tp_log "data ready: $(for model in "${keys[@]}"; do data_layout "${model}" | tail -n 1; done | tr '\n' ' ')"
 }
 
 main "$@"
