@@ -10,6 +10,9 @@ set -euo pipefail
 TPRIMAT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly TPRIMAT_ROOT
 TPRIMAT_VENV="${TPRIMAT_VENV:-${TPRIMAT_ROOT}/.venv}"
+# Torch extensions JIT-built for this environment (DeepSpeed's CPU collective op, autotp on the CPU) live with it:
+# built once when .venv is set up, never rebuilt per run, and gone with .venv.
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-${TPRIMAT_VENV}/torch_extensions}"
 TPRIMAT_KFD="${TPRIMAT_KFD:-/dev/kfd}"  # AMD's kernel driver node (tests point it elsewhere)
 TPRIMAT_INFINIBAND="${TPRIMAT_INFINIBAND:-/dev/infiniband}"  # the host's RDMA devices (tests point it elsewhere)
 # The oldest Python that every pin of requirements/host.txt and dev.txt installs on: the strictest
@@ -168,9 +171,19 @@ tp_ensure_venv() {
       tp_log "installing ${file} into ${TPRIMAT_VENV} (a few minutes, once)"
       "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${TPRIMAT_ROOT}/${file}" \
         || tp_die 1 "pip could not install ${file}; fix the error above and rerun"
+      [[ "${file}" != requirements/host.txt ]] || tp_build_deepspeed_cpu_op
       printf '%s\n' "${hash}" >"${stamp}"
     fi
   done
+}
+
+# DeepSpeed builds its CPU collective op (shared-memory all-reduce) at its first use, minutes on a small
+# machine: build it with the environment instead of inside the first autotp run on the CPU.
+tp_build_deepspeed_cpu_op() {
+  tp_log "building DeepSpeed's CPU collective op into ${TORCH_EXTENSIONS_DIR} (autotp on the CPU; a few minutes, once)"
+  DS_ACCELERATOR=cpu "${TPRIMAT_VENV}/bin/python" -c 'from deepspeed.accelerator import get_accelerator
+get_accelerator().create_op_builder("ShareMemCommBuilder").load()' >/dev/null \
+    || tp_warn "DeepSpeed's CPU collective op did not build (above); autotp cannot train on the CPU until it does"
 }
 
 # The host runtime on a GPU platform trains with TPRIMAT_PYTHON, or .venv as it is: requirements/host.txt
