@@ -46,10 +46,10 @@ def check(req: Request) -> None:
 
 
 def accelerator(device: torch.device) -> str:
-    """DeepSpeed's accelerator for this device (cuda on NVIDIA and ROCm GPUs, cpu here): DS_ACCELERATOR set to
-    it before DeepSpeed's first import when unset, refused when it names another."""
+    """DeepSpeed's accelerator for this device (cuda on NVIDIA and ROCm GPUs, cpu here), checked: DS_ACCELERATOR
+    comes from utils/platform_env.py (the launch's environment, or train/outcome.py's platform_env.apply)."""
     wanted = "cuda" if device.type == "cuda" else "cpu"
-    given = os.environ.setdefault("DS_ACCELERATOR", wanted)
+    given = os.environ.get("DS_ACCELERATOR", "")
     if given != wanted:
         raise SettingsError(f"DS_ACCELERATOR={given}, but this run trains on {device.type}: set "
                             f"DS_ACCELERATOR={wanted} (or leave it unset)")

@@ -8,8 +8,6 @@ import torch
 
 import transformers
 
-from train import native_model
-
 
 def run_settings(trainer, model: torch.nn.Module, dataset) -> dict:
     """The optimizer and schedule as built, the model's architecture as its Hugging Face config holds it, the
@@ -43,7 +41,6 @@ def run_settings(trainer, model: torch.nn.Module, dataset) -> dict:
         "attn_impl": config._attn_implementation,
         "init_method_std": config.initializer_range, "padded_vocab_size": config.vocab_size,
         "eod_mask_loss": bool(dataset.config.eod_mask_loss), "check_for_nan_in_grad": False,
-        "parameters_built": native_model.count_parameters(model),
         "torch_version": torch.__version__, "transformers_version": transformers.__version__,
     }
 

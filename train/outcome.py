@@ -141,7 +141,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _raise_stopped)
     try:
-        env = platform_env.apply(req.identity.platform)
+        env = platform_env.apply(req.identity.platform, framework=req.identity.framework)
         check_device(req.identity.platform)
         source = locate(req.data, by_variant(req.identity.variant))
         trainer = start(req, source, run_dir, inject_nan_step)
