@@ -39,8 +39,7 @@ from train import mega_readback
 from train.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
 from train.megatron_data import DataSource, build_dataset, microbatches
 from train.outcome import NonFiniteLoss, SettingsError
-from train.step_log import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
-from utils import metrics
+from train.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
 from utils.models import ModelSpec, by_variant
 from utils.request import Request
 
@@ -284,7 +283,7 @@ class Trainer:
         if step == 1:
             mega_readback.read_back_batch(self.effective, self.forward_step)
         if self.log is not None:
-            self._report(record)
+            self.log.report(record, self.spec, self.request.training, self.request.parallelism.num_gpus)
         if record.nan:
             raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not finite; "
                                 "training stopped")
@@ -304,18 +303,3 @@ class Trainer:
         if not self.effective["dp_replicas_identical"]:
             self.notes.append("data-parallel replicas ended with different weights: the gradient or parameter "
                               "synchronisation is broken")
-
-    def _report(self, record: StepRecord) -> None:
-        """The record into steps.jsonl and as Megatron-LM's line (and its memory line after step 1)."""
-        t = self.request.training
-        self.log.write(record)
-        tflops = None
-        if record.step_time_s > 0:
-            per_gpu = metrics.per_gpu(metrics.tokens_per_second(record.tokens, record.step_time_s),
-                                      self.request.parallelism.num_gpus)
-            tflops = metrics.tflops_per_gpu(self.spec, t.seq_len, per_gpu)
-        print(megatron_line(record, t.steps, t.gbs, tflops), flush=True)
-        if record.step == 1 and record.mem_allocated_gib is not None:
-            print(memory_line(torch.distributed.get_rank(), 1, torch.cuda.memory_allocated() / GIB,
-                              record.mem_allocated_gib, torch.cuda.memory_reserved() / GIB,
-                              record.mem_reserved_gib), flush=True)

@@ -28,8 +28,7 @@ from train import native_model, native_readback, step_marks
 from train.megatron_data import DataSource, build_dataset, microbatches
 from train.native_engine import Engine
 from train.outcome import NonFiniteLoss, SettingsError
-from train.step_log import GIB, StepLog, StepRecord, megatron_line, memory_line, peak_host_rss_gib
-from utils import metrics
+from train.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
 from utils.hardware import cpu_native_bf16
 from utils.models import ModelSpec, by_variant
 from utils.request import Request
@@ -211,7 +210,7 @@ class NativeTrainer:
         parts = self.marks.parts() if self.breakdown else {}
         record = self.reduce_step_record(step, elapsed, losses, grad_norm, lr, parts)
         if self.log is not None:
-            self._report(record)
+            self.log.report(record, self.spec, self.request.training, self.request.parallelism.num_gpus)
         if record.nan:
             raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not finite; "
                                 "training stopped")
@@ -222,21 +221,6 @@ class NativeTrainer:
         peaks: list = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(peaks, peak_host_rss_gib())
         self.host_rss_gib_per_worker = peaks
-
-    def _report(self, record: StepRecord) -> None:
-        """The record into steps.jsonl and as Megatron-LM's line (and its memory line after step 1)."""
-        t = self.request.training
-        self.log.write(record)
-        tflops = None
-        if record.step_time_s > 0:
-            per_gpu = metrics.per_gpu(metrics.tokens_per_second(record.tokens, record.step_time_s),
-                                      self.request.parallelism.num_gpus)
-            tflops = metrics.tflops_per_gpu(self.spec, t.seq_len, per_gpu)
-        print(megatron_line(record, t.steps, t.gbs, tflops), flush=True)
-        if record.step == 1 and record.mem_allocated_gib is not None:
-            print(memory_line(torch.distributed.get_rank(), 1, torch.cuda.memory_allocated() / GIB,
-                              record.mem_allocated_gib, torch.cuda.memory_reserved() / GIB,
-                              record.mem_reserved_gib), flush=True)
 
 
 def starter(make_engine: MakeEngine):

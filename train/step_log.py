@@ -17,6 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
+import torch
+
+from utils import metrics
+from utils.models import ModelSpec
+from utils.request import Training
+
 GIB = float(1 << 30)
 MIB = float(1 << 20)
 
@@ -107,6 +113,19 @@ class StepLog:
         self._file.write(record.as_json() + "\n")
         self._file.flush()
         self.records.append(record)
+
+    def report(self, record: StepRecord, spec: ModelSpec, training: Training, num_gpus: int) -> None:
+        """The record into steps.jsonl and as Megatron-LM's line on the console (its memory line after step 1)."""
+        self.write(record)
+        tflops = None
+        if record.step_time_s > 0:
+            per_gpu = metrics.per_gpu(metrics.tokens_per_second(record.tokens, record.step_time_s), num_gpus)
+            tflops = metrics.tflops_per_gpu(spec, training.seq_len, per_gpu)
+        print(megatron_line(record, training.steps, training.gbs, tflops), flush=True)
+        if record.step == 1 and record.mem_allocated_gib is not None:
+            print(memory_line(torch.distributed.get_rank(), 1, torch.cuda.memory_allocated() / GIB,
+                              record.mem_allocated_gib, torch.cuda.memory_reserved() / GIB,
+                              record.mem_reserved_gib), flush=True)
 
     def close(self) -> None:
         self._file.close()
