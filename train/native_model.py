@@ -9,6 +9,7 @@ TP=1 alike), and its parameter count must equal the spec's (the FLOPs and the re
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import torch
 
@@ -26,11 +27,11 @@ def config_classes() -> dict:
     return {"llama": LlamaConfig, "qwen": Qwen2Config, "llama70b": LlamaConfig, "mistral": MistralConfig}
 
 
-def rope_parameters(spec: ModelSpec) -> dict:
-    """transformers 5's rope_parameters: the theta, and Llama 3's frequency scaling where the spec has it."""
-    if spec.rope_scaling:
-        return {"rope_type": "llama3", "rope_theta": spec.rope_theta, **spec.rope_scaling}
-    return {"rope_type": "default", "rope_theta": spec.rope_theta}
+def rope_arguments(spec: ModelSpec) -> dict:
+    """The theta, and Llama 3's frequency scaling where the spec has it, as config arguments that transformers 4
+    (the vendor images') and 5 (.venv's, which turns them into rope_parameters) both take."""
+    scaling = {"rope_type": "llama3", **spec.rope_scaling} if spec.rope_scaling else None
+    return {"rope_theta": spec.rope_theta, "rope_scaling": scaling}
 
 
 def hf_config(spec: ModelSpec, attn_impl: str):
@@ -40,13 +41,15 @@ def hf_config(spec: ModelSpec, attn_impl: str):
     except KeyError:
         raise SettingsError(f"model {spec.key} has no Hugging Face config class in train/native_model.py; "
                             "add it to config_classes()") from None
-    extra = {} if spec.sliding_window is None else {"sliding_window": spec.sliding_window}
-    if spec.key == "llama":  # Qwen2's q/k/v always carry a bias; Llama's attention_bias would add o_proj's too
+    # A family that can window its attention gets the spec's window, None included (Qwen2's config defaults to one)
+    extra = {"sliding_window": spec.sliding_window} \
+        if "sliding_window" in inspect.signature(cls.__init__).parameters else {}
+    if cls.__name__ == "LlamaConfig":  # Qwen2's q/k/v always carry a bias; Llama's attention_bias adds o_proj's too
         extra["attention_bias"] = spec.qkv_bias
     config = cls(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.ffn_hidden_size,
                  num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_attention_heads,
                  num_key_value_heads=spec.num_kv_heads, max_position_embeddings=spec.max_position_embeddings,
-                 rms_norm_eps=spec.norm_eps, rope_parameters=rope_parameters(spec), tie_word_embeddings=False,
+                 rms_norm_eps=spec.norm_eps, **rope_arguments(spec), tie_word_embeddings=False,
                  initializer_range=float(WORKLOAD["init_method_std"]), attention_dropout=0.0, use_cache=False,
                  **extra)
     config._attn_implementation = attn_impl
@@ -73,8 +76,11 @@ def build(spec: ModelSpec, attn_impl: str, seed: int, device: torch.device) -> t
     check_attention(attn_impl)
     torch.manual_seed(seed)
     with device:
-        model = AutoModelForCausalLM.from_config(hf_config(spec, attn_impl), attn_implementation=attn_impl,
-                                                 dtype=torch.float32)
+        # torch's default dtype (fp32): transformers 4 and 5 name the dtype argument differently
+        model = AutoModelForCausalLM.from_config(hf_config(spec, attn_impl), attn_implementation=attn_impl)
+    if next(model.parameters()).dtype != torch.float32:
+        raise SettingsError(f"the model was built in {next(model.parameters()).dtype}, not fp32: torch's default "
+                            "dtype was changed before the build")
     parameters = count_parameters(model)
     if parameters != spec.param_count():
         raise RuntimeError(f"the built model has {parameters} parameters, the {spec.variant} spec "

@@ -15,7 +15,9 @@ def run_settings(trainer, model: torch.nn.Module, dataset) -> dict:
     scheduler, optimizer, config = trainer.scheduler, trainer.engine.optimizer, model.config
     decayed = [g for g in optimizer.param_groups if g.get("wd_mult", 1.0) > 0]
     beta1, beta2 = optimizer.param_groups[0]["betas"]
-    rope = dict(config.rope_parameters or {})
+    # transformers 5 gathers the RoPE settings in rope_parameters; 4 (the vendor images') keeps theta and scaling apart
+    rope = dict(getattr(config, "rope_parameters", None) or {"rope_theta": config.rope_theta,
+                                                             **(config.rope_scaling or {})})
     return {
         "fairness_profile": trainer.request.fairness.profile,
         "optimizer": type(optimizer).__name__,
