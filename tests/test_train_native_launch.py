@@ -69,9 +69,6 @@ RULES = [
     ("nvd", {"SAC_FREQ": "1/4", "DATA_PARALLEL": "ddp", "FRAMEWORK": "fsdp"}, "SAC_FREQ=1/4: selective activation "
      "checkpointing runs only under FSDP (framework fsdp with DATA_PARALLEL=fsdp), and DATA_PARALLEL=ddp; clear "
      "SAC_FREQ or set DATA_PARALLEL=fsdp"),
-    ("cpu", {"SAC_FREQ": "1/2", "FRAMEWORK": "fsdp,autotp"}, "SAC_FREQ=1/2: selective activation checkpointing "
-     "runs only under FSDP (framework fsdp with DATA_PARALLEL=fsdp), and autotp is in FRAMEWORK; clear SAC_FREQ or "
-     "run FRAMEWORK=fsdp"),
     ("nvd", {"DATA_PARALLEL": "ddp", "TP": "2", "DP": "4", "GA": "16", "FRAMEWORK": "fsdp", "STRATEGY": ""},
      "DATA_PARALLEL=ddp: DDP replicates whole models, and a layout asks for TP=2; use DATA_PARALLEL=fsdp "
      "(FSDP2 + DTensor TP) or TP=1"),
@@ -81,7 +78,7 @@ RULES = [
      "DeepSpeed's bf16 optimizer without ZeRO gets AutoTP's gradient norm wrong, and a layout asks for TP=2; set "
      "ZERO_STAGE=1 or 2"),
 ]
-RULE_IDS = ["compile-fp8", "sac-fp8", "sac-ddp", "sac-autotp", "ddp-tp", "flash-cpu", "zero0-bf16-tp"]
+RULE_IDS = ["compile-fp8", "sac-fp8", "sac-ddp", "ddp-tp", "flash-cpu", "zero0-bf16-tp"]
 
 
 @pytest.mark.parametrize("platform, knobs, line", RULES, ids=RULE_IDS)

@@ -98,6 +98,7 @@ def test_a_torch_native_framework_skips_a_pipeline_layout_and_the_run_list_says_
 @pytest.mark.parametrize("knobs, reason", [
     ({"PRECISION": "fp8"}, "autotp has no FP8 path (DeepSpeed AutoTP trains bf16 or fp32); the other frameworks run fp8"),
     ({"COMPILE": "1"}, "autotp has no torch.compile (COMPILE=1 applies to fsdp)"),
+    ({"SAC_FREQ": "1/2"}, "autotp has no activation checkpointing (SAC_FREQ=1/2 applies to fsdp)"),
 ])
 def test_autotp_skips_what_deepspeed_autotp_cannot_do_and_fsdp_runs_it(knobs, reason):
     runs = build_plan(node("nvd", FRAMEWORK="fsdp,autotp", MODELS="llama", **knobs))

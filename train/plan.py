@@ -60,6 +60,8 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
         return "autotp has no FP8 path (DeepSpeed AutoTP trains bf16 or fp32); the other frameworks run fp8"
     if framework == "autotp" and knobs["COMPILE"]:
         return "autotp has no torch.compile (COMPILE=1 applies to fsdp)"
+    if framework == "autotp" and knobs["SAC_FREQ"]:
+        return f"autotp has no activation checkpointing (SAC_FREQ={knobs['SAC_FREQ']} applies to fsdp)"
     names, where = MODEL_NAMES.get(framework, (None, ""))
     if names is not None and model not in names:
         return f"{framework} has no name for {model} ({where} has none)"

@@ -1,5 +1,6 @@
 """The torch-native frameworks' own knobs (config.env's Torch-native section: fsdp and autotp) and the
-compatibility rules between them, enforced before anything starts.
+compatibility rules between them, enforced before anything starts (what only autotp cannot do, COMPILE and
+SAC_FREQ, skips its runs in the run list instead: train.plan).
 
 The rules are those of the torch-native benchmarks TPrimat follows: torch.compile and FP8 not together (the FP8
 kernels' own graph breaks), FP8 and selective activation checkpointing not together (recomputing an FP8
@@ -56,11 +57,10 @@ def problems(config: Config) -> list[str]:
     if sac and fp8:
         found.append(f"SAC_FREQ={v['SAC_FREQ']} with PRECISION=fp8: selective activation checkpointing and FP8 do "
                      "not go together; clear SAC_FREQ or set PRECISION=bf16")
-    if sac and ("autotp" in chosen or v["DATA_PARALLEL"] != "fsdp"):
-        why, fix = (("autotp is in FRAMEWORK", "run FRAMEWORK=fsdp") if "autotp" in chosen else
-                    (f"DATA_PARALLEL={v['DATA_PARALLEL']}", "set DATA_PARALLEL=fsdp"))
+    if sac and "fsdp" in chosen and v["DATA_PARALLEL"] != "fsdp":  # autotp's runs skip it (train.plan)
         found.append(f"SAC_FREQ={v['SAC_FREQ']}: selective activation checkpointing runs only under FSDP (framework "
-                     f"fsdp with DATA_PARALLEL=fsdp), and {why}; clear SAC_FREQ or {fix}")
+                     f"fsdp with DATA_PARALLEL=fsdp), and DATA_PARALLEL={v['DATA_PARALLEL']}; clear SAC_FREQ or set "
+                     "DATA_PARALLEL=fsdp")
     if "fsdp" in chosen and v["DATA_PARALLEL"] == "ddp":
         tensor_parallel = sorted({config.layout(spec.key, name).tp for name in config.strategies
                                   for spec in config.models} - {1})
