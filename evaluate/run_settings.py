@@ -119,7 +119,14 @@ def _variants(effective: dict) -> tuple[tuple[str, ...], str | None]:
     arch = {key: effective[key] for key in ARCHITECTURE if effective.get(key) is not None}
     if arch:
         words = ", ".join(f"{key} {value}" for key, value in arch.items())
-        return tuple(s.variant for s in MODELS.values() if all(getattr(s, k) == v for k, v in arch.items())), words
+        matched = [s for s in MODELS.values() if all(getattr(s, k) == v for k, v in arch.items())]
+        padded = effective.get("padded_vocab_size")
+        if len(matched) > 1 and padded is not None:  # Llama 3.1 8B and Mistral 7B share every other number
+            fitting = [s.vocab_size for s in matched if s.vocab_size <= padded]
+            if fitting:  # the largest vocabulary the padded one holds (padding only adds rows)
+                matched = [s for s in matched if s.vocab_size == max(fitting)]
+                words += f", padded vocabulary {padded}"
+        return tuple(s.variant for s in matched), words
     count = effective.get("parameters")
     matched = tuple(s.variant for s in MODELS.values() if s.param_count() == count)
     return (matched, f"{count} parameters") if matched else (VARIANTS, None)

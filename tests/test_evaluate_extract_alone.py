@@ -30,6 +30,18 @@ def test_a_megatron_lm_log_says_everything_but_the_platform(tmp_path, capsys):
     assert capsys.readouterr().err == (f"evaluate.extract: {log} does not say platform; give --platform amd|nvd|cpu\n")
 
 
+def test_the_padded_vocabulary_tells_mistral_from_llama_which_share_every_other_number(tmp_path):
+    text = (FIXTURES / "megatron_lm_arguments.log").read_text()
+    log = tmp_path / "mistral.log"
+    log.write_text(text.replace("padded vocab (size: 128256) with 0 dummy tokens (new size: 128256)",
+                                "padded vocab (size: 32000) with 0 dummy tokens (new size: 32000)"))
+    code, result = extract_alone(tmp_path, log, "--platform", "nvd", "--warmup-skip", "2")
+    assert (code, result["model"]["variant"]) == (0, "mistral-7b-v0.1")
+    code, result = extract_alone(tmp_path / "llama", FIXTURES / "megatron_lm_arguments.log", "--platform", "nvd",
+                                 "--warmup-skip", "2")
+    assert (code, result["model"]["variant"]) == (0, "llama3.1-8b")
+
+
 def test_a_megatron_lm_log_with_the_platform_gives_a_result_that_validates(tmp_path, capsys):
     code, result = extract_alone(tmp_path, FIXTURES / "megatron_lm_arguments.log", "--platform", "nvd",
                                  "--warmup-skip", "2", "--data-prefix", str(prepared_data(tmp_path)))
@@ -146,13 +158,14 @@ def test_a_model_that_is_none_of_the_variants_is_refused(tmp_path, capsys):
 
 
 def test_the_missing_line_offers_only_the_variants_the_log_allows(tmp_path, capsys):
-    """Two layers of width 128 are both tiny variants; the platform and schedule are given."""
+    """Two layers of width 128 are every tiny variant; the platform and schedule are given."""
     log = tmp_path / "tiny.log"
     log.write_text((FIXTURES / "nemo.log").read_text().replace('"tp": 1,', '"tp": 1, "num_layers": 2, "hidden_size": 128,'))
     code, _ = extract_alone(tmp_path, log, "--platform", "cpu", "--min-lr", "0", "--warmup-steps", "5", "--lr", "3e-4")
     assert code == 2
     assert capsys.readouterr().err == (f"evaluate.extract: {log} does not say model variant; give "
-                                       "--variant llama3.1-8b-tiny|qwen2.5-7b-tiny\n")
+                                       "--variant llama3.1-8b-tiny|qwen2.5-7b-tiny|llama3.1-70b-tiny|"
+                                       "mistral-7b-v0.1-tiny\n")
 
 
 def test_printed_settings_become_effective_settings_but_a_split_models_parameters_do_not():
