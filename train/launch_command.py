@@ -60,9 +60,8 @@ def torchrun(req: Request) -> list[str]:
 
 def vendor_env(req: Request) -> dict[str, str]:
     """utils/platform_env's variables for the platform and framework where the user has not set them otherwise
-    (theirs win), the
-    multi-node network settings of utils/netenv (NET_* knobs beat what is exported, which beats the
-    vendor's defaults), and unbuffered Python so that the console streams into train.log and the
+    (theirs win), the multi-node network settings of utils/netenv (NET_* knobs beat what is exported, which
+    beats the vendor's defaults), and unbuffered Python so that the console streams into train.log and the
     terminal as it happens."""
     platform = req.identity.platform
     network = network_env(platform, req.knobs) if req.parallelism.nnodes > 1 else {}

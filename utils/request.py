@@ -7,9 +7,9 @@ the run's config.json; every launcher, trainer and generated framework file read
 a setting: seq_len is seq_len from config.json to result.json.
 
 config.json holds one object per section below (identity, parallelism, training, data, fairness, native,
-environment), plus `knobs`: every configuration knob as resolved for the
-run (the record that reproduces it; code reads the typed sections, and the knobs only where it hands them on
-as they are: the NET_* network settings, utils/netenv.py).
+environment), plus `knobs`: every configuration knob as resolved for the run (the record that reproduces it;
+code reads the typed sections, and the knobs only where it hands them on as they are: the NET_* network
+settings, utils/netenv.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Identity:
 
     run_id: str  # its directory name inside the run set, e.g. "mega-llama" or "prim-qwen-balanced-r2"
     platform: str  # amd | nvd | cpu
-    framework: str  # mega | nemo | prim
+    framework: str  # utils/frameworks.py: mega | nemo | prim | fsdp | autotp
     model: str  # the registry key (utils/models.py): llama | qwen
     variant: str  # the model variant trained, e.g. "llama3.1-8b" or "qwen2.5-tiny"
     repeat: int  # 1-based
