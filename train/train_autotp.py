@@ -3,7 +3,7 @@ Hugging Face model.
 
     DS_ACCELERATOR=cpu|cuda torchrun --nproc_per_node=N ... train/train_autotp.py --request RUN_DIR/config.json \
         --run-dir RUN_DIR                                                          # the launcher
-    torchrun --nproc_per_node=N train/train_autotp.py --model llama|qwen --run-dir DIR [--strategy NAME]
+    torchrun --nproc_per_node=N train/train_autotp.py --model MODEL --run-dir DIR [--strategy NAME]
 
 The loop is train/native_trainer.py's (the same data, loss and LR schedule as mega and fsdp), the parallelism
 train/autotp_engine.py's (ZERO_STAGE; DS_ACCELERATOR is cuda on NVIDIA and ROCm GPUs, cpu on the CPU, set when

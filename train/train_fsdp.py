@@ -1,7 +1,7 @@
 """TPrimat's torch-native pretraining (framework `fsdp`): FSDP2 + DTensor TP, or DDP, on a Hugging Face model.
 
     torchrun --nproc_per_node=N ... train/train_fsdp.py --request RUN_DIR/config.json --run-dir RUN_DIR  # the launcher
-    torchrun --nproc_per_node=N train/train_fsdp.py --model llama|qwen --run-dir DIR [--strategy NAME]
+    torchrun --nproc_per_node=N train/train_fsdp.py --model MODEL --run-dir DIR [--strategy NAME]
     python3 train/train_fsdp.py --model llama --run-dir DIR  # one process (TP x DP = 1), no torchrun
 
 The loop is train/native_trainer.py's (the same data, loss and LR schedule as mega), the parallelism

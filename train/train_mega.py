@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=N ... train/train_mega.py --request RUN_DIR/config.json --run-dir RUN_DIR  # the launcher
     eval "$(python3 -m utils.platform_env)"   # PLATFORM, GPUS_PER_NODE and the platform's environment, as the launcher resolves them
     torchrun --nproc_per_node=N [--nnodes=M --node_rank=R --master_addr=A --master_port=P] \\
-        train/train_mega.py --model llama|qwen --run-dir DIR [--strategy NAME]
+        train/train_mega.py --model MODEL --run-dir DIR [--strategy NAME]
     python3 train/train_mega.py --model llama --run-dir DIR  # one process (TP x PP x DP = 1), no torchrun
 
 Every setting comes from the run's request (utils.request): the config.json the launcher wrote (--request),

@@ -1,7 +1,7 @@
 """The command line every TPrimat trainer shares (train_mega.py, train_fsdp.py, train_autotp.py).
 
     torchrun ... train/train_<framework>.py --request RUN_DIR/config.json --run-dir RUN_DIR   # the launcher
-    torchrun ... train/train_<framework>.py --model llama|qwen --run-dir DIR [--strategy NAME] # by hand
+    torchrun ... train/train_<framework>.py --model MODEL --run-dir DIR [--strategy NAME] # by hand
 
 Every setting comes from the run's request (utils.request): the config.json the launcher wrote (--request), or,
 started by hand, the request train.plan builds from the configuration (config.env + environment, utils.config)
