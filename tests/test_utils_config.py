@@ -343,3 +343,25 @@ def test_the_cpu_profile_is_checked_on_gpu_nodes_too(tmp_path):
     """A slip in a CPU_ line must not wait for the first CPU run to show."""
     path = config_variant(tmp_path, lambda b: b.replace(b"CPU_TRAIN_ITERS=30 ", b"CPU_TRAIN_ITERS=3O "))
     assert problems_of(GPU_NODE, path) == ["CPU_TRAIN_ITERS=3O: " + INT_RULE.format(1, 2147483647)]
+
+
+
+def test_machine_knobs_are_typed_and_an_empty_price_is_none():
+    config = load_config({**GPU_NODE, "PRICE_PER_GPU_HOUR_AMD": "2.5", "TARGET_DEVICE": "mi300x",
+                          "PROJECT_TOKENS": "1e12", "TELEMETRY_INTERVAL_MS": "250"})
+    assert (config["PRICE_PER_GPU_HOUR_AMD"], config["PRICE_PER_GPU_HOUR_NVD"]) == (2.5, None)
+    assert (config["TARGET_DEVICE"], config["PROJECT_TOKENS"], config["TELEMETRY_INTERVAL_MS"]) == ("mi300x", 1e12, 250)
+    assert (config["TELEMETRY"], config["HEALTH"], config["SKIP_WONT_FIT"]) == (True, "warn", False)
+
+
+@pytest.mark.parametrize("knob, value, rule", [
+    ("TELEMETRY_INTERVAL_MS", "0", "from 100 to 60000"),
+    ("TELEMETRY_INTERVAL_MS", "", "from 100 to 60000"),
+    ("PRICE_PER_GPU_HOUR_NVD", "two dollars", "empty or a number > 0"),
+    ("PROJECT_TOKENS", "0", "empty or a number"),
+    ("TARGET_DEVICE", "tpu", "not one of , h100, h200, b200, mi300x, mi325x, mi355x"),
+    ("HEALTH", "maybe", "not one of warn, strict, off"),
+])
+def test_machine_knobs_refuse_bad_values_in_one_line(knob, value, rule):
+    [problem] = problems_of({**GPU_NODE, knob: value})
+    assert problem.startswith(f"{knob}={value}: ") and rule in problem

@@ -121,7 +121,8 @@ def request(cfg: Config, run: Run) -> Request:
         environment=Environment(node_rank=v["NODE_RANK"], master_addr=v["MASTER_ADDR"],
                                 master_port=v["MASTER_PORT"], hf_home=v["HF_HOME"], dry_run=v["DRY_RUN"],
                                 warmup_skip=v["WARMUP_SKIP"], profiling=v["PROFILING"],
-                                profile_start_step=v["PROFILE_START_STEP"], profile_end_step=v["PROFILE_END_STEP"]),
+                                profile_start_step=v["PROFILE_START_STEP"], profile_end_step=v["PROFILE_END_STEP"],
+                                telemetry=v["TELEMETRY"], telemetry_interval_ms=v["TELEMETRY_INTERVAL_MS"]),
         knobs=cfg.as_dict(),
     )
 

@@ -58,6 +58,17 @@ DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
     (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000)),
 )
 
+# Planning targets (TARGET_DEVICE): a short key for each device of the table, as that device names itself, so a
+# login node without GPUs can plan for one (memory, time bound) through the same lookup as a detected GPU.
+TARGET_DEVICES: dict[str, str] = {
+    "h100": "NVIDIA H100 80GB HBM3",
+    "h200": "NVIDIA H200",
+    "b200": "NVIDIA B200",
+    "mi300x": "AMD Instinct MI300X",
+    "mi325x": "AMD Instinct MI325X",
+    "mi355x": "AMD Instinct MI355X",
+}
+
 
 def lookup_device(device_name: str | None) -> DeviceSpec | None:
     """The table entry for a reported device name, or None (with a warning) when none matches."""

@@ -122,6 +122,8 @@ class Environment:
     profiling: bool
     profile_start_step: int
     profile_end_step: int
+    telemetry: bool = True  # sample the node's GPUs (or CPU) around the trainer (utils/telemetry.py)
+    telemetry_interval_ms: int = 1000
 
 
 @dataclass(frozen=True)

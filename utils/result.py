@@ -24,7 +24,7 @@ from utils.hardware import peak_tflops
 from utils.models import by_variant
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}

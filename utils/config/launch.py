@@ -25,6 +25,8 @@ NETWORK = {
     "NET_IB_HCA": NAME,
     "NET_IB_GID_INDEX": Knob("str", pattern="[0-9]*", rule="empty or an integer (digits 0-9 only)"),
     "NET_DEBUG": Knob("enum", ("", "VERSION", "WARN", "INFO", "TRACE")),
+    "NET_LINK_GBPS": Knob("float", high=1e6, bounds="(]", optional=True,
+                          rule="the inter-node bandwidth per GPU in Gb/s (e.g. 400 for InfiniBand NDR)"),
 }
 
 SWITCHES = {

@@ -46,6 +46,7 @@ class Knob:
     bounds: str = "[]"  # float: "(]" excludes low (LR > 0), "[)" excludes high (BETA < 1)
     pattern: str = ""  # str: a regular expression the whole value must match
     rule: str = ""  # int: why the range; str: what the pattern means
+    optional: bool = False  # int, float: an empty value is None ("not given"), not a problem
 
 
 POSITIVE = Knob("int", low=1)
@@ -56,13 +57,14 @@ NAME = Knob("str", pattern="[!-~]*", rule="printable ASCII without spaces (empty
 def _range_rule(knob: Knob) -> str:
     """What an int or float knob accepts, as the problem line says it."""
     if knob.kind == "int":
-        return f"must be an integer from {knob.low} to {knob.high} (digits 0-9 only)" + \
-            (f", {knob.rule}" if knob.rule else "")
+        return f"must be {'empty or ' if knob.optional else ''}an integer from {knob.low} to {knob.high} " \
+            "(digits 0-9 only)" + (f", {knob.rule}" if knob.rule else "")
     if knob.high == math.inf:
         span = f"{'>' if knob.bounds[0] == '(' else '>='} {knob.low:g}"
     else:
         span = f"in {knob.bounds[0]}{knob.low:g}, {knob.high:g}{knob.bounds[1]}"
-    return f"must be a number {span}, in digits 0-9 (e.g. 3e-4)"
+    return f"must be {'empty or ' if knob.optional else ''}a number {span}, in digits 0-9 (e.g. 3e-4)" + \
+        (f", {knob.rule}" if knob.rule else "")
 
 
 def _number(value: str, knob: Knob):
@@ -123,6 +125,8 @@ def convert(name: str, raw: str, knob: Knob, problems: list[str]):
     """One raw string to its typed value, or a problem line (and None)."""
     value = raw.strip()
     if knob.kind in ("int", "float"):
+        if knob.optional and not value:
+            return None
         number = _number(value, knob)
         if number is None:
             problems.append(f"{name}={raw}: {_range_rule(knob)}")

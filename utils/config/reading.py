@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from utils import ROOT
-from utils.config import launch, layout, native, selection, workload
+from utils.config import launch, layout, machine, native, selection, workload
 from utils.config.parse import ConfigError, Knob
 from utils.envfile import parse_env_file
 from utils.secrets import SECRET_KEYS
@@ -20,7 +20,7 @@ CPU_PREFIX = "CPU_"  # CPU_<KNOB> in config.env replaces <KNOB> on the CPU platf
 
 KNOBS: dict[str, Knob] = {**selection.KNOBS, **workload.DATA, **workload.TRAINING, **layout.PARALLELISM,
                           **layout.NODES, **launch.SLURM, **launch.NETWORK, **workload.MEASUREMENT,
-                          **native.KNOBS, **launch.SWITCHES}
+                          **machine.KNOBS, **native.KNOBS, **launch.SWITCHES}
 # Names the scripts themselves export next to the knobs (shell_exports): never a user's typo.
 DERIVED = ("FRAMEWORKS", "STRATEGIES", "GBS", "NUM_GPUS")
 

@@ -1,0 +1,23 @@
+"""The machine behind a number (config.env's Machine section): telemetry during every run, node health before the
+first, the device a plan is made for, and what the comparison turns the figures into (energy, cost, a projection)."""
+
+from __future__ import annotations
+
+import math
+
+from utils.config.parse import Knob
+from utils.hardware import TARGET_DEVICES
+
+PRICE = Knob("float", high=math.inf, bounds="(]", optional=True, rule="a price per GPU-hour in any currency")
+
+KNOBS = {
+    "TELEMETRY": Knob("bool"),
+    "TELEMETRY_INTERVAL_MS": Knob("int", low=100, high=60_000, rule="milliseconds between two samples of every GPU"),
+    "HEALTH": Knob("enum", ("warn", "strict", "off")),
+    "TARGET_DEVICE": Knob("enum", ("", *TARGET_DEVICES)),
+    "SKIP_WONT_FIT": Knob("bool"),
+    "PRICE_PER_GPU_HOUR_AMD": PRICE,
+    "PRICE_PER_GPU_HOUR_NVD": PRICE,
+    "PROJECT_TOKENS": Knob("float", high=1e18, bounds="(]", optional=True, rule="a token count such as 1e12"),
+}
+
