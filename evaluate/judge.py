@@ -27,12 +27,15 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from evaluate import extract, native_settings
 from evaluate.collect import Loaded
+from evaluate.log_records import step_end_times
 from evaluate.logs import FRAMEWORKS as LOG_FORMATS, collective_network
 from evaluate.validate import check_result
+from utils import energy, stragglers, telemetry
 from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run, warn
 from utils.frameworks import TABLE
 from utils.request import Request, RequestError
@@ -206,12 +209,74 @@ def record_environment(nnodes: int, result: dict, environment: dict[str, str], l
     return []
 
 
+def step_clock(run_dir: Path, result: dict, ended: Ended) -> tuple[list[energy.Step], str]:
+    """Each step's end on telemetry.jsonl's clock and where it came from: the trainer's steps.jsonl (mega, fsdp,
+    autotp), else the timestamps of the log's iteration lines (to the second), else reconstructed backwards from
+    the run's end with the step times (the end includes the run's teardown: an upper bound)."""
+    series = result.get("series") or {}
+    durations = {step: t for step, t in zip(series.get("step", []), series.get("step_time_s", [])) if t is not None}
+    ends: dict[int, float] = {}
+    try:
+        for line in (run_dir / "steps.jsonl").read_text(encoding="utf-8").splitlines():
+            item = json.loads(line)
+            if item.get("time_s") is not None:
+                ends[int(item["step"])] = float(item["time_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        ends = {}
+    source = "steps.jsonl"
+    if not ends:
+        try:
+            with open(run_dir / "train.log", encoding="utf-8", errors="replace") as log:
+                ends, source = step_end_times(log), "log_timestamps"
+        except OSError:
+            ends = {}
+    if not ends and durations:
+        source, clock = "reconstructed_from_run_end", datetime.fromisoformat(ended.ended_at).timestamp()
+        for step in sorted(durations, reverse=True):
+            ends[step] = clock
+            clock -= durations[step]
+    return [energy.Step(step, ends[step], durations[step]) for step in sorted(ends) if step in durations], source
+
+
+def machine_sections(request: Request, run_dir: Path, result: dict, ended: Ended) -> list[str]:
+    """The result's telemetry section (utils/energy.py, from every node's telemetry.jsonl) and stragglers section
+    (utils/stragglers.py: each rank's own step times, else each GPU's telemetry); the warnings they raise."""
+    env, lay = request.environment, request.parallelism
+    window = (result.get("performance") or {}).get("window")
+    window_steps = (window["first_step"], window["last_step"]) if window else None
+    if not env.telemetry:
+        result["telemetry"] = energy.off_section()
+    else:
+        paths = [run_dir / telemetry.FILE] + [run_dir / f"node{n}" / telemetry.FILE for n in range(1, lay.nnodes)]
+        records = [telemetry.read(path) for path in paths if path.exists()]
+        steps, clock = step_clock(run_dir, result, ended)
+        training = result["training"]
+        per_node = None if request.identity.platform == "cpu" else max(1, lay.num_gpus // lay.nnodes)
+        result["telemetry"] = energy.summarise(records, steps, window_steps, training["gbs"] * training["seq_len"],
+                                               env.telemetry_interval_ms, clock, per_node)
+        missing = [str(path) for path in paths if not path.exists()]
+        if missing:
+            section = result["telemetry"]
+            section["complete"] = False
+            section["note"] = "; ".join(filter(None, [section["note"], "no telemetry record: " + ", ".join(missing)]))
+    notes = energy.throttle_warnings(result["telemetry"])
+    ranks = stragglers.read_rank_steps(run_dir)
+    found = stragglers.from_rank_steps(ranks, window_steps) if ranks and window_steps else None
+    if found is None and env.telemetry:
+        found = stragglers.from_telemetry(result["telemetry"].get("per_gpu", []))
+    if found is not None:
+        result["stragglers"] = found
+        notes += [line for line in [stragglers.warning(found)] if line]
+    return notes
+
+
 def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> str:
     """Final status of the run (ok | failed | incomplete | interrupted), written into result.json."""
     nnodes = request.parallelism.nnodes
     logs = [run_dir / "train.log"] + other_node_logs(run_dir, nnodes, hurry)
     result = collect_result(request, run_dir, ended, logs)
     notes = record_environment(nnodes, result, ended.environment, logs)
+    notes += machine_sections(request, run_dir, result, ended)
     record = result["run"]
     problems = readback_problems(request, result)
     if ended.exit_code != 0 and not ended.interrupted and record["status"] == "ok":

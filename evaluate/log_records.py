@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from functools import lru_cache
 from typing import Iterable
 
@@ -169,3 +170,25 @@ def nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int | 
         elif kind == "fw_tflops":  # NeMo's FLOPs callback: its own (non-causal) convention
             record["fw_tflop_per_s_per_gpu"] = first
     return record, gbs
+
+
+# The timestamp a record's prefix carries (Megatron's "[2025-01-31 12:00:00]", Primus's "[20250131 12:00:00]",
+# NeMo's "[NeMo I 2025-01-31 12:00:00 ...]"), in the node's local time, to the second.
+STAMP = re.compile(r"\[(?:NeMo [IWDEC] )?(\d{4})-?(\d\d)-?(\d\d) (\d\d):(\d\d):(\d\d)")
+
+
+def step_end_times(lines: Iterable[str]) -> dict[int, float]:
+    """Each step's end (time.time() seconds, to the second) from the timestamps of its iteration line, where the
+    log's prefix has one: a step's line is printed as it ends. NeMo's progress lines count from zero."""
+    found: dict[int, float] = {}
+    for line in lines:
+        megatron = MEGATRON_ITERATION.match(line)
+        nemo = None if megatron else NEMO_ITERATION.match(line)
+        if not (megatron or nemo):
+            continue
+        stamp = STAMP.search(line[:megatron.end() if megatron else nemo.end()])  # type: ignore[union-attr]
+        if stamp is None:
+            continue
+        step = int(megatron.group(1)) if megatron else int(nemo.group(2)) + 1  # type: ignore[union-attr]
+        found[step] = time.mktime(tuple(map(int, stamp.groups())) + (0, 0, -1))  # type: ignore[arg-type]
+    return found

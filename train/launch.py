@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     if node_rank == 0 and not (run_dir.parent / SYSTEM_FILE).exists():
         probe_system(run_dir.parent / SYSTEM_FILE)
-    outcome = run_supervised(launch, work_dir / "train.log", who.platform)
+    sampling = req.environment.telemetry_interval_ms if req.environment.telemetry else None
+    outcome = run_supervised(launch, work_dir / "train.log", who.platform, sampling)
     hold_stops()  # the run has ended: a stop signal now cuts only the judge's wait short, never the record
     record.update(exit_code=outcome.exit_code, stopped_by=outcome.stopped_by, started_at=outcome.started_at,
                   ended_at=outcome.ended_at, wall_s=round(outcome.wall_s, 1), warnings=outcome.warnings,

@@ -2,7 +2,8 @@
 
 The run starts in a session of its own and dies with the launcher (PR_SET_PDEATHSIG). A stop signal
 (SIGHUP, SIGINT, SIGQUIT, SIGTERM) ends the whole session with SIGTERM, a second one a second or more
-later with SIGKILL; after a stop the run's console goes on into train.log only. Node 0 then has the run
+later with SIGKILL; after a stop the run's console goes on into train.log only. The node's telemetry sampler
+(utils/telemetry.py) runs beside the session, from before the run starts until it has ended. Node 0 then has the run
 judged by `python3 -m evaluate.judge RUN_DIR` (result.json), whose wait for the other nodes a stop
 signal cuts short, never its record of the run.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from train import settle
 from train.launch_command import Launch
-from utils import ROOT
+from utils import ROOT, telemetry
 from utils.cli import STOP_SIGNALS, SignalFlag, now_iso, warn
 from utils.vendor_tools import memory_used_mib
 
@@ -68,10 +69,23 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def run_supervised(launch: Launch, log_path: Path, platform: str) -> Outcome:
-    """Run the command in its own session; a stop signal ends the whole session, a second one kills it."""
+def run_supervised(launch: Launch, log_path: Path, platform: str, telemetry_ms: int | None = None) -> Outcome:
+    """Run the command in its own session; a stop signal ends the whole session, a second one kills it. With
+    telemetry_ms, the node's sampler (utils.telemetry) writes telemetry.jsonl beside the log from before the run
+    starts until its processes have ended, whether it succeeded, failed or was stopped."""
     baseline = memory_used_mib(platform)
     env = {**os.environ, **launch.env}
+    sampler = telemetry.start(log_path.parent / telemetry.FILE, platform, telemetry_ms, env) if telemetry_ms else None
+    try:
+        return _supervise(launch, log_path, platform, env, baseline)
+    finally:
+        if telemetry_ms:
+            trouble = telemetry.stop(sampler)
+            if trouble:
+                warn(f"{trouble}: the result's telemetry is incomplete")
+
+
+def _supervise(launch: Launch, log_path: Path, platform: str, env: dict[str, str], baseline) -> Outcome:
     started, t0 = now_iso(), time.monotonic()
     with open(log_path, "ab") as log_file:
         try:

@@ -4,7 +4,9 @@
 A framework hands train_and_report a `start(req, source, run_dir, inject_nan_step)` that initialises
 distributed and returns its trainer object, which has build(), train() and the attributes log (StepLog | None),
 notes, effective, features, host_rss_gib_per_worker and breakdown_method (how the step's forward/backward/optimizer
-seconds were timed; None where they are not measured).
+seconds were timed; None where they are not measured), and reduce_step_record(step, elapsed, ...), which every rank
+calls as a step ends: train_and_report wraps it so that each rank writes its own step times (train.step_log.RankSteps,
+for the straggler check) and each step record carries its end on the telemetry's clock.
 
 A crash, an out-of-memory error or a NaN loss still ends in a result with status failed: a failing rank leaves
 its traceback in RUN_DIR/error_rank<N>.txt, and the last rank quotes the other ranks' errors in its own. The
@@ -28,7 +30,7 @@ import torch
 from typing import Any, Callable
 
 from train.megatron_data import DataError, DataSource, locate
-from train.step_log import StepLog, is_last_rank
+from train.step_log import RankSteps, StepLog, is_last_rank
 from utils import platform_env
 from utils.cli import now_iso
 from utils.files import atomic_open
@@ -137,6 +139,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
     started_at = now_iso()
     trainer: Any = None
     source: DataSource | None = None
+    rank_steps: RankSteps | None = None
     status, code, error = "ok", 0, None
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _raise_stopped)
@@ -150,6 +153,8 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         if last:
             trainer.log = StepLog(run_dir / "steps.jsonl")
             print(f"TPRIMAT_EFFECTIVE {json.dumps(trainer.effective, default=str)}", flush=True)
+        rank_steps = RankSteps(run_dir, rank, int(os.environ.get("LOCAL_RANK", "0")))
+        trainer.reduce_step_record = rank_steps.timed(trainer.reduce_step_record)
         trainer.train()
     except (DataError, SettingsError, NonFiniteLoss) as err:  # the same on every rank: reported once
         status, code, error = "failed", 1 if isinstance(err, NonFiniteLoss) else 2, str(err)
@@ -178,6 +183,8 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
             code = code or 1
     if trainer is not None and trainer.log is not None:
         trainer.log.close()
+    if rank_steps is not None:
+        rank_steps.close()
     if code == 0 and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return code

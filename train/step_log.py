@@ -12,16 +12,18 @@ import json
 import math
 import os
 import resource
+import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 import torch
 
 from utils import metrics
 from utils.models import ModelSpec
 from utils.request import Training
+from utils.stragglers import RANK_STEPS_DIR
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -45,6 +47,7 @@ class StepRecord:
     forward_s: float | None = None  # the step's breakdown (utils.metrics.BREAKDOWN_KEYS); None where not measured
     backward_s: float | None = None
     optimizer_s: float | None = None
+    time_s: float | None = None  # the step's end, time.time() seconds: telemetry.jsonl's clock (utils/telemetry.py)
 
     def as_json(self) -> str:
         """One line; nan/inf become null (JSON has no nan) and the nan count says so."""
@@ -126,6 +129,33 @@ class StepLog:
             print(memory_line(torch.distributed.get_rank(), 1, torch.cuda.memory_allocated() / GIB,
                               record.mem_allocated_gib, torch.cuda.memory_reserved() / GIB,
                               record.mem_reserved_gib), flush=True)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class RankSteps:
+    """This rank's own step times, in RUN_DIR/rank_steps/rank<R>.jsonl (flushed per step), for the straggler check
+    (utils/stragglers.py): the step records carry one rank's time only."""
+
+    def __init__(self, run_dir: Path, rank: int, local_rank: int):
+        folder = run_dir / RANK_STEPS_DIR
+        folder.mkdir(exist_ok=True)
+        self._file: TextIO = open(folder / f"rank{rank}.jsonl", "a", encoding="utf-8")
+        self._line({"rank": rank, "local_rank": local_rank, "host": socket.gethostname()})
+
+    def _line(self, values: dict) -> None:
+        self._file.write(json.dumps(values) + "\n")
+        self._file.flush()
+
+    def timed(self, reduce: Callable[..., StepRecord]) -> Callable[..., StepRecord]:
+        """A trainer's reduce_step_record(step, elapsed, ...), called by every rank as its step has ended, that also
+        writes this rank's time and stamps the record with the step's end on the telemetry's clock."""
+        def reduce_and_record(step: int, elapsed: float, *args, **kwargs) -> StepRecord:
+            end = time.time()
+            self._line({"step": step, "step_time_s": elapsed, "time_s": end})
+            return replace(reduce(step, elapsed, *args, **kwargs), time_s=end)
+        return reduce_and_record
 
     def close(self) -> None:
         self._file.close()
