@@ -213,5 +213,6 @@ def throttle_warnings(section: dict[str, Any]) -> list[str]:
     for event in section.get("throttle_events", []):
         if event["steady"]:
             out.append(f"GPU {event['index']} on {event['host']} throttled ({event['reason']}) for "
-                       f"{event['duration_s']:.1f} s during steady-state steps {event['first_step']}-{event['last_step']}")
+                       f"{event['duration_s']:.1f} s during steady-state steps "
+                       f"{event['first_step']}-{event['last_step']}")
     return out

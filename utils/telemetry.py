@@ -184,7 +184,8 @@ def read(path: Path) -> Record:
             record.unreadable_lines += 1
             continue
         if kind == "start":
-            record.host, record.method, record.interval_ms = item.get("host"), item.get("method"), item.get("interval_ms")
+            record.host, record.method = item.get("host"), item.get("method")
+            record.interval_ms = item.get("interval_ms")
             record.power_sensor, record.note = bool(item.get("power_sensor")), item.get("note")
             record.devices = list(item.get("devices") or [])
         elif kind == "sample":

@@ -115,7 +115,8 @@ def nvml() -> Backend:
                 "mem_clock_mhz": ask(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
                 "temp_gpu_c": ask(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
                 "temp_mem_c": memory_temp(handle),
-                "util_gpu_pct": None if util is None else util.gpu, "util_mem_pct": None if util is None else util.memory,
+                "util_gpu_pct": None if util is None else util.gpu,
+                "util_mem_pct": None if util is None else util.memory,
                 "memory_used_mib": None if memory is None else round(memory.used / (1 << 20), 1),
                 "throttle": reasons(ask(pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle))}))
         return out

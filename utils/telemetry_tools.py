@@ -1,7 +1,7 @@
 """The telemetry sampler's fallbacks where the vendor's library is missing: the vendors' command-line tools.
 
-  nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits --loop-ms=N (-lms): one line per GPU per interval,
-      read as it streams ([N/A] and [Not Supported] leave the field out);
+  nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits --loop-ms=N (-lms): one line per GPU
+      per interval, read as it streams ([N/A] and [Not Supported] leave the field out);
   amd-smi metric --json, once per interval (ROCm 6.x: {"value", "unit"} per figure, "N/A" where unsupported).
 """
 

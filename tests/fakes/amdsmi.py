@@ -114,7 +114,8 @@ def amdsmi_get_gpu_asic_info(handle: _Handle) -> dict[str, Any]:
 def amdsmi_get_power_info(handle: _Handle) -> dict[str, Any]:
     """MI300X reports current_socket_power; average_socket_power is N/A there."""
     power = int(round(_ask(handle, "power_w", "power")))
-    return {"current_socket_power": power, "average_socket_power": "N/A", "power_limit": int(_ask(handle, "power_limit_w"))}
+    return {"current_socket_power": power, "average_socket_power": "N/A",
+            "power_limit": int(_ask(handle, "power_limit_w", "power_limit"))}
 
 
 def amdsmi_get_energy_count(handle: _Handle) -> dict[str, Any]:
@@ -174,7 +175,8 @@ def amdsmi_get_gpu_bad_page_info(handle: _Handle) -> list[dict[str, Any]] | str:
     rows = _ask(handle, "remapped_rows", "remapped_rows")
     count = int(rows.get("corrected", 0)) + int(rows.get("uncorrected", 0))
     status = "PENDING" if rows.get("pending") else "RESERVED"
-    return [{"value": i, "page_address": 0x1000 * i, "page_size": 4096, "status": status} for i in range(count)] or "No bad pages found."
+    pages = [{"value": i, "page_address": 0x1000 * i, "page_size": 4096, "status": status} for i in range(count)]
+    return pages or "No bad pages found."
 
 
 def amdsmi_get_power_cap_info(handle: _Handle) -> dict[str, Any]:

@@ -194,7 +194,8 @@ def nvmlDeviceGetFieldValues(handle: _Handle, field_ids: list[int]) -> list[Simp
 
 
 def nvmlDeviceGetUtilizationRates(handle: _Handle) -> SimpleNamespace:
-    return SimpleNamespace(gpu=int(_ask(handle, "util_gpu_pct", "util")), memory=int(_ask(handle, "util_mem_pct", "util")))
+    return SimpleNamespace(gpu=int(_ask(handle, "util_gpu_pct", "util")),
+                           memory=int(_ask(handle, "util_mem_pct", "util")))
 
 
 def nvmlDeviceGetMemoryInfo(handle: _Handle) -> SimpleNamespace:
