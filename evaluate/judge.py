@@ -32,7 +32,7 @@ from pathlib import Path
 
 from evaluate import extract, native_settings
 from evaluate.collect import Loaded
-from evaluate.log_records import step_end_times
+from evaluate.log_files import step_end_times
 from evaluate.logs import FRAMEWORKS as LOG_FORMATS, collective_network
 from evaluate.validate import check_result
 from utils import energy, stragglers, telemetry
@@ -226,8 +226,7 @@ def step_clock(run_dir: Path, result: dict, ended: Ended) -> tuple[list[energy.S
     source = "steps.jsonl"
     if not ends:
         try:
-            with open(run_dir / "train.log", encoding="utf-8", errors="replace") as log:
-                ends, source = step_end_times(log), "log_timestamps"
+            ends, source = step_end_times(run_dir / "train.log"), "log_timestamps"
         except OSError:
             ends = {}
     if not ends and durations:

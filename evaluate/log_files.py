@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from evaluate.log_records import STEP_MARKER
+from evaluate.log_records import STEP_MARKER, stamped_step
 from evaluate.log_settings import EFFECTIVE_MARKER
 from evaluate.log_stream import Stream
 
@@ -87,3 +87,17 @@ def clean_tail(tail: bytes) -> list[str]:
             out.append(kept)
     return out[-TAIL_LINES:]
 
+
+
+def step_end_times(path: Path) -> dict[int, float]:
+    """Each step's end (time.time() seconds, to the second) from the log's timestamped iteration lines (Megatron's,
+    Primus's, NeMo's prefixes), cleaned as the extraction cleans them; {} where the log has none."""
+    found: dict[int, float] = {}
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if b"iteration" not in raw:
+                continue
+            for piece in ANSI.sub("", raw.decode("utf-8", "replace")).split("\r"):
+                if (stamped := stamped_step(piece)) is not None:
+                    found[stamped[0]] = stamped[1]
+    return found

@@ -177,18 +177,14 @@ def nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int | 
 STAMP = re.compile(r"\[(?:NeMo [IWDEC] )?(\d{4})-?(\d\d)-?(\d\d) (\d\d):(\d\d):(\d\d)")
 
 
-def step_end_times(lines: Iterable[str]) -> dict[int, float]:
-    """Each step's end (time.time() seconds, to the second) from the timestamps of its iteration line, where the
-    log's prefix has one: a step's line is printed as it ends. NeMo's progress lines count from zero."""
-    found: dict[int, float] = {}
-    for line in lines:
-        megatron = MEGATRON_ITERATION.match(line)
-        nemo = None if megatron else NEMO_ITERATION.match(line)
-        if not (megatron or nemo):
-            continue
-        stamp = STAMP.search(line[:megatron.end() if megatron else nemo.end()])  # type: ignore[union-attr]
-        if stamp is None:
-            continue
-        step = int(megatron.group(1)) if megatron else int(nemo.group(2)) + 1  # type: ignore[union-attr]
-        found[step] = time.mktime(tuple(map(int, stamp.groups())) + (0, 0, -1))  # type: ignore[arg-type]
-    return found
+def stamped_step(line: str) -> tuple[int, float] | None:
+    """(step, its end in time.time() seconds, to the second) from an iteration line whose prefix has a timestamp: a
+    step's line is printed as it ends. NeMo's progress lines count from zero."""
+    megatron = MEGATRON_ITERATION.match(line)
+    nemo = None if megatron else NEMO_ITERATION.match(line)
+    match = megatron or nemo
+    stamp = STAMP.search(line[:match.end()]) if match else None
+    if match is None or stamp is None:
+        return None
+    step = int(match.group(1)) if megatron else int(match.group(2)) + 1
+    return step, time.mktime((*map(int, stamp.groups()), 0, 0, -1))  # type: ignore[arg-type]
