@@ -161,6 +161,7 @@ class Record:
     samples: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     ended: bool = False
+    end_s: float | None = None  # when the sampler stopped cleanly
     unreadable_lines: int = 0
 
     @property
@@ -193,7 +194,7 @@ def read(path: Path) -> Record:
         elif kind == "error":
             record.error = item.get("message")
         elif kind == "end":
-            record.ended = True
+            record.ended, record.end_s = True, item.get("time_s")
     return record
 
 
