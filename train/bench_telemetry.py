@@ -1,0 +1,162 @@
+"""Show that the node's telemetry sampler (utils/telemetry.py) costs under 0.5% of a training step.
+
+    DP=1 GPUS_PER_NODE=1 python3 -m train.bench_telemetry --model llama [--blocks 6 --block-steps 10]
+    torchrun --standalone --nproc_per_node=2 -m train.bench_telemetry --model llama    # two processes
+
+One fsdp model is built once (the configuration's settings with FRAMEWORK=fsdp, synthetic tokens), then trained
+in alternating blocks of steps with the sampler running (the launcher's own: `python3 -m utils.telemetry` started
+as a run starts it, at TELEMETRY_INTERVAL_MS or --interval-ms, sampling this node's GPUs or CPU) and without it.
+The sampler is started before its block and stopped after it, outside the timed steps (its start and stop happen
+once per run, not per step). Each block is timed between device synchronisations; alternating blocks cancel slow
+drifts of a shared machine. Printed: both step times, their difference with the block-to-block noise, and the
+sampler's own CPU time per second of wall time (/proc's scheduler clock) as a share of a step: on a GPU node it takes that from one
+of the host's cores, on the CPU node it takes it from the training itself (an upper bound there). Exit 0 when the
+direct cost is under the budget and the on/off difference is not above it by more than twice its standard error;
+1 otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
+import psutil  # noqa: E402
+import torch  # noqa: E402
+
+from train import native_trainer, trainer_cli  # noqa: E402
+from train.fsdp_engine import FsdpEngine  # noqa: E402
+from train.megatron_data import locate  # noqa: E402
+from utils import platform_env, telemetry  # noqa: E402
+from utils.models import MODEL_KEYS, by_variant  # noqa: E402
+
+BUDGET = 0.005  # the issue's target: 0.5% of a step
+START_WAIT_S = 30.0
+
+
+def start_sampler(out: Path, platform: str, interval_ms: int) -> subprocess.Popen:
+    """The launcher's sampler, once its first line is written (its start-up is not the steady cost measured)."""
+    process = telemetry.start(out, platform, interval_ms, dict(os.environ))
+    if process is None:
+        raise SystemExit(f"bench_telemetry: the sampler did not start: {telemetry.read(out).error}")
+    deadline = time.monotonic() + START_WAIT_S
+    while not (out.exists() and telemetry.read(out).samples):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"bench_telemetry: the sampler wrote no sample ({telemetry.read(out).error or 'no error'})")
+        time.sleep(0.05)
+    return process
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far: /proc's scheduler clock (nanoseconds) where Linux has it, else psutil's (clock
+    ticks of 10 ms, too coarse for a sampler's milliseconds per second)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return sum(psutil.Process(pid).cpu_times()[:2])
+
+
+def block(trainer: native_trainer.NativeTrainer, first_step: int, steps: int) -> float:
+    """Seconds per step of one block."""
+    native_trainer.synchronize(trainer.device)
+    start = time.perf_counter()
+    for step in range(first_step, first_step + steps):
+        trainer.step(step)
+    native_trainer.synchronize(trainer.device)
+    return (time.perf_counter() - start) / steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m train.bench_telemetry", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="llama", choices=MODEL_KEYS)
+    parser.add_argument("--blocks", type=int, default=6, help="blocks per mode (alternating on/off)")
+    parser.add_argument("--block-steps", type=int, default=10, help="steps per block")
+    parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--interval-ms", type=int, default=None, help="the sampler's interval (default: the "
+                        "configuration's TELEMETRY_INTERVAL_MS)")
+    args = parser.parse_args(argv)
+    if min(args.blocks, args.block_steps) < 1 or args.warmup_steps < 0:
+        parser.error("--blocks and --block-steps must be at least 1, --warmup-steps at least 0")
+    total = args.warmup_steps + 2 * args.blocks * args.block_steps
+    with tempfile.TemporaryDirectory() as scratch:
+        planned = trainer_cli.planned_request("fsdp", args.model, None, Path(scratch))
+        req = replace(planned, training=replace(planned.training, steps=total, warmup_steps=min(
+            planned.training.warmup_steps, total - 1)), data=replace(planned.data, mock_data=True))
+        interval_ms = args.interval_ms or req.environment.telemetry_interval_ms
+        if interval_ms < 100:
+            parser.error(f"--interval-ms {interval_ms}: give 100 or more")
+        platform = req.identity.platform
+        platform_env.apply(platform)
+        trainer = native_trainer.starter(FsdpEngine)(req, locate(req.data, by_variant(req.identity.variant)),
+                                                     Path(scratch), None)
+        trainer.build()
+        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        sampling = rank == world - 1  # one sampler per node, as the launcher starts it
+        times: dict[bool, list[float]] = {True: [], False: []}
+        cpu_share: list[float] = []
+        method = None
+        with contextlib.redirect_stdout(io.StringIO()):
+            for step in range(1, args.warmup_steps + 1):
+                trainer.step(step)
+            step = args.warmup_steps + 1
+            for index in range(args.blocks):
+                for on in ((True, False) if index % 2 == 0 else (False, True)):
+                    record = Path(scratch) / f"telemetry{index}.jsonl"
+                    sampler = start_sampler(record, platform, interval_ms) if on and sampling else None
+                    if sampler is not None:
+                        used, wall = cpu_seconds(sampler.pid), time.monotonic()
+                    times[on].append(block(trainer, step, args.block_steps))
+                    if sampler is not None:
+                        cpu_share.append((cpu_seconds(sampler.pid) - used) / (time.monotonic() - wall))
+                        if telemetry.stop(sampler):
+                            raise SystemExit("bench_telemetry: the sampler failed during a block")
+                        method = telemetry.read(record).method
+                    step += args.block_steps
+    torch.distributed.destroy_process_group()
+    if not sampling:
+        return 0
+    on, off = times[True], times[False]
+    pairs = [(a - b) / b for a, b in zip(on, off)]  # adjacent blocks: drift cancels
+    difference = statistics.median(pairs)
+    error = statistics.stdev(pairs) / math.sqrt(len(pairs)) if len(pairs) > 1 else float("inf")
+    share = statistics.fmean(cpu_share)  # CPU seconds the sampler used per second of wall time
+    # The cores it competes for: on the CPU node those the training runs on, elsewhere the host's.
+    cores = min(os.cpu_count() or 1, world * torch.get_num_threads()) if platform == "cpu" else (os.cpu_count() or 1)
+    direct = share / cores
+    lay, t = req.parallelism, req.training
+    print(f"telemetry sampler benchmark: {req.identity.variant} on {platform}, TP{lay.tp} DP{lay.dp} GA{lay.ga} "
+          f"MBS{t.mbs} SL{t.seq_len} {t.precision}, {world} process(es), synthetic tokens, sampler every "
+          f"{interval_ms} ms, {args.blocks} blocks of {args.block_steps} steps per mode after {args.warmup_steps} "
+          f"untimed, read through {method}")
+    print(f"  step time, sampler on : median {statistics.median(on) * 1000:9.2f} ms  blocks "
+          + " ".join(f"{s * 1000:.1f}" for s in on))
+    print(f"  step time, sampler off: median {statistics.median(off) * 1000:9.2f} ms  blocks "
+          + " ".join(f"{s * 1000:.1f}" for s in off))
+    print(f"  on - off: median {difference * 100:+.2f}% of step time over adjacent block pairs "
+          f"(standard error {error * 100:.2f}%)")
+    print(f"  the sampler's own CPU time: {share * 1000:.2f} ms per second of wall time = {direct * 100:.3f}% of the "
+          f"{cores} core(s) {'the training runs on' if platform == 'cpu' else 'of the host'}")
+    within = direct <= BUDGET and difference - 2 * error <= BUDGET
+    print(f"  budget {BUDGET * 100:.1f}%: {'met' if within else 'EXCEEDED'}")
+    print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && DP={lay.dp} GPUS_PER_NODE={world} "
+          f"torchrun --standalone --nproc_per_node={world} -m train.bench_telemetry --model {args.model} "
+          f"--blocks {args.blocks} --block-steps {args.block_steps} --interval-ms {interval_ms}   "
+          f"(PLATFORM={platform}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
