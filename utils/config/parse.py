@@ -155,7 +155,9 @@ def convert(name: str, raw: str, knob: Knob, problems: list[str]):
 
 
 def shell_value(value) -> str:
-    """A typed value as the shell and the tables write it: booleans 1/0, lists comma-joined."""
+    """A typed value as the shell and the tables write it: booleans 1/0, lists comma-joined, not given (None) empty."""
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, list):
