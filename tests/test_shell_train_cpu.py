@@ -9,10 +9,12 @@ so that the second run of the matrix fails for real when it reads past the end o
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from tests.fixtures.train_matrix.shell import machine, read, run_dirs
+from utils import telemetry
 
 # Megatron alone: the torch-native frameworks' matrix is test_train_native_launch's.
 FEW_STEPS = {"TRAIN_ITERS": "4", "WARMUP_STEPS": "1", "WARMUP_SKIP": "1", "HF_HUB_OFFLINE": "1", "FRAMEWORK": "mega"}
@@ -45,6 +47,7 @@ def test_the_cpu_default_prepares_data_runs_both_tiny_models_and_isolates_a_fail
     assert first["performance"]["tokens_per_s_per_gpu"] > 0
     assert len((llama / "steps.jsonl").read_text().splitlines()) == 4
     assert "iteration        4/       4" in (llama / "train.log").read_text()
+    assert_sampled(llama, first)
 
     second = read(qwen / "result.json")
     assert second["run"]["status"] == "failed" and second["run"]["exit_code"] != 0
@@ -55,3 +58,21 @@ def test_the_cpu_default_prepares_data_runs_both_tiny_models_and_isolates_a_fail
     assert summary == [["mega-llama", "ok"], ["mega-qwen", "failed"]]
     for name in ("system.json", "compare.png", "report.md"):
         assert (run_set / name).is_file(), name
+
+
+def assert_sampled(run_dir: Path, result: dict) -> None:
+    """The launcher's sampler really sampled the CPU across the run's steps, on their clock, and the result says
+    what it could read: package energy where RAPL is readable, else plainly that no power sensor was."""
+    record = telemetry.read(run_dir / telemetry.FILE)
+    ends = [read_line["time_s"] for read_line in map(json.loads, (run_dir / "steps.jsonl").read_text().splitlines())]
+    times = [sample["time_s"] for sample in record.samples]
+    assert record.complete and times[0] < ends[0] and times[-1] > ends[-1] - 1.0
+    section = result["telemetry"]
+    assert section["enabled"] and section["complete"] and section["step_clock"] == "steps.jsonl"
+    assert section["method"] == record.method and section["samples"] == len(record.samples)
+    if record.power_sensor:
+        assert section["energy_method"] == "counter" and section["energy_per_step_j"] > 0
+    else:
+        assert section["note"].endswith(telemetry.read(run_dir / telemetry.FILE).note)
+        assert "no power sensor readable" in section["note"] and section["energy_per_step_j"] is None
+        assert section["mean_power_w"] is None and section["tokens_per_joule"] is None
