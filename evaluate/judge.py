@@ -11,7 +11,10 @@ extracted from the logs (evaluate.extract), else, for a run that never logged a 
 that wrote none, a result with no figures naming why. Then the settings the framework reports are compared
 with the request (a torch-native framework's own settings too, those it reads back: evaluate/native_settings.py):
 a mismatch, a layout it does not report, synthetic or other data than requested fail the run; a stopped run
-is incomplete. result.json is written atomically.
+is incomplete. Every result, whatever its framework, gets a telemetry section from the nodes' telemetry.jsonl
+(utils/energy.py; TELEMETRY=0: a section saying so) and, where it can be told, a stragglers section
+(utils/stragglers.py), with a warning for a steady-state throttle or a straggler. result.json is written
+atomically.
 
 Exit 0: result.json written (its run.status is the verdict); 2: RUN_DIR holds no readable request or
 launch record.
