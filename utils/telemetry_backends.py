@@ -91,6 +91,9 @@ def nvml() -> Backend:
     def reasons(mask: int | None) -> list[str] | None:
         return None if mask is None else [name for bit, name in NVML_REASONS.items() if mask & bit]
 
+    # nvidia-ml-py before 12.535 (an image's own) names the clock-event reasons throttle reasons.
+    event_reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
     devices = []
     for index, handle in enumerate(handles):
         pci = ask(pynvml.nvmlDeviceGetPciInfo, handle)
@@ -118,7 +121,7 @@ def nvml() -> Backend:
                 "util_gpu_pct": None if util is None else util.gpu,
                 "util_mem_pct": None if util is None else util.memory,
                 "memory_used_mib": None if memory is None else round(memory.used / (1 << 20), 1),
-                "throttle": reasons(ask(pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle))}))
+                "throttle": reasons(ask(event_reasons, handle))}))
         return out
 
     return Backend("nvml", devices, read, close=pynvml.nvmlShutdown)
