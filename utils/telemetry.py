@@ -44,6 +44,7 @@ from utils.telemetry_tools import amd_smi, nvidia_smi
 FILE = "telemetry.jsonl"
 STOP_WAIT_S = 10.0  # the launcher waits this long for the sampler's clean stop, then kills it
 PR_SET_PDEATHSIG = 1
+SAMPLER_NICENESS = 10  # below the run's priority: the sampler waits for a free core, the run never waits for it
 
 
 def open_backend(platform: str, interval_ms: int) -> Backend:
@@ -133,8 +134,11 @@ def sample(out_path: Path, platform: str, interval_ms: int) -> int:
 
 # --- the launcher's side ----------------------------------------------------------------------------------
 
-def _die_with_parent() -> None:
+def _sampler_process() -> None:
+    """In the sampler: die with the launcher, and yield the CPU to the run (a wake-up a second must never displace
+    a training thread on a node whose cores the run keeps busy)."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    os.nice(SAMPLER_NICENESS)
 
 
 def start(out_path: Path, platform: str, interval_ms: int, env: dict[str, str]) -> subprocess.Popen | None:
@@ -144,7 +148,7 @@ def start(out_path: Path, platform: str, interval_ms: int, env: dict[str, str]) 
         return subprocess.Popen([sys.executable, "-m", "utils.telemetry", "--out", str(out_path), "--platform",
                                  platform, "--interval-ms", str(interval_ms)], cwd=Path(__file__).resolve().parents[1],
                                 env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=_sampler_process)
     except OSError as err:
         with open(out_path, "a", encoding="utf-8") as out:
             _write(out, {"kind": "error", "time_s": time.time(), "message": f"sampler not started: {err.strerror}"})
