@@ -226,7 +226,9 @@ def prove(tokenizer_dir: Path, entry: Path) -> Proof:
         spec, ranks, why = twin_spec(hf.backend_tokenizer)
         if spec is not None and (why := disagreement(make_twin(spec, ranks), hf.backend_tokenizer)):
             spec = None
-        hf.backend_tokenizer.save(str(staging / HF_FILE))
+        # Written by Python, not the Rust library's save(), so that a full disk is an OSError (utils.files).
+        with atomic_open(staging / HF_FILE, encoding="utf-8") as out:
+            out.write(hf.backend_tokenizer.to_str(pretty=True))
         if spec is not None:
             write_ranks(staging / RANKS_FILE, ranks)
         write_json(staging / PROOF_FILE, {

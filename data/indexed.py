@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from utils.datafiles import document_prefix, sibling
-from utils.files import tmp_path
+from utils.files import tmp_path, writing
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -57,7 +57,8 @@ class IndexedWriter:
 
     def add(self, tokens: np.ndarray, lengths: np.ndarray, sequences_per_doc: np.ndarray) -> None:
         """Append documents: their tokens, each sequence's length, each document's sequence count."""
-        self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        with writing(self.bin_path, partial=tmp_path(self.bin_path)):
+            self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
         self._lengths.frombytes(np.ascontiguousarray(lengths, dtype=np.int32).tobytes())
         ends = self._doc_ends[-1] + np.cumsum(sequences_per_doc, dtype=np.int64)
         self._doc_ends.frombytes(ends.tobytes())
@@ -65,12 +66,13 @@ class IndexedWriter:
 
     def finish(self) -> None:
         """Write the .idx, then rename .bin and, last, .idx: a pair without .idx is never finished."""
-        self._bin.close()
+        with writing(self.bin_path, partial=tmp_path(self.bin_path)):
+            self._bin.close()
         lengths = np.frombuffer(self._lengths, dtype=np.int32)
         pointers = np.zeros(len(lengths), dtype=np.int64)
         np.cumsum(lengths[:-1], dtype=np.int64, out=pointers[1:])
         pointers *= self.dtype.itemsize
-        with open(tmp_path(self.idx_path), "wb") as idx:
+        with writing(self.idx_path, partial=tmp_path(self.idx_path)), open(tmp_path(self.idx_path), "wb") as idx:
             idx.write(MAGIC + struct.pack("<Q", VERSION) + struct.pack("<B", CODE_OF[self.dtype]))
             idx.write(struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(self._doc_ends)))
             idx.write(lengths.tobytes())
@@ -80,10 +82,13 @@ class IndexedWriter:
         os.replace(tmp_path(self.idx_path), self.idx_path)
 
     def abandon(self) -> None:
-        """Remove the partial files (on error or interrupt)."""
-        self._bin.close()
-        tmp_path(self.bin_path).unlink(missing_ok=True)
-        tmp_path(self.idx_path).unlink(missing_ok=True)
+        """Remove the partial files (on error or interrupt; closing may fail again when the disk stopped a write)."""
+        try:
+            self._bin.close()
+        except OSError:
+            pass
+        for path in (tmp_path(self.bin_path), tmp_path(self.idx_path)):
+            path.unlink(missing_ok=True)
 
 
 @dataclass

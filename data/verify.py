@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from utils.cli import Parser, UsageError, WorkError, run
-from utils.files import read_json, write_json
+from utils.files import DiskError, disk_problem, read_json, write_json
 from utils.datafiles import MANIFEST_SCHEMA, DataProblem, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \
     ensure_dataset_helpers, pair_hashes, stat_key
 from data.indexed import CODE_OF, DTYPE_CODES, HEADER_SIZE, MAGIC, VERSION, optimal_dtype, read_header
@@ -178,11 +178,21 @@ def build_with_megatron(prefix: Path, vocab_size: int, eod: int, seq_length: int
             train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [samples, 0, 0], lambda: True, config).build()
             sample = train[len(train) - 1]
         except Exception as err:  # noqa: BLE001
+            if isinstance(err.__cause__, OSError):  # megatron-core's words for "cannot write its index cache"
+                raise DiskError(_cache_problem(err.__cause__, Path(cache))) from None
             raise Broken(Path(str(prefix) + ".bin"), "GPTDataset",
                          f"megatron-core cannot build {samples} samples of {seq_length} tokens: {err}") from None
     if len(train) < samples or sample["tokens"].numel() != seq_length:
         raise Broken(Path(str(prefix) + ".bin"), "GPTDataset", f"built {len(train)} samples, {samples} requested")
     return len(train)
+
+
+def _cache_problem(err: OSError, cache: Path) -> str:
+    """The line for GPTDataset's index cache (in the temporary folder) not written: numpy's short writes carry no
+    errno, so a write refused for an unknown reason is named as such, with the likely fix."""
+    return disk_problem(err, err.filename or cache, knob="TMPDIR") or (
+        f"cannot write GPTDataset's index cache in {cache}: {err}; free space in the temporary folder or set TMPDIR "
+        "to a folder on a larger disk (or raise the file-size limit, ulimit -f)")
 
 
 def _ensure_process_group() -> None:

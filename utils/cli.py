@@ -2,7 +2,8 @@
 
 A tool raises UsageError or WorkError with one line naming the problem and the fix; `run` turns it
 into that line on stderr and the exit code, never a traceback. A full disk is a failure of the
-work with its own fix, whatever stage hits it. Ctrl-C (SIGINT) and SIGTERM end a tool the same way:
+work with its own fix, whatever stage hits it
+(utils.files.disk_problem: full, over quota or the file-size limit, read-only, no permission). Ctrl-C (SIGINT) and SIGTERM end a tool the same way:
 its cleanup runs (partial files removed), one line, exit 130 or 143. `Parser` gives a bad command
 line the same one line (argparse's own prints the whole usage before it).
 """
@@ -10,7 +11,6 @@ line the same one line (argparse's own prints the whole usage before it).
 from __future__ import annotations
 
 import argparse
-import errno
 import signal
 import sys
 import time
@@ -118,6 +118,8 @@ def worker_signals() -> None:
 
 def run(main: Callable[[list[str] | None], int], tool: str) -> None:
     """Call main() and exit with its code, mapping the errors above to one line each."""
+    from utils.files import disk_problem  # utils.files raises this module's errors
+
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _stop)
     sys.unraisablehook = _unraisable
@@ -130,11 +132,10 @@ def run(main: Callable[[list[str] | None], int], tool: str) -> None:
         print(f"{tool}: error: {err}", file=sys.stderr)
         code = 1
     except OSError as err:
-        if err.errno != errno.ENOSPC:
+        line = disk_problem(err)
+        if line is None:
             raise
-        where = f" writing {err.filename}" if err.filename else ""
-        print(f"{tool}: error: disk full{where}; free space there or point DATA_DIR at a larger disk",
-              file=sys.stderr)
+        print(f"{tool}: error: {line}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         print(f"{tool}: interrupted", file=sys.stderr)

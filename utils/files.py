@@ -1,15 +1,41 @@
-"""Small file helpers shared by every tool: hashing, and writing under a temporary name renamed when complete."""
+"""Small file helpers shared by every tool: hashing, writing under a temporary name renamed when complete, and
+the one line a write gets when the disk, not TPrimat, stopped it.
+
+A write the machine refuses (full disk or quota, the file-size limit, a read-only file system, no permission, a
+file where a folder should be) is no bug to show a traceback for: `disk_problem` names the path, what it needed
+if known, the space left and the fix; `atomic_open` raises it as a DiskError (utils.cli.run: exit 1) after
+removing its temporary file, so nothing half-written is left under either name.
+"""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import resource
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
+from utils.cli import WorkError
+
 TMP_SUFFIX = ".tmp"  # fixed, so that a rerun finds and removes what a killed run left behind
+# The folders a user points TPrimat's writes at (a data folder may lie in the cache): a disk message names the one
+# the path is under.
+WRITE_KNOBS = ("OUTPUT_DIR", "DATA_DIR", "XDG_CACHE_HOME")
+# errno -> (what happened, the fix; {elsewhere} is "set KNOB to a folder" or "use a folder").
+DISK_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("the disk is full", "free space there or {elsewhere} on a larger disk"),
+    errno.EDQUOT: ("the disk quota is used up", "free space in the quota or {elsewhere} on another disk"),
+    errno.EFBIG: ("the file reached the file-size limit", "raise the limit (ulimit -f unlimited) or {elsewhere} "
+                  "on a file system that allows larger files"),
+    errno.EROFS: ("the file system is read-only", "{elsewhere} on a writable file system"),
+    errno.EACCES: ("permission denied", "make it writable for this user or {elsewhere} you own"),
+    errno.EPERM: ("operation not permitted", "make it writable for this user or {elsewhere} you own"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "remove that file or {elsewhere} elsewhere"),
+}
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -38,17 +64,101 @@ def unique_tmp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}")
 
 
+class DiskError(WorkError):
+    """A write the machine refused (see DISK_ERRNOS); the message is the whole line."""
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2 ** 20:,.1f} MiB"
+
+
+def _elsewhere(path: Path, knob: str | None) -> str:
+    """How to write elsewhere: through `knob`, else the WRITE_KNOBS folder (from the environment) `path` lies under."""
+    if knob:
+        return f"set {knob} to a folder"
+    for knob in WRITE_KNOBS:
+        folder = os.environ.get(knob)
+        if folder and Path(os.path.abspath(path)).is_relative_to(os.path.abspath(os.path.expanduser(folder))):
+            return f"set {knob} to a folder"
+    return "use a folder"
+
+
+def _free(path: Path) -> int | None:
+    """Bytes free to this user on the disk holding `path` (its nearest existing folder), None if unknown."""
+    for folder in Path(os.path.abspath(path)).parents:
+        try:
+            return shutil.disk_usage(folder).free
+        except OSError:
+            continue
+    return None
+
+
+def disk_problem(err: OSError, path: str | os.PathLike | None = None, needed: int | None = None,
+                 written: int | None = None, knob: str | None = None) -> str | None:
+    """One line for a write the machine refused (naming `path`, else the error's file), or None when `err` is
+    some other error. `needed`: bytes the whole write needs, when known; `written`: bytes it had written; `knob`:
+    the setting that moves the write elsewhere, when the path does not show it (TMPDIR)."""
+    if err.errno not in DISK_ERRNOS:
+        return None
+    what, fix = DISK_ERRNOS[err.errno]
+    where = Path(path if path is not None else err.filename or "?")
+    sizes = []
+    if needed is not None:
+        sizes.append(f"needs {_mib(needed)}")
+    elif written:
+        sizes.append(f"needs more than the {_mib(written)} written")
+    if err.errno in (errno.ENOSPC, errno.EDQUOT) and (free := _free(where)) is not None:
+        sizes.append(f"{_mib(free)} free")
+    if err.errno == errno.EFBIG:
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY:
+            sizes.append(f"ulimit -f is {limit // 1024} KiB")
+    size = f" ({', '.join(sizes)})" if sizes else ""
+    return f"cannot write {where}: {what}{size}; {fix.format(elsewhere=_elsewhere(where, knob))}"
+
+
 @contextmanager
-def atomic_open(path: Path, mode: str = "w", **kwargs) -> Iterator[IO]:
-    """Open a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def writing(path: str | os.PathLike, needed: int | None = None, partial: Path | None = None) -> Iterator[None]:
+    """Writes to `path` (through `partial`, its temporary file, if any) in the block: one the machine refuses
+    (DISK_ERRNOS) raises DiskError naming `path`. An error naming another file (reading an input) passes on."""
+    try:
+        yield
+    except OSError as err:
+        mine = err.filename is None or Path(os.fspath(err.filename)) in (Path(path), partial, *Path(path).parents)
+        line = disk_problem(err, path, needed, _size(partial) if partial else None) if mine else None
+        if line is None:
+            raise
+        raise DiskError(line) from None
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _remove(path: Path) -> None:
+    """Remove a partial file if there is one (on a read-only disk or under a file there is none to remove)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+@contextmanager
+def atomic_open(path: Path, mode: str = "w", needed: int | None = None, **kwargs) -> Iterator[IO]:
+    """Open a temporary sibling of `path`; rename it onto `path` only if the block succeeds. A write the machine
+    refuses raises DiskError naming `path` (`needed`: its size, when known), the temporary file removed."""
     tmp = tmp_path(path)
     try:
-        with open(tmp, mode, **kwargs) as handle:
-            yield handle
-        os.replace(tmp, path)
+        with writing(path, needed, partial=tmp):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, mode, **kwargs) as handle:
+                yield handle
+            os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
 
 
 def write_json(path: Path, data: dict) -> None:
