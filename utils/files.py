@@ -119,23 +119,26 @@ def disk_problem(err: OSError, path: str | os.PathLike | None = None, needed: in
 
 @contextmanager
 def writing(path: str | os.PathLike, needed: int | None = None, partial: Path | None = None) -> Iterator[None]:
-    """Writes to `path` (through `partial`, its temporary file, if any) in the block: one the machine refuses
-    (DISK_ERRNOS) raises DiskError naming `path`. An error naming another file (reading an input) passes on."""
+    """Writes to `path` (through `partial`, its temporary file or folder, if any) in the block: one the machine
+    refuses (DISK_ERRNOS) raises DiskError naming `path`. An error naming another file (an input) passes on."""
     try:
         yield
     except OSError as err:
-        mine = err.filename is None or Path(os.fspath(err.filename)) in (Path(path), partial, *Path(path).parents)
+        mine = err.filename is None or _within(Path(os.fspath(err.filename)), Path(path), partial)
         line = disk_problem(err, path, needed, _size(partial) if partial else None) if mine else None
         if line is None:
             raise
         raise DiskError(line) from None
 
 
+def _within(where: Path, path: Path, partial: Path | None) -> bool:
+    """Whether an error's file is the write's: `path`, a folder on the way to it, or anything in `partial`."""
+    return where in path.parents or where.is_relative_to(path) or (partial is not None and where.is_relative_to(partial))
+
+
 def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
+    """Bytes in a partial file; None for a folder or nothing."""
+    return path.stat().st_size if path.is_file() else None
 
 
 def _remove(path: Path) -> None:
