@@ -33,7 +33,7 @@ from train.megatron_data import DataError, DataSource, locate
 from train.step_log import RankSteps, StepLog, is_last_rank
 from utils import platform_env
 from utils.cli import now_iso
-from utils.files import atomic_open
+from utils.files import DiskError, atomic_open
 from utils.fingerprint import project_commit
 from utils.models import by_variant
 from utils.request import Request
@@ -160,6 +160,9 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         status, code, error = "failed", 1 if isinstance(err, NonFiniteLoss) else 2, str(err)
         if last:
             print(f"{tool}: {err}", file=sys.stderr, flush=True)
+    except DiskError as err:  # this rank's steps.jsonl: the machine's fault, one line, no traceback
+        status, code, error = "failed", 1, str(err)
+        print(f"{tool}: error: {err}", file=sys.stderr, flush=True)
     except Stopped as stop:
         peers = _peer_errors(run_dir, rank, wait=True, own="")
         status, code = ("failed" if peers else "incomplete"), 128 + stop.signum
@@ -178,11 +181,19 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
             result = assemble_result(req, trainer, source, run_dir, started_at=started_at, status=status,
                                      exit_code=code, error=error)
             write_result(run_dir / "result.json", result)
+        except DiskError as err:  # the run fails with it; the judge's result says so where it can be written
+            print(f"{tool}: error: {err}", file=sys.stderr, flush=True)
+            code = code or 1
         except Exception:  # noqa: BLE001 - report, and make sure the exit status says so
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             code = code or 1
     if trainer is not None and trainer.log is not None:
-        trainer.log.close()
+        try:
+            trainer.log.close()
+        except DiskError as err:  # said already when a step's write failed
+            if code == 0:
+                print(f"{tool}: error: {err}", file=sys.stderr, flush=True)
+            code = code or 1
     if rank_steps is not None:
         rank_steps.close()
     if code == 0 and torch.distributed.is_initialized():

@@ -21,6 +21,7 @@ from typing import Callable, TextIO
 import torch
 
 from utils import metrics
+from utils.files import writing
 from utils.models import ModelSpec
 from utils.request import Training
 from utils.stragglers import RANK_STEPS_DIR
@@ -110,11 +111,13 @@ class StepLog:
     def __init__(self, path: Path):
         self.path = path
         self.records: list[StepRecord] = []
-        self._file: TextIO = open(path, "a", encoding="utf-8")
+        with writing(path):
+            self._file: TextIO = open(path, "a", encoding="utf-8")
 
     def write(self, record: StepRecord) -> None:
-        self._file.write(record.as_json() + "\n")
-        self._file.flush()
+        with writing(self.path):  # a full disk ends the run failed, naming the file (train/outcome.py)
+            self._file.write(record.as_json() + "\n")
+            self._file.flush()
         self.records.append(record)
 
     def report(self, record: StepRecord, spec: ModelSpec, training: Training, num_gpus: int) -> None:
@@ -131,7 +134,8 @@ class StepLog:
                               record.mem_reserved_gib), flush=True)
 
     def close(self) -> None:
-        self._file.close()
+        with writing(self.path):
+            self._file.close()
 
 
 class RankSteps:
@@ -140,13 +144,16 @@ class RankSteps:
 
     def __init__(self, run_dir: Path, rank: int, local_rank: int):
         folder = run_dir / RANK_STEPS_DIR
-        folder.mkdir(exist_ok=True)
-        self._file: TextIO = open(folder / f"rank{rank}.jsonl", "a", encoding="utf-8")
+        self.path = folder / f"rank{rank}.jsonl"
+        with writing(self.path):
+            folder.mkdir(exist_ok=True)
+            self._file: TextIO = open(self.path, "a", encoding="utf-8")
         self._line({"rank": rank, "local_rank": local_rank, "host": socket.gethostname()})
 
     def _line(self, values: dict) -> None:
-        self._file.write(json.dumps(values) + "\n")
-        self._file.flush()
+        with writing(self.path):
+            self._file.write(json.dumps(values) + "\n")
+            self._file.flush()
 
     def timed(self, reduce: Callable[..., StepRecord]) -> Callable[..., StepRecord]:
         """A trainer's reduce_step_record(step, elapsed, ...), called by every rank as its step has ended, that also

@@ -68,8 +68,9 @@ class DiskError(WorkError):
     """A write the machine refused (see DISK_ERRNOS); the message is the whole line."""
 
 
-def _mib(size: int) -> str:
-    return f"{size / 2 ** 20:,.1f} MiB"
+def _size_text(size: int) -> str:
+    """A size as a person reads it: KiB below a MiB."""
+    return f"{size / 2 ** 10:,.1f} KiB" if size < 2 ** 20 else f"{size / 2 ** 20:,.1f} MiB"
 
 
 def _elsewhere(path: Path, knob: str | None) -> str:
@@ -104,11 +105,11 @@ def disk_problem(err: OSError, path: str | os.PathLike | None = None, needed: in
     where = Path(path if path is not None else err.filename or "?")
     sizes = []
     if needed is not None:
-        sizes.append(f"needs {_mib(needed)}")
+        sizes.append(f"needs {_size_text(needed)}")
     elif written:
-        sizes.append(f"needs more than the {_mib(written)} written")
+        sizes.append(f"needs more than the {_size_text(written)} written")
     if err.errno in (errno.ENOSPC, errno.EDQUOT) and (free := _free(where)) is not None:
-        sizes.append(f"{_mib(free)} free")
+        sizes.append(f"{_size_text(free)} free")
     if err.errno == errno.EFBIG:
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         if limit != resource.RLIM_INFINITY:
