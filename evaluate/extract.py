@@ -41,21 +41,37 @@ import re
 import sys
 from pathlib import Path
 
+from evaluate import worker_failure
 from evaluate.logs import FRAMEWORKS, ParsedLog, missing_steps, parse_logs, step_ranges
 from evaluate.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
 from utils import fingerprint, metrics
-from utils.cli import Parser, UsageError, WorkError
+from utils.cli import Parser, UsageError, WorkError, quoted
 from utils.result import ResultError, build_result, write_result
 from utils.runset import system_path
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))
 FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend")
+BINARY_PROBE = 4096  # bytes looked at to tell a binary file from a log
 
 
 def redact(text: str) -> str:
     """Remove anything that looks like a Hugging Face token from text kept in a result."""
     text = SECRET_PATTERNS[0].sub("hf_***", text)
     return SECRET_PATTERNS[1].sub(r"\1***", text)
+
+
+def binary(path: Path) -> bool:
+    """Whether a file holds binary data, not a log: a NUL byte near its start (no console output has one)."""
+    with open(path, "rb") as handle:
+        return b"\0" in handle.read(BINARY_PROBE)
+
+
+def error_excerpt(parsed: ParsedLog, logs: list[Path], gap: list[str]) -> str:
+    """A failed run's excerpt: the worker torchrun lost, named (rank, host, signal or exit code, its last lines),
+    where a log reports one; else the log's last lines. Then the steps that have no record."""
+    head = next((found for log in reversed(logs) if (found := worker_failure.summary(
+        worker_failure.log_tail_lines(log)))), None)
+    return redact("\n".join(([head] if head else parsed.tail) + gap))
 
 
 def find_system(run_dir: Path | None, system_file: Path | None, notes: list[str]) -> dict:
@@ -144,7 +160,7 @@ def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: s
                 if any(h in k for h in FEATURE_HINTS) and (v is None or isinstance(v, (bool, str)))}
     run = {"id": settings.get("run_id") or logs[0].stem, "started_at": started_at, "ended_at": ended_at,
            "status": status, "exit_code": exit_code,
-           "error_excerpt": redact("\n".join(parsed.tail + gap)) if status != "ok" else None,
+           "error_excerpt": error_excerpt(parsed, logs, gap) if status != "ok" else None,
            "commit": commit, "source": "extract", "log_files": [str(p) for p in logs]}
     return build_result(
         run=run, platform=settings["platform"], framework=framework, variant=settings["variant"], system=system,
@@ -182,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         for log in args.logs:
             if not log.is_file():
                 raise UsageError(f"{log}: no such log file")
+            if binary(log):
+                raise UsageError(f"{log}: not a text log (a NUL byte in its first {BINARY_PROBE // 1024} KiB); give "
+                                 "the run's console log (train.log, or what the framework printed)")
         request, requested_settings = requested(args.run_dir)
         framework = (None if args.framework == "auto" else args.framework) or (
             request.identity.framework if request else None)
@@ -189,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         if not parsed.records and not args.exit_code:
             last = parsed.tail[-1] if parsed.tail else "(empty)"
             raise WorkError(f"no training iteration line in {', '.join(map(str, args.logs))} ({parsed.lines_read} "
-                              f"lines; last: {redact(last)[:200]}): the run did not reach its first logged step")
+                              f"lines; last: {quoted(redact(last))}): the run did not reach its first logged step")
         system = find_system(args.run_dir, args.system, notes)
         settings = merged(args.logs, args.run_dir, requested_settings, {key: getattr(args, key) for key in SETTINGS},
                           shown_by(parsed), system, notes)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from evaluate import extract, native_settings
+from evaluate import extract, native_settings, worker_failure
 from evaluate.collect import Loaded
 from evaluate.log_files import step_end_times
 from evaluate.logs import FRAMEWORKS as LOG_FORMATS, collective_network
@@ -89,6 +89,19 @@ def log_tail(log_path: Path, lines: int = 20) -> str:
     except OSError:
         return ""
     return extract.redact("\n".join(text.replace("\r\n", "\n").splitlines()[-lines:]))
+
+
+def worker_excerpt(record: dict, logs: list[Path]) -> None:
+    """A run that did not end ok and whose log reports a worker torchrun lost: failed, with that worker named first
+    in its excerpt (rank, host, signal or exit code, its last lines) instead of torchrun's closing line."""
+    head = next((found for log in logs if (found := worker_failure.summary(worker_failure.log_tail_lines(log)))),
+                None)
+    if head is None:
+        return
+    record["status"] = "failed"
+    excerpt = record["error_excerpt"] or ""
+    if not excerpt.startswith(head):
+        record["error_excerpt"] = extract.redact(f"{head}\n{excerpt}".strip())
 
 
 def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str) -> dict:
@@ -291,6 +304,8 @@ def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> s
     elif problems:
         record["status"] = "failed"
         record["error_excerpt"] = "\n".join(problems + ([record["error_excerpt"]] if record["error_excerpt"] else []))
+    if not ended.interrupted and record["status"] != "ok":
+        worker_excerpt(record, logs)
     result["warnings"] = list(dict.fromkeys(result["warnings"] + problems + ended.warnings + notes))
     write_result(run_dir / "result.json", result)
     for problem in problems:

@@ -77,15 +77,15 @@ def read_lines(paths: Sequence[Path], stream: Stream) -> tuple[int, bool, bytes]
     return lines, truncated, tail
 
 
-def clean_tail(tail: bytes) -> list[str]:
+def clean_tail(tail: bytes, lines: int = TAIL_LINES) -> list[str]:
     """The last non-empty lines, without colours or progress-bar rewrites (for error excerpts)."""
     out = []
-    for raw in tail.split(b"\n")[-TAIL_LINES - 1:]:
+    for raw in tail.split(b"\n")[-lines - 1:]:
         text = ANSI.sub("", raw.decode("utf-8", "replace")).split("\r")
         kept = next((piece.rstrip() for piece in reversed(text) if piece.strip()), "")
         if kept:
             out.append(kept)
-    return out[-TAIL_LINES:]
+    return out[-lines:]
 
 
 

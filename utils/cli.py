@@ -31,6 +31,18 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+QUOTE_CHARS = 200  # the most of one input line a message quotes
+
+
+def quoted(text: str, limit: int = QUOTE_CHARS) -> str:
+    """Text read from an input, safe to put in a one-line message: every character that is not printable (control
+    characters, line breaks, escape sequences, bytes that were not text and decoded as U+FFFD) escaped as Python
+    writes it, and cut after `limit` characters, saying how many more there were."""
+    shown = "".join(c if c.isprintable() and c != "\ufffd" else c.encode("unicode_escape").decode("ascii")
+                    for c in text[:limit])
+    return shown + (f" [... {len(text) - limit:,} more characters]" if len(text) > limit else "")
+
+
 def say(line: str) -> None:
     """One line on stderr; after a hangup the terminal may be gone, and the exit status still says what happened."""
     try:
