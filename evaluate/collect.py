@@ -2,6 +2,13 @@
 
 A zip written by evaluate.wrap and the directory it was made from give the same results in the
 same order: both are read as a tree of relative paths.
+
+Every reader of results (compare, validate, the report) reads them here, and only results of the one shape get
+through: a file that is not JSON, not a result (checked against utils/result.schema.json) or written by a newer
+TPrimat than this checkout knows is left out with one line naming it and its first problem (`Rejected`), and the
+others are read on. The check is the schema's; a long series is checked on a sample that keeps every kind of
+value it holds and its extremes (the schema limits series items only by type and minimum), so that a result of
+200,000 steps is read in seconds, and the whole series only when the sample shows a problem, to name it.
 """
 
 from __future__ import annotations
@@ -10,11 +17,14 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Sequence
+from typing import Any, Sequence
 
+from utils.cli import quoted, warn
+from utils.result import SCHEMA_VERSION, schema, schema_errors
 from utils.runset import SYSTEM_FILE
 
 RESULT_NAME = "result.json"
+SAMPLED_SERIES = 64  # a series longer than this is schema-checked on its sample first
 
 
 @dataclass
@@ -41,45 +51,148 @@ class CollectError(Exception):
     """An input that cannot be read (one line, naming it)."""
 
 
-def _tree(source: Path) -> dict[PurePosixPath, bytes] | None:
-    """Relative path -> content of every result.json/system.json under a directory or in a zip."""
-    wanted = (RESULT_NAME, SYSTEM_FILE)
-    if source.is_dir():
-        return {PurePosixPath(p.relative_to(source).as_posix()): p.read_bytes()
-                for p in sorted(source.rglob("*.json")) if p.name in wanted}
-    if zipfile.is_zipfile(source):
-        with zipfile.ZipFile(source) as archive:
-            return {PurePosixPath(n): archive.read(n) for n in sorted(archive.namelist())
-                    if PurePosixPath(n).name in wanted}
-    return None
+@dataclass(frozen=True)
+class Rejected:
+    """A file read as a result that is none this checkout can use, and why."""
+
+    where: str
+    problem: str
+
+    def line(self) -> str:
+        return f"{self.where}: {self.problem}; left out"
 
 
-def _json(where: str, data: bytes) -> dict:
+@dataclass
+class Collection:
+    """What the inputs hold: the results, and the files left out."""
+
+    results: list[Loaded]
+    rejected: list[Rejected]
+
+
+def _version(text: Any) -> tuple[int, ...] | None:
     try:
-        value = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CollectError(f"{where}: not valid JSON ({err})") from None
-    if not isinstance(value, dict):
-        raise CollectError(f"{where}: expected a JSON object")
+        return tuple(int(part) for part in str(text).split("."))
+    except ValueError:
+        return None
+
+
+def newer_schema(result: dict) -> str | None:
+    """Why a result written by a newer TPrimat cannot be read here (a schema_version above the known ones)."""
+    known = schema()["properties"]["schema_version"]["enum"]
+    version = result.get("schema_version")
+    mine = _version(SCHEMA_VERSION)
+    if version in known or (theirs := _version(version)) is None or theirs <= mine:
+        return None
+    return (f"written by a newer TPrimat (result schema {quoted(str(version))}; this checkout reads "
+            f"{known[0]} to {known[-1]}): update TPrimat to read it")
+
+
+def _sample(values: list) -> list:
+    """A series' values the schema would find fault with if any of the whole series has one: the first value of
+    each JSON type, and the smallest and largest number."""
+    firsts = {}
+    for value in values:
+        firsts.setdefault(type(value), value)
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return list(firsts.values()) + ([min(numbers), max(numbers)] if numbers else [])
+
+
+def first_problem(result: Any) -> str | None:
+    """The first reason a parsed JSON value is no result this checkout reads, or None."""
+    if not isinstance(result, dict):
+        return f"not a result (a JSON {type(result).__name__}, not an object)"
+    if newer := newer_schema(result):
+        return newer
+    series = result.get("series")
+    if isinstance(series, dict) and any(isinstance(v, list) and len(v) > SAMPLED_SERIES for v in series.values()):
+        sampled = {**result, "series": {k: _sample(v) if isinstance(v, list) else v for k, v in series.items()}}
+        if not schema_errors(sampled):
+            return None
+    errors = schema_errors(result)
+    return f"not a TPrimat result ({len(errors)} problem(s), first: {quoted(errors[0])})" if errors else None
+
+
+def _json(data: bytes) -> Any:
+    """The parsed JSON; ValueError (naming the problem) when it is none."""
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError:
+        raise ValueError("not text (bytes that are not UTF-8)") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+
+
+def _result(where: str, read, rejected: list[Rejected]) -> dict | None:
+    """One result from read() (its bytes), or None with the reason in rejected."""
+    try:
+        value = _json(read())
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        rejected.append(Rejected(where, str(err) if isinstance(err, ValueError) else f"cannot be read ({err})"))
+        return None
+    problem = first_problem(value)
+    if problem:
+        rejected.append(Rejected(where, problem))
+        return None
     return value
 
 
-def load(inputs: Sequence[str | Path]) -> list[Loaded]:
-    """Every result under the inputs (directories, output.zip files, or result JSON files), in order."""
+def _system(where: str, data: bytes) -> dict:
+    """A run set's system.json; {} (said) when it is not a JSON object: its results are still worth reading."""
+    try:
+        value = _json(data)
+    except ValueError as err:
+        value = err
+    if isinstance(value, dict):
+        return value
+    warn(f"{where}: {value if isinstance(value, ValueError) else 'not a JSON object'}; "
+         "its results are read without a system description")
+    return {}
+
+
+def collect(inputs: Sequence[str | Path]) -> Collection:
+    """Every result under the inputs (directories, output.zip files, or result JSON files), in order, and the
+    files left out; CollectError for an input that does not exist."""
     loaded: list[Loaded] = []
+    rejected: list[Rejected] = []
     for item in map(Path, inputs):
         if not item.exists():
             raise CollectError(f"{item}: no such file or directory")
-        tree = _tree(item)
-        if tree is None:  # a single result file
-            result = _json(str(item), item.read_bytes())
+        if item.is_file() and zipfile.is_zipfile(item):
+            with zipfile.ZipFile(item) as archive:
+                names = [n for n in sorted(archive.namelist()) if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE)]
+                _read_tree(str(item), {PurePosixPath(n): (lambda n=n: archive.read(n)) for n in names}, loaded,
+                           rejected)
+        elif item.is_dir():
+            paths = [p for p in sorted(item.rglob("*.json")) if p.name in (RESULT_NAME, SYSTEM_FILE) and p.is_file()]
+            _read_tree(str(item), {PurePosixPath(p.relative_to(item).as_posix()): p.read_bytes for p in paths},
+                       loaded, rejected)
+        elif (result := _result(str(item), item.read_bytes, rejected)) is not None:  # a single result file
             loaded.append(Loaded(str(item), result, result.get("system") or {}))
+    return Collection(loaded, rejected)
+
+
+def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rejected]) -> None:
+    """The results of one directory or zip (relative path -> its bytes' reader), each with its nearest system."""
+    systems = {}
+    for path, read in tree.items():
+        if path.name == SYSTEM_FILE:
+            try:
+                systems[path.parent] = _system(f"{source}:{path}", read())
+            except (OSError, zipfile.BadZipFile) as err:
+                warn(f"{source}:{path}: cannot be read ({err}); its results are read without a system description")
+    for path, read in tree.items():
+        if path.name != RESULT_NAME:
             continue
-        systems = {path.parent: _json(f"{item}:{path}", data) for path, data in tree.items() if path.name == SYSTEM_FILE}
-        for path, data in tree.items():
-            if path.name != RESULT_NAME:
-                continue
-            result = _json(f"{item}:{path}", data)
+        result = _result(f"{source}:{path}", read, rejected)
+        if result is not None:
             nearest = next((systems[parent] for parent in path.parents if parent in systems), {})
-            loaded.append(Loaded(f"{item}:{path}", result, result.get("system") or nearest))
-    return loaded
+            loaded.append(Loaded(f"{source}:{path}", result, result.get("system") or nearest))
+
+
+def load(inputs: Sequence[str | Path]) -> list[Loaded]:
+    """The results collect() finds, each file left out said in one warning line."""
+    found = collect(inputs)
+    for item in found.rejected:
+        warn(item.line())
+    return found.results

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Sequence
 
 from evaluate import strategy_view
-from evaluate.collect import CollectError, load
+from evaluate.collect import CollectError, collect
 from evaluate.compare_plot import plot
 from evaluate.report import report
 from evaluate.repeats import repeats_of
-from utils.cli import Parser
+from utils.cli import Parser, run, warn
 from utils.files import atomic_open
 
 
@@ -34,9 +34,15 @@ def write_text(path: Path, text: str) -> None:
 
 def compare(inputs: Sequence[str | Path], outdir: Path) -> str:
     """Write compare.png, report.md (and compare-strategies.png with several strategies); returns the report."""
-    items = load(inputs)
+    found = collect(inputs)
+    for rejected in found.rejected:
+        warn(rejected.line())
+    items = found.results
     if not items:
-        raise CollectError(f"no result.json under {', '.join(map(str, inputs))}; run a benchmark or extract first")
+        where = ", ".join(map(str, inputs))
+        raise CollectError(f"no result this checkout reads under {where} ({len(found.rejected)} file(s) left out, "
+                           "see above)" if found.rejected else
+                           f"no result.json under {where}; run a benchmark or extract first")
     rows = repeats_of(items)
     outdir.mkdir(parents=True, exist_ok=True)
     plot(items, rows, outdir / "compare.png")
@@ -66,4 +72,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "evaluate.compare")

@@ -30,14 +30,13 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 from evaluate import native_settings
-from evaluate.collect import CollectError, Loaded, load
+from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs import step_ranges
 from utils import metrics
-from utils.cli import Parser
+from utils.cli import Parser, run
 from utils.fairness import PROFILES, profile
 from utils.hardware import DEVICES
 from utils.models import by_variant
-from utils.result import schema_errors
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
 
@@ -116,9 +115,9 @@ def _same(a, b) -> bool:
 def check_result(item: Loaded) -> list[Finding]:
     """Every per-result check; an empty list means the result is sound."""
     r, name = item.result, item.name
-    errors = schema_errors(r)
-    if errors:
-        return [Finding(name, "schema", f"{len(errors)} problem(s), first: {errors[0]}")]
+    problem = first_problem(r)
+    if problem:
+        return [Finding(name, "schema", problem)]
     found: list[Finding] = []
     run, training, health, series = r["run"], r["training"], r["health"], r["series"]
     if run["status"] != "ok":
@@ -334,21 +333,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("inputs", nargs="+", metavar="RESULT_OR_DIR", help="result JSON files, run directories or zips")
     args = parser.parse_args(argv)
     try:
-        items = load(args.inputs)
+        found = collect(args.inputs)
     except CollectError as err:
         print(f"evaluate.validate: {err}", file=sys.stderr)
         return 2
-    if not items:
+    items = found.results
+    if not items and not found.rejected:
         print(f"evaluate.validate: no result.json under {', '.join(args.inputs)}; run a benchmark or extract first",
               file=sys.stderr)
         return 2
-    findings = [f for item in items for f in check_result(item)] + fairness(items)
+    findings = [Finding(bad.where, "schema", bad.problem) for bad in found.rejected]
+    findings += [f for item in items for f in check_result(item)] + fairness(items)
     for finding in findings:
         print(finding.line())
     failed = sum(f.fatal for f in findings)
-    print(f"{len(items)} result(s): {failed} failed check(s), {len(findings) - failed} warning(s)")
+    print(f"{len(items) + len(found.rejected)} result(s): {failed} failed check(s), {len(findings) - failed} "
+          "warning(s)")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "evaluate.validate")

@@ -26,6 +26,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
+from evaluate.collect import RESULT_NAME, collect
+from utils.cli import run
 from utils.files import atomic_open
 from utils.secrets import SecretsError, known_values
 
@@ -257,8 +259,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.output}: {len(files)} file(s), {size / 2 ** 20:.1f} MiB")
     for line in left_out:
         print(f"  left out: {mask(line, secrets)}")
+    for line in foreign_results(root, files):
+        print(f"  note: {mask(line, secrets)}")
     return 0
 
 
+def foreign_results(root: Path, files: list[Path]) -> list[str]:
+    """A line for each packed result.json that evaluate.compare and validate will leave out, and why."""
+    lines = []
+    for path in files:
+        if path.name == RESULT_NAME:
+            found = collect([path])
+            lines += [f"{path.relative_to(root)}: {bad.problem}; packed as it is, compare will leave it out"
+                      for bad in found.rejected]
+    return lines
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "evaluate.wrap")

@@ -10,7 +10,6 @@ every launcher, trainer and the judge of the run read: the layout and workload o
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from dataclasses import dataclass
@@ -167,10 +166,11 @@ def _earlier_durations(output_dir: Path, req: Request) -> list[float]:
         try:
             earlier = Request.read(config_file)
             outcome = read_json(config_file.parent / "launch.json")
-        except (RequestError, OSError, json.JSONDecodeError):
-            continue
-        if outcome.get("status") == "ok" and same_work(earlier) == work:
-            durations.append(float(outcome["wall_s"]))
+            wall = float(outcome["wall_s"]) if outcome.get("status") == "ok" else None
+        except (RequestError, OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # a record of another shape (or not JSON, or not text): nothing to go by
+        if wall is not None and same_work(earlier) == work:
+            durations.append(wall)
     return durations
 
 
