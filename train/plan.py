@@ -2,6 +2,11 @@
 
     python3 -m train.plan            # the run list as a table, with framework-mapping notes and skipped runs
     python3 -m train.plan --check-data   # exit 1 naming each model whose prepared data is missing
+    TARGET_DEVICE=mi300x python3 -m train.plan   # memory and step-time bound per run for another device
+
+Under each run: its predicted peak memory per GPU on the target device (TARGET_DEVICE, else the detected GPUs, else
+the CPU's host memory per worker) and whether it fits, and a lower bound on its step time (utils/predict.py). A
+run predicted not to fit is flagged; SKIP_WONT_FIT=1 skips it, with the reason.
 
 A run's request (`request()`, a utils.request.Request written as config.json into its directory) is what
 every launcher, trainer and the judge of the run read: the layout and workload of that one run, plus every knob.
@@ -12,7 +17,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
@@ -27,6 +33,7 @@ from utils.files import read_json
 from utils.hardware import cpu_precision
 from utils.config.native import sac_every
 from utils.frameworks import torch_native
+from utils.predict import NO_DEVICE, Prediction, Target, plan_target, predict
 from utils.request import Data, Environment, Fairness, Identity, Native, Parallelism, Request, RequestError, Training
 from utils.strategies import CUSTOM, Layout
 
@@ -80,7 +87,17 @@ def run_name(framework: str, model: str, strategy: str, repeat: int, *, named_st
 
 def build_plan(cfg: Config) -> list[Run]:
     """Every run in execution order: repeats outermost, so a slow drift of the machine spreads evenly. A run its
-    framework cannot do (skip_reason) is in the list with the reason, and the matrix does not start it."""
+    framework cannot do (skip_reason), or with SKIP_WONT_FIT=1 one predicted not to fit the device's memory, is in
+    the list with the reason, and the matrix does not start it."""
+    runs = _runs(cfg)
+    if not cfg["SKIP_WONT_FIT"]:
+        return runs
+    found = predictions(cfg, runs)
+    return [replace(run, skipped=f"predicted not to fit (SKIP_WONT_FIT=1): {found[run.name].memory_line()}")
+            if run.name in found and found[run.name].fits is False else run for run in runs]
+
+
+def _runs(cfg: Config) -> list[Run]:
     repeats = cfg["RUNS"]
     named = cfg.strategies != [CUSTOM]
     return [Run(run_name(framework, spec.key, strategy, repeat, named_strategy=named, repeats=repeats),
@@ -124,6 +141,34 @@ def request(cfg: Config, run: Run) -> Request:
                                 telemetry=v["TELEMETRY"], telemetry_interval_ms=v["TELEMETRY_INTERVAL_MS"]),
         knobs=cfg.as_dict(),
     )
+
+
+@lru_cache(maxsize=8)
+def _target(platform: str, target_device: str, workers_per_node: int) -> Target:
+    """The device plans are made for, asked once per process (the detection runs nvidia-smi or rocm-smi)."""
+    return plan_target(platform, target_device, workers_per_node)
+
+
+def predictions(cfg: Config, runs: list[Run]) -> dict[str, Prediction]:
+    """Each run's prediction on the target device (utils.predict), by run name; runs skipped for another reason
+    have none."""
+    target = _target(cfg.platform, cfg["TARGET_DEVICE"], cfg["GPUS_PER_NODE"])
+    return {run.name: predict(request(cfg, run), target, cfg["NET_LINK_GBPS"], cfg.model(run.model))
+            for run in runs if not run.skipped}
+
+
+def prediction_lines(cfg: Config, runs: list[Run]) -> tuple[list[str], dict[str, str]]:
+    """The run list's header line about the target device, and per run its memory and time line."""
+    found = predictions(cfg, runs)
+    target = _target(cfg.platform, cfg["TARGET_DEVICE"], cfg["GPUS_PER_NODE"])
+    head = [f"predicted for: {target.label}" if target.name else NO_DEVICE]
+    lines = {name: ("WILL NOT FIT: " if p.fits is False else "") + f"{p.memory_line()}; {p.time_line()}"
+             for name, p in found.items()}
+    wont = [name for name, p in found.items() if p.fits is False]
+    if wont:
+        head.append(f"{len(wont)} run(s) predicted not to fit ({', '.join(wont)}): they run anyway unless "
+                    "SKIP_WONT_FIT=1")
+    return head, lines
 
 
 def data_problems(cfg: Config) -> list[str]:
@@ -206,6 +251,8 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
              f"{cfg['RUNS']} repeat(s); GBS {cfg.gbs}, SL {cfg['SL']}, {cfg['TRAIN_ITERS']} steps, "
              f"{precision_label(cfg)}, {cfg.num_gpus} {'worker process(es)' if cfg.platform == 'cpu' else 'GPU(s)'}"]
     lines += [f"note: {note}" for note in cfg.notes]
+    head, predicted = prediction_lines(cfg, runs)
+    lines += head
     width = max([len(run.name) for run in runs] + [3])
     model_width = max([len(spec.variant) + 1 for spec in cfg.models] + [18])
     lines.append(f"{'#':>3}  {'run':<{width}}  {'framework':<9} {'model':<{model_width}} {'strategy':<22} "
@@ -221,6 +268,8 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
         variant = cfg.model(run.model).variant
         lines.append(f"{index:>3}  {run.name:<{width}}  {run.framework:<9} {variant:<{model_width}} "
                      f"{run.strategy:<22} {layout:<20} {last}")
+        if run.name in predicted:
+            lines.append(f"{'':>5}{predicted[run.name]}")
     skipped = sum(bool(run.skipped) for run in runs)
     runs = [run for run in runs if not run.skipped]
     if skipped:

@@ -34,6 +34,8 @@ class DeviceSpec:
     vendor: str  # "nvidia" | "amd"
     bf16_tflops: float  # peak dense BF16 TFLOP/s
     fp8_tflops: float | None  # peak dense FP8 TFLOP/s; None where the data sheet gives none
+    memory_gib: float | None = None  # device memory as the device reports it (GiB): what a plan must fit in
+    intra_gb_s: float | None = None  # GPU-to-GPU bandwidth inside a node, GB/s per direction per GPU (all links)
 
     def peak_tflops(self, precision: str) -> float | None:
         """Peak for a run's precision ("bf16" or "fp8")."""
@@ -44,19 +46,41 @@ class DeviceSpec:
         raise ValueError(f"unknown precision {precision!r}; expected bf16 or fp8")
 
 
+# Memory as the device reports it (nvidia-smi memory.total, amd-smi VRAM total, torch's total_memory), in GiB, and
+# the GPU-to-GPU bandwidth inside a node per direction over all of a GPU's links (data sheets). These are a plan's
+# ceiling and its time bound's link, not measurements:
+# - H100 SXM 80GB: 81559 MiB = 79.6 GiB; NVLink 4, 18 links, 900 GB/s bidirectional = 450 GB/s per direction.
+# - H100 NVL 94GB: 95830 MiB = 93.6 GiB; NVLink bridge to its pair, 600 GB/s bidirectional = 300 per direction.
+# - H100 PCIe 80GB: 81559 MiB = 79.6 GiB; PCIe Gen5 x16, 64 GB/s per direction.
+# - H200 141GB: 143771 MiB = 140.4 GiB; NVLink 4 as the H100 SXM, 450 GB/s per direction.
+# - B200 180GB: 183359 MiB = 179.1 GiB; NVLink 5, 1.8 TB/s bidirectional = 900 GB/s per direction.
+# - MI300X 192GB: 196592 MiB = 192.0 GiB; Infinity Fabric, 7 links x 64 GB/s = 448 GB/s per direction.
+# - MI325X 256GB: 262128 MiB = 256.0 GiB; Infinity Fabric as the MI300X, 448 GB/s per direction.
+# - MI355X 288GB: 294896 MiB = 288.0 GiB; Infinity Fabric, 7 links x 76.8 GB/s = 537.6 GB/s per direction.
+LINKS: dict[str, dict[str, float]] = {
+    "h100": {"memory_gib": 79.6, "intra_gb_s": 450.0}, "h100nvl": {"memory_gib": 93.6, "intra_gb_s": 300.0},
+    "h100pcie": {"memory_gib": 79.6, "intra_gb_s": 64.0}, "h200": {"memory_gib": 140.4, "intra_gb_s": 450.0},
+    "b200": {"memory_gib": 179.1, "intra_gb_s": 900.0}, "mi300x": {"memory_gib": 192.0, "intra_gb_s": 448.0},
+    "mi325x": {"memory_gib": 256.0, "intra_gb_s": 448.0}, "mi355x": {"memory_gib": 288.0, "intra_gb_s": 537.6},
+}
+# Between nodes, per GPU (one adapter each): InfiniBand NDR / ConnectX-7, or AMD Pollara/RoCE at 400 Gb/s, the
+# usual build of these nodes; NET_LINK_GBPS overrides it for the time bound and the projection.
+INTER_NODE_GBPS = 400.0
+
 # Order matters: the first pattern that matches the upper-cased device name wins, so the specific
 # variants (NVL, PCIe) come before the generic H100 SXM entry. H100 SXM reports itself as
 # "NVIDIA H100 80GB HBM3"; a bare "H100" (or "H200 NVL", which has lower clocks) matches nothing.
 DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
-    (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None)),
-    (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None)),
-    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9)),
-    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9)),
-    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500)),
-    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9)),
-    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9)),
-    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000)),
+    (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None, **LINKS["h100nvl"])),
+    (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None, **LINKS["h100pcie"])),
+    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9, **LINKS["h100"])),
+    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9, **LINKS["h200"])),
+    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, **LINKS["b200"])),
+    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9, **LINKS["mi300x"])),
+    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9, **LINKS["mi325x"])),
+    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000, **LINKS["mi355x"])),
 )
+
 
 # Planning targets (TARGET_DEVICE): a short key for each device of the table, as that device names itself, so a
 # login node without GPUs can plan for one (memory, time bound) through the same lookup as a detected GPU.

@@ -1,0 +1,197 @@
+"""Will a planned run fit, and how fast could it be: the plan's prediction per run and the result's record of it.
+
+    python3 -m train.plan        # each run's predicted peak memory and step-time bound on the target device
+
+The device a plan is made for: TARGET_DEVICE (h100 | h200 | b200 | mi300x | mi325x | mi355x: the device table of
+utils/hardware.py), else the detected GPUs (nvidia-smi, rocm-smi / amd-smi through utils.vendor_tools), else, on the
+CPU platform, the host's memory shared by its worker processes (no time bound: a CPU has no dense peak in the table).
+Memory per part: utils/predict_memory.py; the time bound: utils/predict_time.py. After a run the judge records the
+prediction with the measured step time's efficiency against the bound and the measured peak memory beside the
+predicted one (result_section).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from utils import vendor_tools
+from utils.hardware import TARGET_DEVICES, DeviceSpec, lookup_device
+from utils.models import ModelSpec, by_variant
+from utils.predict_memory import GIB, Layout, Memory, memory
+from utils.predict_time import TimeBound, bound, links
+from utils.request import Request
+
+MEMINFO = Path("/proc/meminfo")
+NO_DEVICE = "no device to plan for: set TARGET_DEVICE (h100|h200|b200|mi300x|mi325x|mi355x)"
+WARN_MEMORY_ERROR = 0.15  # a measured peak further than this from the prediction is a warning naming both
+
+
+@dataclass(frozen=True)
+class Target:
+    """The device a plan is made for: its name as it reports itself, table entry and memory per GPU (worker)."""
+
+    name: str | None
+    spec: DeviceSpec | None
+    memory_bytes: int | None
+    source: str  # "TARGET_DEVICE=h100", "detected", "host" or "none"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.source})" if self.name else self.source
+
+
+def host_target(workers: int, meminfo: Path = MEMINFO) -> Target:
+    """The CPU platform's 'device': the host's memory (MemTotal) shared by its worker processes."""
+    try:
+        found = re.search(r"^MemTotal:\s*(\d+)\s*kB", meminfo.read_text(), re.MULTILINE)
+    except OSError:
+        found = None
+    if found is None:
+        return Target(None, None, None, "none")
+    total = int(found.group(1)) * 1024
+    return Target(f"host memory per worker ({workers} worker(s) share {total / GIB:.1f} GiB)", None,
+                  total // max(1, workers), "host")
+
+
+def gpu_target(name: str | None, reported_gib: float | None, source: str) -> Target:
+    """A GPU by the name it reports (the table's entry, quietly: an unknown device simply has no peak) and its
+    memory as reported, else as the table has it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = lookup_device(name)
+    gib = reported_gib if reported_gib else spec.memory_gib if spec else None
+    return Target(name, spec, int(gib * GIB) if gib else None, source)
+
+
+DETECT: dict[str, Callable[[], dict | None]] = {"nvd": vendor_tools.nvidia_gpus, "amd": vendor_tools.amd_gpus}
+
+
+def plan_target(platform: str, target_device: str, workers_per_node: int) -> Target:
+    """TARGET_DEVICE, else the detected GPUs, else (CPU platform) the host; Target(source="none") when a GPU
+    platform shows none."""
+    if target_device:
+        return gpu_target(TARGET_DEVICES[target_device], None, f"TARGET_DEVICE={target_device}")
+    if platform == "cpu":
+        return host_target(workers_per_node)
+    gpus = DETECT[platform]()
+    if gpus and gpus.get("name"):
+        return gpu_target(gpus["name"], gpus.get("memory_gib"), "detected")
+    return Target(None, None, None, "none")
+
+
+def layout(req: Request, on_gpu: bool) -> Layout:
+    """The memory and time model's view of a request."""
+    lay, t, table, native = req.parallelism, req.training, req.fairness.table, req.native
+    return Layout(framework=req.identity.framework, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga, mbs=t.mbs,
+                  seq_len=t.seq_len, precision=t.precision,
+                  grad_fp32=bool(table["grad_reduce_in_fp32"]) or t.precision == "fp32",
+                  distributed_optimizer=bool(table["use_distributed_optimizer"]),
+                  overlap_grad_reduce=bool(table["overlap_grad_reduce"]), data_parallel=native.data_parallel,
+                  sac_every=native.sac_every, zero_stage=native.zero_stage, on_gpu=on_gpu)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One run's predicted memory on its target and step-time bound (None without a device peak)."""
+
+    target: Target
+    memory: Memory
+    time: TimeBound | None
+
+    @property
+    def fits(self) -> bool | None:
+        if self.target.memory_bytes is None:
+            return None
+        return self.memory.peak <= self.target.memory_bytes
+
+    def memory_line(self) -> str:
+        """"predicted peak X GiB of Y GiB: fits (Z GiB free)", or "... will not fit (Z GiB over)"."""
+        peak = self.memory.peak / GIB
+        if self.target.memory_bytes is None:
+            return f"predicted peak {peak:.1f} GiB"
+        size = self.target.memory_bytes / GIB
+        if self.fits:
+            return f"predicted peak {peak:.1f} GiB of {size:.1f} GiB: fits ({size - peak:.1f} GiB free)"
+        return f"predicted peak {peak:.1f} GiB of {size:.1f} GiB: will not fit ({peak - size:.1f} GiB over)"
+
+    def time_line(self) -> str:
+        """"step >= 1.234 s (compute 1.100, TP 0.050, DP 0.084, bubble 0)", or why there is no bound."""
+        if self.time is None:
+            return "no step-time bound (no dense peak for this device)"
+        b = self.time
+        return (f"step >= {b.step_s:.3f} s (compute {b.compute_s:.3f}, TP {b.tp_s:.3f}, DP {b.dp_exposed_s:.3f}"
+                f"{' exposed' if b.dp_exposed_s != b.dp_s else ''}, bubble {b.bubble_s:.3f})")
+
+
+def predict(req: Request, target: Target, link_gbps: float | None = None,
+            spec: ModelSpec | None = None) -> Prediction:
+    """The request's prediction on a target device (link_gbps: NET_LINK_GBPS, the inter-node link per GPU)."""
+    spec = spec or by_variant(req.identity.variant)
+    lay = layout(req, on_gpu=target.spec is not None)
+    time = None
+    if target.spec is not None:
+        net = links(target.spec, req.parallelism.gpus_per_node, req.parallelism.nnodes, link_gbps)
+        time = bound(spec, lay, target.spec, net)
+    return Prediction(target, memory(spec, lay), time)
+
+
+def knob_link(req: Request) -> float | None:
+    value = req.knobs.get("NET_LINK_GBPS")
+    return float(value) if value not in (None, "") else None
+
+
+def measured_peak_gib(result: dict) -> tuple[float | None, str]:
+    """A GPU run's measured peak per GPU (the allocator's reservation, else the driver's view, else allocated
+    tensors) and which; a CPU run has none comparable (host RSS also holds the interpreter and its libraries)."""
+    found = result.get("memory") or {}
+    for key in ("peak_reserved_gib", "peak_device_used_gib", "peak_allocated_gib"):
+        if found.get(key) is not None:
+            return float(found[key]), key
+    return None, ""
+
+
+def result_section(request: Request, result: dict) -> dict:
+    """The result's prediction section: the device the run had (else TARGET_DEVICE, else the host), the memory by
+    part and the time bound, and against them the measured median step time and peak memory."""
+    gpu = (result.get("system") or {}).get("gpu") or {}
+    if request.identity.platform == "cpu":
+        target = host_target(request.parallelism.gpus_per_node)
+    elif gpu.get("name"):
+        target = gpu_target(gpu["name"], gpu.get("memory_gib"), "detected")
+    elif request.knobs.get("TARGET_DEVICE"):
+        key = str(request.knobs["TARGET_DEVICE"])
+        target = gpu_target(TARGET_DEVICES[key], None, f"TARGET_DEVICE={key}")
+    else:
+        target = Target(None, None, None, "none")
+    found = predict(request, target, knob_link(request))
+    mem = found.memory
+    step = ((result.get("performance") or {}).get("step_time_s") or {}).get("median")
+    bound_s = found.time.step_s if found.time else None
+    measured, kind = measured_peak_gib(result) if request.identity.platform != "cpu" else (None, "")
+    predicted = mem.peak / GIB
+    return {
+        "device": target.name, "device_source": target.source,
+        "memory": {**{f"{part}_gib": value / GIB for part, value in mem.parts().items()}, "peak_gib": predicted,
+                   "phase": mem.phase,
+                   "device_gib": target.memory_bytes / GIB if target.memory_bytes else None, "fits": found.fits},
+        "time_bound": {"step_s": bound_s, **({key: value for key, value in found.time.parts().items()}
+                                             if found.time else {}),
+                       "dp_total_s": found.time.dp_s if found.time else None,
+                       "note": None if found.time else "no dense peak for this device: no bound"},
+        "efficiency": step / bound_s if step and bound_s else None,
+        "measured_peak_gib": measured, "measured_kind": kind or None,
+        "memory_error": (measured - predicted) / predicted if measured is not None else None,
+    }
+
+
+def memory_warning(section: dict) -> str | None:
+    """A measured peak more than 15% from the prediction: one line naming both figures."""
+    error = section.get("memory_error")
+    if error is None or abs(error) <= WARN_MEMORY_ERROR:
+        return None
+    return (f"measured peak memory {section['measured_peak_gib']:.1f} GiB ({section['measured_kind']}) is "
+            f"{100 * error:+.0f}% from the predicted {section['memory']['peak_gib']:.1f} GiB per GPU")

@@ -1,0 +1,120 @@
+"""A lower bound on one run's step time: compute at the device's dense peak, tensor-parallel and data-parallel
+collectives from their bytes and the links' bandwidth, and the pipeline bubble.
+
+Each part is a floor the hardware cannot beat, not a forecast: a measured step divided by the bound (the result's
+prediction.efficiency) says how far the run is from what the device and its links allow.
+
+- Compute: TPrimat's FLOPs per token (utils.models, Megatron's convention) x the step's tokens / GPUs / dense peak
+  at the run's precision (utils.hardware).
+- Tensor parallelism: 4 all-reduces of one microbatch's b x s x h activations per layer (2 in forward after the
+  attention and MLP row-parallel projections, 2 in backward for the column-parallel inputs' gradients; with
+  sequence parallelism each is an all-gather plus a reduce-scatter, the same bytes: Korthikanti et al. 2022, sec.
+  4.2.2), each moving 2 (t-1)/t of the buffer per GPU (ring all-reduce), over the intra-node link when the TP group
+  fits in a node, else the inter-node one.
+- Data parallelism, per step: the gradient reduce-scatter and the parameter all-gather of the distributed optimizer
+  and of ZeRO 1/2 ((d-1)/d of the bytes each), an all-reduce for DDP and ZeRO 0 (2 (d-1)/d); FSDP2 all-gathers the
+  parameters for every microbatch's forward and again for its backward (reshard_after_forward). Hierarchically: the
+  k ranks of the group inside a node move (k-1)/k of the bytes over the intra-node link, and each then (m-1)/m of
+  its 1/k over the inter-node link across the m nodes (one adapter per GPU). Hidden behind compute where the
+  framework overlaps it (the tuned profile's overlap_grad_reduce, FSDP2 and DDP always): only what exceeds the
+  compute counts.
+- Pipeline bubble: 1F1B idles (PP-1)/(GA+PP-1) of the step, i.e. (PP-1)/GA x the busy time; point-to-point sends
+  between stages (one microbatch's activations) are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from utils.hardware import INTER_NODE_GBPS, DeviceSpec
+from utils.models import ModelSpec
+from utils.predict_memory import MEGATRON, Layout, hf_shapes, megatron_numels
+
+
+@dataclass(frozen=True)
+class Links:
+    """The two links a collective can cross, in bytes/s per GPU per direction."""
+
+    intra: float
+    inter: float
+    gpus_per_node: int
+    nnodes: int
+
+
+@dataclass(frozen=True)
+class TimeBound:
+    """Seconds per step by part; step_s = compute + tp + bubble + the data-parallel time not hidden behind compute."""
+
+    compute_s: float
+    tp_s: float
+    dp_s: float
+    dp_exposed_s: float
+    bubble_s: float
+    step_s: float
+    intra_gb_s: float
+    inter_gb_s: float
+
+    def parts(self) -> dict[str, float]:
+        return {"compute_s": self.compute_s, "tp_s": self.tp_s, "dp_s": self.dp_exposed_s, "bubble_s": self.bubble_s}
+
+
+def links(device: DeviceSpec, gpus_per_node: int, nnodes: int, link_gbps: float | None) -> Links:
+    """The device's intra-node link and the inter-node one (NET_LINK_GBPS, Gb/s, else utils.hardware's default)."""
+    inter = (link_gbps if link_gbps is not None else INTER_NODE_GBPS) * 1e9 / 8
+    return Links(float(device.intra_gb_s or 0.0) * 1e9, inter, gpus_per_node, nnodes)
+
+
+def collective_s(volume: float, group: int, inside: int, net: Links) -> float:
+    """Seconds for a reduce-scatter or all-gather of `volume` bytes over a group of `group` ranks with `inside` of
+    them per node: (k-1)/k over the intra-node link, then (m-1)/m of 1/k over the inter-node link."""
+    if group <= 1:
+        return 0.0
+    k = max(1, min(group, inside))
+    m = -(-group // k)
+    within = (k - 1) / k * volume / net.intra if k > 1 else 0.0
+    across = (m - 1) / m * volume / k / net.inter if m > 1 else 0.0
+    return within + across
+
+
+def stage_parameters(spec: ModelSpec, lay: Layout) -> int:
+    """Parameters one TP rank of the first stage holds (what its data-parallel group reduces and gathers)."""
+    if lay.framework in MEGATRON:
+        return sum(megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, True, lay.pp == 1))
+    return sum(r * c for r, c in hf_shapes(spec, lay.tp, vocab_parallel_head=lay.framework == "autotp"
+                                           and lay.tp > 1))
+
+
+def dp_volume(spec: ModelSpec, lay: Layout) -> tuple[float, bool]:
+    """Bytes per GPU the step's data-parallel collectives move, in reduce-scatter/all-gather units (an all-reduce
+    counts twice), and whether the framework overlaps them with compute."""
+    n, w = stage_parameters(spec, lay), lay.width
+    g = 4 if lay.grad_fp32 else w
+    if lay.framework in MEGATRON:
+        sharded = lay.distributed_optimizer
+        return (n * (g + w) if sharded else 2 * n * g), lay.overlap_grad_reduce
+    if lay.framework == "fsdp":
+        if lay.data_parallel == "ddp":
+            return 2 * n * g, True
+        return n * (2 * lay.ga * w + g), True
+    return 2 * n * w, False  # ZeRO 1/2: reduce-scatter and all-gather; ZeRO 0: an all-reduce; 16-bit, not overlapped
+
+
+def bound(spec: ModelSpec, lay: Layout, device: DeviceSpec, net: Links) -> TimeBound | None:
+    """The step's lower bound on this device, or None when the device has no peak at the run's precision."""
+    peak = device.peak_tflops("fp8" if lay.precision == "fp8" else "bf16")
+    if peak is None or net.intra <= 0:
+        return None
+    gpus = lay.tp * lay.pp * lay.dp
+    tokens = lay.mbs * lay.dp * lay.ga * lay.seq_len
+    compute = spec.flops_per_token(lay.seq_len) * tokens / gpus / (peak * 1e12)
+    tp = 0.0
+    if lay.tp > 1:
+        per_layer = 4 * 2 * lay.mbs * lay.seq_len * spec.hidden_size * lay.width
+        tp = collective_s(per_layer * (spec.num_layers // lay.pp) * lay.ga, lay.tp, net.gpus_per_node, net)
+    volume, overlapped = dp_volume(spec, lay)
+    inside = max(1, net.gpus_per_node // lay.tp)  # TP groups are consecutive ranks: DP groups stride over nodes
+    dp = collective_s(volume, lay.dp, inside, net)
+    bubble = (compute + tp) * (lay.pp - 1) / lay.ga
+    exposed = max(0.0, dp - compute) if overlapped else dp
+    return TimeBound(compute, tp, dp, exposed, bubble, compute + tp + bubble + exposed,
+                     net.intra / 1e9, net.inter / 1e9)
