@@ -21,7 +21,7 @@ from typing import Callable, TextIO
 import torch
 
 from utils import metrics
-from utils.files import writing
+from utils.files import DiskError, writing
 from utils.models import ModelSpec
 from utils.request import Training
 from utils.stragglers import RANK_STEPS_DIR
@@ -115,10 +115,28 @@ class StepLog:
             self._file: TextIO = open(path, "a", encoding="utf-8")
 
     def write(self, record: StepRecord) -> None:
-        with writing(self.path):  # a full disk ends the run failed, naming the file (train/outcome.py)
-            self._file.write(record.as_json() + "\n")
-            self._file.flush()
+        """Append the record; a write the disk refuses (DiskError: the run fails, train/outcome.py) leaves the
+        file as it was before it, whole records only."""
+        end = self._file.tell()
+        try:
+            with writing(self.path):
+                self._file.write(record.as_json() + "\n")
+                self._file.flush()
+        except DiskError:
+            self._cut(end)
+            raise
         self.records.append(record)
+
+    def _cut(self, end: int) -> None:
+        """Close the file, then cut what a refused write left of its record (closing may append more of it)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        try:
+            os.truncate(self.path, end)
+        except OSError:
+            pass
 
     def report(self, record: StepRecord, spec: ModelSpec, training: Training, num_gpus: int) -> None:
         """The record into steps.jsonl and as Megatron-LM's line on the console (its memory line after step 1)."""
@@ -134,8 +152,9 @@ class StepLog:
                               record.mem_reserved_gib), flush=True)
 
     def close(self) -> None:
-        with writing(self.path):
-            self._file.close()
+        if not self._file.closed:
+            with writing(self.path):
+                self._file.close()
 
 
 class RankSteps:
