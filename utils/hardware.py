@@ -36,6 +36,7 @@ class DeviceSpec:
     fp8_tflops: float | None  # peak dense FP8 TFLOP/s; None where the data sheet gives none
     memory_gib: float | None = None  # device memory as the device reports it (GiB): what a plan must fit in
     intra_gb_s: float | None = None  # GPU-to-GPU bandwidth inside a node, GB/s per direction per GPU (all links)
+    max_power_w: float | None = None  # maximum board power (TDP / TBP) of the data sheet, W: no sample is above it
 
     def peak_tflops(self, precision: str) -> float | None:
         """Peak for a run's precision ("bf16" or "fp8")."""
@@ -67,18 +68,28 @@ LINKS: dict[str, dict[str, float]] = {
 # usual build of these nodes; NET_LINK_GBPS overrides it for the time bound and the projection.
 INTER_NODE_GBPS = 400.0
 
+# Maximum board power (max_power_w), the data sheets' TDP / total board power, the most a device's power sensor can
+# read while it works (evaluate.validate fails a result above it): H100 SXM 700 W, H100 NVL 400 W (350-400 W
+# configurable) and H100 PCIe 350 W (NVIDIA H100 product brief PB-11133), H200 SXM 700 W, B200 1000 W (HGX B200),
+# MI300X 750 W, MI325X 1000 W, MI355X 1400 W (AMD Instinct data sheets; the MI350X is the 1000 W air-cooled one).
+# A CPU package (RAPL, the CPU platform's sensor) has no table entry; the largest server packages are rated 500 W
+# (AMD EPYC 9965, Intel Xeon 6980P) and run above it only for short turbo bursts (Intel's PL2 is 1.2x TDP), so no
+# package reads more than twice that.
+CPU_PACKAGE_MAX_W = 1000.0
+
 # Order matters: the first pattern that matches the upper-cased device name wins, so the specific
 # variants (NVL, PCIe) come before the generic H100 SXM entry. H100 SXM reports itself as
 # "NVIDIA H100 80GB HBM3"; a bare "H100" (or "H200 NVL", which has lower clocks) matches nothing.
 DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
-    (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None, **LINKS["h100nvl"])),
-    (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None, **LINKS["h100pcie"])),
-    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9, **LINKS["h100"])),
-    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9, **LINKS["h200"])),
-    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, **LINKS["b200"])),
-    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9, **LINKS["mi300x"])),
-    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9, **LINKS["mi325x"])),
-    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000, **LINKS["mi355x"])),
+    (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None, **LINKS["h100nvl"], max_power_w=400)),
+    (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None, **LINKS["h100pcie"], max_power_w=350)),
+    (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9, **LINKS["h100"],
+                                                 max_power_w=700)),
+    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9, **LINKS["h200"], max_power_w=700)),
+    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, **LINKS["b200"], max_power_w=1000)),
+    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9, **LINKS["mi300x"], max_power_w=750)),
+    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9, **LINKS["mi325x"], max_power_w=1000)),
+    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000, **LINKS["mi355x"], max_power_w=1400)),
 )
 
 
