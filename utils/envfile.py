@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 
+from utils.cli import quoted
+
 KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell accepts as a variable name
+MAX_BYTES = 1 << 20  # config.env is a few KiB; a link to /dev/zero must not be read forever
 
 
 def parse_env_file(path: Path) -> tuple[dict[str, str], list[str]]:
@@ -19,11 +23,13 @@ def parse_env_file(path: Path) -> tuple[dict[str, str], list[str]]:
     problems: list[str] = []
     first_line: dict[str, int] = {}
     try:
-        data = path.read_bytes()
+        data = _read(path)
     except FileNotFoundError:
         return values, problems
     except OSError as err:
         return values, [f"{path}: cannot read it ({err.strerror})"]
+    except ValueError as err:
+        return values, [f"{path}: {err}"]
     for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), 1):
         try:
             text = raw.decode("utf-8").strip()
@@ -36,7 +42,7 @@ def parse_env_file(path: Path) -> tuple[dict[str, str], list[str]]:
         key, sep, rest = text.partition("=")
         key = key.removeprefix("export ").strip()
         if not sep or not KEY.fullmatch(key):
-            problems.append(f"{path.name}:{number}: expected KEY=VALUE, got {text!r}")
+            problems.append(f"{path.name}:{number}: expected KEY=VALUE, got '{quoted(text)}'")
             continue
         value, problem = _value(rest.strip(), key)
         if problem:
@@ -47,6 +53,20 @@ def parse_env_file(path: Path) -> tuple[dict[str, str], list[str]]:
         first_line.setdefault(key, number)
         values[key] = value
     return values, problems
+
+
+def _read(path: Path) -> bytes:
+    """The file's bytes; ValueError for what is no settings file: a device (/dev/zero behind a link would be read
+    forever) or a pipe (would block), or larger than MAX_BYTES."""
+    kind = path.stat().st_mode
+    if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):  # a folder: open() says so
+        raise ValueError("a device or pipe (a link to one?), not a text file of KEY=VALUE lines")
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"larger than {MAX_BYTES // 1024} KiB, which no file of KEY=VALUE settings is; is it the "
+                         "right file?")
+    return data
 
 
 def _value(rest: str, key: str) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,7 @@ class StrategyError(ValueError):
 
 
 NAME = re.compile(r"[A-Za-z0-9_.-]+")  # STRATEGY is a comma list of these
+MAX_FILE_BYTES = 1 << 20  # a STRATEGIES_FILE of thousands of layouts is a few hundred KiB; 50 MB took 11 s and 1.3 GB
 
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
@@ -84,9 +86,14 @@ def _read(extra_file: Path):
     def fail(why: str) -> StrategyError:
         return StrategyError([f"STRATEGIES_FILE={extra_file}: {why}"])
     try:
-        data = Path(extra_file).read_bytes()
+        if not stat.S_ISREG(Path(extra_file).stat().st_mode):  # a device (/dev/zero) would be read forever
+            raise fail("not a regular file (a device or pipe?); point it at a JSON file or leave it empty")
+        with open(extra_file, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise fail(f"cannot read it ({err.strerror}); fix the path or leave STRATEGIES_FILE empty") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise fail(f"larger than {MAX_FILE_BYTES >> 20} MiB, which no table of layouts is; is it the right file?")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
