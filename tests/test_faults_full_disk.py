@@ -208,8 +208,8 @@ def test_verify_s_index_cache_refused_is_named_with_tmpdir_not_as_a_broken_pair(
 def test_a_trainer_whose_step_log_and_result_cannot_be_written_fails_in_one_line_each(tmp_path):
     env = trainer_env(tmp_path / "no-data", {**BASE, "MOCK_DATA": 1, "TRAIN_ITERS": 6, "WARMUP_STEPS": 1})
     limit = 1500
-    out = subprocess.run([sys.executable, "train/train_mega.py", "--model", "llama", "--run-dir", str(tmp_path / "run")],
-                         cwd=ROOT, env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "train/train_mega.py", "--model", "llama", "--run-dir",
+                          str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True, text=True,
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
     assert out.returncode == 1
     assert "Traceback" not in out.stderr

@@ -1,9 +1,9 @@
 """Exit-code discipline shared by every command-line tool: 0 ok, 2 bad input, 1 failure of the work.
 
 A tool raises UsageError or WorkError with one line naming the problem and the fix; `run` turns it
-into that line on stderr and the exit code, never a traceback. A full disk is a failure of the
-work with its own fix, whatever stage hits it
-(utils.files.disk_problem: full, over quota or the file-size limit, read-only, no permission). Ctrl-C (SIGINT) and SIGTERM end a tool the same way:
+into that line on stderr and the exit code, never a traceback. A write the machine refuses (full,
+over quota or the file-size limit, read-only, no permission: utils.files.disk_problem) is a failure of
+the work with its own fix, whatever stage hits it. Ctrl-C (SIGINT) and SIGTERM end a tool the same way:
 its cleanup runs (partial files removed), one line, exit 130 or 143. `Parser` gives a bad command
 line the same one line (argparse's own prints the whole usage before it).
 """

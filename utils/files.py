@@ -134,7 +134,8 @@ def writing(path: str | os.PathLike, needed: int | None = None, partial: Path | 
 
 def _within(where: Path, path: Path, partial: Path | None) -> bool:
     """Whether an error's file is the write's: `path`, a folder on the way to it, or anything in `partial`."""
-    return where in path.parents or where.is_relative_to(path) or (partial is not None and where.is_relative_to(partial))
+    return where in path.parents or where.is_relative_to(path) or (
+        partial is not None and where.is_relative_to(partial))
 
 
 def _size(path: Path) -> int | None:
