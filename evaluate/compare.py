@@ -6,7 +6,10 @@ Inputs are run directories, run-set directories, output.zip files or result JSON
 machine or several. Runs of the same platform, device, framework, model, strategy, layout and node
 count are repeats: their figures are shown as median [min-max]. Fairness problems (different
 workload, data or tokenizer) and mock data are stated in the report, never hidden. Results of one
-workload on several node counts also get a Scaling section (evaluate/scaling.py).
+workload on several node counts also get a Scaling section (evaluate/scaling.py). Energy per token comes from
+each result's telemetry; cost per million tokens and the projection need the prices per GPU-hour and the token
+count (--price-amd, --price-nvd, --project-tokens; else PRICE_PER_GPU_HOUR_AMD, PRICE_PER_GPU_HOUR_NVD and
+PROJECT_TOKENS from the environment or config.env), checked like the configuration: a bad one is one line, exit 2.
 
 The repeats and their figures are evaluate/repeats.py's, the report evaluate/report.py's, the plot
 evaluate/compare_plot.py's, and the cross-strategy view evaluate/strategy_view.py's.
@@ -24,6 +27,8 @@ from evaluate.compare_plot import plot
 from evaluate.report import report
 from evaluate.repeats import repeats_of
 from utils.cli import Parser, run, warn
+from utils.config.parse import ConfigError
+from utils.energy_cost import FLAGS, CostSettings, cost_settings
 from utils.files import atomic_open
 
 
@@ -32,7 +37,7 @@ def write_text(path: Path, text: str) -> None:
         out.write(text)
 
 
-def compare(inputs: Sequence[str | Path], outdir: Path) -> str:
+def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = CostSettings()) -> str:
     """Write compare.png, report.md (and compare-strategies.png with several strategies); returns the report."""
     found = collect(inputs)
     for rejected in found.rejected:
@@ -45,13 +50,13 @@ def compare(inputs: Sequence[str | Path], outdir: Path) -> str:
                            f"no result.json under {where}; run a benchmark or extract first")
     rows = repeats_of(items)
     outdir.mkdir(parents=True, exist_ok=True)
-    plot(items, rows, outdir / "compare.png")
+    plot(items, rows, outdir / "compare.png", costs)
     entries = strategy_view.entries(rows)
     strategies_png = None
     if strategy_view.has_strategies(entries):
         strategies_png = "compare-strategies.png"
         strategy_view.plot(entries, outdir / strategies_png)
-    text = report(items, rows, "compare.png", strategies_png)
+    text = report(items, rows, "compare.png", strategies_png, costs)
     write_text(outdir / "report.md", text)
     return text
 
@@ -60,9 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m evaluate.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", metavar="DIR_OR_ZIP", help="run directories, run sets, output.zip files")
     parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUTDIR", help="folder for compare.png and report.md")
+    for knob, flag in FLAGS.items():
+        parser.add_argument(flag, metavar="NUMBER", dest=knob, help=f"{knob} for this comparison (empty: none)")
     args = parser.parse_args(argv)
     try:
-        text = compare(args.inputs, args.output)
+        costs = cost_settings({knob: getattr(args, knob) for knob in FLAGS})
+    except ConfigError as err:
+        err.report("evaluate.compare")
+        return 2
+    try:
+        text = compare(args.inputs, args.output, costs)
     except CollectError as err:
         print(f"evaluate.compare: {err}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 """compare.png: throughput, TFLOP/s and memory per configuration (bars), loss, learning rate and step time per
-run (lines), and each run's step time breakdown (stacked bars, evaluate/breakdown_view.py); AMD in reds, NVIDIA
-in greens, CPU in blues, one hatch or line style per model."""
+run (lines), each run's step time breakdown (stacked bars, evaluate/breakdown_view.py) and, where any run measured
+energy, a row of tokens per joule, mean power per device and cost per million tokens (evaluate/energy_view.py);
+AMD in reds, NVIDIA in greens, CPU in blues, one hatch or line style per model."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from evaluate import breakdown_view
+from evaluate import breakdown_view, energy_view
 from evaluate.collect import Loaded
+from evaluate.energy_view import NOT_MEASURED
 from evaluate.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
+from utils.energy_cost import FLAGS, PRICE_KNOBS, CostSettings
 from utils.files import atomic_open
 
 # AMD in reds and oranges, NVIDIA in greens and teals, CPU in blues: distinguishable at a glance.
@@ -42,9 +45,10 @@ def tick_labels(rows: Sequence[Repeats]) -> list[str]:
             for label, r in zip(labels, rows)]
 
 
-def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[str, int]:
-    """Draw the seven panels into path; returns each panel's title with its number of bars, lines or (breakdown)
-    runs with a breakdown."""
+def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: CostSettings = CostSettings()
+         ) -> dict[str, int]:
+    """Draw the seven panels (ten where a run measured energy) into path; returns each panel's title with its number
+    of bars, lines or (breakdown) runs with a breakdown."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,32 +59,34 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[s
 
     colour = colours(rows)
     variants = list(dict.fromkeys(r.variant for r in rows))
-    fig = plt.figure(figsize=(19, 16.5), dpi=100)
-    grid = fig.add_gridspec(3, 3)
-    axes = np.array([[fig.add_subplot(grid[r, c]) for c in range(3)] for r in range(2)])
+    energy = any(row.figures(energy_view.tokens_per_joule) for row in rows)
+    fig = plt.figure(figsize=(19, 22 if energy else 16.5), dpi=100)
+    grid = fig.add_gridspec(4 if energy else 3, 3)
+    axes = np.array([[fig.add_subplot(grid[r, c]) for c in range(3)] for r in (0, 1, 3) if r < 3 or energy])
     devices = " vs ".join(dict.fromkeys(r.device for r in rows))
     fig.suptitle(f"TPrimat: {devices}\n{title(items)}", fontsize=14, fontweight="bold")
-    bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f"),
-                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".3g"),
-                  (axes[0, 2], memory, memory_title(items), "GiB", ".1f"))
+    bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f",
+                   NOT_MEASURED),
+                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".3g", NOT_MEASURED),
+                  (axes[0, 2], memory, memory_title(items), "GiB", ".1f", NOT_MEASURED))
+    if energy:
+        bar_panels += ((axes[2, 0], energy_view.tokens_per_joule, "Tokens per joule (higher is better; the devices' "
+                        "energy)", "tokens per joule", ".3g", NOT_MEASURED),
+                       (axes[2, 1], energy_view.mean_power_w, "Mean power per device (W)", "W", ".0f", NOT_MEASURED),
+                       (axes[2, 2], energy_view.cost_getter(costs), "Cost per million tokens (at the prices given)",
+                        "price per million tokens", ".3g", "no price"))
     labels = tick_labels(rows)
-    for ax, getter, name, unit, fmt in bar_panels:
-        for x, row in enumerate(rows):
-            values = row.figures(getter)
-            if not values:
-                ax.text(x, 0, "not measured", ha="center", va="bottom", fontsize=8, rotation=90)
-                continue
-            mid = statistics.median(values)
-            ax.bar(x, mid, color=colour[x], hatch=MODEL_HATCHES[variants.index(row.variant) % len(MODEL_HATCHES)],
-                   edgecolor="black", linewidth=0.6, label=row.label,
-                   yerr=[[mid - min(values)], [max(values) - mid]], capsize=4)
-            ax.annotate(format(mid, fmt), (x, max(values)), textcoords="offset points", xytext=(0, 3),
-                        ha="center", fontsize=8)
+    for ax, getter, name, unit, fmt, missing in bar_panels:
+        _bars(ax, rows, getter, fmt, missing, colour, [variants.index(r.variant) for r in rows])
         ax.set_title(name, fontsize=12)
         ax.set_ylabel(unit)
         ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) <= 8 else 6.5)
         ax.margins(y=0.12)
         ax.grid(axis="y", alpha=0.3)
+    if energy and not costs.any_price:
+        axes[2, 2].text(0.5, 0.5, f"no price given:\n{PRICE_KNOBS['amd']} / {PRICE_KNOBS['nvd']}\n"
+                        f"or {FLAGS[PRICE_KNOBS['amd']]} / {FLAGS[PRICE_KNOBS['nvd']]}", transform=axes[2, 2].transAxes,
+                        ha="center", va="center", fontsize=10, color="dimgray")
     line_panels = ((axes[1, 0], "loss", "Training loss", "loss"), (axes[1, 1], "lr", "Learning rate", "learning rate"),
                    (axes[1, 2], "step_time_s", "Step time", "seconds per step"))
     skip = max(i.result["performance"]["warmup_skip"] for i in items)
@@ -117,6 +123,21 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path) -> dict[s
     drawn[split.get_title()] = runs
     plt.close(fig)
     return drawn
+
+
+def _bars(ax, rows: Sequence[Repeats], getter, fmt: str, missing: str, colour: dict[int, str], models: list[int]
+          ) -> None:
+    """One bar per row at its median with min-max whiskers; a row without the figure says why (`missing`)."""
+    for x, row in enumerate(rows):
+        values = row.figures(getter)
+        if not values:
+            ax.text(x, 0, missing, ha="center", va="bottom", fontsize=8, rotation=90)
+            continue
+        mid = statistics.median(values)
+        ax.bar(x, mid, color=colour[x], hatch=MODEL_HATCHES[models[x] % len(MODEL_HATCHES)], edgecolor="black",
+               linewidth=0.6, label=row.label, yerr=[[mid - min(values)], [max(values) - mid]], capsize=4)
+        ax.annotate(format(mid, fmt), (x, max(values)), textcoords="offset points", xytext=(0, 3), ha="center",
+                    fontsize=8)
 
 
 def _clip_spikes(ax, items: Sequence[Loaded]) -> None:

@@ -1,16 +1,18 @@
 """The comparison's report.md: workload, systems, results per model, frameworks side by side on the same layout,
-each run's step time breakdown, AMD vs NVIDIA, strategies, scaling, fairness, mock data, each run's checks and
-the FLOPs convention, stated rather than hidden."""
+each run's step time breakdown, AMD vs NVIDIA, energy and cost with the decision per model and a projection
+(evaluate/energy_view.py), strategies, scaling, fairness (the machine's too: throttling, node health, stragglers),
+mock data, each run's checks and the FLOPs convention, stated rather than hidden."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from evaluate import breakdown_view, framework_view, scaling, strategy_view
+from evaluate import breakdown_view, energy_view, framework_view, scaling, strategy_view
 from evaluate.collect import Loaded
 from evaluate.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss, median_or_none,
                               memory, memory_kind, mfu, spread, title, tokens, tflops, workload)
 from evaluate.validate import check_result, fairness
+from utils.energy_cost import CostSettings
 from utils.frameworks import NATIVE
 from utils.metrics import FLOPS_CONVENTION
 from utils.models import by_variant
@@ -138,7 +140,7 @@ def mock_lines(items: Sequence[Loaded]) -> list[str]:
 
 
 def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | None,
-           strategies_png: str | None = None) -> str:
+           strategies_png: str | None = None, costs: CostSettings = CostSettings()) -> str:
     out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""]
     mocks, found = mock_lines(items), fairness(items)
     unfair, noted = [f for f in found if f.fatal], [f for f in found if not f.fatal]
@@ -162,6 +164,7 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
     out += breakdown_view.table([item for row in rows for item in row.items])
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
+    out += energy_view.section(rows, costs)
     entries = strategy_view.entries(rows)
     if strategy_view.has_strategies(entries):
         out += strategy_view.section(entries, strategies_png)
@@ -172,7 +175,7 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
                             "fingerprint and tokenizer fingerprint, fairness profile and workload conventions (init "
                             "std, padded vocabulary, EOD loss masking, sampler, NaN check, FP8 recipe), and runs on "
                             "the same number of nodes share the global batch"])
-    out += [f"- note: {f.message}" for f in noted] + [""]
+    out += [f"- note: {f.message}" for f in noted] + energy_view.fairness_lines(items) + [""]
     profiles = sorted({str(i.result["training"].get("fairness_profile")) for i in items})
     out += [f"Fairness profile(s): {', '.join(profiles)} (utils/fairness.py: spec = the original specification's "
             "table; tuned = the stacks' own DP overlap and fp32 gradient reduction).", ""]
