@@ -266,8 +266,9 @@ def fsdp_states(spec: ModelSpec, lay: Layout) -> States:
 def autotp_states(spec: ModelSpec, lay: Layout) -> States:
     """DeepSpeed: the model in the training dtype; ZeRO 1/2: per parameter group (decayed matrices, undecayed
     vectors: native_trainer.adamw) a flat copy padded to a multiple of 2 x DP elements, and for this rank's 1/DP of
-    it fp32 master weights, an fp32 gradient and two moments (one step counter per group); stage 2 keeps only its
-    shard of the reduced 16-bit gradients, stage 1 all of them. Stage 0 in bf16: the BF16 optimizer's fp32 master
+    it fp32 master weights, an fp32 gradient and two moments (one step counter per group). Through backward stage 2
+    keeps only its shard of the reduced 16-bit gradients, stage 1 all of them; at the step they have become the
+    fp32 shard's gradient (stage_1_and_2.py's step flattens, converts and frees them group by group). Stage 0 in bf16: the BF16 optimizer's fp32 master
     weights and gradients for the whole model; in fp32: torch's AdamW on the model."""
     shapes = hf_shapes(spec, lay.tp, vocab_parallel_head=lay.tp > 1)
     w = lay.width
@@ -280,8 +281,8 @@ def autotp_states(spec: ModelSpec, lay: Layout) -> States:
     align = 2 * lay.dp
     padded = [-(-g // align) * align for g in groups]
     shard = sum(p // lay.dp for p in padded)
-    grads = w * n if lay.zero_stage == 1 else w * sum(padded) // lay.dp
-    return States(w * sum(padded), grads + 4 * shard, 12 * shard + 4 * len(groups), grads)
+    held = w * n if lay.zero_stage == 1 else w * sum(padded) // lay.dp  # through backward, before the step
+    return States(w * sum(padded), 4 * shard, 12 * shard + 4 * len(groups), held)
 
 
 STATES = {"fsdp": fsdp_states, "autotp": autotp_states}
