@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from evaluate.collect import Loaded
 from evaluate.repeats import PLATFORM_NAMES, Repeats, median_or_none, tokens
-from evaluate.validate import Finding, node_health, straggler, throttling
+from evaluate.machine_checks import node_health, straggler, throttling
 from utils.energy_cost import (FLAGS, PRICE_KNOBS, PROJECT_KNOB, CostSettings, Projection, cost_per_million_tokens,
                                duration_text, energy_of, project, ratio)
 from utils.models import by_variant
@@ -107,7 +107,8 @@ def energy_cell(value: float | None) -> str:
 
 def energy_table(found: Sequence[Figures], costs: CostSettings) -> list[str]:
     header = ("| Device | Framework | Strategy | Nodes | GPUs | tokens/s/GPU | Mean power per device (W) | tokens per "
-              "joule | Wh per million tokens | Energy from |" + (" Cost per million tokens |" if costs.any_price else ""))
+              "joule | Wh per million tokens | Energy from |")
+    header += " Cost per million tokens |" if costs.any_price else ""
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for fig in found:
         row = fig.row
@@ -196,7 +197,8 @@ def decision_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str]:
         decided = True
         out += [f"### {by_variant(variant).display_name}", "", f"- AMD: {which(amd)}", f"- NVIDIA: {which(nvd)}", ""]
         out += decision_table(amd, nvd) + [""]
-    return out if decided else out + ["- no model has a successful AMD and a successful NVIDIA run to decide between", ""]
+    return out if decided else out + ["- no model has a successful AMD and a successful NVIDIA run to decide between",
+                                      ""]
 
 
 def projection_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str]:
@@ -233,15 +235,9 @@ def fairness_lines(items: Sequence[Loaded]) -> list[str]:
     out = []
     for item in items:
         side = f"the {PLATFORM_NAMES.get(item.result['platform'], '?')} side ({item.name})"
-        found: list[Finding] = throttling(item.name, item.result)
-        if found:
-            out.append(f"- {side} throttled during its steady state, so its figures were measured throttled: "
-                       + "; ".join(f.message for f in found))
-        found = node_health(item.name, item.system)
-        if found:
-            out.append(f"- {side} ran on a node with {len(found)} health problem(s): "
-                       + "; ".join(f.message for f in found))
-        found = straggler(item.name, item.result)
-        if found:
-            out.append(f"- {side} had a straggler: " + "; ".join(f.message for f in found))
+        said = (("throttled during its steady state, so its figures were measured throttled", throttling(item.result)),
+                ("ran on a node with {} health problem(s)", node_health(item.system)),
+                ("had a straggler", straggler(item.result)))
+        out += [f"- {side} {what.format(len(found))}: " + "; ".join(p.message for p in found)
+                for what, found in said if found]
     return out

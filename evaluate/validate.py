@@ -28,21 +28,18 @@ from __future__ import annotations
 import json
 import math
 import sys
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from evaluate import native_settings
+from evaluate import machine_checks, native_settings
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs import step_ranges
 from utils import metrics
 from utils.cli import Parser, run
 from utils.fairness import PROFILES, profile
-from utils.energy import throttle_warnings
-from utils.hardware import CPU_PACKAGE_MAX_W, DEVICES, lookup_device
+from utils.hardware import DEVICES
 from utils.models import by_variant
-from utils.stragglers import warning as straggler_warning
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
 
@@ -93,13 +90,6 @@ FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo")  # printed flat by 
 HIGHEST_PEAK = max(peak for _, spec in DEVICES for peak in (spec.bf16_tflops, spec.fp8_tflops) if peak)
 MEMORY_SERIES = ("mem_allocated_gib", "mem_reserved_gib", "mem_host_rss_gib")
 HEADLINE = ("median_step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu", "mfu")
-# A power sample averages the draw over up to a second and a device's power limit holds over such windows; what
-# rises above the board power is shorter. So a reading more than 10% above the data sheet's maximum is no reading of
-# a working sensor. A device the table lacks is held to the highest board power of the table.
-POWER_MARGIN = 1.1
-HIGHEST_POWER_W = max(spec.max_power_w for _, spec in DEVICES if spec.max_power_w)
-POWER_FIGURES = ("mean_power_w", "max_power_w")
-ENERGY_FIGURES = ("energy_per_step_j", "tokens_per_joule", "wh_per_million_tokens")
 
 
 @dataclass(frozen=True)
@@ -170,7 +160,7 @@ def check_result(item: Loaded) -> list[Finding]:
                 found.append(Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, "
                                      f"{wanted!r} requested"))
     return (found + _profile_applied(name, training, effective) + _figures(name, r) + _memory(name, r)
-            + machine_checks(item))
+            + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)])
 
 
 def _steps(name: str, run: dict, training: dict, series: dict, effective: dict) -> list[Finding]:
@@ -267,86 +257,6 @@ def _memory(name: str, r: dict) -> list[Finding]:
             below.append(f"{key} at step(s) {step_ranges(steps)}")
     return [Finding(name, "memory", f"below 0: {'; '.join(below)}")] if below else []
 
-
-def machine_checks(item: Loaded) -> list[Finding]:
-    """What the machine did while the run trained (its telemetry, stragglers and node health): power no device
-    draws and energy that went backwards fail; steady-state throttling, a straggler and health problems warn."""
-    r = item.result
-    return (_power(item.name, r, item.system) + _energy_backwards(item.name, r) + throttling(item.name, r)
-            + straggler(item.name, r) + node_health(item.name, item.system))
-
-
-def power_limit_w(platform: str, device_name: str | None) -> tuple[float, str]:
-    """The most a device of this name can draw (W) and whose figure that is."""
-    if platform == "cpu":
-        return CPU_PACKAGE_MAX_W, "a CPU package (utils/hardware.py's CPU_PACKAGE_MAX_W)"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spec = lookup_device(device_name)
-    if spec is not None and spec.max_power_w:
-        return spec.max_power_w, f"{spec.name}'s board power (utils/hardware.py)"
-    return HIGHEST_POWER_W, "the highest board power in utils/hardware.py"
-
-
-def _power(name: str, r: dict, system: dict) -> list[Finding]:
-    """Every power figure of the telemetry against the most its device can draw."""
-    section = r.get("telemetry") or {}
-    system_device = (system.get("gpu") or {}).get("name")
-    readings = [(f"GPU {gpu['index']} on {gpu['host']}", gpu.get("name") or system_device, gpu)
-                for gpu in section.get("per_gpu", [])]
-    if not readings:  # no per-device figures: the run's own
-        readings = [("the run", system_device, section)]
-    found = []
-    for where, device, figures in readings:
-        limit, whose = power_limit_w(r["platform"], device)
-        for key in POWER_FIGURES:
-            value = figures.get(key)
-            if value is not None and value > limit * POWER_MARGIN:
-                found.append(Finding(name, "power", f"{where}: {key} {value:g} W is more than {whose}, {limit:g} W, "
-                                     f"allows (+{POWER_MARGIN - 1:.0%} for a sample's averaging): no device of this "
-                                     "kind draws it; a misread sensor or a wrong unit"))
-    return found
-
-
-def _energy_backwards(name: str, r: dict) -> list[Finding]:
-    """Energy over the steady-state window is never below 0: below 0, the device's energy counter went backwards
-    (reset or wrapped during the run) and every energy figure of the run is wrong."""
-    section = r.get("telemetry") or {}
-    below = [f"GPU {gpu['index']} on {gpu['host']}: {gpu['energy_j']:g} J" for gpu in section.get("per_gpu", [])
-             if gpu.get("energy_j") is not None and gpu["energy_j"] < 0]
-    below += [f"{key} {section[key]:g}" for key in ENERGY_FIGURES if section.get(key) is not None and section[key] < 0]
-    if not below:
-        return []
-    how = "the energy counter went backwards (reset or wrapped during the run)" \
-        if section.get("energy_method") == "counter" else "energy cannot be below 0"
-    return [Finding(name, "energy", f"{'; '.join(below)} over the steady-state steps: {how}")]
-
-
-def throttling(name: str, r: dict) -> list[Finding]:
-    """A warning per throttle event during the steady-state steps (reason, GPU, steps): the figures were measured
-    on a throttled device."""
-    return [Finding(name, "throttling", line, fatal=False) for line in throttle_warnings(r.get("telemetry") or {})]
-
-
-def straggler(name: str, r: dict) -> list[Finding]:
-    """A warning when the result's stragglers section flagged a GPU or node slower than the median."""
-    section = r.get("stragglers")
-    line = straggler_warning(section) if section else None
-    return [Finding(name, "straggler", line.removeprefix("straggler: "), fatal=False)] if line else []
-
-
-def node_health(name: str, system: dict) -> list[Finding]:
-    """A warning per problem evaluate.health recorded on the run's node (system.health)."""
-    problems = (system.get("health") or {}).get("problems") or []
-    return [Finding(name, "node health", problem.get("line") or _health_line(problem), fatal=False)
-            for problem in problems]
-
-
-def _health_line(problem: dict) -> str:
-    gpu = "the node" if problem.get("index") is None else f"GPU {problem['index']}"
-    bus = f" ({problem['bus_id']})" if problem.get("bus_id") else ""
-    return (f"{gpu}{bus}: {problem.get('field')} is {problem.get('value')!r}, expected {problem.get('expected')!r}"
-            + (f"; {problem['fix']}" if problem.get("fix") else ""))
 
 def _profile_applied(name: str, training: dict, effective: dict) -> list[Finding]:
     """The recorded fairness profile's DDP settings and FP8 recipe, as the framework reports them."""

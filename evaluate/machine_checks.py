@@ -1,0 +1,108 @@
+"""evaluate.validate's checks of the machine behind a result: its telemetry, stragglers and node health.
+
+Power that no device of the kind can draw and energy below 0 fail: the sensor was misread or its energy counter went
+backwards (reset or wrapped during the run), so no energy figure of the run stands. Throttling during the
+steady-state steps, a flagged straggler and the node's health problems (evaluate.health's system.health) are
+warnings: the figures are real, but were measured on a machine that was not at its best. The report's Fairness
+section says the same of each side of a comparison (evaluate/energy_view.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+from utils.energy import throttle_warnings
+from utils.hardware import CPU_PACKAGE_MAX_W, DEVICES, lookup_device
+from utils.stragglers import warning as straggler_warning
+
+# A power sample averages the draw over up to a second and a device's power limit holds over such windows; what
+# rises above the board power is shorter. So a reading more than 10% above the data sheet's maximum is no reading of
+# a working sensor. A device the table lacks is held to the highest board power of the table.
+POWER_MARGIN = 1.1
+HIGHEST_POWER_W = max(spec.max_power_w for _, spec in DEVICES if spec.max_power_w)
+POWER_FIGURES = ("mean_power_w", "max_power_w")
+ENERGY_FIGURES = ("energy_per_step_j", "tokens_per_joule", "wh_per_million_tokens")
+
+
+class Problem(NamedTuple):
+    """One check's finding on a result (validate names the result)."""
+
+    check: str
+    message: str
+    fatal: bool = True
+
+
+def problems(result: dict, system: dict) -> list[Problem]:
+    """Every machine check of one result, with the system it ran on (its own, else its run set's system.json)."""
+    return (power(result, system) + energy_backwards(result) + throttling(result) + straggler(result)
+            + node_health(system))
+
+
+def power_limit_w(platform: str, device_name: str | None) -> tuple[float, str]:
+    """The most a device of this name can draw (W) and whose figure that is."""
+    if platform == "cpu":
+        return CPU_PACKAGE_MAX_W, "a CPU package (utils/hardware.py's CPU_PACKAGE_MAX_W)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = lookup_device(device_name)
+    if spec is not None and spec.max_power_w:
+        return spec.max_power_w, f"{spec.name}'s board power (utils/hardware.py)"
+    return HIGHEST_POWER_W, "the highest board power in utils/hardware.py"
+
+
+def power(result: dict, system: dict) -> list[Problem]:
+    """Every power figure of the telemetry (each device's, else the run's) against the most its device can draw."""
+    section = result.get("telemetry") or {}
+    system_device = (system.get("gpu") or {}).get("name")
+    readings = [(f"GPU {gpu['index']} on {gpu['host']}", gpu.get("name") or system_device, gpu)
+                for gpu in section.get("per_gpu", [])] or [("the run", system_device, section)]
+    found = []
+    for where, device, figures in readings:
+        limit, whose = power_limit_w(result["platform"], device)
+        for key in POWER_FIGURES:
+            value = figures.get(key)
+            if value is not None and value > limit * POWER_MARGIN:
+                found.append(Problem("power", f"{where}: {key} {value:g} W is more than {whose}, {limit:g} W, allows "
+                                     f"(+{POWER_MARGIN - 1:.0%} for a sample's averaging): no device of this kind "
+                                     "draws it; a misread sensor or a wrong unit"))
+    return found
+
+
+def energy_backwards(result: dict) -> list[Problem]:
+    """Energy over the steady-state window is never below 0: below 0, the energy counter went backwards."""
+    section = result.get("telemetry") or {}
+    below = [f"GPU {gpu['index']} on {gpu['host']}: {gpu['energy_j']:g} J" for gpu in section.get("per_gpu", [])
+             if gpu.get("energy_j") is not None and gpu["energy_j"] < 0]
+    below += [f"{key} {section[key]:g}" for key in ENERGY_FIGURES if section.get(key) is not None and section[key] < 0]
+    if not below:
+        return []
+    how = "the energy counter went backwards (reset or wrapped during the run)" \
+        if section.get("energy_method") == "counter" else "energy cannot be below 0"
+    return [Problem("energy", f"{'; '.join(below)} over the steady-state steps: {how}")]
+
+
+def throttling(result: dict) -> list[Problem]:
+    """A warning per throttle event during the steady-state steps, naming the GPU, reason and steps."""
+    return [Problem("throttling", line, fatal=False) for line in throttle_warnings(result.get("telemetry") or {})]
+
+
+def straggler(result: dict) -> list[Problem]:
+    """A warning when the result's stragglers section flagged a GPU or node slower than the median."""
+    section = result.get("stragglers")
+    line = straggler_warning(section) if section else None
+    return [Problem("straggler", line.removeprefix("straggler: "), fatal=False)] if line else []
+
+
+def node_health(system: dict) -> list[Problem]:
+    """A warning per problem evaluate.health recorded on the run's node (system.health)."""
+    found = (system.get("health") or {}).get("problems") or []
+    return [Problem("node health", problem.get("line") or _health_line(problem), fatal=False) for problem in found]
+
+
+def _health_line(problem: dict) -> str:
+    """A problem recorded without its line, said from its fields."""
+    gpu = "the node" if problem.get("index") is None else f"GPU {problem['index']}"
+    bus = f" ({problem['bus_id']})" if problem.get("bus_id") else ""
+    return (f"{gpu}{bus}: {problem.get('field')} is {problem.get('value')!r}, expected {problem.get('expected')!r}"
+            + (f"; {problem['fix']}" if problem.get("fix") else ""))
