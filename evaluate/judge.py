@@ -38,7 +38,7 @@ from evaluate.collect import Loaded
 from evaluate.log_files import step_end_times
 from evaluate.logs import FRAMEWORKS as LOG_FORMATS, collective_network
 from evaluate.validate import check_result
-from utils import energy, stragglers, telemetry
+from utils import energy, predict, stragglers, telemetry
 from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run, warn
 from utils.frameworks import TABLE
 from utils.request import Request, RequestError
@@ -292,6 +292,7 @@ def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> s
     result = collect_result(request, run_dir, ended, logs)
     notes = record_environment(nnodes, result, ended.environment, logs)
     notes += machine_sections(request, run_dir, result, ended)
+    result["prediction"] = predict.result_section(request, result)
     record = result["run"]
     problems = readback_problems(request, result)
     if ended.exit_code != 0 and not ended.interrupted and record["status"] == "ok":

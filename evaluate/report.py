@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from evaluate import breakdown_view, energy_view, framework_view, scaling, strategy_view
+from evaluate import breakdown_view, energy_view, framework_view, prediction_view, scaling, strategy_view
 from evaluate.collect import Loaded
 from evaluate.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss, median_or_none,
                               memory, memory_kind, mfu, spread, title, tokens, tflops, workload)
@@ -162,6 +162,7 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
             "largest worker process (CPU runs, which have no device memory).", ""]
     out += framework_view.section(items)
     out += breakdown_view.table([item for row in rows for item in row.items])
+    out += prediction_view.section([item for row in rows for item in row.items])
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
     out += energy_view.section(rows, costs)
