@@ -123,8 +123,9 @@ class Prediction:
         if self.time is None:
             return "no step-time bound (no dense peak for this device)"
         b = self.time
-        return (f"step >= {b.step_s:.3f} s (compute {b.compute_s:.3f}, TP {b.tp_s:.3f}, DP {b.dp_exposed_s:.3f}"
-                f"{' exposed' if b.dp_exposed_s != b.dp_s else ''}, bubble {b.bubble_s:.3f})")
+        hidden = f" exposed of {b.dp_s:.3f}" if b.dp_exposed_s != b.dp_s else ""
+        return (f"step >= {b.step_s:.3f} s (compute {b.compute_s:.3f}, TP {b.tp_s:.3f}, DP {b.dp_exposed_s:.3f}{hidden}, "
+                f"bubble {b.bubble_s:.3f})")
 
 
 def predict(req: Request, target: Target, link_gbps: float | None = None,
