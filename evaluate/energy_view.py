@@ -8,6 +8,7 @@ that measured energy, for the energy figures). A figure that was not measured re
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -132,7 +133,7 @@ def energy_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str]:
            "repeats that measured them."]
     if costs.any_price:
         out += ["Cost per million tokens = price per GPU-hour x GPUs x (1e6 / tokens/s) / 3600, at the prices "
-                f"given: AMD {_price(costs.price_amd)}, NVIDIA {_price(costs.price_nvd)} per GPU-hour."]
+                f"given: AMD {_price(costs.price_amd)}, NVIDIA {_price(costs.price_nvd)}."]
     else:
         out += [f"No cost: no price given ({PRICE_KNOBS['amd']} / {PRICE_KNOBS['nvd']} in config.env, or "
                 f"{FLAGS[PRICE_KNOBS['amd']]} / {FLAGS[PRICE_KNOBS['nvd']]})."]
@@ -148,7 +149,7 @@ def energy_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str]:
 
 
 def _price(value: float | None) -> str:
-    return "not given" if value is None else f"{value:g}"
+    return "not given" if value is None else f"{value:g} per GPU-hour"
 
 
 def best(rows: Sequence[Repeats], costs: CostSettings, platform: str) -> Figures | None:
@@ -207,7 +208,7 @@ def projection_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str
         return [f"No projection: set {PROJECT_KNOB} (e.g. 1e12) or {FLAGS[PROJECT_KNOB]} to project time, "
                 "GPU-hours, energy and cost to a training run of that many tokens.", ""]
     count = costs.project_tokens
-    shown = f"{count:.3g}".replace("e+", "e")
+    shown = re.sub(r"e\+?0*(?=\d)", "e", f"{count:.3g}")  # 1e+09 -> 1e9, as PROJECT_TOKENS is written
     out = [f"## Projection: {shown} tokens (linear, from the measured runs)", "",
            f"A linear projection from each measured run: {shown} tokens at its median steady-state tokens/s on its "
            "own GPU count, energy at its measured Wh per million tokens, cost at the price per GPU-hour. It leaves out "
