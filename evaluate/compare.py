@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("inputs", nargs="+", metavar="DIR_OR_ZIP", help="run directories, run sets, output.zip files")
     parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUTDIR", help="folder for compare.png and report.md")
     for knob, flag in FLAGS.items():
-        parser.add_argument(flag, metavar="NUMBER", dest=knob, help=f"{knob} for this comparison (empty: none)")
+        parser.add_argument(flag, metavar="NUMBER", dest=knob, help=f"overrides {knob} (from the environment, else config.env); empty: none")
     args = parser.parse_args(argv)
     try:
         costs = cost_settings({knob: getattr(args, knob) for knob in FLAGS})
