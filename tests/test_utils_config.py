@@ -359,7 +359,7 @@ def test_machine_knobs_are_typed_and_an_empty_price_is_none():
     ("TELEMETRY_INTERVAL_MS", "", "from 100 to 60000"),
     ("PRICE_PER_GPU_HOUR_NVD", "two dollars", "empty or a number > 0"),
     ("PROJECT_TOKENS", "0", "empty or a number"),
-    ("TARGET_DEVICE", "tpu", "not one of , h100, h200, b200, mi300x, mi325x, mi355x"),
+    ("TARGET_DEVICE", "tpu", "not one of (empty), h100, h200, b200, mi300x, mi325x, mi355x"),
     ("HEALTH", "maybe", "not one of warn, strict, off"),
 ])
 def test_machine_knobs_refuse_bad_values_in_one_line(knob, value, rule):

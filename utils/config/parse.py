@@ -133,7 +133,7 @@ def convert(name: str, raw: str, knob: Knob, problems: list[str]):
         return number
     if knob.kind == "enum":
         if value not in knob.choices:
-            problems.append(f"{name}={raw}: not one of {', '.join(knob.choices)}")
+            problems.append(f"{name}={raw}: not one of {', '.join(choice or '(empty)' for choice in knob.choices)}")
             return None
         return value
     if knob.kind == "list":
