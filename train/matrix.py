@@ -3,8 +3,9 @@
     python3 -m train.matrix      (shell/train.sh hands over to it in the chosen runtime)
 
 Prints the run list, checks the data (on the CPU with the bundled sample corpus it prepares it), probes
-the system into system.json, runs each run through train/launch.sh PLATFORM FRAMEWORK MODEL in a process
-group of its own (a run its framework cannot do is listed as skipped, with the reason, and not started),
+the system into system.json, checks the node's health (evaluate.health, as HEALTH says: warn records, strict
+refuses an unhealthy node, off skips), runs each run through train/launch.sh PLATFORM FRAMEWORK MODEL in a
+process group of its own (a run its framework cannot do is listed as skipped, with the reason, and not started),
 then prints the summary table and runs evaluate.validate and evaluate.compare (as commands: train/ does
 not import evaluate/). DRY_RUN=1: every run's command and generated
 configuration, nothing trained. Multi-node: every node walks the same matrix; node 0 probes, prepares
@@ -29,7 +30,7 @@ from utils import ROOT
 from utils.cli import STOP_SIGNALS, Parser, UsageError, say, warn
 from utils.config import ConfigError, Config
 from utils.datafiles import PREPARE
-from utils.runset import make_run_set
+from utils.runset import SYSTEM_FILE, make_run_set
 from utils.strategies import CUSTOM
 
 DATA_WAIT_S = 1800  # how long a node other than 0 waits for node 0's sample data (TPRIMAT_DATA_WAIT_S)
@@ -155,6 +156,24 @@ def container_command(platform: str, script: str, args: list[str]) -> str:
     return subprocess.run(words, cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout
 
 
+def check_health(cfg: Config, run_set: Path, stop: Stop) -> None:
+    """The node's health (evaluate.health) before the first run, as HEALTH says: warn prints and records it (node 0
+    into the run set's system.json, so every result carries it), strict refuses an unhealthy node, off skips it."""
+    if cfg["HEALTH"] == "off":
+        log("node health: not checked (HEALTH=off)")
+        return
+    args = ["evaluate.health", "--platform", cfg.platform, "--strict"]
+    if cfg["NODE_RANK"] == 0:
+        args += ["--record", str(run_set / SYSTEM_FILE)]
+    code = tool(*args)
+    stop.end_if_stopped()
+    if code == 1 and cfg["HEALTH"] == "strict":
+        die(2, "HEALTH=strict: this node has the problems listed above; fix them, or HEALTH=warn to record them and "
+               "go on")
+    if code not in (0, 1):
+        warn(f"the node health check failed (exit code {code}): results will not say whether the node was healthy")
+
+
 def run_matrix(cfg: Config, runs: list[plan.Run], run_set: Path, stop: Stop) -> tuple[list[str], bool]:
     """Each run into its own directory of the run set, until a stop; the names started and whether one failed."""
     names, failed = [], False
@@ -230,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if node == 0 and tool("evaluate.probe", "-o", str(run_set / "system.json")) != 0:
         stop.end_if_stopped()
         warn("the system probe failed: results will have no system description")
+    check_health(cfg, run_set, stop)
     names, failed = run_matrix(cfg, runs, run_set, stop)
     if stop.signal is not None and node == 0 and names:
         try:

@@ -1,0 +1,66 @@
+"""Node health before benchmarking: one line per problem, naming the GPU, the value, what it should be and the fix.
+
+    python3 -m evaluate.health [--strict] [--json] [--record SYSTEM_JSON] [--platform amd|nvd|cpu]
+
+Checks (utils/node_health.py): per GPU, uncorrectable ECC errors, memory rows pending remap or retirement, power
+limit below the default, PCIe link generation or width below the maximum, NVLink/xGMI links down, memory already
+in use or other processes on the GPU, temperature at idle, application clocks below the maximum; on the node, the
+InfiniBand/RoCE ports' state and the CPU frequency governor. A query a device does not support is not checked.
+--record merges the findings into a run set's system.json ("health"), so every result of the set carries them;
+the matrix does this on every node before the first run, as HEALTH says (warn: record and go on; strict: refuse
+to start, exit 2; off: nothing). Exit: 0 checked (problems are printed as warnings), 1 with --strict when there is
+a problem, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from utils.cli import Parser, UsageError, run
+from utils.config import PLATFORMS, detect
+from utils.files import read_json, write_json
+from utils.node_health import Health, check
+
+
+def record(health: Health, system_json: Path) -> None:
+    """Merge the findings into system.json (written atomically; a missing file gets a system of its own)."""
+    try:
+        system = read_json(system_json) if system_json.exists() else {}
+    except ValueError as err:
+        raise UsageError(f"{system_json}: not a system description ({err}); run the probe again") from None
+    write_json(system_json, {**system, "health": health.record()})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python3 -m evaluate.health", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strict", action="store_true", help="exit 1 when there is a problem")
+    parser.add_argument("--json", action="store_true", help="print the record as JSON instead of lines")
+    parser.add_argument("--record", type=Path, metavar="SYSTEM_JSON", help="merge the findings into this system.json")
+    parser.add_argument("--platform", choices=PLATFORMS, help="the platform to check (default: detected)")
+    args = parser.parse_args(argv)
+    platform = args.platform or os.environ.get("PLATFORM", "auto")
+    if platform == "auto":
+        platform = detect(dict(os.environ))[0]
+    health = check(platform)
+    if args.record:
+        record(health, args.record)
+    if args.json:
+        print(json.dumps(health.record(), indent=1))
+    else:
+        checked = f"{health.gpus} GPU(s) through {health.method}" if health.gpus else "no GPU"
+        print(f"[tprimat] node health ({platform}): {checked}; "
+              + ("healthy" if health.ok else f"{len(health.problems)} problem(s)"), flush=True)
+        for problem in health.problems:
+            print(f"[tprimat] health: {problem.line}", file=sys.stderr, flush=True)
+        for note in health.notes:
+            print(f"[tprimat] health: {note}", flush=True)
+    return 1 if args.strict and not health.ok else 0
+
+
+if __name__ == "__main__":
+    run(main, "evaluate.health")

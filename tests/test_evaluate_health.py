@@ -1,0 +1,169 @@
+"""evaluate.health: a node's health before the first run, against the fake pynvml and amdsmi (tests/fakes) and a fake
+sysfs tree, one line per problem naming the GPU, the value, what it should be and the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.train_matrix.shell import machine, prepared_data
+from utils import node_health
+
+FAKES = Path(__file__).parent / "fakes"
+REPO = Path(__file__).resolve().parents[1]
+HEALTHY = {"name": "NVIDIA H100 80GB HBM3", "bus_id": "00000000:18:00.0", "memory_used_mib": 0, "temp_gpu_c": 35,
+           "power_limit_w": 700, "power_default_limit_w": 700, "processes": []}
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """Describe the node's GPUs (tests/fakes/fake_gpus.py's scenario) and an empty sysfs tree."""
+    sysfs = tmp_path / "sys"
+    sysfs.mkdir()
+    monkeypatch.setenv(node_health.SYSFS_ENV, str(sysfs))
+
+    def describe(*gpus: dict) -> Path:
+        path = tmp_path / "gpus.json"
+        path.write_text(json.dumps({"gpus": list(gpus)}))
+        monkeypatch.setenv("TPRIMAT_FAKE_GPUS", str(path))
+        return sysfs
+    monkeypatch.syspath_prepend(str(FAKES))
+    for name in ("pynvml", "amdsmi", "fake_gpus"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return describe
+
+
+def lines(health: node_health.Health) -> list[str]:
+    return [problem.line for problem in health.problems]
+
+
+def test_a_healthy_node_has_no_problem(node):
+    node(HEALTHY, {**HEALTHY, "bus_id": "00000000:2A:00.0"})
+    health = node_health.check("nvd")
+    assert (health.method, health.gpus, health.problems) == ("nvml", 2, [])
+
+
+def test_each_fault_is_one_line_naming_the_gpu_the_value_the_norm_and_the_fix(node):
+    node(HEALTHY, {**HEALTHY, "bus_id": "00000000:2A:00.0", "ecc_uncorrected_volatile": 3, "power_limit_w": 500,
+                   "pcie_width": 8, "nvlink_down": [3], "processes": [{"pid": 4242, "used_mib": 2048}],
+                   "temp_gpu_c": 75, "remapped_rows": {"corrected": 0, "uncorrected": 1, "pending": True,
+                                                       "failure": False}})
+    found = lines(node_health.check("nvd"))
+    assert all(line.startswith("GPU 1 (00000000:2A:00.0): ") for line in found), found
+    text = "\n".join(found)
+    assert "uncorrectable ECC errors (volatile) is 3, should be 0" in text
+    assert "power limit is 500 W, should be the default 700 W: nvidia-smi -i 1 -pl 700" in text
+    assert "PCIe link is Gen5 x8, should be Gen5 x16" in text
+    assert "NVLink/xGMI is down (links 3)" in text
+    assert "processes on the GPU is pid 4242 (2048 MiB)" in text
+    assert "temperature at idle is 75 C" in text
+    assert "memory rows pending remap/retirement is pending" in text
+    assert len(found) == 7
+
+
+def test_memory_held_without_a_listed_process_is_a_stale_holder(node):
+    node({**HEALTHY, "memory_used_mib": 30000})
+    (problem,) = node_health.check("nvd").problems
+    assert problem.field == "memory in use before the first run" and problem.value == "30000 MiB"
+
+
+def test_a_query_the_device_does_not_support_is_not_checked(node):
+    node({**HEALTHY, "power_limit_w": 100, "pcie_width": 1, "ecc_uncorrected_volatile": 9,
+          "not_supported": ["power_limit", "pcie", "ecc", "nvlink", "remapped_rows", "processes", "memory"]})
+    health = node_health.check("nvd")
+    assert health.problems == [] and health.gpus == 1
+
+
+def test_amd_gpus_are_read_through_amdsmi(node):
+    node({**HEALTHY, "name": "AMD Instinct MI300X", "bus_id": "00000000:05:00.0", "power_limit_w": 600,
+          "power_default_limit_w": 750, "nvlink_down": [1], "pcie_gen": 4})
+    health = node_health.check("amd")
+    assert health.method == "amdsmi"
+    assert [p.field for p in health.problems] == ["power limit", "PCIe link", "NVLink/xGMI"]
+    assert health.problems[0].line == ("GPU 0 (0000:05:00.0): power limit is 600 W, should be the default 750 W: "
+                                      "amd-smi set -g 0 --power-cap 750")
+
+
+def test_without_nvml_nvidia_smi_is_read_and_named(node, monkeypatch):
+    node(HEALTHY)
+    monkeypatch.setenv("TPRIMAT_FAKE_GPUS", "")  # the fake NVML then fails to initialise, as without the driver
+    monkeypatch.setenv("PATH", f"{REPO / 'tests' / 'fakebin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_NVIDIA_GPUS", "2")
+    health = node_health.check("nvd")
+    assert (health.method, health.gpus) == ("nvidia-smi", 2)
+    assert any(note.startswith("nvml: NVML") for note in health.notes)
+
+
+def test_the_cpu_governor_and_infiniband_ports_are_checked_from_sysfs(node):
+    sysfs = node(HEALTHY)
+    for cpu, governor in (("cpu0", "performance"), ("cpu1", "powersave")):
+        path = sysfs / "devices/system/cpu" / cpu / "cpufreq"
+        path.mkdir(parents=True)
+        (path / "scaling_governor").write_text(f"{governor}\n")
+    for device, state in (("mlx5_0", "4: ACTIVE"), ("mlx5_1", "1: DOWN")):
+        port = sysfs / "class/infiniband" / device / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+    found = lines(node_health.check("cpu"))
+    assert found == [
+        "node: InfiniBand/RoCE mlx5_1 port 1 is 1: DOWN (400 Gb/sec (4X NDR)), should be 4: ACTIVE: check its cable "
+        "and switch port (ibstat mlx5_1); leave it out of NET_IB_HCA if it is not used",
+        "node: CPU frequency governor is powersave on 1 CPU(s), should be performance: sudo cpupower frequency-set "
+        "-g performance"]
+
+
+def health_command(tmp_path: Path, gpus: list[dict], *args: str) -> subprocess.CompletedProcess:
+    scenario = tmp_path / "gpus.json"
+    scenario.write_text(json.dumps({"gpus": gpus}))
+    env = {**os.environ, "PYTHONPATH": str(FAKES), "TPRIMAT_FAKE_GPUS": str(scenario),
+           node_health.SYSFS_ENV: str(tmp_path)}
+    return subprocess.run([sys.executable, "-m", "evaluate.health", "--platform", "nvd", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_strict_on_the_command_line_exits_1_on_a_problem_and_0_when_healthy(tmp_path):
+    sick = health_command(tmp_path, [{**HEALTHY, "ecc_uncorrected_aggregate": 2}], "--strict")
+    assert sick.returncode == 1
+    assert "GPU 0 (00000000:18:00.0): uncorrectable ECC errors (aggregate) is 2, should be 0" in sick.stderr
+    assert "Traceback" not in sick.stderr
+    assert health_command(tmp_path, [HEALTHY], "--strict").returncode == 0
+    assert health_command(tmp_path, [{**HEALTHY, "ecc_uncorrected_aggregate": 2}]).returncode == 0  # warn only
+
+
+def test_record_merges_the_findings_into_system_json(tmp_path):
+    system = tmp_path / "system.json"
+    system.write_text(json.dumps({"nodes": 1, "device_name": "NVIDIA H100 80GB HBM3"}))
+    assert health_command(tmp_path, [{**HEALTHY, "power_limit_w": 350}], "--record", str(system)).returncode == 0
+    recorded = json.loads(system.read_text())
+    assert recorded["nodes"] == 1 and recorded["health"]["ok"] is False
+    (problem,) = recorded["health"]["problems"]
+    assert (problem["index"], problem["bus_id"], problem["field"]) == (0, "00000000:18:00.0", "power limit")
+    assert problem["line"].startswith("GPU 0 (00000000:18:00.0): power limit is 350 W")
+
+
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
+    result = health_command(tmp_path, [HEALTHY], "--strickt")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("mode, code", [("strict", 2), ("warn", 0), ("off", 0)])
+def test_the_matrix_checks_health_before_the_first_run_as_health_says(tmp_path, mode, code):
+    fake = machine(tmp_path, nvidia=8)
+    prepared_data(tmp_path / "data", "bc", models=("llama",))
+    scenario = tmp_path / "gpus.json"
+    scenario.write_text(json.dumps({"gpus": [{**HEALTHY, "power_limit_w": 400}] * 8}))
+    result = fake.run("shell/train.sh", DRY_RUN="1", HEALTH=mode, MODELS="llama", FRAMEWORK="mega",
+                      DATA_DIR=str(tmp_path / "data"), PYTHONPATH=str(FAKES), TPRIMAT_FAKE_GPUS=str(scenario))
+    assert result.returncode == code, result.output
+    assert ("power limit is 400 W" in result.output) is (mode != "off")
+    if mode == "strict":
+        assert "HEALTH=strict: this node has the problems listed above" in result.output
+        assert "run 1/1" not in result.output
+    if mode == "off":
+        assert "node health: not checked (HEALTH=off)" in result.output
