@@ -31,7 +31,6 @@ if __package__ in (None, ""):
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import io  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -41,6 +40,7 @@ from dataclasses import replace  # noqa: E402
 import torch  # noqa: E402
 
 from train import native_trainer, trainer_cli  # noqa: E402
+from train.bench_blocks import block_lines, paired_difference  # noqa: E402
 from train.fsdp_engine import FsdpEngine  # noqa: E402
 from train.megatron_data import locate  # noqa: E402
 from utils import platform_env  # noqa: E402
@@ -97,20 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     on, off = times[True], times[False]
     step_off = statistics.median(off)
-    pairs = [(a - b) / b for a, b in zip(on, off)]  # adjacent blocks: drift cancels
-    difference = statistics.median(pairs)
-    error = statistics.stdev(pairs) / math.sqrt(len(pairs)) if len(pairs) > 1 else float("inf")
+    difference, error = paired_difference(on, off)
     direct = statistics.fmean(own) / step_off
     lay, t = req.parallelism, req.training
     print(f"fsdp breakdown benchmark: {req.identity.variant} on {req.identity.platform}, TP{lay.tp} DP{lay.dp} "
           f"GA{lay.ga} MBS{t.mbs} SL{t.seq_len} {t.precision}, {world} process(es), synthetic tokens, "
           f"{args.blocks} blocks of {args.block_steps} steps per mode after {args.warmup_steps} untimed")
-    print(f"  step time, breakdown on : median {statistics.median(on) * 1000:9.2f} ms  blocks "
-          + " ".join(f"{s * 1000:.1f}" for s in on))
-    print(f"  step time, breakdown off: median {step_off * 1000:9.2f} ms  blocks "
-          + " ".join(f"{s * 1000:.1f}" for s in off))
-    print(f"  on - off: median {difference * 100:+.2f}% of step time over adjacent block pairs "
-          f"(standard error {error * 100:.2f}%)")
+    print("\n".join(block_lines("breakdown", on, off)))
     print(f"  the marks' own host time: {statistics.fmean(own) * 1e6:.1f} us per step = {direct * 100:.4f}% of "
           "step time (clock reads included)")
     within = direct <= BUDGET and difference - 2 * error <= BUDGET

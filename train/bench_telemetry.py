@@ -26,7 +26,6 @@ if __package__ in (None, ""):
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import io  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -38,6 +37,7 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 
 from train import native_trainer, trainer_cli  # noqa: E402
+from train.bench_blocks import block_lines, paired_difference  # noqa: E402
 from train.fsdp_engine import FsdpEngine  # noqa: E402
 from train.megatron_data import locate  # noqa: E402
 from utils import platform_env, telemetry  # noqa: E402
@@ -129,9 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if not sampling:
         return 0
     on, off = times[True], times[False]
-    pairs = [(a - b) / b for a, b in zip(on, off)]  # adjacent blocks: drift cancels
-    difference = statistics.median(pairs)
-    error = statistics.stdev(pairs) / math.sqrt(len(pairs)) if len(pairs) > 1 else float("inf")
+    difference, error = paired_difference(on, off)
     share = statistics.fmean(cpu_share)  # CPU seconds the sampler used per second of wall time
     # The cores it competes for: on the CPU node those the training runs on, elsewhere the host's.
     cores = min(os.cpu_count() or 1, world * torch.get_num_threads()) if platform == "cpu" else (os.cpu_count() or 1)
@@ -141,12 +139,7 @@ def main(argv: list[str] | None = None) -> int:
           f"MBS{t.mbs} SL{t.seq_len} {t.precision}, {world} process(es), synthetic tokens, sampler every "
           f"{interval_ms} ms, {args.blocks} blocks of {args.block_steps} steps per mode after {args.warmup_steps} "
           f"untimed, read through {method}")
-    print(f"  step time, sampler on : median {statistics.median(on) * 1000:9.2f} ms  blocks "
-          + " ".join(f"{s * 1000:.1f}" for s in on))
-    print(f"  step time, sampler off: median {statistics.median(off) * 1000:9.2f} ms  blocks "
-          + " ".join(f"{s * 1000:.1f}" for s in off))
-    print(f"  on - off: median {difference * 100:+.2f}% of step time over adjacent block pairs "
-          f"(standard error {error * 100:.2f}%)")
+    print("\n".join(block_lines("sampler", on, off)))
     print(f"  the sampler's own CPU time: {share * 1000:.2f} ms per second of wall time = {direct * 100:.3f}% of the "
           f"{cores} core(s) {'the training runs on' if platform == 'cpu' else 'of the host'}")
     within = direct <= BUDGET and difference - 2 * error <= BUDGET
