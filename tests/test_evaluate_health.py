@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.train_matrix.shell import machine, prepared_data
-from utils import node_health
+from utils import health_readers, node_health
 
 FAKES = Path(__file__).parent / "fakes"
 REPO = Path(__file__).resolve().parents[1]
@@ -89,14 +89,65 @@ def test_amd_gpus_are_read_through_amdsmi(node):
                                       "amd-smi set -g 0 --power-cap 750")
 
 
-def test_without_nvml_nvidia_smi_is_read_and_named(node, monkeypatch):
+@pytest.fixture
+def no_binding(node, monkeypatch):
+    """The fake NVML and amdsmi fail to initialise (as without the driver's library); the fake tools answer."""
     node(HEALTHY)
-    monkeypatch.setenv("TPRIMAT_FAKE_GPUS", "")  # the fake NVML then fails to initialise, as without the driver
+    monkeypatch.setenv("TPRIMAT_FAKE_GPUS", "")
     monkeypatch.setenv("PATH", f"{REPO / 'tests' / 'fakebin'}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_NVIDIA_GPUS", "2")
+    return monkeypatch
+
+
+def test_without_nvml_nvidia_smi_is_read_and_named(no_binding):
+    no_binding.setenv("FAKE_NVIDIA_GPUS", "2")
+    no_binding.setenv("FAKE_NVIDIA_POWER_LIMIT_W", "500.00")
+    no_binding.setenv("FAKE_NVIDIA_PCIE_WIDTH", "8")
+    no_binding.setenv("FAKE_NVIDIA_APPS", "00000000:19:00.0, 4242, 2048\n")
     health = node_health.check("nvd")
     assert (health.method, health.gpus) == ("nvidia-smi", 2)
     assert any(note.startswith("nvml: NVML") for note in health.notes)
+    found = lines(health)
+    assert "GPU 0 (00000000:18:00.0): power limit is 500 W, should be the default 700 W: nvidia-smi -i 0 -pl 700" \
+        in found
+    assert [line for line in found if "PCIe" in line][1].startswith("GPU 1 (00000000:19:00.0): PCIe link is Gen5 x8, "
+                                                                     "should be Gen5 x16")
+    assert "GPU 1 (00000000:19:00.0): processes on the GPU is pid 4242 (2048 MiB), should be none: end them (or wait " \
+        "for the other job) first" in found
+    assert len(found) == 5
+
+
+def test_without_amdsmi_amd_smi_is_read_and_what_it_cannot_show_is_said(no_binding):
+    no_binding.setenv("FAKE_AMD_GPUS", "2")
+    no_binding.setenv("FAKE_AMD_ECC", "4")
+    no_binding.setenv("FAKE_AMD_XGMI", "AMDSMI_XGMI_STATUS_ERROR")
+    health = node_health.check("amd")
+    assert (health.method, health.gpus) == ("amd-smi", 2)
+    assert any("amd-smi shows neither the default power cap" in note for note in health.notes)
+    by_gpu = {(p.index, p.bus_id, p.field, p.value) for p in health.problems}
+    assert (1, "0000:0d:00.0", "uncorrectable ECC errors (aggregate)", 4) in by_gpu
+    assert (0, "0000:0c:00.0", "NVLink/xGMI", "down (xGMI error status set)") in by_gpu
+    assert (0, "0000:0c:00.0", "temperature at idle", "71 C") in by_gpu  # the fake's GPUs are busy: 71 C, 2 GB held
+    assert not any(p.field == "PCIe link" for p in health.problems)
+
+
+def test_nvidia_smi_nvlink_status_names_the_inactive_links():
+    status = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-a)\n\t Link 0: 26.562 GB/s\n\t Link 1: <inactive>\n"
+              "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-b)\n\t Link 0: 26.562 GB/s\n"
+              "GPU 2: NVIDIA H100 PCIe (UUID: GPU-c)\n")
+    assert health_readers._nvlinks_down(status) == {0: [1], 1: []}
+
+
+def test_application_clocks_set_below_the_maximum_are_a_problem(node):
+    node({**HEALTHY, "throttle": ["applications_clocks"]})
+    (problem,) = node_health.check("nvd").problems
+    assert problem.line == ("GPU 0 (00000000:18:00.0): application clocks is set below the maximum, should be the "
+                            "maximum: nvidia-smi -i 0 -rac")
+
+
+def test_a_gpu_whose_spare_rows_ran_out_is_to_be_replaced(node):
+    node({**HEALTHY, "remapped_rows": {"corrected": 0, "uncorrected": 8, "pending": False, "failure": True}})
+    (problem,) = node_health.check("nvd").problems
+    assert (problem.field, problem.fix) == ("memory row remapping", "the GPU has run out of spare rows: replace it")
 
 
 def test_the_cpu_governor_and_infiniband_ports_are_checked_from_sysfs(node):
