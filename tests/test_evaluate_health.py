@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tests.fixtures.train_matrix.shell import machine, prepared_data
-from utils import health_readers, node_health
+from utils import health_readers, node_health, result
 
 FAKES = Path(__file__).parent / "fakes"
 REPO = Path(__file__).resolve().parents[1]
@@ -196,6 +197,9 @@ def test_record_merges_the_findings_into_system_json(tmp_path):
     (problem,) = recorded["health"]["problems"]
     assert (problem["index"], problem["bus_id"], problem["field"]) == (0, "00000000:18:00.0", "power limit")
     assert problem["line"].startswith("GPU 0 (00000000:18:00.0): power limit is 350 W")
+    system_schema = jsonschema.Draft202012Validator(result.schema()["properties"]["system"])
+    assert [error.message for error in system_schema.iter_errors(recorded)] == []  # every result carries it
+    assert list(system_schema.iter_errors({"health": {**recorded["health"], "method": "guess"}}))  # and is held to it
 
 
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
