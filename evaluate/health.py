@@ -5,9 +5,11 @@
 Checks (utils/node_health.py): per GPU, uncorrectable ECC errors, memory rows pending remap or retirement, power
 limit below the default, PCIe link generation or width below the maximum, NVLink/xGMI links down, memory already
 in use or other processes on the GPU, temperature at idle, application clocks below the maximum; on the node, the
-InfiniBand/RoCE ports' state and the CPU frequency governor. A query a device does not support is not checked.
---record merges the findings into a run set's system.json ("health"), so every result of the set carries them;
-the matrix does this on every node before the first run, as HEALTH says (warn: record and go on; strict: refuse
+InfiniBand/RoCE ports' state and the CPU frequency governor. GPUs are read through NVML or amdsmi, else
+nvidia-smi or amd-smi (the record's "method"); a query a device does not support is not checked, and what could
+not be checked is printed as a note. --record merges the findings into a run set's system.json ("health", layout
+in utils/node_health.py), so every result of the set carries them (result.system.health); the matrix runs the
+check on every node before the first run and node 0 records it, as HEALTH says (warn: record and go on; strict: refuse
 to start, exit 2; off: nothing). Exit: 0 checked (problems are printed as warnings), 1 with --strict when there is
 a problem, 2 bad arguments.
 """
@@ -52,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(health.record(), indent=1))
     else:
-        checked = f"{health.gpus} GPU(s) through {health.method}" if health.gpus else "no GPU"
+        checked = f"{health.gpus} GPU(s) through {health.method}" if health.gpus else \
+            "no GPU" if platform == "cpu" else "GPUs not read (why below)"
         print(f"[tprimat] node health ({platform}): {checked}; "
-              + ("healthy" if health.ok else f"{len(health.problems)} problem(s)"), flush=True)
+              + ("no problem found" if health.ok else f"{len(health.problems)} problem(s)"), flush=True)
         for problem in health.problems:
             print(f"[tprimat] health: {problem.line}", file=sys.stderr, flush=True)
         for note in health.notes:

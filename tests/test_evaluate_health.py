@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from evaluate import health as health_cli
 from tests.fixtures.train_matrix.shell import machine, prepared_data
 from utils import health_readers, node_health, result
 
@@ -129,6 +130,14 @@ def test_without_amdsmi_amd_smi_is_read_and_what_it_cannot_show_is_said(no_bindi
     assert (0, "0000:0c:00.0", "NVLink/xGMI", "down (xGMI error status set)") in by_gpu
     assert (0, "0000:0c:00.0", "temperature at idle", "71 C") in by_gpu  # the fake's GPUs are busy: 71 C, 2 GB held
     assert not any(p.field == "PCIe link" for p in health.problems)
+
+
+def test_gpus_no_way_could_read_are_said_so_and_not_called_healthy(no_binding, tmp_path, capsys):
+    no_binding.setenv("PATH", str(tmp_path))  # neither nvidia-smi nor amd-smi
+    assert health_cli.main(["--platform", "nvd", "--strict"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("[tprimat] node health (nvd): GPUs not read (why below); no problem found\n")
+    assert "no way to read the nvd GPUs worked: their health was not checked" in out
 
 
 def test_nvidia_smi_nvlink_status_names_the_inactive_links():
