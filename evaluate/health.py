@@ -10,8 +10,8 @@ nvidia-smi or amd-smi (the record's "method"); a query a device does not support
 not be checked is printed as a note. --record merges the findings into a run set's system.json ("health", layout
 in utils/node_health.py), so every result of the set carries them (result.system.health); the matrix runs the
 check on every node before the first run and node 0 records it, as HEALTH says (warn: record and go on; strict:
-refuse to start, exit 2; off: nothing). Exit: 0 checked (problems are printed as warnings), 1 with --strict when there is
-a problem, 2 bad arguments.
+refuse to start, exit 2; off: nothing). Exit: 0 checked (problems are printed as warnings), 1 with --strict when
+there is a problem, 2 bad arguments.
 """
 
 from __future__ import annotations
