@@ -154,6 +154,22 @@ def test_application_clocks_set_below_the_maximum_are_a_problem(node):
                             "maximum: nvidia-smi -i 0 -rac")
 
 
+def test_an_older_nvidia_ml_py_is_read_through_the_calls_it_has(node, monkeypatch):
+    node({**HEALTHY, "throttle": ["applications_clocks"],
+          "remapped_rows": {"corrected": 0, "uncorrected": 1, "pending": True, "failure": False}})
+    import pynvml  # the fake, first on sys.path
+    monkeypatch.delattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")  # before 12.535: the throttle-reasons name
+    monkeypatch.delattr(pynvml, "nvmlDeviceGetRemappedRows")  # before row remapping was exposed
+    assert [p.field for p in node_health.check("nvd").problems] == ["application clocks"]
+
+
+def test_a_gpu_the_driver_has_lost_is_a_problem_not_a_gpu_of_unsupported_queries(node):
+    node(HEALTHY, {**HEALTHY, "fail_after": 0})  # every query of GPU 1 answers GPU-is-lost
+    (problem,) = node_health.check("nvd").problems
+    assert problem.line == ("GPU 1: the GPU is lost (the driver cannot reach it), should be reachable: drain the node "
+                            "and reset the GPU (nvidia-smi -i 1 -r, or a reboot), then rerun")
+
+
 def test_a_gpu_whose_spare_rows_ran_out_is_to_be_replaced(node):
     node({**HEALTHY, "remapped_rows": {"corrected": 0, "uncorrected": 8, "pending": False, "failure": True}})
     (problem,) = node_health.check("nvd").problems

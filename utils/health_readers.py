@@ -42,6 +42,7 @@ class Gpu:
     processes: list[str] | None = None
     temp_c: float | None = None
     reasons: list[str] | None = None  # active clock-event reasons at idle
+    lost: bool = False  # the driver has lost the GPU or cannot open it (its other fields are then unread)
 
 
 class NoLibrary(Exception):
@@ -69,28 +70,40 @@ def read_nvml() -> list[Gpu]:
     except pynvml.NVMLError as err:
         raise NoLibrary(f"NVML: {err}") from None
 
-    def ask(query: Callable, *args: Any) -> Any:
+    lost = [False]  # whether NVML has lost the GPU being read: a problem, not a set of unsupported queries
+
+    def ask(name: str, *args: Any) -> Any:
+        query = getattr(pynvml, name, None)
+        if query is None:  # this nvidia-ml-py predates the call
+            return None
         try:
             return query(*args)
-        except pynvml.NVMLError:  # NotSupported, or a field this driver lacks: nothing to check
+        except pynvml.NVMLError as err:  # NotSupported, or a field this driver lacks: nothing to check
+            if getattr(err, "value", None) == getattr(pynvml, "NVML_ERROR_GPU_IS_LOST", 15):
+                lost[0] = True
             return None
 
+    reasons = "nvmlDeviceGetCurrentClocksEventReasons" if hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons") \
+        else "nvmlDeviceGetCurrentClocksThrottleReasons"  # the name before nvidia-ml-py 12.535
     gpus = []
     try:
         for index in range(count):
-            h = pynvml.nvmlDeviceGetHandleByIndex(index)
-            bus = getattr(ask(pynvml.nvmlDeviceGetPciInfo, h), "busId", None)
-            rows = ask(pynvml.nvmlDeviceGetRemappedRows, h)  # (corrected, uncorrected, pending, failure)
-            limit, default = (ask(q, h) for q in (pynvml.nvmlDeviceGetPowerManagementLimit,
-                                                  pynvml.nvmlDeviceGetPowerManagementDefaultLimit))
-            pcie = [ask(q, h) for q in (pynvml.nvmlDeviceGetCurrPcieLinkGeneration,
-                                        pynvml.nvmlDeviceGetMaxPcieLinkGeneration,
-                                        pynvml.nvmlDeviceGetCurrPcieLinkWidth, pynvml.nvmlDeviceGetMaxPcieLinkWidth)]
-            links = [ask(pynvml.nvmlDeviceGetNvLinkState, h, link) for link in range(NVLINK_MAX_LINKS)]
-            memory = ask(pynvml.nvmlDeviceGetMemoryInfo, h)
-            processes = ask(pynvml.nvmlDeviceGetComputeRunningProcesses, h)
-            mask = ask(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
-            ecc = [ask(pynvml.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)
+            lost[0] = False
+            h = ask("nvmlDeviceGetHandleByIndex", index)
+            if h is None:
+                gpus.append(Gpu(index=index, vendor="nvd", lost=True))
+                continue
+            bus = getattr(ask("nvmlDeviceGetPciInfo", h), "busId", None)
+            rows = ask("nvmlDeviceGetRemappedRows", h)  # (corrected, uncorrected, pending, failure)
+            limit, default = (ask(q, h) for q in ("nvmlDeviceGetPowerManagementLimit",
+                                                  "nvmlDeviceGetPowerManagementDefaultLimit"))
+            pcie = [ask(q, h) for q in ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
+                                        "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth")]
+            links = [ask("nvmlDeviceGetNvLinkState", h, link) for link in range(NVLINK_MAX_LINKS)]
+            memory = ask("nvmlDeviceGetMemoryInfo", h)
+            processes = ask("nvmlDeviceGetComputeRunningProcesses", h)
+            mask = ask(reasons, h)
+            ecc = [ask("nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)
                    for counter in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)]
             gpus.append(Gpu(
                 index=index, vendor="nvd", bus_id=bus.decode() if isinstance(bus, bytes) else bus,
@@ -104,10 +117,11 @@ def read_nvml() -> list[Gpu]:
                 memory_used_mib=memory.used / 2**20 if memory is not None else None,
                 processes=[f"pid {p.pid} ({(p.usedGpuMemory or 0) / 2**20:.0f} MiB)" for p in processes]
                 if processes is not None else None,
-                temp_c=ask(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
-                reasons=[name for bit, name in NVML_REASONS.items() if mask & bit] if mask is not None else None))
+                temp_c=ask("nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU),
+                reasons=[name for bit, name in NVML_REASONS.items() if mask & bit] if mask is not None else None,
+                lost=lost[0]))
     finally:
-        ask(pynvml.nvmlShutdown)
+        ask("nvmlShutdown")
     return gpus
 
 

@@ -74,6 +74,9 @@ def gpu_problems(gpu: Gpu) -> list[Problem]:
 
     tool = f"nvidia-smi -i {gpu.index} -r" if gpu.vendor == "nvd" else f"amd-smi reset -g {gpu.index} -G"
     reset = f"drain the node and reset the GPU ({tool}, or a reboot), then rerun"
+    if gpu.lost:
+        add("the GPU", "lost (the driver cannot reach it)", "reachable", reset)
+        return found
     for name, count in (("uncorrectable ECC errors (volatile)", gpu.ecc_uncorrected_volatile),
                         ("uncorrectable ECC errors (aggregate)", gpu.ecc_uncorrected_aggregate)):
         if count:
