@@ -62,6 +62,7 @@ class Ended:
     warnings: list[str]
     stopped_by: int | None  # the stop signal that ended the run, if one did
     environment: dict[str, str]  # the platform's variables the run was started with (utils/platform_env)
+    log_error: str | None = None  # why train.log is incomplete (a write the disk refused), failing the run
 
     @property
     def interrupted(self) -> bool:
@@ -73,7 +74,7 @@ class Ended:
             record = json.loads(path.read_text())
             return cls(int(record["exit_code"]), record["started_at"], record["ended_at"],
                        list(record.get("warnings") or []), record.get("stopped_by"),
-                       dict(record.get("environment") or {}))
+                       dict(record.get("environment") or {}), record.get("log_error"))
         except OSError as err:
             raise UsageError(f"{path}: cannot read the launch record ({err.strerror}); judge a run directory "
                              "whose run has ended") from None
@@ -297,6 +298,8 @@ def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> s
     problems = readback_problems(request, result)
     if ended.exit_code != 0 and not ended.interrupted and record["status"] == "ok":
         problems.append(f"the training process exited with code {ended.exit_code}")
+    if ended.log_error:
+        problems.insert(0, f"train.log is incomplete: {ended.log_error}")
     if ended.interrupted:
         record["status"] = "incomplete"
         stop = f"interrupted by {signal.Signals(ended.stopped_by).name}"

@@ -30,6 +30,11 @@ the platform's environment (utils/platform_env) the run was started with, whatev
 and the network NCCL/RCCL used where the log names it (collective_transport, collective_rdma); a
 multi-node run whose collectives fell back to TCP sockets says so in its warnings.
 
+A write the disk refuses (full, the file-size limit, read-only: utils.files.disk_problem) ends the launcher in that
+one line, exit 1: before the run, nothing is started; a train.log cut short mid-run fails the run with the line
+(evaluate.judge); launch.json is replaced whole or not at all, and records the line as the failed run's error when
+the disk still takes it.
+
 Exit: 0 ok, 1 the run failed, 2 bad input, 128+signal stopped by SIGHUP, SIGINT (Ctrl-C), SIGQUIT or
 SIGTERM (129, 130, 131, 143): the run's processes are ended, and launch.json and result.json record it
 as interrupted. After a stop the run's console goes on into train.log only (no traceback of the stop on
@@ -51,7 +56,7 @@ from utils import probe
 from utils.cli import Parser, UsageError, warn
 from utils.config import FRAMEWORKS, PLATFORMS, ConfigError, load_config
 from utils.datafiles import PREPARE as PREPARE_COMMAND
-from utils.files import write_json
+from utils.files import DiskError, write_json, writing
 from utils.fingerprint import project_commit
 from utils.frameworks import TABLE
 from utils.models import MODEL_KEYS
@@ -111,7 +116,8 @@ def resolve(args) -> tuple[Request, Path]:
     marker = run_dir / REQUEST_FILE if node_rank == 0 else node_dir(run_dir, node_rank) / "launch.json"
     if marker.exists():
         raise UsageError(f"{marker.parent} already holds a run; nothing is overwritten: choose a new --run-dir")
-    node_dir(run_dir, node_rank).mkdir(parents=True, exist_ok=True)
+    with writing(node_dir(run_dir, node_rank)):
+        node_dir(run_dir, node_rank).mkdir(parents=True, exist_ok=True)
     req = request(cfg, Run(run_dir.name, args.framework, args.model, strategy, args.repeat,
                            cfg.layout(args.model, strategy)))
     return replace(req, identity=replace(req.identity, commit=project_commit())), run_dir
@@ -126,6 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", help="directory of this run (default: a new one under OUTPUT_DIR or RUN_SET_DIR)")
     parser.add_argument("--repeat", type=int, default=1, help="repeat number of this run (1-based)")
     args = parser.parse_args(argv)
+    try:
+        return run_node(args)
+    except DiskError as err:
+        print(f"[tprimat] error: {err}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+
+
+def run_node(args: argparse.Namespace) -> int:
+    """Resolve, prepare, run and record one node's run; its exit status. DiskError when a write is refused."""
     try:
         req, run_dir = resolve(args)
     except UsageError as err:
@@ -154,16 +169,23 @@ def main(argv: list[str] | None = None) -> int:
     if node_rank == 0 and not (run_dir.parent / SYSTEM_FILE).exists():
         probe_system(run_dir.parent / SYSTEM_FILE)
     sampling = req.environment.telemetry_interval_ms if req.environment.telemetry else None
-    outcome = run_supervised(launch, work_dir / "train.log", who.platform, sampling)
+    try:
+        outcome = run_supervised(launch, work_dir / "train.log", who.platform, sampling)
+    except DiskError as err:  # train.log refused: nothing was started
+        try:
+            write_json(work_dir / "launch.json", {**record, "status": "failed", "error": str(err)})
+        except DiskError:
+            pass  # launch.json stays as it was; the line about train.log is the reason
+        raise
     hold_stops()  # the run has ended: a stop signal now cuts only the judge's wait short, never the record
     record.update(exit_code=outcome.exit_code, stopped_by=outcome.stopped_by, started_at=outcome.started_at,
                   ended_at=outcome.ended_at, wall_s=round(outcome.wall_s, 1), warnings=outcome.warnings,
-                  environment=run_environment(launch, who.platform, who.framework))
+                  log_error=outcome.log_error, environment=run_environment(launch, who.platform, who.framework))
     if node_rank == 0:  # node 0 judges the run from every node's log
         write_json(work_dir / "launch.json", record)
         judged = judge(run_dir)
     else:
-        judged = "ok" if outcome.exit_code == 0 else "failed"
+        judged = "ok" if outcome.exit_code == 0 and not outcome.log_error else "failed"
     status = "interrupted" if outcome.interrupted else judged
     write_json(work_dir / "launch.json", {**record, "status": status})
     print(f"[tprimat] {who.run_id}: {status} (exit code {outcome.exit_code}, {outcome.wall_s:.0f} s)", flush=True)

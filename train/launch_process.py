@@ -6,6 +6,10 @@ later with SIGKILL; after a stop the run's console goes on into train.log only. 
 (utils/telemetry.py) runs beside the session, from before the run starts until it has ended. Node 0 then has the run
 judged by `python3 -m evaluate.judge RUN_DIR` (result.json), whose wait for the other nodes a stop
 signal cuts short, never its record of the run.
+
+A train.log the disk refuses (utils.files.disk_problem) is no traceback: one it cannot open stops the run before it
+starts (DiskError); one it stops writing mid-run is said once, the console goes on to the terminal only (the run is
+never blocked on a full pipe) and the outcome carries the line, so that the judge fails the run with it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pathlib import Path
 from train import settle
 from train.launch_command import Launch
 from utils import ROOT, telemetry
-from utils.cli import STOP_SIGNALS, SignalFlag, now_iso, warn
+from utils.cli import STOP_SIGNALS, SignalFlag, now_iso, say, warn
+from utils.files import disk_problem, writing
 from utils.vendor_tools import memory_used_mib
 
 PR_SET_PDEATHSIG = 1
@@ -41,19 +46,40 @@ class Outcome:
     ended_at: str
     wall_s: float
     warnings: list[str]
+    log_error: str | None = None  # why train.log is incomplete: the line of the write the disk refused
 
     @property
     def interrupted(self) -> bool:
         return self.stopped_by is not None
 
 
-def _copy_output(source, log_file, quiet: SignalFlag) -> None:
+class LogCopy:
+    """The run's console into train.log (unbuffered: what was written is on disk, and a refused write leaves
+    nothing pending) until the disk refuses a write; `error` is then that write's line."""
+
+    def __init__(self, path: Path, log_file) -> None:
+        self.path, self.file = path, log_file
+        self.error: str | None = None
+
+    def write(self, chunk: bytes) -> None:
+        if self.error is not None:
+            return
+        try:
+            view = memoryview(chunk)
+            while view:  # an unbuffered write may take part of the chunk; the next one raises the disk's error
+                view = view[self.file.write(view):]
+        except OSError as err:
+            self.error = disk_problem(err, self.path) or f"cannot write {self.path}: {err.strerror}"
+            say(f"[tprimat] error: {self.error}; the run goes on, its console on the terminal only, and counts as "
+                "failed")
+
+
+def _copy_output(source, log: LogCopy, quiet: SignalFlag) -> None:
     """Raw bytes to the log and, until the run is stopped or the terminal is gone, to the terminal as they
     come (progress bars keep their carriage returns)."""
     out = sys.stdout.buffer
     while chunk := source.read1(65536):
-        log_file.write(chunk)
-        log_file.flush()
+        log.write(chunk)
         if quiet.is_set():
             continue
         try:
@@ -72,7 +98,8 @@ def _die_with_parent() -> None:
 def run_supervised(launch: Launch, log_path: Path, platform: str, telemetry_ms: int | None = None) -> Outcome:
     """Run the command in its own session; a stop signal ends the whole session, a second one kills it. With
     telemetry_ms, the node's sampler (utils.telemetry) writes telemetry.jsonl beside the log from before the run
-    starts until its processes have ended, whether it succeeded, failed or was stopped."""
+    starts until its processes have ended, whether it succeeded, failed or was stopped. DiskError, nothing
+    started, when train.log cannot be opened."""
     baseline = memory_used_mib(platform)
     env = {**os.environ, **launch.env}
     sampler = telemetry.start(log_path.parent / telemetry.FILE, platform, telemetry_ms, env) if telemetry_ms else None
@@ -87,15 +114,18 @@ def run_supervised(launch: Launch, log_path: Path, platform: str, telemetry_ms: 
 
 def _supervise(launch: Launch, log_path: Path, platform: str, env: dict[str, str], baseline) -> Outcome:
     started, t0 = now_iso(), time.monotonic()
-    with open(log_path, "ab") as log_file:
+    with writing(log_path):
+        log_file = open(log_path, "ab", buffering=0)
+    log = LogCopy(log_path, log_file)
+    with log_file:
         try:
             child = subprocess.Popen(launch.argv, cwd=launch.cwd, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as err:
             message = f"cannot start {launch.argv[0]} in {launch.cwd}: {err.strerror}"
-            log_file.write(f"[tprimat] {message}\n".encode())
+            log.write(f"[tprimat] {message}\n".encode())
             print(f"[tprimat] error: {message}", file=sys.stderr, flush=True)
-            return Outcome(127, None, started, now_iso(), time.monotonic() - t0, [message])
+            return Outcome(127, None, started, now_iso(), time.monotonic() - t0, [message], log.error)
         stops: list[tuple[float, int]] = []
         quiet = SignalFlag()
 
@@ -116,7 +146,7 @@ def _supervise(launch: Launch, log_path: Path, platform: str, env: dict[str, str
                 pass
 
         previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
-        copier = threading.Thread(target=_copy_output, args=(child.stdout, log_file, quiet), daemon=True)
+        copier = threading.Thread(target=_copy_output, args=(child.stdout, log, quiet), daemon=True)
         copier.start()
         try:
             while True:
@@ -139,7 +169,8 @@ def _supervise(launch: Launch, log_path: Path, platform: str, env: dict[str, str
         warnings.append(busy)
     for note in warnings:
         warn(note)
-    return Outcome(128 - code if code < 0 else code, stops[0][1] if stops else None, started, ended, wall, warnings)
+    return Outcome(128 - code if code < 0 else code, stops[0][1] if stops else None, started, ended, wall, warnings,
+                   log.error)
 
 
 def hold_stops() -> None:
