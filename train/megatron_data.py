@@ -10,6 +10,11 @@ tokens (megatron-core's MockGPTDataset), and the result then says so.
 Sample order follows Megatron-LM's pretraining sampler: step i takes the GBS samples after the
 first i x GBS; each microbatch is the next MBS x DP of them, and DP rank r takes the r-th MBS.
 So a layout change (DP, GA, MBS) regroups the same samples but never changes which ones a step sees.
+
+A run asking for more samples than the corpus holds reads it several times, and the first rank says so in one line
+(corpus_reads). megatron-core does not reshuffle each reading apart: it shuffles all the copies of the documents
+together (one numpy RandomState seeded with SEED; a last copy read less than 80% is shuffled apart), cuts that stream
+into sequences and shuffles the sequences again, so a document may come round again before another is read once.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from utils.models import ModelSpec
 from utils.request import Data
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
+# megatron-core's GPTDataset (_build_document_sample_shuffle_indices): a last reading of the corpus used less than this
+# share is shuffled apart from the readings before it.
+SEPARATE_FINAL_READ_BELOW = 0.80
 
 
 class DataError(Exception):
@@ -132,7 +140,31 @@ def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int,
     train, _, _ = BlendedMegatronDatasetBuilder(cls, [num_samples, 0, 0], lambda: True, config).build()
     if train is None or len(train) < num_samples:
         raise DataError(f"{source.prefix}: could not build {num_samples} training samples of {seq_len} tokens")
+    if not source.mock and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
+        lengths = train.dataset.sequence_lengths[train.indices]
+        line = corpus_reads(len(lengths), int(lengths.sum()), seq_len, num_samples, seed,
+                            int(config.add_extra_token_to_sequence))
+        if line:
+            print(f"[tprimat] data: {line}", flush=True)
     return train
+
+
+def corpus_reads(documents: int, tokens: int, seq_len: int, num_samples: int, seed: int, extra: int = 1) -> str | None:
+    """The line saying how many times a run reads a corpus of `tokens` in `documents` for `num_samples` sequences
+    (each of seq_len tokens plus `extra`, GPTDataset's add_extra_token_to_sequence) and in what order; None when it
+    is read once. The count follows megatron-core's _get_num_epochs."""
+    needed = num_samples * seq_len + extra
+    reads = max(1, -(-needed // tokens))
+    if reads == 1:
+        return None
+    per_read = (tokens - extra) // seq_len
+    last = num_samples - ((reads - 1) * tokens - extra) // seq_len  # sequences taken from the last reading
+    apart = (f"; the last reading, {last:,} of its {per_read:,} sequences, is shuffled apart"
+             if last < int(SEPARATE_FINAL_READ_BELOW * per_read) else "")
+    return (f"the corpus of {per_read:,} sequences of {seq_len} tokens ({documents:,} documents) is read {reads:,} "
+            f"times for the run's {num_samples:,} samples: megatron-core shuffles the {reads:,} copies of its "
+            f"documents together with SEED={seed}, not each reading apart, so a document may come round again before "
+            f"another is read once{apart}")
 
 
 def microbatches(dataset, *, steps: int, mbs: int, dp: int, dp_rank: int, ga: int,
