@@ -62,7 +62,7 @@ main() {
   local -a bundled=()
   [[ "${DATASET}" == sample ]] && bundled=(--input data/sample/sample.jsonl.gz)
   local lock code=0
-  mkdir -p "${DATA_DIR}" || tp_die 2 "DATA_DIR=${DATA_DIR}: cannot create it"
+  tp_python -m data.lock --create --data-dir "${DATA_DIR}" || exit $?  # a refused write: data.lock said why
   exec {lock}<>"${DATA_DIR}/.run_data.lock" || tp_die 2 "DATA_DIR=${DATA_DIR}: cannot write its lock file"
   tp_python -m data.lock --fd "${lock}" --pid "$$" --data-dir "${DATA_DIR}" || code=$?
   (( code == 0 )) || exit "${code}"  # data.lock said why
