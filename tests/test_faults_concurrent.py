@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from pathlib import Path
 
 from tests.test_faults_paths import REPO, TIMEOUT_S, user_env
 

@@ -85,8 +85,8 @@ def test_a_config_json_past_the_file_size_limit_ends_the_launcher_in_one_line_an
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == (
         f"[tprimat] error: cannot write {run_dir / 'config.json'}: the file reached the file-size limit (needs more "
-        "than the 2.0 KiB written, ulimit -f is 2 KiB); raise the limit (ulimit -f unlimited) or use a folder on a file "
-        "system that allows larger files")
+        "than the 2.0 KiB written, ulimit -f is 2 KiB); raise the limit (ulimit -f unlimited) or use a folder on a "
+        "file system that allows larger files")
     assert sorted(p.name for p in run_dir.iterdir()) == []
 
 
@@ -144,6 +144,7 @@ def test_a_launch_json_the_disk_refuses_is_one_line_exit_1_and_no_partial_file(t
     monkeypatch.undo()
     assert code == 1
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == (f"[tprimat] error: cannot write {run_dir / 'launch.json'}: the file system is "
-                                            "read-only; use a folder on a writable file system")
+    assert err.strip().splitlines()[-1] == (
+        f"[tprimat] error: cannot write {run_dir / 'launch.json'}: the file system is read-only; use a folder on a "
+        "writable file system")
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
