@@ -20,7 +20,7 @@ COPIED = ("shell", "utils", "config.env", "secrets.env.example", "amd.Dockerfile
 SECRET_VALUE = "hf_TESTSECRETdoNotLeak0123456789"
 # The timeout of every test that trains or runs a script: a safety net against a hang, never a speed check,
 # so far above what the work needs on a slow, loaded 2-core machine (the slowest test takes ~75 s on one
-# without bf16 instructions); train.bench_default shows the speed.
+# without bf16 instructions); bench.default shows the speed.
 HANG_TIMEOUT_S = 1800
 
 

@@ -1,4 +1,5 @@
-"""The house's shape: utils/ is the domain core, and data/, train/ and evaluate/ meet only through it.
+"""The house's shape: utils/ is the domain core, and data/, train/ and evaluate/ meet only through it; bench/ (the
+self-benchmarks) sits above them all and nothing imports it.
 
 A stage that needs another stage's work runs it as a command (the launcher runs `python3 -m evaluate.judge`),
 never imports it, so each stage can be read, tested and replaced on its own. Files stay small enough to
@@ -15,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("data", "train", "evaluate")
 CORE = "utils"
+BENCHMARKS = "bench"
 LINE_LIMIT = 400  # "about 400 lines": one job per file
 
 
@@ -46,8 +48,14 @@ def test_the_core_imports_no_stage():
     assert {path: found for path, found in crossings.items() if found} == {}
 
 
+def test_nothing_imports_the_benchmarks():
+    importers = [str(path.relative_to(ROOT)) for package in (*STAGES, CORE) for path in modules(package)
+                 if BENCHMARKS in imported_packages(path)]
+    assert importers == []
+
+
 def test_no_source_file_is_over_the_line_limit():
-    sources = [path for folder in (*STAGES, CORE, "shell", "tests") for pattern in ("*.py", "*.sh")
+    sources = [path for folder in (*STAGES, CORE, BENCHMARKS, "shell", "tests") for pattern in ("*.py", "*.sh")
                for path in (ROOT / folder).rglob(pattern) if ".venv" not in path.parts]
     long = {str(path.relative_to(ROOT)): n for path in sources if (n := len(path.read_text().splitlines())) > LINE_LIMIT}
     assert long == {}

@@ -20,7 +20,7 @@ COMMANDS = {
     "data.encode": ["--input", "clean.jsonl", "--tokenizer-model", "tok", "--output-prefix", "p", "--workers", "1"],
     "data.verify": ["--prefix", "p", "--tokenizer", "tok"],
     "data.stage": ["--name", "demo", "--stamps", "stamps", "--", "json.tool"],
-    "data.bench_encode": ["--tokenizer", "tok"],
+    "bench.encode": ["--tokenizer", "tok"],
 }
 
 

@@ -25,12 +25,12 @@ from tests.shell_harness import HANG_TIMEOUT_S, REPO
 LIBRARIES = {"shell/lib.sh"}  # sourced by the scripts, never run
 SHELL_SCRIPTS = sorted({str(path.relative_to(REPO)) for folder in ("shell", "train")
                         for path in (REPO / folder).glob("*.sh")} - LIBRARIES)
-PYTHON_TOOLS = sorted([f"{path.parent.name}.{path.stem}" for package in ("data", "train", "evaluate", "utils")
-                       for path in (REPO / package).glob("*.py")
+PACKAGES = ("data", "train", "evaluate", "utils", "bench")
+PYTHON_TOOLS = sorted([".".join(path.relative_to(REPO).with_suffix("").parts) for package in PACKAGES
+                       for path in (REPO / package).rglob("*.py")
                        if re.search(r"^if __name__ == .__main__.:", path.read_text(), re.MULTILINE)]
-                      + [f"{path.parent.parent.name}.{path.parent.name}"  # a package run as a program (utils.config)
-                         for package in ("data", "train", "evaluate", "utils")
-                         for path in (REPO / package).glob("*/__main__.py")])
+                      + [".".join(path.parent.relative_to(REPO).parts)  # a package run as a program (utils.config)
+                         for package in PACKAGES for path in (REPO / package).rglob("__main__.py")])
 # Every program a script could start before it has looked at its arguments.
 WIRED = ("python", "python3", "pip", "pip3", "docker", "nvidia-smi", "rocm-smi", "amd-smi", "sbatch", "srun",
          "scontrol", "squeue", "scancel", "torchrun")
@@ -71,7 +71,7 @@ def test_discovery_finds_the_documented_entry_points():
     assert len([s for s in SHELL_SCRIPTS if s.startswith("train/train_")]) == 22  # 11 platform x framework, 2 models
     for module in ("train.launch", "train.plan", "train.summary", "train.train_mega", "train.train_fsdp",
                    "train.train_autotp", "utils.config",
-                   "utils.platform_env", "utils.netenv", "evaluate.extract", "data.stage"):
+                   "utils.platform_env", "utils.netenv", "evaluate.extract", "data.stage", "bench.default"):
         assert module in PYTHON_TOOLS
 
 

@@ -80,7 +80,7 @@ def test_unpaired_marks_are_an_error_not_a_guess():
 
 def test_bench_mode_makes_no_marks_and_the_benchmark_reports_the_breakdowns_share(tmp_path):
     env = trainer_env(tmp_path / "no-data", {**BASE, "MOCK_DATA": 1, "TRAIN_ITERS": 4, "WARMUP_STEPS": 1})
-    out = subprocess.run([sys.executable, "-m", "train.bench_instrumentation", "--model", "llama", "--blocks", "1",
+    out = subprocess.run([sys.executable, "-m", "bench.instrumentation", "--model", "llama", "--blocks", "1",
                           "--block-steps", "1", "--warmup-steps", "1"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=HANG_TIMEOUT_S)
     assert out.returncode in (0, 1), out.stdout + out.stderr  # 1: over budget on a noisy machine, still measured

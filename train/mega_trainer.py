@@ -16,7 +16,7 @@ between them inside the schedule: the pipeline's sends, receives and waits (PP >
 microbatches' forwards and backwards: sums need no order) and the gradient reduction finalize_model_grads
 completes at the schedule's end (a forward holds its wait for an overlapped parameter gather, profile tuned).
 Each rank measures its own step; the last rank's parts are recorded, beside its own step time. Bench mode
-(instrumented=False) makes no marks at all. Cost: train/bench_instrumentation.py.
+(instrumented=False) makes no marks at all. Cost: bench/instrumentation.py.
 """
 
 from __future__ import annotations
@@ -135,13 +135,13 @@ class Trainer:
     source: DataSource
     run_dir: Path
     inject_nan_step: int | None = None
-    instrumented: bool = True  # False only for bench_instrumentation: no syncs, records or reductions
+    instrumented: bool = True  # False only for bench.instrumentation: no syncs, records or reductions
     notes: list[str] = field(default_factory=list)
     effective: dict = field(default_factory=dict)
     features: dict = field(default_factory=dict)
     host_rss_gib_per_worker: list[float] = field(default_factory=list)
     log: StepLog | None = None
-    recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench_instrumentation's figure
+    recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench.instrumentation's figure
     breakdown_method: str = field(init=False)  # the result's performance.breakdown.method
     marks: StepMarks = field(init=False)  # the breakdown's marks, reused step after step
     spec: ModelSpec = field(init=False)  # the variant the request names (utils.models)

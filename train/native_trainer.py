@@ -98,7 +98,7 @@ class NativeTrainer:
     make_engine: MakeEngine
     device: torch.device
     inject_nan_step: int | None = None
-    breakdown: bool = True  # False only for train/bench_breakdown.py's comparison
+    breakdown: bool = True  # False only for bench/breakdown.py's comparison
     notes: list[str] = field(default_factory=list)
     effective: dict = field(default_factory=dict)
     features: dict = field(default_factory=dict)

@@ -16,7 +16,7 @@ manifest records (so a flipped byte, a truncated file, an .idx swapped with anot
 with a tokenizer directory and a model, the tokenizer files are those that encoded the pair, and
 every token id (the manifest's max_token_id, proven by the hash) fits the model's vocabulary.
 
-Hashing is the cost (data/bench_proof.py measures it), so a full hash is remembered in
+Hashing is the cost (bench/proof.py measures it), so a full hash is remembered in
 PREFIX.hashed.json with each file's inode, size, mtime and ctime at that moment. While all four are
 unchanged the file has not been written since: `touch` can restore an mtime, but every write,
 touch, chmod or rename sets ctime to the present, which only the system clock's owner can move back.

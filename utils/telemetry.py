@@ -72,7 +72,7 @@ def _write(out: TextIO, record: dict[str, Any]) -> None:
 class StopFlag:
     """Set by a stop signal; wait() sleeps until the deadline or the signal, whichever comes first, waking once (the
     signal's byte on a pipe ends the select). Polling a flag every 100 ms instead doubled the sampler's CPU time
-    (1.0 against 0.48 ms per second, train/bench_telemetry.py), and each wake-up can displace a thread of a training
+    (1.0 against 0.48 ms per second, bench/telemetry.py), and each wake-up can displace a thread of a training
     that uses every core."""
 
     def __init__(self) -> None:

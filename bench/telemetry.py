@@ -1,7 +1,7 @@
 """Show that the node's telemetry sampler (utils/telemetry.py) costs under 0.5% of a training step.
 
-    DP=1 GPUS_PER_NODE=1 python3 -m train.bench_telemetry --model llama [--blocks 6 --block-steps 10]
-    torchrun --standalone --nproc_per_node=2 -m train.bench_telemetry --model llama    # two processes
+    DP=1 GPUS_PER_NODE=1 python3 -m bench.telemetry --model llama [--blocks 6 --block-steps 10]
+    torchrun --standalone --nproc_per_node=2 -m bench.telemetry --model llama    # two processes
 
 One fsdp model is built once (the configuration's settings with FRAMEWORK=fsdp, synthetic tokens), then trained
 in alternating blocks of steps with the sampler running (the launcher's own: `python3 -m utils.telemetry` started
@@ -37,7 +37,7 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 
 from train import native_trainer, trainer_cli  # noqa: E402
-from train.bench_blocks import block_lines, paired_difference  # noqa: E402
+from bench.blocks import block_lines, paired_difference  # noqa: E402
 from train.fsdp_engine import FsdpEngine  # noqa: E402
 from train.megatron_data import locate  # noqa: E402
 from utils import platform_env, telemetry  # noqa: E402
@@ -51,11 +51,11 @@ def start_sampler(out: Path, platform: str, interval_ms: int) -> subprocess.Pope
     """The launcher's sampler, once its first line is written (its start-up is not the steady cost measured)."""
     process = telemetry.start(out, platform, interval_ms, dict(os.environ))
     if process is None:
-        raise SystemExit(f"bench_telemetry: the sampler did not start: {telemetry.read(out).error}")
+        raise SystemExit(f"bench.telemetry: the sampler did not start: {telemetry.read(out).error}")
     deadline = time.monotonic() + START_WAIT_S
     while not (out.exists() and telemetry.read(out).samples):
         if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"bench_telemetry: the sampler wrote no sample ({telemetry.read(out).error or 'no error'})")
+            raise SystemExit(f"bench.telemetry: the sampler wrote no sample ({telemetry.read(out).error or 'no error'})")
         time.sleep(0.05)
     return process
 
@@ -80,7 +80,7 @@ def block(trainer: native_trainer.NativeTrainer, first_step: int, steps: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.bench_telemetry", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m bench.telemetry", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="llama", choices=MODEL_KEYS)
     parser.add_argument("--blocks", type=int, default=6, help="blocks per mode (alternating on/off)")
     parser.add_argument("--block-steps", type=int, default=10, help="steps per block")
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                     if sampler is not None:
                         cpu_share.append((cpu_seconds(sampler.pid) - used) / (time.monotonic() - wall))
                         if telemetry.stop(sampler):
-                            raise SystemExit("bench_telemetry: the sampler failed during a block")
+                            raise SystemExit("bench.telemetry: the sampler failed during a block")
                         method = telemetry.read(record).method
                     step += args.block_steps
     torch.distributed.destroy_process_group()
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     within = direct <= BUDGET and difference - 2 * error <= BUDGET
     print(f"  budget {BUDGET * 100:.1f}%: {'met' if within else 'EXCEEDED'}")
     print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && DP={lay.dp} GPUS_PER_NODE={world} "
-          f"torchrun --standalone --nproc_per_node={world} -m train.bench_telemetry --model {args.model} "
+          f"torchrun --standalone --nproc_per_node={world} -m bench.telemetry --model {args.model} "
           f"--blocks {args.blocks} --block-steps {args.block_steps} --interval-ms {interval_ms}   "
           f"(PLATFORM={platform}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
     return 0 if within else 1

@@ -1,6 +1,6 @@
 """Encode benchmark: TPrimat's data.encode against Megatron-LM's tools/preprocess_data.py, side by side.
 
-    python3 -m data.bench_encode --tokenizer DATA_DIR/tokenizers/llama [--megabytes 25] [--workers 2] \\
+    python3 -m bench.encode --tokenizer DATA_DIR/tokenizers/llama [--megabytes 25] [--workers 2] \\
         [--repeats 3] [--input FILE.jsonl] [--megatron /tmp/megatron-lm [--megatron-pythonpath DIR]]
 
 Both tools get the same command line (Megatron-LM's: --input, --output-prefix, --tokenizer-type
@@ -197,7 +197,7 @@ def report(results: list[Result], work: Path, corpus: Path, args, tools: list[To
         for line in MEGATRON_SETUP:
             print(f"  {line}")
         print("  # then add: --megatron /tmp/megatron-lm --megatron-pythonpath /tmp/megatron-extra")
-    print("  " + shlex.join([sys.executable, "-m", "data.bench_encode", *argv]))
+    print("  " + shlex.join([sys.executable, "-m", "bench.encode", *argv]))
     print("  # each run, on $OUT/corpus.jsonl and for start-up on $OUT/one.jsonl, its first line ($OUT a temporary "
           "directory; TPrimat with XDG_CACHE_HOME=$OUT/cache):")
     for tool in tools:
@@ -207,7 +207,7 @@ def report(results: list[Result], work: Path, corpus: Path, args, tools: list[To
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = Parser(prog="python3 -m data.bench_encode", description=__doc__,
+    parser = Parser(prog="python3 -m bench.encode", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", type=Path, required=True, metavar="DIR", help="Hugging Face tokenizer directory")
     parser.add_argument("--input", type=Path, metavar="FILE",
@@ -251,4 +251,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run(main, "data.bench_encode")
+    run(main, "bench.encode")

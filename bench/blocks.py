@@ -1,4 +1,4 @@
-"""What the overhead benchmarks (bench_breakdown, bench_telemetry) share: the comparison of alternating blocks of
+"""What the overhead benchmarks (bench.breakdown, bench.telemetry) share: the comparison of alternating blocks of
 steps with an instrument on and off. Adjacent blocks are paired, so the machine's drift cancels; the median of the
 pairs' relative differences is the instrument's cost, given with its standard error."""
 

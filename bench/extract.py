@@ -1,7 +1,7 @@
 """Benchmark: evaluate.logs parses a 1 GB training log in seconds, with memory that does not grow.
 
-    python3 -m evaluate.bench_extract                 # 1024 MB mixed log, and a 64 MB one for comparison
-    python3 -m evaluate.bench_extract --size-mb 256 --dense
+    python3 -m bench.extract                 # 1024 MB mixed log, and a 64 MB one for comparison
+    python3 -m bench.extract --size-mb 256 --dense
 
 The log is written to a temporary folder (deleted afterwards): Megatron iteration lines among the
 noise of a real run (NCCL INFO lines, warnings from other ranks, ANSI colours, progress bars with
@@ -72,7 +72,7 @@ def measure(size_mb: int, dense: bool, folder: Path) -> dict:
     start = time.perf_counter()
     iterations = write_log(path, size_mb, dense)
     written = time.perf_counter() - start
-    out = subprocess.run([sys.executable, "-m", "evaluate.bench_extract", "--child", str(path)], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "bench.extract", "--child", str(path)], capture_output=True,
                          text=True, check=True)
     figures = json.loads(out.stdout)
     size = path.stat().st_size
@@ -81,7 +81,7 @@ def measure(size_mb: int, dense: bool, folder: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m evaluate.bench_extract", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m bench.extract", description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="size of the large log (MB, default 1024)")
     parser.add_argument("--small-mb", type=int, default=64, help="size of the comparison log (MB, default 64)")
     parser.add_argument("--dense", action="store_true", help="iteration lines only (worst case)")
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         child(args.child)
         return 0
     print(f"evaluate.logs.parse_logs on {'dense' if args.dense else 'mixed'} Megatron logs "
-          f"(python {sys.version.split()[0]}); reproduce: python3 -m evaluate.bench_extract"
+          f"(python {sys.version.split()[0]}); reproduce: python3 -m bench.extract"
           + (" --dense" if args.dense else "") + f" --size-mb {args.size_mb}")
     with tempfile.TemporaryDirectory(prefix="tprimat-bench-") as folder:
         for size in (args.small_mb, args.size_mb):

@@ -1,7 +1,7 @@
 """Show that fsdp's forward/backward/optimizer breakdown costs at most 1% of step time.
 
-    torchrun --standalone --nproc_per_node=2 -m train.bench_breakdown --model llama [--blocks 6 --block-steps 3]
-    DP=1 GPUS_PER_NODE=1 python3 -m train.bench_breakdown --model llama    # one process
+    torchrun --standalone --nproc_per_node=2 -m bench.breakdown --model llama [--blocks 6 --block-steps 3]
+    DP=1 GPUS_PER_NODE=1 python3 -m bench.breakdown --model llama    # one process
 
 One fsdp model is built once (the configuration's settings with FRAMEWORK=fsdp, synthetic tokens), then trained
 in alternating blocks of steps with the breakdown on (train/step_marks.py's marks around each microbatch's
@@ -40,7 +40,7 @@ from dataclasses import replace  # noqa: E402
 import torch  # noqa: E402
 
 from train import native_trainer, trainer_cli  # noqa: E402
-from train.bench_blocks import block_lines, paired_difference  # noqa: E402
+from bench.blocks import block_lines, paired_difference  # noqa: E402
 from train.fsdp_engine import FsdpEngine  # noqa: E402
 from train.megatron_data import locate  # noqa: E402
 from utils import platform_env  # noqa: E402
@@ -62,7 +62,7 @@ def block(trainer: native_trainer.NativeTrainer, first_step: int, steps: int, on
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.bench_breakdown", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m bench.breakdown", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="llama", choices=MODEL_KEYS)
     parser.add_argument("--blocks", type=int, default=6, help="blocks per mode (alternating on/off)")
     parser.add_argument("--block-steps", type=int, default=3, help="steps per block")
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     within = direct <= BUDGET and difference - 2 * error <= BUDGET
     print(f"  budget {BUDGET * 100:.0f}%: {'met' if within else 'EXCEEDED'}")
     print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && FRAMEWORK=fsdp torchrun --standalone "
-          f"--nproc_per_node={world} -m train.bench_breakdown --model {args.model} --blocks {args.blocks} "
+          f"--nproc_per_node={world} -m bench.breakdown --model {args.model} --blocks {args.blocks} "
           f"--block-steps {args.block_steps}   (PLATFORM={req.identity.platform}; "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
     return 0 if within else 1

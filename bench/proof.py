@@ -1,7 +1,7 @@
 """Measure what proving a pair costs (utils.datafiles) on this machine, and extrapolate to a 20 GB pair.
 
-    python3 -m data.bench_proof [--size-gib 2] [--dir DIR] [--repeat 3]
-    python3 -m data.bench_proof --prefix DATA_DIR/c4_llama_text_document   # an existing, verified pair
+    python3 -m bench.proof [--size-gib 2] [--dir DIR] [--repeat 3]
+    python3 -m bench.proof --prefix DATA_DIR/c4_llama_text_document   # an existing, verified pair
 
 Writes a pair of --size-gib of random tokens under --dir (default: a temporary directory; put it on
 the disk DATA_DIR lives on), then times: the full sha256 of both files from the page cache (warm)
@@ -117,13 +117,13 @@ def report(prefix: Path, repeat: int) -> list[str]:
         lines.append(f"{name}: {seconds:.2f} s = {rate / 1e9:.2f} GB/s -> a 20 GB pair: {TWENTY_GB / rate:.1f} s")
     lines.append(f"remembered proof (stat of 2 files + the hash record): {remembered * 1e6:.0f} us, "
                  "whatever the size")
-    lines.append(f"reproduce: python3 -m data.bench_proof --size-gib {size / 2 ** 30:.0f} --repeat {repeat}"
+    lines.append(f"reproduce: python3 -m bench.proof --size-gib {size / 2 ** 30:.0f} --repeat {repeat}"
                  " (--dir on DATA_DIR's disk)")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python3 -m data.bench_proof", description=__doc__.split("\n\n")[0],
+    parser = Parser(prog="python3 -m bench.proof", description=__doc__.split("\n\n")[0],
                     epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--size-gib", type=float, default=2.0, help="size of the pair written (default 2 GiB)")
     parser.add_argument("--dir", type=Path, help="where to write it (default: a temporary directory)")
@@ -149,4 +149,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run(main, "data.bench_proof")
+    run(main, "bench.proof")

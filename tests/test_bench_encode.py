@@ -1,4 +1,4 @@
-"""data.bench_encode: start-up and steady state reported apart for both tools, the outputs compared, and how to
+"""bench.encode: start-up and steady state reported apart for both tools, the outputs compared, and how to
 reproduce it. Speed itself is the benchmark's to show, never a test's: a stand-in plays Megatron-LM's tool."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_both_tools_get_the_same_arguments_and_are_reported_side_by_side(tmp_pat
     checkout = tmp_path / "megatron-lm"
     (checkout / "tools").mkdir(parents=True)
     (checkout / "tools" / "preprocess_data.py").write_text(STAND_IN)
-    out = subprocess.run([sys.executable, "-m", "data.bench_encode", "--tokenizer", str(tokenizer),
+    out = subprocess.run([sys.executable, "-m", "bench.encode", "--tokenizer", str(tokenizer),
                           "--megabytes", "0.3", "--repeats", "1", "--workers", "2", "--megatron", str(checkout)],
                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -45,4 +45,4 @@ def test_both_tools_get_the_same_arguments_and_are_reported_side_by_side(tmp_pat
     assert ours == theirs.replace("$OUT/megatron", "$OUT/tprimat")  # the very same arguments
     assert ours.startswith("--tokenizer-type HuggingFaceTokenizer --tokenizer-model")
     assert "--tokenizer-hf-include-special-tokens" in ours
-    assert "-m data.bench_encode --tokenizer" in out.stdout
+    assert "-m bench.encode --tokenizer" in out.stdout

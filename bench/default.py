@@ -1,8 +1,8 @@
 """Benchmark: the embedded default (./shell/run_train.sh on a machine without GPUs) and CI, against their budgets.
 
-    python3 -m train.bench_default              # prepare the sample data (untimed), then time ./shell/run_train.sh
-    python3 -m train.bench_default --repeats 3  # three timed default runs: min, median, max
-    python3 -m train.bench_default --ci         # also clone HEAD into a temporary folder and time .ci/run there
+    python3 -m bench.default              # prepare the sample data (untimed), then time ./shell/run_train.sh
+    python3 -m bench.default --repeats 3  # three timed default runs: min, median, max
+    python3 -m bench.default --ci         # also clone HEAD into a temporary folder and time .ci/run there
 
 The budgets a newcomer and CI are promised on a 2-core machine whose CPU has no bf16 instructions
 (AVX2 only), the slowest kind this project runs on: the default run, with .venv built and the sample
@@ -70,7 +70,7 @@ def default_run(env: dict[str, str], work: Path) -> dict:
     output = work / "output"
     code, wall = run(["bash", "shell/run_train.sh"], ROOT, {**env, "OUTPUT_DIR": str(output)}, work / "train.log")
     if code != 0:
-        raise SystemExit(f"bench_default: ./shell/run_train.sh failed with exit code {code}; its output: {work / 'train.log'}")
+        raise SystemExit(f"bench.default: ./shell/run_train.sh failed with exit code {code}; its output: {work / 'train.log'}")
     run_set = next(output.iterdir())
     runs = {}
     for launch_file in sorted(run_set.glob("*/launch.json")):
@@ -81,7 +81,7 @@ def default_run(env: dict[str, str], work: Path) -> dict:
                                          "precision": result["training"]["precision"]}
     missing = [name for name in ("compare.png", "report.md") if not (run_set / name).is_file()]
     if missing:
-        raise SystemExit(f"bench_default: the default run wrote no {', '.join(missing)} in {run_set}")
+        raise SystemExit(f"bench.default: the default run wrote no {', '.join(missing)} in {run_set}")
     return {"wall_s": wall, "runs": runs}
 
 
@@ -100,7 +100,7 @@ def ci_run(env: dict[str, str], work: Path) -> tuple[float, str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.bench_default", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python3 -m bench.default", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=1, help="timed default runs (default 1)")
     parser.add_argument("--ci", action="store_true", help="also time .ci/run in a fresh clone of HEAD (about 20 min)")
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print("preparing .venv and the sample data (not timed) ...", flush=True)
         code, _ = run(["bash", "shell/run_data.sh"], ROOT, env, work / "data.log")
         if code != 0:
-            print(f"bench_default: ./shell/run_data.sh failed with exit code {code}:\n"
+            print(f"bench.default: ./shell/run_data.sh failed with exit code {code}:\n"
                   + (work / "data.log").read_text()[-3000:], file=sys.stderr)
             return 1
         walls = []
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             wall, line, slowest = ci_run(dict(os.environ), work)
             print(f".ci/run from a fresh clone: {minutes(wall)}: {verdict(wall, CI_BUDGET_S)}\n  pytest: {line}")
             print("\n".join(["  slowest tests:"] + [f"  {item.strip()}" for item in slowest]))
-    print("reproduce: python3 -m train.bench_default [--repeats N] [--ci]  (on a quiet 2-core AVX2-only machine)")
+    print("reproduce: python3 -m bench.default [--repeats N] [--ci]  (on a quiet 2-core AVX2-only machine)")
     return 0
 
 

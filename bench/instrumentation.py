@@ -1,7 +1,7 @@
 """Show that the mega trainer's per-step instrumentation, its breakdown included, costs at most 1% of step time.
 
-    torchrun --standalone --nproc_per_node=2 -m train.bench_instrumentation --model llama [--blocks 6 --block-steps 4]
-    DP=1 GPUS_PER_NODE=1 python3 -m train.bench_instrumentation --model llama    # one process
+    torchrun --standalone --nproc_per_node=2 -m bench.instrumentation --model llama [--blocks 6 --block-steps 4]
+    DP=1 GPUS_PER_NODE=1 python3 -m bench.instrumentation --model llama    # one process
 
 One model is built once (the configuration's settings, synthetic tokens), then trained in
 alternating blocks of steps with the instrumentation on (two device synchronisations per step, the
@@ -76,7 +76,7 @@ def block_time(trainer: Trainer, first_step: int, steps: int, instrumented: bool
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.bench_instrumentation",
+    parser = argparse.ArgumentParser(prog="python3 -m bench.instrumentation",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="llama", choices=MODEL_KEYS)
     parser.add_argument("--blocks", type=int, default=6, help="blocks per mode (alternating on/off)")
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     within = direct <= BUDGET and difference <= BUDGET and marks_off == 0
     print(f"  budget {BUDGET * 100:.0f}%: {'met' if within else 'EXCEEDED'}")
     print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && "
-          f"torchrun --standalone --nproc_per_node={world} -m train.bench_instrumentation --model {args.model} "
+          f"torchrun --standalone --nproc_per_node={world} -m bench.instrumentation --model {args.model} "
           f"--blocks {args.blocks} --block-steps {args.block_steps}   (settings from config.env; "
           f"PLATFORM={req.identity.platform}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
     return 0 if within else 1
