@@ -2,7 +2,7 @@
 
     python3 -m evaluate.judge RUN_DIR
 
-The launcher (train/launch_process.py) runs this on node 0 after the run, with the run directory it wrote:
+The launcher (train/launch/process.py) runs this on node 0 after the run, with the run directory it wrote:
 config.json (the request, utils.request) and launch.json (the command and its outcome: exit_code,
 started_at, ended_at, warnings, stopped_by, environment). A multi-node run's other nodes keep theirs in
 node<N>/; their logs are waited for (at most NODE_WAIT_S; a stop signal cuts the wait short) and read

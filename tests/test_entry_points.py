@@ -69,7 +69,7 @@ def test_discovery_finds_the_documented_entry_points():
                    "train/launch.sh"):
         assert script in SHELL_SCRIPTS
     assert len([s for s in SHELL_SCRIPTS if s.startswith("train/train_")]) == 22  # 11 platform x framework, 2 models
-    for module in ("train.launch", "train.plan", "train.summary", "train.train_mega", "train.train_fsdp",
+    for module in ("train.launch.run", "train.plan", "train.launch.summary", "train.train_mega", "train.train_fsdp",
                    "train.train_autotp", "utils.config",
                    "utils.platform_env", "utils.netenv", "evaluate.extract", "data.stage", "bench.default"):
         assert module in PYTHON_TOOLS

@@ -88,7 +88,7 @@ def test_a_worker_killed_mid_run_ends_the_run_failed_naming_the_rank_its_signal_
     env = {**trainer_env(tmp_path / "no-data", {**BASE, "MOCK_DATA": 1, "TRAIN_ITERS": 40, "WARMUP_STEPS": 1,
                                                 "DP": 2, "MBS": 1}), "OUTPUT_DIR": str(tmp_path)}
     run_dir = tmp_path / "run"
-    launch = subprocess.Popen([sys.executable, "-m", "train.launch", "--platform", "cpu", "--framework", "mega",
+    launch = subprocess.Popen([sys.executable, "-m", "train.launch.run", "--platform", "cpu", "--framework", "mega",
                                "--model", "llama", "--run-dir", str(run_dir)], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + HANG_TIMEOUT_S

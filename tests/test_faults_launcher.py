@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tests.test_evaluate_judge import ended_run, judged
-from train import launch
+from train.launch import run as launch
 from utils import telemetry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,8 +32,8 @@ PRINTER = ("import time\nfor i in range(4000): print('line %05d ' % i + 'x' * 90
 SUPERVISED = f"""
 import json, sys
 from pathlib import Path
-from train.launch_command import Launch
-from train.launch_process import run_supervised
+from train.launch.command import Launch
+from train.launch.process import run_supervised
 outcome = run_supervised(Launch(argv=[sys.executable, "-c", {PRINTER!r}], env={{}}, cwd="."), Path(sys.argv[1]), "cpu",
                          200)
 print(json.dumps({{"exit_code": outcome.exit_code, "log_error": outcome.log_error}}))
@@ -78,7 +78,7 @@ def launcher_env(tmp_path: Path) -> dict[str, str]:
 def test_a_config_json_past_the_file_size_limit_ends_the_launcher_in_one_line_and_exit_1(tmp_path):
     run_dir = tmp_path / "set" / "mega-llama"
     limit = 2048  # bytes: below config.json's few KiB
-    out = subprocess.run([sys.executable, "-m", "train.launch", "--platform", "cpu", "--framework", "mega", "--model",
+    out = subprocess.run([sys.executable, "-m", "train.launch.run", "--platform", "cpu", "--framework", "mega", "--model",
                           "llama", "--run-dir", str(run_dir)], cwd=REPO, capture_output=True, text=True,
                          env={**launcher_env(tmp_path), "DRY_RUN": "1"},
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))

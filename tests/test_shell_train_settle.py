@@ -1,4 +1,4 @@
-"""train.settle (GPU memory read by utils.vendor_tools): between runs, the previous run's processes are gone and GPU memory is back to idle."""
+"""train.launch.settle (GPU memory read by utils.vendor_tools): between runs, the previous run's processes are gone and GPU memory is back to idle."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.train_matrix.shell import alive
 from tests.shell_harness import FAKEBIN
-from train import settle
+from train.launch import settle
 from utils import vendor_tools
 
 

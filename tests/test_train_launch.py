@@ -1,4 +1,4 @@
-"""train.launch: what one node of a run is started with and records (the launcher runs for real; DRY_RUN
+"""train.launch.run: what one node of a run is started with and records (the launcher runs for real; DRY_RUN
 stops it before training). How the run is judged afterwards is evaluate.judge's (tests/test_evaluate_judge.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
-from train import launch, launch_command
+from train.launch import run as launch
+from train.launch import command as launch_command
 from utils.cli import UsageError
 from utils.config import FRAMEWORKS, ROOT
 from utils.platform_env import platform_env

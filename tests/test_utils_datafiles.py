@@ -259,7 +259,7 @@ def test_megatrons_sample_index_cache_is_named_after_the_dataset_fingerprint():
 def test_a_launch_on_a_corrupted_pair_is_refused_in_one_line_before_a_run_directory_exists(data_dir, tmp_path):
     flipped_byte(data_dir)
     env = {**os.environ, "DATA_DIR": str(data_dir), "DATASET": "sample", "OUTPUT_DIR": str(tmp_path / "out")}
-    out = subprocess.run([sys.executable, "-m", "train.launch", "--platform", "cpu", "--framework", "mega",
+    out = subprocess.run([sys.executable, "-m", "train.launch.run", "--platform", "cpu", "--framework", "mega",
                           "--model", "qwen"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.splitlines()

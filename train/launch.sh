@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # usage: bash train/launch.sh PLATFORM FRAMEWORK MODEL [--run-dir DIR] [--repeat N]
 # One training run, by the one launcher behind every train/train_<platform>_<framework>_<model>.sh
-# (python3 -m train.launch): the configuration is validated, the data checked, the run's request,
+# (python3 -m train.launch.run): the configuration is validated, the data checked, the run's request,
 # command and generated configuration written into its directory, the framework run with its console
 # in train.log, and result.json written and checked against the request.
 #   --run-dir DIR   the run's directory (default: a new one under RUN_SET_DIR, or a new run set in OUTPUT_DIR)
@@ -40,7 +40,7 @@ main() {
   PLATFORM="${platform}" FRAMEWORK="${framework}" MODELS="${model}" tp_load_config --quiet
   # A stop signal reaches the launcher too (one process group): this shell waits for it to record the stop.
   trap : "${TP_STOP_SIGNALS[@]}"
-  tp_python -m train.launch --platform "${platform}" --framework "${framework}" --model "${model}" "$@"
+  tp_python -m train.launch.run --platform "${platform}" --framework "${framework}" --model "${model}" "$@"
 }
 
 main "$@"

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from train import plan, summary
+from train import plan
+from train.launch import summary
 from utils import ROOT
 from utils.cli import STOP_SIGNALS, Parser, UsageError, say, warn
 from utils.config import ConfigError, Config
@@ -197,7 +198,7 @@ def run_matrix(cfg: Config, runs: list[plan.Run], run_set: Path, stop: Stop) -> 
 
 
 def summarise(run_set: Path, names: list[str], runs: list[plan.Run]) -> int:
-    """train.summary's table of the runs started, with the skipped ones counted; its exit status."""
+    """train.launch.summary's table of the runs started, with the skipped ones counted; its exit status."""
     skipped = [f"--skipped={run.name}: {run.skipped}" for run in runs if run.skipped]
     return summary.main([str(run_set), *names, *skipped])
 

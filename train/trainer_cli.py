@@ -32,7 +32,7 @@ def parse_args(tool: str, doc: str, argv: list[str] | None) -> argparse.Namespac
     parser = Parser(prog=f"train/{tool}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="Without --request, settings come from config.env and the environment (utils.config).")
     parser.add_argument("--request", type=Path, metavar="CONFIG_JSON",
-                        help="the run's request (config.json, as train.launch writes it)")
+                        help="the run's request (config.json, as train.launch.run writes it)")
     parser.add_argument("--run-dir", required=True, type=Path, help="run directory (created if missing)")
     parser.add_argument("--model", choices=MODEL_KEYS,
                         help="model key (required without --request; with it, must be the request's)")

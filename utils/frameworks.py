@@ -3,7 +3,7 @@
 The configuration (which frameworks a platform runs, and the counterpart FRAMEWORK=nemo maps to on AMD), the
 fairness workload (its LR warm-up convention), the launcher (whether its stack is checked from this Python) and
 the judge (whether its trainer writes result.json or the log is extracted) all read this table. A new framework
-is one entry here, one command function in train/launch_command.py, its trainer, and its
+is one entry here, one command function in train/launch/command.py, its trainer, and its
 train/train_<platform>_<framework>_<model>.sh wrappers (docs/ARCHITECTURE.md lists them).
 """
 

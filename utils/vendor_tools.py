@@ -2,7 +2,7 @@
 what they are, and how much of their memory is in use.
 
 Detection (the configuration, shell/platform.sh), the system description (utils.probe) and the
-settling between runs (train.settle) all ask here, so that a tool's output is parsed in one place.
+settling between runs (train.launch.settle) all ask here, so that a tool's output is parsed in one place.
 A tool that is missing, fails or hangs answers nothing: no GPU of that vendor, never a guess.
 Standard library only: the configuration detects the platform before any environment exists.
 

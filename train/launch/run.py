@@ -1,6 +1,6 @@
 """Run one training run: the single launcher behind every train/train_<platform>_<framework>_<model>.sh.
 
-    python3 -m train.launch --platform amd --framework prim --model llama [--run-dir DIR] [--repeat N]
+    python3 -m train.launch.run --platform amd --framework prim --model llama [--run-dir DIR] [--repeat N]
 
 The configuration comes from config.env and the environment (utils.config); the run's identity
 from the flags. Into the run directory go: config.json (the request, train/plan.py), the
@@ -17,7 +17,7 @@ checkout missing here (the AMD image has it), is then a warning.
 A run its framework cannot do (train.plan.skip_reason: fsdp or autotp at PP > 1, a model the framework has no
 name for, autotp with FP8 or COMPILE=1) is refused in one line, exit 2.
 
-Frameworks (train/launch_command.py): mega, fsdp and autotp run torchrun on train/train_<framework>.py; nemo runs
+Frameworks (train/launch/command.py): mega, fsdp and autotp run torchrun on train/train_<framework>.py; nemo runs
 torchrun on train/train_nemo.py with the recipe settings of train/nemo_recipe.py; prim runs Primus's
 examples/run_pretrain.sh from PRIMUS_PATH (default /workspace/Primus) with the experiment of
 train/primus_config.py. Multi-node: every node runs this with its NODE_RANK; nodes other than 0 keep
@@ -49,8 +49,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from train.launch_command import REQUEST_FILE, Launch, node_identity, prepare, run_environment
-from train.launch_process import hold_stops, judge, run_supervised
+from train.launch.command import REQUEST_FILE, Launch, node_identity, prepare, run_environment
+from train.launch.process import hold_stops, judge, run_supervised
 from train.plan import Run, data_problems, request, run_name, skip_reason
 from utils import probe
 from utils.cli import Parser, UsageError, warn
@@ -124,7 +124,7 @@ def resolve(args) -> tuple[Request, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python3 -m train.launch", description=__doc__,
+    parser = Parser(prog="python3 -m train.launch.run", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--platform", required=True, choices=PLATFORMS)
     parser.add_argument("--framework", required=True, choices=FRAMEWORKS)

@@ -1,6 +1,6 @@
 """The summary table of a run set: run, status, tokens/s/GPU, TFLOP/s/GPU, time.
 
-    python3 -m train.summary RUN_SET_DIR [RUN_NAME...] [--skipped "RUN_NAME: why"...]
+    python3 -m train.launch.summary RUN_SET_DIR [RUN_NAME...] [--skipped "RUN_NAME: why"...]
 
 Reads each run directory's launch.json (status, wall time) and result.json (figures). Runs are
 listed in the order given (default: every run directory, by name), then the runs of the plan that
@@ -82,7 +82,7 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python3 -m train.summary", description=__doc__,
+    parser = Parser(prog="python3 -m train.launch.summary", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_set", type=Path, help="the run set directory (OUTPUT_DIR/<timestamp>-<platform>)")
     parser.add_argument("runs", nargs="*", help="run names in order (default: every run directory)")
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run of the plan that was not started, and why (repeatable)")
     args = parser.parse_args(argv)
     if not args.run_set.is_dir():
-        print(f"train.summary: {args.run_set}: no such run set directory", file=sys.stderr)
+        print(f"train.launch.summary: {args.run_set}: no such run set directory", file=sys.stderr)
         return 2
     names = args.runs or sorted(p.parent.name for p in args.run_set.glob("*/config.json"))
     rows = [row(args.run_set / name) for name in names]

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from train import settle
-from train.launch_command import Launch
+from train.launch import settle
+from train.launch.command import Launch
 from utils import ROOT, telemetry
 from utils.cli import STOP_SIGNALS, SignalFlag, now_iso, say, warn
 from utils.files import disk_problem, writing
