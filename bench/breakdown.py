@@ -4,7 +4,7 @@
     DP=1 GPUS_PER_NODE=1 python3 -m bench.breakdown --model llama    # one process
 
 One fsdp model is built once (the configuration's settings with FRAMEWORK=fsdp, synthetic tokens), then trained
-in alternating blocks of steps with the breakdown on (train/step_marks.py's marks around each microbatch's
+in alternating blocks of steps with the breakdown on (train/common/step_marks.py's marks around each microbatch's
 forward, the forward-backward and the optimizer, read after the step's synchronisation) and off (no marks;
 everything else the same: synchronisations, reductions, records). Each block is timed between device
 synchronisations; alternating blocks cancel slow drifts of a shared machine. Printed: both step times, their
@@ -39,7 +39,8 @@ from dataclasses import replace  # noqa: E402
 
 import torch  # noqa: E402
 
-from train import native_trainer, trainer_cli  # noqa: E402
+from train import native_trainer  # noqa: E402
+from train.common import cli as trainer_cli  # noqa: E402
 from bench.blocks import block_lines, paired_difference  # noqa: E402
 from train.fsdp_engine import FsdpEngine  # noqa: E402
 from train.megatron_data import locate  # noqa: E402

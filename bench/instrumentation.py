@@ -5,7 +5,7 @@
 
 One model is built once (the configuration's settings, synthetic tokens), then trained in
 alternating blocks of steps with the instrumentation on (two device synchronisations per step, the
-forward/backward/optimizer breakdown's marks (train/step_marks.py), the loss and memory reductions,
+forward/backward/optimizer breakdown's marks (train/common/step_marks.py), the loss and memory reductions,
 the steps.jsonl line and the console line) and off (the bare step loop, which makes no marks: checked).
 Each block is timed between device synchronisations, so both modes measure the same thing;
 alternating blocks cancel slow drifts of a shared machine. Printed: the step time of each mode,
@@ -42,7 +42,7 @@ import torch
 
 from train import cpu_compat
 from train.megatron_data import locate
-from train.step_log import StepLog
+from train.common.step_log import StepLog
 from train.mega_trainer import Trainer, init_distributed
 from train.train_mega import planned_request
 from utils import platform_env

@@ -36,7 +36,8 @@ from dataclasses import replace  # noqa: E402
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
-from train import native_trainer, trainer_cli  # noqa: E402
+from train import native_trainer  # noqa: E402
+from train.common import cli as trainer_cli  # noqa: E402
 from bench.blocks import block_lines, paired_difference  # noqa: E402
 from train.fsdp_engine import FsdpEngine  # noqa: E402
 from train.megatron_data import locate  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 
 from data.verify import _cache_problem
 from tests.test_train_mega_runs import BASE, ROOT, trainer_env
-from train.step_log import StepLog, StepRecord
+from train.common.step_log import StepLog, StepRecord
 from utils.files import DiskError, atomic_open, disk_problem, write_json
 
 SAMPLE = ROOT / "data" / "sample" / "sample.jsonl.gz"

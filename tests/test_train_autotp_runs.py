@@ -24,7 +24,7 @@ from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import Run, trainer_env
 from train import autotp_engine
-from train.outcome import SettingsError
+from train.common.outcome import SettingsError
 from utils.models import by_variant
 from utils.result import schema_errors
 

@@ -143,7 +143,7 @@ def test_a_pipeline_parallel_request_is_refused_in_one_line(tmp_path):
     """The configuration refuses PP > 1 for fsdp before anything starts; a request that asks anyway (written by
     hand) meets the trainer's own guard."""
     request = tmp_path / "run" / "config.json"
-    code = ("import sys, dataclasses; from pathlib import Path; from train import trainer_cli; "
+    code = ("import sys, dataclasses; from pathlib import Path; from train.common import cli as trainer_cli; "
             "path = Path(sys.argv[1]); req = trainer_cli.planned_request('fsdp', 'llama', None, path.parent); "
             "req = dataclasses.replace(req, parallelism=dataclasses.replace(req.parallelism, pp=2, dp=1)); "
             "req.write(path)")

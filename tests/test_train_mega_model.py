@@ -13,7 +13,7 @@ import pytest
 
 from evaluate.logs import parse_logs
 from tests.shell_harness import HANG_TIMEOUT_S
-from train.step_log import StepRecord, megatron_line, memory_line
+from train.common.step_log import StepRecord, megatron_line, memory_line
 from utils import platform_env
 from utils.models import get_model
 

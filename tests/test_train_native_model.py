@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from train import native_model
-from train.outcome import SettingsError
+from train.common.outcome import SettingsError
 from utils.fairness import WORKLOAD
 from utils.models import get_model
 

@@ -1,4 +1,4 @@
-"""Telemetry around a run: the launcher's sampler (train.launch.process), each rank's step times (train.step_log)
+"""Telemetry around a run: the launcher's sampler (train.launch.process), each rank's step times (train.common.step_log)
 and the judge's telemetry and stragglers sections (evaluate.judge), whatever the framework."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from evaluate import judge
 from tests.test_evaluate_judge import ENDED, ended_run, judged
 from train.launch.command import Launch
 from train.launch.process import run_supervised
-from train.step_log import RankSteps
+from train.common.step_log import RankSteps
 from utils import stragglers, telemetry, telemetry_backends
 from utils.result import schema_errors
 

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import torch
 
 from train import native_trainer
-from train.outcome import SettingsError
+from train.common.outcome import SettingsError
 from utils.request import Request
 
 COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")

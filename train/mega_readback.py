@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from train.step_log import is_last_rank
+from train.common.step_log import is_last_rank
 from utils.files import atomic_open
 from utils.hardware import cpu_native_bf16
 from utils.request import Environment

@@ -3,11 +3,11 @@
 The loop is Megatron-LM's: megatron-core's GPTModel (train/mega_model.py) under its DDP with the distributed
 optimizer (AdamW), linear warm-up then cosine decay to MIN_LR, and the forward-backward schedule of the layout
 (no pipelining, or 1F1B). Each step is timed between device synchronisations; its record is reduced over the
-ranks and written by the last rank to steps.jsonl and the console (train/step_log.py). Every setting comes
+ranks and written by the last rank to steps.jsonl and the console (train/common/step_log.py). Every setting comes
 from the run's request (utils.request).
 
 The step's forward / backward / optimizer breakdown (breakdown_method) is measured without perturbing it: marks
-that never wait for the device (train/step_marks.py: CUDA events, the host clock on the CPU) before each
+that never wait for the device (train/common/step_marks.py: CUDA events, the host clock on the CPU) before each
 microbatch's batch fetch, at the start of its model forward and at the end of its loss function (of its forward,
 on a stage without the loss), around the forward-backward schedule call and around the optimizer and LR schedule
 steps; they are read after the step's existing closing synchronisation. Forward is the sum of the forward
@@ -36,10 +36,10 @@ import numpy
 import torch
 
 from train import mega_readback
-from train.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
+from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
 from train.megatron_data import DataSource, build_dataset, microbatches
-from train.outcome import NonFiniteLoss, SettingsError
-from train.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
+from train.common.outcome import NonFiniteLoss, SettingsError
+from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
 from utils.models import ModelSpec, by_variant
 from utils.request import Request
 

@@ -13,7 +13,7 @@ import inspect
 
 import torch
 
-from train.outcome import SettingsError
+from train.common.outcome import SettingsError
 from utils.fairness import WORKLOAD
 from utils.models import ModelSpec
 

@@ -8,7 +8,7 @@ driving the torch optimizer: step k runs at LR x (k-1)/W during the warm-up, the
 per framework is the Engine (train/native_engine.py).
 
 Each step is timed between device synchronisations. Its forward / backward / optimizer breakdown is mega's
-(train/step_marks.py, the same intervals): device events recorded into the stream and read only after the step's
+(train/common/step_marks.py, the same intervals): device events recorded into the stream and read only after the step's
 final synchronisation, so the measurement adds no synchronisation; on the CPU, where the work is synchronous, the
 host clock at the same points.
 """
@@ -24,19 +24,20 @@ from typing import Callable
 
 import torch
 
-from train import native_model, native_readback, step_marks
+from train import native_model, native_readback
+from train.common import step_marks
 from train.megatron_data import DataSource, build_dataset, microbatches
 from train.native_engine import Engine
-from train.outcome import NonFiniteLoss, SettingsError
-from train.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
+from train.common.outcome import NonFiniteLoss, SettingsError
+from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
 from utils.hardware import cpu_native_bf16
 from utils.models import ModelSpec, by_variant
 from utils.request import Request
 
 MakeEngine = Callable[[torch.nn.Module, Request, torch.device], Engine]
-DEVICE_EVENTS = ("CUDA events (train/step_marks.py) around each microbatch's forward and loss, the microbatches' "
+DEVICE_EVENTS = ("CUDA events (train/common/step_marks.py) around each microbatch's forward and loss, the microbatches' "
                  "forward-backward and the optimizer step, read after the step's synchronisation")
-HOST_CLOCK = ("host clock (train/step_marks.py) around each microbatch's forward and loss, the microbatches' "
+HOST_CLOCK = ("host clock (train/common/step_marks.py) around each microbatch's forward and loss, the microbatches' "
               "forward-backward and the optimizer step: CPU work is synchronous")
 
 
@@ -224,7 +225,7 @@ class NativeTrainer:
 
 
 def starter(make_engine: MakeEngine):
-    """A framework's start(req, source, run_dir, inject_nan_step) for train/outcome.py: distributed, then the
+    """A framework's start(req, source, run_dir, inject_nan_step) for train/common/outcome.py: distributed, then the
     trainer around its engine."""
     def start(req: Request, source: DataSource, run_dir: Path, inject_nan_step: int | None) -> NativeTrainer:
         device = init_distributed(req)

@@ -8,7 +8,7 @@ Hugging Face model.
 The loop is train/native_trainer.py's (the same data, loss and LR schedule as mega and fsdp), the parallelism
 train/autotp_engine.py's (ZERO_STAGE; DS_ACCELERATOR is cuda on NVIDIA and ROCm GPUs, cpu on the CPU, set when
 unset); each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer breakdown, and the
-last rank writes DIR/result.json (train/outcome.py). The command line is train/trainer_cli.py's.
+last rank writes DIR/result.json (train/common/outcome.py). The command line is train/common/cli.py's.
 
 Exit status: 0 trained every step; 1 the training failed; 2 bad input (request, configuration, missing data,
 a setting autotp refuses: PP > 1, FP8, COMPILE or SAC_FREQ, a DS_ACCELERATOR for another device);
@@ -24,7 +24,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script by torchrun: make the project's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from train import native_trainer, trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
+from train import native_trainer  # noqa: E402 - after the path, as every import of the project's packages
+from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
 from train.autotp_engine import AutotpEngine  # noqa: E402
 
 FRAMEWORK = "autotp"

@@ -6,7 +6,7 @@
 
 The loop is train/native_trainer.py's (the same data, loss and LR schedule as mega), the parallelism
 train/fsdp_engine.py's; each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer
-breakdown, and the last rank writes DIR/result.json (train/outcome.py). The command line is train/trainer_cli.py's.
+breakdown, and the last rank writes DIR/result.json (train/common/outcome.py). The command line is train/common/cli.py's.
 
 Exit status: 0 trained every step; 1 the training failed; 2 bad input (request, configuration, missing data,
 a setting fsdp refuses: PP > 1, DDP with TP > 1, FP8 on the CPU or without torchao); 128+signal stopped.
@@ -20,7 +20,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script by torchrun: make the project's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from train import native_trainer, trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
+from train import native_trainer  # noqa: E402 - after the path, as every import of the project's packages
+from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
 from train.fsdp_engine import FsdpEngine  # noqa: E402
 
 FRAMEWORK = "fsdp"

@@ -12,12 +12,12 @@ utils.config) for --model and --strategy, as the launcher would: the layout (TP,
 optimizer and LR schedule, SEED, the data, the fairness profile, WARMUP_SKIP and PROFILING. GBS = MBS x DP x GA.
 
 The loop is Megatron-LM's (train/mega_trainer.py); each step is written to DIR/steps.jsonl and the console
-(train/step_log.py); the last rank then writes DIR/result.json (train/outcome.py). PROFILING=true adds
+(train/common/step_log.py); the last rank then writes DIR/result.json (train/common/outcome.py). PROFILING=true adds
 DIR/profile/ (rank 0's Chrome trace and top-kernels table). A crash, an out-of-memory error or a NaN loss
 still ends in a result with status failed (a failing rank leaves its traceback in DIR/error_rank<N>.txt); the
 exit status is then non-zero.
 
-The command line is train/trainer_cli.py's, shared by every TPrimat trainer.
+The command line is train/common/cli.py's, shared by every TPrimat trainer.
 
 Exit status: 0 trained every step; 1 the training failed; 2 bad input (request, configuration, missing data);
 128+signal stopped. On a machine without an accelerator train/cpu_compat.py adapts megatron-core (gloo, the
@@ -32,7 +32,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script by torchrun: make the project's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from train import cpu_compat, trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
+from train import cpu_compat  # noqa: E402 - after the path, as every import of the project's packages
+from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
 from train.megatron_data import DataSource  # noqa: E402
 from utils.request import Request  # noqa: E402
 
@@ -53,7 +54,7 @@ def start(req: Request, source: DataSource, run_dir: Path, inject_nan_step: int 
 
 
 def planned_request(model: str, strategy: str | None, run_dir: Path) -> Request:
-    """The request the launcher would write for a mega run of this model and strategy (train/trainer_cli.py)."""
+    """The request the launcher would write for a mega run of this model and strategy (train/common/cli.py)."""
     return trainer_cli.planned_request(FRAMEWORK, model, strategy, run_dir)
 
 

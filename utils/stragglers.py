@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 THRESHOLD = 0.05  # slower than the median by more than this fraction flags a straggler
-RANK_STEPS_DIR = "rank_steps"  # RUN_DIR/rank_steps/rank<R>.jsonl: train/step_log.py's RankSteps
+RANK_STEPS_DIR = "rank_steps"  # RUN_DIR/rank_steps/rank<R>.jsonl: train/common/step_log.py's RankSteps
 
 
 def read_rank_steps(run_dir: Path) -> list[dict[str, Any]]:

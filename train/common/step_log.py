@@ -115,7 +115,7 @@ class StepLog:
             self._file: TextIO = open(path, "a", encoding="utf-8")
 
     def write(self, record: StepRecord) -> None:
-        """Append the record; a write the disk refuses (DiskError: the run fails, train/outcome.py) leaves the
+        """Append the record; a write the disk refuses (DiskError: the run fails, train/common/outcome.py) leaves the
         file as it was before it, whole records only."""
         end = self._file.tell()
         try:

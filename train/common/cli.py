@@ -7,7 +7,7 @@ Every setting comes from the run's request (utils.request): the config.json the 
 started by hand, the request train.plan builds from the configuration (config.env + environment, utils.config)
 for --model and --strategy, as the launcher would. Bad input (a request of another framework, model or strategy,
 an unreadable request, a taken run directory) is one line and exit status 2; the run itself is
-train/outcome.py's train_and_report.
+train/common/outcome.py's train_and_report.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from train.outcome import Start, train_and_report
+from train.common.outcome import Start, train_and_report
 from train.plan import Run, request
 from utils.cli import Parser
 from utils.config import ConfigError, load_config
