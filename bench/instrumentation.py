@@ -40,10 +40,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from train import cpu_compat
-from train.megatron_data import locate
+from train.megatron import cpu_compat
+from train.megatron.data import locate
 from train.common.step_log import StepLog
-from train.mega_trainer import Trainer, init_distributed
+from train.megatron.trainer import Trainer, init_distributed
 from train.train_mega import planned_request
 from utils import platform_env
 from utils.models import MODEL_KEYS, by_variant
