@@ -23,7 +23,7 @@ from evaluate.collect import Loaded
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import Run, trainer_env
-from train import autotp_engine
+from train.native import autotp as autotp_engine
 from train.common.outcome import SettingsError
 from utils.models import by_variant
 from utils.result import schema_errors

@@ -1,4 +1,4 @@
-"""The torch-native frameworks' model (train/native_model.py): every architecture number from TPrimat's spec,
+"""The torch-native frameworks' model (train/native/model.py): every architecture number from TPrimat's spec,
 built without distributed and without downloading anything."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from train import native_model
+from train.native import model as native_model
 from train.common.outcome import SettingsError
 from utils.fairness import WORKLOAD
 from utils.models import get_model

@@ -4,8 +4,8 @@
     torchrun --nproc_per_node=N train/train_fsdp.py --model MODEL --run-dir DIR [--strategy NAME]
     python3 train/train_fsdp.py --model llama --run-dir DIR  # one process (TP x DP = 1), no torchrun
 
-The loop is train/native_trainer.py's (the same data, loss and LR schedule as mega), the parallelism
-train/fsdp_engine.py's; each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer
+The loop is train/native/trainer.py's (the same data, loss and LR schedule as mega), the parallelism
+train/native/fsdp.py's; each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer
 breakdown, and the last rank writes DIR/result.json (train/common/outcome.py). The command line is train/common/cli.py's.
 
 Exit status: 0 trained every step; 1 the training failed; 2 bad input (request, configuration, missing data,
@@ -20,9 +20,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script by torchrun: make the project's packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from train import native_trainer  # noqa: E402 - after the path, as every import of the project's packages
+from train.native import trainer as native_trainer  # noqa: E402 - after the path, as every import of the project's packages
 from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
-from train.fsdp_engine import FsdpEngine  # noqa: E402
+from train.native.fsdp import FsdpEngine  # noqa: E402
 
 FRAMEWORK = "fsdp"
 TOOL = "train_fsdp"

@@ -26,7 +26,7 @@ TABLE = {spec.name: spec for spec in (
     Framework("prim", ("amd",), "megatron", writes_result=False, in_this_python=False),  # Primus's own launcher
     Framework("nemo", ("nvd",), "nemo-cosine-annealing", writes_result=False, in_this_python=True),
     # Torch-native: Hugging Face models on plain PyTorch (FSDP2 + DTensor TP, or DDP) and DeepSpeed AutoTP, with
-    # Megatron-LM's LR schedule implemented by TPrimat (train/native_trainer.py); both run unchanged everywhere.
+    # Megatron-LM's LR schedule implemented by TPrimat (train/native/trainer.py); both run unchanged everywhere.
     Framework("fsdp", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True),
     Framework("autotp", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True),
 )}

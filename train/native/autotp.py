@@ -1,4 +1,4 @@
-"""The autotp framework's Engine (train/native_engine.py): DeepSpeed's AutoTP tensor parallelism with ZeRO 0-2.
+"""The autotp framework's Engine (train/native/engine.py): DeepSpeed's AutoTP tensor parallelism with ZeRO 0-2.
 
 deepspeed.tp_model_init records the TP size and dtype; deepspeed.initialize then shards the built Hugging Face model
 (the model's own TP plan: q, k, v, gate, up column-wise, o and down row-wise) and, with vocab_parallel_lm_head, the
@@ -18,7 +18,7 @@ from collections import Counter
 
 import torch
 
-from train import native_trainer
+from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
 from utils.request import Request
 

@@ -1,4 +1,4 @@
-"""The fsdp framework's Engine (train/native_engine.py): FSDP2 with DTensor tensor parallelism, or DDP.
+"""The fsdp framework's Engine (train/native/engine.py): FSDP2 with DTensor tensor parallelism, or DDP.
 
 The ranks form a 2D mesh (dp, tp), row-major: TP groups are consecutive ranks ({0,1},{2,3} at TP=2), DP groups
 the columns. With TP > 1 each decoder layer is parallelised with TPrimat's TP plan (q, k, v, gate, up column-wise;
@@ -16,7 +16,7 @@ from contextlib import nullcontext
 
 import torch
 
-from train import native_trainer
+from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
 from utils.request import Request
 

@@ -39,7 +39,7 @@ def hf_config(spec: ModelSpec, attn_impl: str):
     try:
         cls = config_classes()[spec.key]
     except KeyError:
-        raise SettingsError(f"model {spec.key} has no Hugging Face config class in train/native_model.py; "
+        raise SettingsError(f"model {spec.key} has no Hugging Face config class in train/native/model.py; "
                             "add it to config_classes()") from None
     # A family that can window its attention gets the spec's window, None included (Qwen2's config defaults to one)
     extra = {"sliding_window": spec.sliding_window} \
@@ -84,5 +84,5 @@ def build(spec: ModelSpec, attn_impl: str, seed: int, device: torch.device) -> t
     parameters = count_parameters(model)
     if parameters != spec.param_count():
         raise RuntimeError(f"the built model has {parameters} parameters, the {spec.variant} spec "
-                           f"{spec.param_count()}: utils/models.py and train/native_model.py disagree")
+                           f"{spec.param_count()}: utils/models.py and train/native/model.py disagree")
     return model

@@ -5,7 +5,7 @@ The workload is mega's: the same samples in the same order (train/megatron/data.
 cross-entropy over the loss mask, on the dataset's already shifted labels), AdamW with Megatron-LM's parameter
 groups (no weight decay on biases and 1-D weights) and its schedule (megatron-core's OptimizerParamScheduler
 driving the torch optimizer: step k runs at LR x (k-1)/W during the warm-up, then cosine to MIN_LR). What differs
-per framework is the Engine (train/native_engine.py).
+per framework is the Engine (train/native/engine.py).
 
 Each step is timed between device synchronisations. Its forward / backward / optimizer breakdown is mega's
 (train/common/step_marks.py, the same intervals): device events recorded into the stream and read only after the step's
@@ -24,10 +24,11 @@ from typing import Callable
 
 import torch
 
-from train import native_model, native_readback
+from train.native import model as native_model
+from train.native import readback as native_readback
 from train.common import step_marks
 from train.megatron.data import DataSource, build_dataset, microbatches
-from train.native_engine import Engine
+from train.native.engine import Engine
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
 from utils.hardware import cpu_native_bf16
