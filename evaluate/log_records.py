@@ -28,7 +28,7 @@ NEMO_ITERATION = re.compile(RECORD_START + r"Training epoch (\d+), iteration (\d
 MEGATRON_ITERATION = re.compile(RECORD_START + r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 MEMORY_REPORT = re.compile(RECORD_START + r"\[Rank \d+\] \(after (\d+) iterations\) memory \(MB\)")
 PRIMUS_PREFIX = re.compile(r"\[rank-\d+/\d+\]\s*\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]")
-STEP_MARKER = "TPRIMAT_STEP"  # train/nemo_timer.py: NeMo runs' device-synchronised step time and peak memory
+STEP_MARKER = "TPRIMAT_STEP"  # train/nemo/timer.py: NeMo runs' device-synchronised step time and peak memory
 STEP_LINE = re.compile(RECORD_START + STEP_MARKER + r" (.*)$")
 GIB = 2.0 ** 30
 

@@ -148,7 +148,7 @@ class Stream:
             self.pending.declared.update(values)
 
     def _timer(self, number: int, payload: str) -> None:
-        """TPrimat's TPRIMAT_STEP line (train/nemo_timer.py); a line cut or broken by other output is skipped."""
+        """TPrimat's TPRIMAT_STEP line (train/nemo/timer.py); a line cut or broken by other output is skipped."""
         try:
             values = json.loads(payload)
             step, steps, seconds = int(values["step"]), int(values["steps"]), float(values["step_time_s"])

@@ -83,7 +83,7 @@ def test_nemo_counts_from_zero_and_reports_bytes(tmp_path):
 
 
 def test_nemo_step_time_and_peak_memory_come_from_tprimats_own_timer(tmp_path):
-    """train/nemo_timer.py's TPRIMAT_STEP line: device-synchronised step time, every rank's peak memory."""
+    """train/nemo/timer.py's TPRIMAT_STEP line: device-synchronised step time, every rank's peak memory."""
     _, result = run_extract(tmp_path, "nemo_timed.log", "config-nemo.json")
     assert result["series"]["step_time_s"][:3] == [15.0, 9.8, 9.3]
     assert result["performance"]["step_time_s"]["median"] == pytest.approx(9.3)

@@ -43,7 +43,7 @@ def readback(reported, mock_data=False) -> list[str]:
 
 
 def test_nemos_data_path_list_is_compared_with_the_request():
-    """train/nemo_readback.py prints data_path as the list of the blend's prefixes."""
+    """train/nemo/readback.py prints data_path as the list of the blend's prefixes."""
     assert readback([PREFIX]) == []
     assert readback(["/data/c4_llama_text_document"]) == [
         f"data_path: the framework read /data/c4_llama_text_document, requested {PREFIX}"]

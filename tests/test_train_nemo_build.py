@@ -21,7 +21,7 @@ import pytest
 
 from tests.fixtures.train.data_dir import DATASET, make_data_dir
 from tests.fixtures.train_matrix.requests import run_request
-from train.nemo_recipe import recipe_settings
+from train.nemo.recipe import recipe_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "requirements" / "nemo.txt"
@@ -139,7 +139,7 @@ from megatron.core import parallel_state
 from megatron.core.distributed import DistributedDataParallelConfig
 from nemo.collections import llm
 from nemo.lightning.pytorch.plugins import MegatronDataSampler
-from train import nemo_readback
+from train.nemo import readback as nemo_readback
 
 for name in ("tensor_model_parallel", "pipeline_model_parallel", "context_parallel", "data_parallel"):
     setattr(parallel_state, f"get_{name}_world_size", lambda: 1)

@@ -1,4 +1,4 @@
-"""train.nemo_recipe: TPrimat request -> NeMo 2.0 recipe settings, checked without NeMo installed."""
+"""train.nemo.recipe: TPrimat request -> NeMo 2.0 recipe settings, checked without NeMo installed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
 from utils.fairness import profile
-from train.nemo_recipe import DDP_KEYS, FAIRNESS_PATHS, FP8_PLUGIN_KEYS, recipe_settings
+from train.nemo.recipe import DDP_KEYS, FAIRNESS_PATHS, FP8_PLUGIN_KEYS, recipe_settings
 from train.train_nemo import assign
 from utils.platform_env import platform_env
 
@@ -161,6 +161,6 @@ def test_assign_sets_a_dotted_path_and_names_a_wrong_one():
 
 
 def test_nemo_is_not_needed_to_map_or_to_import_the_launcher():
-    for name in ("train.nemo_recipe", "train.train_nemo"):
+    for name in ("train.nemo.recipe", "train.train_nemo"):
         importlib.reload(importlib.import_module(name))
     assert not any(name == "nemo" or name.startswith(("nemo.", "nemo_run", "lightning")) for name in sys.modules)

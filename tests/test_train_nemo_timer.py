@@ -1,4 +1,4 @@
-"""train.nemo_timer: NeMo runs' device-synchronised step time and every rank's peak memory, without NeMo.
+"""train.nemo.timer: NeMo runs' device-synchronised step time and every rank's peak memory, without NeMo.
 
 Lightning is stood in for by a module with an empty Callback base (the callback uses no Lightning API but
 the hook names: on_train_batch_start(trainer, pl_module, batch, batch_idx) and
@@ -26,14 +26,14 @@ GIB = 2 ** 30
 
 
 def import_timer():
-    """train.nemo_timer over a stand-in lightning.pytorch.callbacks (this environment has no Lightning)."""
+    """train.nemo.timer over a stand-in lightning.pytorch.callbacks (this environment has no Lightning)."""
     callbacks = types.ModuleType("lightning.pytorch.callbacks")
     callbacks.Callback = type("Callback", (), {})
     for name in ("lightning", "lightning.pytorch"):
         sys.modules.setdefault(name, types.ModuleType(name))
     sys.modules["lightning.pytorch.callbacks"] = callbacks
-    sys.modules.pop("train.nemo_timer", None)
-    return importlib.import_module("train.nemo_timer")
+    sys.modules.pop("train.nemo.timer", None)
+    return importlib.import_module("train.nemo.timer")
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def timer(monkeypatch):
             sys.modules.pop(name, None)
         else:
             sys.modules[name] = value
-    sys.modules.pop("train.nemo_timer", None)
+    sys.modules.pop("train.nemo.timer", None)
 
 
 class Clock:
@@ -138,7 +138,7 @@ def test_the_line_is_what_evaluate_logs_reads(timer, monkeypatch, capsys, tmp_pa
 def _rank(rank: int, port: int, queue) -> None:
     """One of two gloo ranks, each with its own peaks; rank 0 prints what the ranks agreed on."""
     import_timer()
-    from train import nemo_timer
+    from train.nemo import timer as nemo_timer
 
     torch.cuda.is_available = lambda: True
     torch.cuda.synchronize = lambda: None

@@ -1,4 +1,4 @@
-"""Run one NeMo 2.0 pretraining from recipe settings written by train/nemo_recipe.py.
+"""Run one NeMo 2.0 pretraining from recipe settings written by train/nemo/recipe.py.
 
 Started by the launcher under torchrun on every rank (NeMo runs in the current process group):
 
@@ -37,8 +37,8 @@ def build_recipe(settings: dict):
     from nemo.lightning.pytorch.callbacks import NsysCallback
     from nemo.utils.exp_manager import TimingCallback
 
-    from train.nemo_readback import EffectiveSettings
-    from train.nemo_timer import StepTimer
+    from train.nemo.readback import EffectiveSettings
+    from train.nemo.timer import StepTimer
 
     callback_classes = {"TimingCallback": TimingCallback, "NsysCallback": NsysCallback}
     recipe = getattr(llm, settings["recipe"]).pretrain_recipe(

@@ -2,7 +2,7 @@
 
 Each framework (utils.config's FRAMEWORKS) is one function of COMMANDS: mega, fsdp and autotp run torchrun
 on their trainer (train/train_mega.py, train_fsdp.py, train_autotp.py) with the run's config.json; nemo runs
-torchrun on train/train_nemo.py with the recipe settings of train/nemo_recipe.py; prim runs Primus's
+torchrun on train/train_nemo.py with the recipe settings of train/nemo/recipe.py; prim runs Primus's
 examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/primus_config.py.
 Every command gets the platform's environment with its framework's (utils/platform_env), and a multi-node one
 the network settings of utils/netenv.
@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from train.nemo_recipe import recipe_settings
+from train.nemo.recipe import recipe_settings
 from train.primus_config import ShippedConfigMissing, command as primus_command
 from train.primus_config import write_experiment
 from utils.cli import UsageError, warn
@@ -96,7 +96,7 @@ def _own_trainer(script: str):
 
 
 def _nemo(req: Request, run_dir: Path, work_dir: Path) -> Launch:
-    """NeMo 2.0's recipe with the settings of train/nemo_recipe.py, applied by train/train_nemo.py."""
+    """NeMo 2.0's recipe with the settings of train/nemo/recipe.py, applied by train/train_nemo.py."""
     tokenizer = Path(req.data.tokenizer_dir) / "tokenizer.json"
     if req.data.mock_data and not tokenizer.exists() and not req.environment.dry_run:
         raise UsageError(f"NeMo's mock data takes its vocabulary from the model's tokenizer, and {tokenizer.parent} "
