@@ -40,10 +40,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from train.megatron import cpu_compat
-from train.megatron.data import locate
+from train.mega import cpu_compat
+from train.mega.data import locate
 from train.common.step_log import StepLog
-from train.megatron.trainer import Trainer, init_distributed
+from train.mega.trainer import Trainer, init_distributed
 from train.train_mega import planned_request
 from utils import platform_env
 from utils.models import MODEL_KEYS, by_variant

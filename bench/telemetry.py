@@ -40,7 +40,7 @@ from train.native import trainer as native_trainer  # noqa: E402
 from train.common import cli as trainer_cli  # noqa: E402
 from bench.blocks import block_lines, paired_difference  # noqa: E402
 from train.native.fsdp import FsdpEngine  # noqa: E402
-from train.megatron.data import locate  # noqa: E402
+from train.mega.data import locate  # noqa: E402
 from utils import platform_env, telemetry  # noqa: E402
 from utils.models import MODEL_KEYS, by_variant  # noqa: E402
 

@@ -9,6 +9,8 @@ read top to bottom.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,14 @@ def test_no_source_file_is_over_the_line_limit():
                for path in (ROOT / folder).rglob(pattern) if ".venv" not in path.parts]
     long = {str(path.relative_to(ROOT)): n for path in sources if (n := len(path.read_text().splitlines())) > LINE_LIMIT}
     assert long == {}
+
+
+@pytest.mark.parametrize("trainer", ["train/train_mega.py", "train/train_fsdp.py", "train/train_autotp.py"])
+def test_a_trainer_run_as_a_script_keeps_train_off_the_import_path(trainer):
+    """torchrun starts the trainers as scripts, which puts their folder first on sys.path: train/'s subpackages (nemo/)
+    would then shadow the frameworks' own packages of the same name."""
+    probe = ("import runpy, sys; sys.path.insert(0, 'train'); runpy.run_path(sys.argv[1], run_name='probe'); "
+             "from pathlib import Path; print([p for p in sys.path if Path(p or '.').resolve() == Path('train').resolve()])")
+    out = subprocess.run([sys.executable, "-c", probe, trainer], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -17,7 +17,7 @@ from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S, REPO
 from tests.test_train_mega_runs import BASE, assert_trained, train, trainer_env
 from train.common import step_marks
-from train.megatron.trainer import breakdown_method
+from train.mega.trainer import breakdown_method
 from utils.metrics import BREAKDOWN_KEYS
 
 STEPS = 6

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def full_models() -> dict:
-    """Every full model as train.megatron.model builds it with megatron-core (meta device)."""
+    """Every full model as train.mega.model builds it with megatron-core (meta device)."""
     out = subprocess.run([sys.executable, "-m", "tests.fixtures.train.full_models"], cwd=ROOT,
                          capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -117,7 +117,7 @@ def test_platform_environment_prints_export_lines_for_the_shell():
 def test_the_local_specs_causal_only_softmax_kernel_is_never_used_with_a_window(te, fused_after):
     """megatron-core 0.16.1's fused masked softmax builds a plain causal mask: with it the local spec would train
     full attention. Transformer Engine takes the window itself, so its fusions stay as they are."""
-    from train.megatron.model import Stack, _sliding_window
+    from train.mega.model import Stack, _sliding_window
     stack = Stack(gpu=True, transformer_engine=te, rope_kernel=True, softmax_kernel=True)
     window = _sliding_window(get_model("mistral"), stack, {"masked_softmax_fusion": True})
     assert window["window_size"] == (4095, 0)

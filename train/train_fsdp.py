@@ -17,8 +17,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script by torchrun: make the project's packages importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as a script by torchrun: the project's packages importable from its root, and
+    # train/ itself off the path, where a subpackage (train/nemo/) would shadow a framework's own package
+    TRAIN_DIR = Path(__file__).resolve().parent
+    sys.path[:] = [str(TRAIN_DIR.parent), *(p for p in sys.path if Path(p or ".").resolve() != TRAIN_DIR)]
 
 from train.native import trainer as native_trainer  # noqa: E402 - after the path, as every import of the project's packages
 from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages

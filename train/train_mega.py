@@ -11,7 +11,7 @@ or, started by hand, the request train.plan builds from the configuration (confi
 utils.config) for --model and --strategy, as the launcher would: the layout (TP, PP, DP, GA), MBS, SL, the
 optimizer and LR schedule, SEED, the data, the fairness profile, WARMUP_SKIP and PROFILING. GBS = MBS x DP x GA.
 
-The loop is Megatron-LM's (train/megatron/trainer.py); each step is written to DIR/steps.jsonl and the console
+The loop is Megatron-LM's (train/mega/trainer.py); each step is written to DIR/steps.jsonl and the console
 (train/common/step_log.py); the last rank then writes DIR/result.json (train/common/outcome.py). PROFILING=true adds
 DIR/profile/ (rank 0's Chrome trace and top-kernels table). A crash, an out-of-memory error or a NaN loss
 still ends in a result with status failed (a failing rank leaves its traceback in DIR/error_rank<N>.txt); the
@@ -20,7 +20,7 @@ exit status is then non-zero.
 The command line is train/common/cli.py's, shared by every TPrimat trainer.
 
 Exit status: 0 trained every step; 1 the training failed; 2 bad input (request, configuration, missing data);
-128+signal stopped. On a machine without an accelerator train/megatron/cpu_compat.py adapts megatron-core (gloo, the
+128+signal stopped. On a machine without an accelerator train/mega/cpu_compat.py adapts megatron-core (gloo, the
 CPU as device).
 """
 
@@ -29,12 +29,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script by torchrun: make the project's packages importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as a script by torchrun: the project's packages importable from its root, and
+    # train/ itself off the path, where a subpackage (train/nemo/) would shadow a framework's own package
+    TRAIN_DIR = Path(__file__).resolve().parent
+    sys.path[:] = [str(TRAIN_DIR.parent), *(p for p in sys.path if Path(p or ".").resolve() != TRAIN_DIR)]
 
-from train.megatron import cpu_compat  # noqa: E402 - after the path, as every import of the project's packages
+from train.mega import cpu_compat  # noqa: E402 - after the path, as every import of the project's packages
 from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
-from train.megatron.data import DataSource  # noqa: E402
+from train.mega.data import DataSource  # noqa: E402
 from utils.request import Request  # noqa: E402
 
 FRAMEWORK = "mega"
@@ -42,14 +44,14 @@ TOOL = "train_mega"
 
 
 def start(req: Request, source: DataSource, run_dir: Path, inject_nan_step: int | None):
-    """megatron-core made ready (on the CPU through train/megatron/cpu_compat.py), distributed started, the trainer."""
-    from train.megatron.trainer import Trainer, init_distributed
+    """megatron-core made ready (on the CPU through train/mega/cpu_compat.py), distributed started, the trainer."""
+    from train.mega.trainer import Trainer, init_distributed
 
     cpu_compat.apply()
     init_distributed(req)
     trainer = Trainer(req, source, run_dir, inject_nan_step)
     if cpu_compat.needed():
-        trainer.notes.append("no accelerator: megatron-core ran on the CPU through train/megatron/cpu_compat.py (gloo)")
+        trainer.notes.append("no accelerator: megatron-core ran on the CPU through train/mega/cpu_compat.py (gloo)")
     return trainer
 
 

@@ -29,7 +29,7 @@ import torch
 
 from typing import Any, Callable
 
-from train.megatron.data import DataError, DataSource, locate
+from train.mega.data import DataError, DataSource, locate
 from train.common.step_log import RankSteps, StepLog, is_last_rank
 from utils import platform_env
 from utils.cli import now_iso

@@ -1,6 +1,6 @@
 """The mega trainer's loop: distributed start-up, the built run (model, optimizer, schedule, data) and its steps.
 
-The loop is Megatron-LM's: megatron-core's GPTModel (train/megatron/model.py) under its DDP with the distributed
+The loop is Megatron-LM's: megatron-core's GPTModel (train/mega/model.py) under its DDP with the distributed
 optimizer (AdamW), linear warm-up then cosine decay to MIN_LR, and the forward-backward schedule of the layout
 (no pipelining, or 1F1B). Each step is timed between device synchronisations; its record is reduced over the
 ranks and written by the last rank to steps.jsonl and the console (train/common/step_log.py). Every setting comes
@@ -35,9 +35,9 @@ from typing import Iterator
 import numpy
 import torch
 
-from train.megatron import readback as mega_readback
+from train.mega import readback as mega_readback
 from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
-from train.megatron.data import DataSource, build_dataset, microbatches
+from train.mega.data import DataSource, build_dataset, microbatches
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
 from utils.models import ModelSpec, by_variant
@@ -158,7 +158,7 @@ class Trainer:
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-        from train.megatron import model as mega_model
+        from train.mega import model as mega_model
 
         t, lay, table, spec = self.request.training, self.request.parallelism, self.request.fairness.table, self.spec
         seed_everything(t.seed)
@@ -291,7 +291,7 @@ class Trainer:
 
     def finish(self) -> None:
         """Complete the last overlapped parameter gather (profile tuned), then check that the DP replicas agree."""
-        from train.megatron.model import replicas_identical
+        from train.mega.model import replicas_identical
 
         torch.cuda.synchronize()
         if self.model.ddp_config.overlap_param_gather:  # without overlap the optimizer step gathered them

@@ -20,11 +20,11 @@ from utils.request import Environment
 
 
 def read_back(trainer, model, parameters: int, dataset) -> dict:
-    """The settings as megatron-core holds them in a built train.megatron.trainer.Trainer (its model chunk before the
+    """The settings as megatron-core holds them in a built train.mega.trainer.Trainer (its model chunk before the
     DDP wrapper, the parameter count over all ranks and the training dataset)."""
     from megatron.core import parallel_state
 
-    from train.megatron import model as mega_model
+    from train.mega import model as mega_model
 
     config, ddp, scheduler, optimizer = trainer.config, trainer.model.ddp_config, trainer.scheduler, trainer.optimizer
     chain = getattr(optimizer, "chained_optimizers", [optimizer])
@@ -77,7 +77,7 @@ def read_back(trainer, model, parameters: int, dataset) -> dict:
 
 
 def read_back_batch(effective: dict, forward_step) -> None:
-    """MBS, SL and GA as the first step really ran them (train.megatron.trainer.ForwardStep saw them)."""
+    """MBS, SL and GA as the first step really ran them (train.mega.trainer.ForwardStep saw them)."""
     if forward_step.batch_shape is not None:
         mbs, seq_len = forward_step.batch_shape
         ga = forward_step.microbatches
@@ -85,9 +85,9 @@ def read_back_batch(effective: dict, forward_step) -> None:
 
 
 def features(config, stack, precision: str, notes: list[str]) -> dict:
-    """Fused kernels and attention (train.megatron.model.features), and on the CPU whether it has bf16 instructions;
+    """Fused kernels and attention (train.mega.model.features), and on the CPU whether it has bf16 instructions;
     bf16 asked for where it is emulated adds its warning to notes."""
-    from train.megatron import model as mega_model
+    from train.mega import model as mega_model
 
     found = mega_model.features(config, stack)
     if not stack.gpu:
