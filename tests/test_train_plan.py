@@ -109,10 +109,10 @@ def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are
     cfg = node("amd", FRAMEWORK="prim,fsdp", MODELS="mistral,llama70b", MODEL_LAYERS="8")
     runs = build_plan(cfg)
     assert [(r.name, r.skipped) for r in runs] == [
-        ("prim-mistral", "prim has no name for mistral (train/primus_config.py's SHIPPED_NAMES has none)"),
+        ("prim-mistral", "prim has no name for mistral (train/prim/config.py's SHIPPED_NAMES has none)"),
         ("prim-llama70b", ""), ("fsdp-mistral", ""), ("fsdp-llama70b", "")]
     assert any(line.split()[1:2] == ["prim-mistral"] and "mistral-7b-v0.1-L8 " in line
-               and line.endswith("skipped: prim has no name for mistral (train/primus_config.py's SHIPPED_NAMES "
+               and line.endswith("skipped: prim has no name for mistral (train/prim/config.py's SHIPPED_NAMES "
                                  "has none)") for line in table(cfg, runs))
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Mapping
 
 from train.nemo.recipe import RECIPES
-from train.primus_config import SHIPPED_NAMES
+from train.prim.config import SHIPPED_NAMES
 from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
 from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
 from utils.cli import Parser
@@ -54,7 +54,7 @@ class Run:
 # The frameworks that train a model under a name of their own (a shipped recipe or experiment file): a model missing
 # from one of these tables is skipped for that framework. mega, fsdp and autotp build any model from utils.models.
 MODEL_NAMES = {"nemo": (RECIPES, "train/nemo/recipe.py's RECIPES"),
-               "prim": (SHIPPED_NAMES, "train/primus_config.py's SHIPPED_NAMES")}
+               "prim": (SHIPPED_NAMES, "train/prim/config.py's SHIPPED_NAMES")}
 
 
 def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, object]) -> str:

@@ -3,7 +3,7 @@
 Each framework (utils.config's FRAMEWORKS) is one function of COMMANDS: mega, fsdp and autotp run torchrun
 on their trainer (train/train_mega.py, train_fsdp.py, train_autotp.py) with the run's config.json; nemo runs
 torchrun on train/train_nemo.py with the recipe settings of train/nemo/recipe.py; prim runs Primus's
-examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/primus_config.py.
+examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/prim/config.py.
 Every command gets the platform's environment with its framework's (utils/platform_env), and a multi-node one
 the network settings of utils/netenv.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from train.nemo.recipe import recipe_settings
-from train.primus_config import ShippedConfigMissing, command as primus_command
-from train.primus_config import write_experiment
+from train.prim.config import ShippedConfigMissing, command as primus_command
+from train.prim.config import write_experiment
 from utils.cli import UsageError, warn
 from utils.config import ROOT
 from utils.datafiles import PREPARE as PREPARE_COMMAND
@@ -109,7 +109,7 @@ def _nemo(req: Request, run_dir: Path, work_dir: Path) -> Launch:
 
 
 def _prim(req: Request, run_dir: Path, work_dir: Path) -> Launch:
-    """Primus's own launcher with the experiment of train/primus_config.py."""
+    """Primus's own launcher with the experiment of train/prim/config.py."""
     primus = Path(os.environ.get("PRIMUS_PATH") or DEFAULT_PRIMUS_PATH)
     exp_path = work_dir / "primus_experiment.yaml"
     cmd = primus_command(req, primus, exp_path, str(work_dir))
