@@ -1,4 +1,4 @@
-"""Benchmark: evaluate.logs parses a 1 GB training log in seconds, with memory that does not grow.
+"""Benchmark: evaluate.logs.parse parses a 1 GB training log in seconds, with memory that does not grow.
 
     python3 -m bench.extract                 # 1024 MB mixed log, and a 64 MB one for comparison
     python3 -m bench.extract --size-mb 256 --dense
@@ -58,7 +58,7 @@ def write_log(path: Path, size_mb: int, dense: bool) -> int:
 
 def child(path: str) -> None:
     """Parse one log and print its figures as JSON (run in a fresh process)."""
-    from evaluate.logs import parse_logs
+    from evaluate.logs.parse import parse_logs
 
     start, cpu = time.perf_counter(), time.process_time()
     parsed = parse_logs([path])
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child)
         return 0
-    print(f"evaluate.logs.parse_logs on {'dense' if args.dense else 'mixed'} Megatron logs "
+    print(f"evaluate.logs.parse.parse_logs on {'dense' if args.dense else 'mixed'} Megatron logs "
           f"(python {sys.version.split()[0]}); reproduce: python3 -m bench.extract"
           + (" --dense" if args.dense else "") + f" --size-mb {args.size_mb}")
     with tempfile.TemporaryDirectory(prefix="tprimat-bench-") as folder:

@@ -23,7 +23,7 @@ fingerprints that evaluate.validate's fairness check needs.
 With --run-dir, the run directory's config.json (the launcher's request, utils.request) is the
 request, and what the log says is recorded beside it under "effective" for evaluate.validate to
 compare. Every setting, flag and field is named as in the result (seq_len, steps, ...:
-evaluate/run_settings.py), so nothing is renamed on the way. Flags override both, but a flag that contradicts what the log says ran is refused
+evaluate/logs/run_settings.py), so nothing is renamed on the way. Flags override both, but a flag that contradicts what the log says ran is refused
 (exit 2): the log is the record of the run. WARMUP_SKIP comes from the run's request, else
 --warmup-skip, else config.env and the environment as a run would take it.
 
@@ -41,9 +41,9 @@ import re
 import sys
 from pathlib import Path
 
-from evaluate import worker_failure
-from evaluate.logs import FRAMEWORKS, ParsedLog, missing_steps, parse_logs, step_ranges
-from evaluate.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
+from evaluate.logs import worker_failure
+from evaluate.logs.parse import FRAMEWORKS, ParsedLog, missing_steps, parse_logs, step_ranges
+from evaluate.logs.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
 from utils import fingerprint, metrics
 from utils.cli import Parser, UsageError, WorkError, quoted
 from utils.result import ResultError, build_result, write_result
@@ -136,7 +136,7 @@ def _fingerprints(settings: dict, notes: list[str]) -> dict:
 def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: str | None, system: dict,
             exit_code: int | None, started_at: str | None, ended_at: str | None, from_run_dir: bool,
             notes: list[str]) -> dict:
-    """Build the result of the parsed logs under the settings (evaluate.run_settings.merged)."""
+    """Build the result of the parsed logs under the settings (evaluate.logs.run_settings.merged)."""
     framework = framework or parsed.framework
     if framework is None:
         raise UsageError("the log shows no iteration line to tell its format from: give --framework")

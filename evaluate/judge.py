@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from evaluate import extract, native_settings, worker_failure
+from evaluate import extract, native_settings
+from evaluate.logs import worker_failure
 from evaluate.collect import Loaded
-from evaluate.log_files import step_end_times
-from evaluate.logs import FRAMEWORKS as LOG_FORMATS, collective_network
+from evaluate.logs.files import step_end_times
+from evaluate.logs.parse import FRAMEWORKS as LOG_FORMATS, collective_network
 from evaluate.validate import check_result
 from utils import energy, predict, stragglers, telemetry
 from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run, warn

@@ -34,7 +34,7 @@ from typing import NamedTuple, Sequence
 
 from evaluate import machine_checks, native_settings
 from evaluate.collect import CollectError, Loaded, collect, first_problem
-from evaluate.logs import step_ranges
+from evaluate.logs.parse import step_ranges
 from utils import metrics
 from utils.cli import Parser, run
 from utils.fairness import PROFILES, profile

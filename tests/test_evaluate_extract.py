@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluate import extract, logs
+from evaluate import extract
+from evaluate.logs import parse as logs
 from tests.fixtures.logs.extracting import FIXTURES, TOKENS_PER_S_PER_GPU, run_extract
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluate import logs, validate
+from evaluate import validate
+from evaluate.logs import parse as logs
 from tests.fixtures.data.verified import write_manifest
 from tests.fixtures.logs.extracting import FIXTURES, TOKENS_PER_S_PER_GPU, extract_alone, run_extract, with_lines_before
 

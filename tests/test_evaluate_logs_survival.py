@@ -1,4 +1,4 @@
-"""evaluate.logs and evaluate.extract: no figure a log did not earn. Quoted records, broken, cut or repeated
+"""evaluate.logs.parse and evaluate.extract: no figure a log did not earn. Quoted records, broken, cut or repeated
 lines, runs appended or resumed, and damaged values are each what they are, never a step or a setting."""
 
 import json
@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from evaluate import extract, logs
+from evaluate import extract
+from evaluate.logs import parse as logs
 from tests.fixtures.logs.extracting import FIXTURES, extract_alone, run_extract
 
 

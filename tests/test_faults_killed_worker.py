@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from evaluate import worker_failure
+from evaluate.logs import worker_failure
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import BASE, ROOT, trainer_env
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluate.logs import parse_logs
+from evaluate.logs.parse import parse_logs
 from tests.shell_harness import HANG_TIMEOUT_S
 from train.common.step_log import StepRecord, megatron_line, memory_line
 from utils import platform_env

@@ -21,7 +21,7 @@ import pytest
 
 from evaluate import validate
 from evaluate.collect import Loaded
-from evaluate.logs import parse_logs
+from evaluate.logs.parse import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S
 from utils.config import KNOBS

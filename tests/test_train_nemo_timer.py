@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from evaluate import log_records, logs
+from evaluate.logs import records as log_records
+from evaluate.logs import parse as logs
 
 GIB = 2 ** 30
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evaluate import log_settings
+from evaluate.logs import settings as log_settings
 from tests.fixtures.train_matrix import primus_v25_11
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
 from utils.fairness import profile

@@ -14,7 +14,7 @@ Precedence, low to high: the vendor's default, a variable already in the environ
 module or the user's own export), a non-empty NET_* knob.
 
 Both GPU vendors default to NCCL_DEBUG=INFO: only its lines say whether the nodes talk over RDMA
-("Using network IB") or fell back to TCP sockets, which the result records (evaluate/logs.py). It
+("Using network IB") or fell back to TCP sockets, which the result records (evaluate/logs/parse.py). It
 costs a few dozen lines per rank and communicator at start-up (a few MB for 16 GPUs), none per step:
 the default subsystems leave out the per-collective ones.
 

@@ -12,7 +12,7 @@ synchronises its device, the ranks all-reduce (MAX) their peak allocated and res
 collective, so the interval ends when the slowest rank is done), and the step time is the interval
 since the previous batch end (the first step: since its batch start), so the forward-backward, the
 optimizer step (Lightning's automatic optimization runs both between the two hooks) and the overhead
-between steps are all inside. Global rank 0 prints one line per step for evaluate.logs:
+between steps are all inside. Global rank 0 prints one line per step for evaluate.logs.parse:
 
     TPRIMAT_STEP {"step": 3, "steps": 50, "step_time_s": 9.31, "peak_allocated_bytes": ..., "peak_reserved_bytes": ...}
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from evaluate.log_settings import complete_batch
-from evaluate.logs import ParsedLog
+from evaluate.logs.settings import complete_batch
+from evaluate.logs.parse import ParsedLog
 from utils.cli import UsageError
 from utils.config import PLATFORMS, PRECISIONS, ConfigError, load_config
 from utils.fairness import IDENTITY_KEYS, sequence_parallel

@@ -2,7 +2,7 @@
 
 A record counts only where the framework printed it (RECORD_START); its fields are found by name between
 "|" separators, never by position, and a value is taken only when the whole field is a number (a field cut
-off or glued to another rank's output is refused). evaluate.log_stream feeds the lines; evaluate.logs
+off or glued to another rank's output is refused). evaluate.logs.stream feeds the lines; evaluate.logs.parse
 assembles the run.
 """
 

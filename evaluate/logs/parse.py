@@ -22,9 +22,9 @@ log may name: a device line (nvidia-smi -L, rocm-smi, amd-smi) or the collective
 version (NCCL +cuda, RCCL), and Primus's HIP memory fields. With NCCL_DEBUG=INFO, NCCL and RCCL
 name the network each communicator uses: "IB" (RDMA, over InfiniBand or RoCE) or "Socket" (TCP).
 
-The reading is split by job: evaluate/log_files.py reads the files (block by block, the tail kept),
-evaluate/log_stream.py follows the runs line by line, evaluate/log_records.py parses a step's line and
-evaluate/log_settings.py the settings, in TPrimat's names.
+The reading is split by job: evaluate/logs/files.py reads the files (block by block, the tail kept),
+evaluate/logs/stream.py follows the runs line by line, evaluate/logs/records.py parses a step's line and
+evaluate/logs/settings.py the settings, in TPrimat's names.
 
 Public: parse_logs, missing_steps, step_ranges, collective_network (and log_settings.complete_batch).
 """
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from evaluate.log_files import clean_tail, read_lines
-from evaluate.log_settings import effective
-from evaluate.log_stream import Stream
+from evaluate.logs.files import clean_tail, read_lines
+from evaluate.logs.settings import effective
+from evaluate.logs.stream import Stream
 
 FRAMEWORKS = ("mega", "prim", "nemo")
 

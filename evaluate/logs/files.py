@@ -1,4 +1,4 @@
-"""Reading logs for evaluate.logs: block by block, only the lines that may matter decoded, and the tail kept.
+"""Reading logs for evaluate.logs.parse: block by block, only the lines that may matter decoded, and the tail kept.
 
 A log of any size is read in BLOCK-sized pieces; a line is decoded (UTF-8, damaged bytes replaced, ANSI
 colours dropped, carriage-return rewrites split) only when it holds one of MARKERS, and every other line
@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from evaluate.log_records import STEP_MARKER, stamped_step
-from evaluate.log_settings import EFFECTIVE_MARKER
-from evaluate.log_stream import Stream
+from evaluate.logs.records import STEP_MARKER, stamped_step
+from evaluate.logs.settings import EFFECTIVE_MARKER
+from evaluate.logs.stream import Stream
 
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
 # Bytes that a line must contain to be worth decoding; every other line is only counted.

@@ -18,7 +18,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaluate.log_files import clean_tail
+from evaluate.logs.files import clean_tail
 from utils.cli import quoted
 
 TAIL_BYTES = 64 << 10  # torchrun's report and the lines before it fit in this much of a log's end

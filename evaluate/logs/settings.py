@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
-    from evaluate.log_stream import Run
+    from evaluate.logs.stream import Run
 
 ARGUMENT = re.compile(r"(?:^|[\s:])([a-z_][a-z0-9_]*) \.{3,} (.*?)\s*$")
 EFFECTIVE_MARKER = "TPRIMAT_EFFECTIVE"
