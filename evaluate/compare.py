@@ -6,13 +6,13 @@ Inputs are run directories, run-set directories, output.zip files or result JSON
 machine or several. Runs of the same platform, device, framework, model, strategy, layout and node
 count are repeats: their figures are shown as median [min-max]. Fairness problems (different
 workload, data or tokenizer) and mock data are stated in the report, never hidden. Results of one
-workload on several node counts also get a Scaling section (evaluate/scaling.py). Energy per token comes from
+workload on several node counts also get a Scaling section (evaluate/comparison/scaling.py). Energy per token comes from
 each result's telemetry; cost per million tokens and the projection need the prices per GPU-hour and the token
 count (--price-amd, --price-nvd, --project-tokens; else PRICE_PER_GPU_HOUR_AMD, PRICE_PER_GPU_HOUR_NVD and
 PROJECT_TOKENS from the environment or config.env), checked like the configuration: a bad one is one line, exit 2.
 
-The repeats and their figures are evaluate/repeats.py's, the report evaluate/report.py's, the plot
-evaluate/compare_plot.py's, and the cross-strategy view evaluate/strategy_view.py's.
+The repeats and their figures are evaluate/comparison/repeats.py's, the report evaluate/comparison/report.py's, the plot
+evaluate/comparison/plot.py's, and the cross-strategy view evaluate/comparison/strategies.py's.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from evaluate import strategy_view
+from evaluate.comparison import strategies as strategy_view
 from evaluate.collect import CollectError, collect
-from evaluate.compare_plot import plot
-from evaluate.report import report
-from evaluate.repeats import repeats_of
+from evaluate.comparison.plot import plot
+from evaluate.comparison.report import report
+from evaluate.comparison.repeats import repeats_of
 from utils.cli import Parser, run, warn
 from utils.config.parse import ConfigError
 from utils.energy_cost import FLAGS, CostSettings, cost_settings

@@ -4,7 +4,7 @@ Power that no device of the kind can draw and energy below 0 fail: the sensor wa
 backwards (reset or wrapped during the run), so no energy figure of the run stands. Throttling during the
 steady-state steps, a flagged straggler and the node's health problems (evaluate.health's system.health) are
 warnings: the figures are real, but were measured on a machine that was not at its best. The report's Fairness
-section says the same of each side of a comparison (evaluate/energy_view.py).
+section says the same of each side of a comparison (evaluate/comparison/energy.py).
 """
 
 from __future__ import annotations

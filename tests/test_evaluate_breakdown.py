@@ -8,9 +8,14 @@ import copy
 
 import pytest
 
-from evaluate import breakdown_view, compare_plot, framework_view, native_settings, report, scaling, validate
+from evaluate import native_settings, validate
+from evaluate.comparison import breakdown as breakdown_view
+from evaluate.comparison import plot as compare_plot
+from evaluate.comparison import frameworks as framework_view
+from evaluate.comparison import report
+from evaluate.comparison import scaling
 from evaluate.collect import Loaded
-from evaluate.repeats import FRAMEWORK_NAMES, device_label, repeats_of
+from evaluate.comparison.repeats import FRAMEWORK_NAMES, device_label, repeats_of
 from tests.fixtures import breakdown_results as fixtures
 
 

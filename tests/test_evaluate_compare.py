@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from evaluate import compare, compare_plot, report, strategy_view
-from evaluate.repeats import repeats_of
+from evaluate import compare
+from evaluate.comparison import plot as compare_plot
+from evaluate.comparison import report
+from evaluate.comparison import strategies as strategy_view
+from evaluate.comparison.repeats import repeats_of
 from evaluate.collect import load
 
 RESULTS = Path(__file__).parent / "fixtures" / "results"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluate import prediction_view
+from evaluate.comparison import prediction as prediction_view
 from evaluate.collect import Loaded
 from evaluate.project import LABEL, table
 from tests.fixtures.train_matrix.requests import run_request

@@ -1,6 +1,6 @@
 """What a measured run costs: energy per token, cost per million tokens, AMD against NVIDIA, and a linear projection.
 
-The comparison (evaluate/energy_view.py, evaluate/compare_plot.py) takes every such figure from here, so that each
+The comparison (evaluate/comparison/energy.py, evaluate/comparison/plot.py) takes every such figure from here, so that each
 formula exists once:
 
 - energy per token comes from the result's telemetry section (utils/energy.py: all the run's devices over the

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from evaluate.collect import Loaded
-from evaluate.repeats import PLATFORM_NAMES, Repeats, median_or_none, tokens
+from evaluate.comparison.repeats import PLATFORM_NAMES, Repeats, median_or_none, tokens
 from evaluate.machine_checks import node_health, straggler, throttling
 from utils.energy_cost import (FLAGS, PRICE_KNOBS, PROJECT_KNOB, CostSettings, Projection, cost_per_million_tokens,
                                duration_text, energy_of, project, ratio)

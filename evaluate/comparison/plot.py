@@ -1,6 +1,6 @@
 """compare.png: throughput, TFLOP/s and memory per configuration (bars), loss, learning rate and step time per
-run (lines), each run's step time breakdown (stacked bars, evaluate/breakdown_view.py) and, where any run measured
-energy, a row of tokens per joule, mean power per device and cost per million tokens (evaluate/energy_view.py);
+run (lines), each run's step time breakdown (stacked bars, evaluate/comparison/breakdown.py) and, where any run measured
+energy, a row of tokens per joule, mean power per device and cost per million tokens (evaluate/comparison/energy.py);
 AMD in reds, NVIDIA in greens, CPU in blues, one hatch or line style per model."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from evaluate import breakdown_view, energy_view
+from evaluate.comparison import breakdown as breakdown_view
+from evaluate.comparison import energy as energy_view
 from evaluate.collect import Loaded
-from evaluate.energy_view import NOT_MEASURED
-from evaluate.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
+from evaluate.comparison.energy import NOT_MEASURED
+from evaluate.comparison.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
 from utils.energy_cost import FLAGS, PRICE_KNOBS, CostSettings
 from utils.files import atomic_open
 

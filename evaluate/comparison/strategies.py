@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from evaluate.compare_plot import PALETTES, save_png
-from evaluate.repeats import Repeats, memory, tokens
+from evaluate.comparison.plot import PALETTES, save_png
+from evaluate.comparison.repeats import Repeats, memory, tokens
 from utils.strategies import IDENTICAL
 
 

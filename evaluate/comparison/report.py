@@ -1,15 +1,20 @@
 """The comparison's report.md: workload, systems, results per model, frameworks side by side on the same layout,
 each run's step time breakdown, AMD vs NVIDIA, energy and cost with the decision per model and a projection
-(evaluate/energy_view.py), strategies, scaling, fairness (the machine's too: throttling, node health, stragglers),
+(evaluate/comparison/energy.py), strategies, scaling, fairness (the machine's too: throttling, node health, stragglers),
 mock data, each run's checks and the FLOPs convention, stated rather than hidden."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from evaluate import breakdown_view, energy_view, framework_view, prediction_view, scaling, strategy_view
+from evaluate.comparison import breakdown as breakdown_view
+from evaluate.comparison import energy as energy_view
+from evaluate.comparison import frameworks as framework_view
+from evaluate.comparison import prediction as prediction_view
+from evaluate.comparison import scaling
+from evaluate.comparison import strategies as strategy_view
 from evaluate.collect import Loaded
-from evaluate.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss, median_or_none,
+from evaluate.comparison.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss, median_or_none,
                               memory, memory_kind, mfu, spread, title, tokens, tflops, workload)
 from evaluate.validate import check_result, fairness
 from utils.energy_cost import CostSettings

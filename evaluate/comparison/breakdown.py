@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from evaluate.collect import Loaded
-from evaluate.repeats import FRAMEWORK_NAMES, device_label
+from evaluate.comparison.repeats import FRAMEWORK_NAMES, device_label
 
 TITLE = "Step time breakdown (% of the step; the step's ms above each bar)"
 # The breakdown's parts, in the order they stack from the bottom, with their label and colour.
