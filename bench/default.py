@@ -70,7 +70,8 @@ def default_run(env: dict[str, str], work: Path) -> dict:
     output = work / "output"
     code, wall = run(["bash", "shell/run_train.sh"], ROOT, {**env, "OUTPUT_DIR": str(output)}, work / "train.log")
     if code != 0:
-        raise SystemExit(f"bench.default: ./shell/run_train.sh failed with exit code {code}; its output: {work / 'train.log'}")
+        raise SystemExit(f"bench.default: ./shell/run_train.sh failed with exit code {code}; "
+                         f"its output: {work / 'train.log'}")
     run_set = next(output.iterdir())
     runs = {}
     for launch_file in sorted(run_set.glob("*/launch.json")):

@@ -56,7 +56,8 @@ def start_sampler(out: Path, platform: str, interval_ms: int) -> subprocess.Pope
     deadline = time.monotonic() + START_WAIT_S
     while not (out.exists() and telemetry.read(out).samples):
         if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"bench.telemetry: the sampler wrote no sample ({telemetry.read(out).error or 'no error'})")
+            raise SystemExit("bench.telemetry: the sampler wrote no sample "
+                             f"({telemetry.read(out).error or 'no error'})")
         time.sleep(0.05)
     return process
 

@@ -23,8 +23,8 @@ fingerprints that evaluate.validate's fairness check needs.
 With --run-dir, the run directory's config.json (the launcher's request, utils.request) is the
 request, and what the log says is recorded beside it under "effective" for evaluate.validate to
 compare. Every setting, flag and field is named as in the result (seq_len, steps, ...:
-evaluate/logs/run_settings.py), so nothing is renamed on the way. Flags override both, but a flag that contradicts what the log says ran is refused
-(exit 2): the log is the record of the run. WARMUP_SKIP comes from the run's request, else
+evaluate/logs/run_settings.py), so nothing is renamed on the way. Flags override both, but a flag that
+contradicts what the log says ran is refused (exit 2): the log is the record of the run. WARMUP_SKIP comes from the run's request, else
 --warmup-skip, else config.env and the environment as a run would take it.
 
 Figures are computed by utils.metrics from the per-step values; the framework's own TFLOP/s and

@@ -67,8 +67,9 @@ def test_no_source_file_is_over_the_line_limit():
 def test_a_trainer_run_as_a_script_keeps_train_off_the_import_path(trainer):
     """torchrun starts the trainers as scripts, which puts their folder first on sys.path: train/'s subpackages (nemo/)
     would then shadow the frameworks' own packages of the same name."""
-    probe = ("import runpy, sys; sys.path.insert(0, 'train'); runpy.run_path(sys.argv[1], run_name='probe'); "
-             "from pathlib import Path; print([p for p in sys.path if Path(p or '.').resolve() == Path('train').resolve()])")
+    probe = ("import runpy, sys; from pathlib import Path; sys.path.insert(0, 'train'); "
+             "runpy.run_path(sys.argv[1], run_name='probe'); "
+             "print([p for p in sys.path if Path(p or '.').resolve() == Path('train').resolve()])")
     out = subprocess.run([sys.executable, "-c", probe, trainer], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -78,8 +78,8 @@ def launcher_env(tmp_path: Path) -> dict[str, str]:
 def test_a_config_json_past_the_file_size_limit_ends_the_launcher_in_one_line_and_exit_1(tmp_path):
     run_dir = tmp_path / "set" / "mega-llama"
     limit = 2048  # bytes: below config.json's few KiB
-    out = subprocess.run([sys.executable, "-m", "train.launch.run", "--platform", "cpu", "--framework", "mega", "--model",
-                          "llama", "--run-dir", str(run_dir)], cwd=REPO, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "train.launch.run", "--platform", "cpu", "--framework", "mega",
+                          "--model", "llama", "--run-dir", str(run_dir)], cwd=REPO, capture_output=True, text=True,
                          env={**launcher_env(tmp_path), "DRY_RUN": "1"},
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]

@@ -1,4 +1,5 @@
-"""train.launch.settle (GPU memory read by utils.vendor_tools): between runs, the previous run's processes are gone and GPU memory is back to idle."""
+"""train.launch.settle (GPU memory read by utils.vendor_tools): between runs, the previous run's processes are gone
+and GPU memory is back to idle."""
 
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
     TRAIN_DIR = Path(__file__).resolve().parent
     sys.path[:] = [str(TRAIN_DIR.parent), *(p for p in sys.path if Path(p or ".").resolve() != TRAIN_DIR)]
 
-from train.native import trainer as native_trainer  # noqa: E402 - after the path, as every import of the project's packages
-from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
+from train.native import trainer as native_trainer  # noqa: E402 - after the path, as every project import
+from train.common import cli as trainer_cli  # noqa: E402
 from train.native.autotp import AutotpEngine  # noqa: E402
 
 FRAMEWORK = "autotp"

@@ -6,7 +6,8 @@
 
 The loop is train/native/trainer.py's (the same data, loss and LR schedule as mega), the parallelism
 train/native/fsdp.py's; each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer
-breakdown, and the last rank writes DIR/result.json (train/common/outcome.py). The command line is train/common/cli.py's.
+breakdown, and the last rank writes DIR/result.json (train/common/outcome.py). The command line is
+train/common/cli.py's.
 
 Exit status: 0 trained every step; 1 the training failed; 2 bad input (request, configuration, missing data,
 a setting fsdp refuses: PP > 1, DDP with TP > 1, FP8 on the CPU or without torchao); 128+signal stopped.
@@ -22,8 +23,8 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
     TRAIN_DIR = Path(__file__).resolve().parent
     sys.path[:] = [str(TRAIN_DIR.parent), *(p for p in sys.path if Path(p or ".").resolve() != TRAIN_DIR)]
 
-from train.native import trainer as native_trainer  # noqa: E402 - after the path, as every import of the project's packages
-from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
+from train.native import trainer as native_trainer  # noqa: E402 - after the path, as every project import
+from train.common import cli as trainer_cli  # noqa: E402
 from train.native.fsdp import FsdpEngine  # noqa: E402
 
 FRAMEWORK = "fsdp"

@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
     sys.path[:] = [str(TRAIN_DIR.parent), *(p for p in sys.path if Path(p or ".").resolve() != TRAIN_DIR)]
 
 from train.mega import cpu_compat  # noqa: E402 - after the path, as every import of the project's packages
-from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
+from train.common import cli as trainer_cli  # noqa: E402
 from train.mega.data import DataSource  # noqa: E402
 from utils.request import Request  # noqa: E402
 

@@ -1,7 +1,7 @@
 """What a measured run costs: energy per token, cost per million tokens, AMD against NVIDIA, and a linear projection.
 
-The comparison (evaluate/comparison/energy.py, evaluate/comparison/plot.py) takes every such figure from here, so that each
-formula exists once:
+The comparison (evaluate/comparison/energy.py, evaluate/comparison/plot.py) takes every such figure from here, so
+that each formula exists once:
 
 - energy per token comes from the result's telemetry section (utils/energy.py: all the run's devices over the
   steady-state steps, from their energy counters or their sampled power). A result without the section, with

@@ -14,8 +14,9 @@ from evaluate.comparison import prediction as prediction_view
 from evaluate.comparison import scaling
 from evaluate.comparison import strategies as strategy_view
 from evaluate.collect import Loaded
-from evaluate.comparison.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss, median_or_none,
-                              memory, memory_kind, mfu, spread, title, tokens, tflops, workload)
+from evaluate.comparison.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss,
+                                         median_or_none, memory, memory_kind, mfu, spread, title, tokens, tflops,
+                                         workload)
 from evaluate.validate import check_result, fairness
 from utils.energy_cost import CostSettings
 from utils.frameworks import NATIVE

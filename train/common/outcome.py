@@ -5,8 +5,8 @@ A framework hands train_and_report a `start(req, source, run_dir, inject_nan_ste
 distributed and returns its trainer object, which has build(), train() and the attributes log (StepLog | None),
 notes, effective, features, host_rss_gib_per_worker and breakdown_method (how the step's forward/backward/optimizer
 seconds were timed; None where they are not measured), and reduce_step_record(step, elapsed, ...), which every rank
-calls as a step ends: train_and_report wraps it so that each rank writes its own step times (train.common.step_log.RankSteps,
-for the straggler check) and each step record carries its end on the telemetry's clock.
+calls as a step ends: train_and_report wraps it so that each rank writes its own step times
+(train.common.step_log.RankSteps, for the straggler check) and each step record carries its end on the telemetry's clock.
 
 A crash, an out-of-memory error or a NaN loss still ends in a result with status failed: a failing rank leaves
 its traceback in RUN_DIR/error_rank<N>.txt, and the last rank quotes the other ranks' errors in its own. The

@@ -36,8 +36,8 @@ from utils.models import ModelSpec, by_variant
 from utils.request import Request
 
 MakeEngine = Callable[[torch.nn.Module, Request, torch.device], Engine]
-DEVICE_EVENTS = ("CUDA events (train/common/step_marks.py) around each microbatch's forward and loss, the microbatches' "
-                 "forward-backward and the optimizer step, read after the step's synchronisation")
+DEVICE_EVENTS = ("CUDA events (train/common/step_marks.py) around each microbatch's forward and loss, the "
+                 "microbatches' forward-backward and the optimizer step, read after the step's synchronisation")
 HOST_CLOCK = ("host clock (train/common/step_marks.py) around each microbatch's forward and loss, the microbatches' "
               "forward-backward and the optimizer step: CPU work is synchronous")
 

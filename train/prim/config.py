@@ -5,7 +5,8 @@ is silently ignored) and trains on `MockGPTDataset` unless `mock_data: false` is
 experiment keeps the shipped file's structure and writes every requested setting, real data
 included, under the overrides. `experiment()` is pure; the launch glue is `command()`.
 
-    python3 -m train.prim.config --request RUN_DIR/config.json --primus /workspace/Primus -o RUN_DIR/primus_experiment.yaml
+    python3 -m train.prim.config --request RUN_DIR/config.json --primus /workspace/Primus \
+        -o RUN_DIR/primus_experiment.yaml
 """
 
 from __future__ import annotations
