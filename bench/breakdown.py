@@ -28,24 +28,18 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import io  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
 
 import torch  # noqa: E402
 
+from bench.blocks import (alternating, block_lines, block_parser, fsdp_trainer,  # noqa: E402
+                          paired_difference, parse_blocks)
 from train.native import trainer as native_trainer  # noqa: E402
-from train.common import cli as trainer_cli  # noqa: E402
-from bench.blocks import block_lines, paired_difference  # noqa: E402
-from train.native.fsdp import FsdpEngine  # noqa: E402
-from train.mega.data import locate  # noqa: E402
-from utils import platform_env  # noqa: E402
-from utils.models import MODEL_KEYS, by_variant  # noqa: E402
 
 BUDGET = 0.01  # the limit: 1% of step time
 
@@ -63,23 +57,10 @@ def block(trainer: native_trainer.NativeTrainer, first_step: int, steps: int, on
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m bench.breakdown", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="llama", choices=MODEL_KEYS)
-    parser.add_argument("--blocks", type=int, default=6, help="blocks per mode (alternating on/off)")
-    parser.add_argument("--block-steps", type=int, default=3, help="steps per block")
-    parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
-    args = parser.parse_args(argv)
-    if min(args.blocks, args.block_steps) < 1 or args.warmup_steps < 0:
-        parser.error("--blocks and --block-steps must be at least 1, --warmup-steps at least 0")
-    total = args.warmup_steps + 2 * args.blocks * args.block_steps
+    parser = block_parser("python3 -m bench.breakdown", __doc__.split("\n\n")[0], block_steps=3, warmup_steps=2)
+    args, total = parse_blocks(parser, argv)
     with tempfile.TemporaryDirectory() as scratch:
-        planned = trainer_cli.planned_request("fsdp", args.model, None, Path(scratch))
-        req = replace(planned, training=replace(planned.training, steps=total, warmup_steps=min(
-            planned.training.warmup_steps, total - 1)), data=replace(planned.data, mock_data=True))
-        platform_env.apply(req.identity.platform)
-        trainer = native_trainer.starter(FsdpEngine)(req, locate(req.data, by_variant(req.identity.variant)),
-                                                     Path(scratch), None)
-        trainer.build()
+        req, trainer = fsdp_trainer(args.model, total, Path(scratch))
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
         with contextlib.redirect_stdout(io.StringIO()):
             for step in range(1, args.warmup_steps + 1):
@@ -87,12 +68,11 @@ def main(argv: list[str] | None = None) -> int:
             step = args.warmup_steps + 1
             times: dict[bool, list[float]] = {True: [], False: []}
             own: list[float] = []
-            for index in range(args.blocks):
-                for on in ((True, False) if index % 2 == 0 else (False, True)):
-                    seconds, marks_s = block(trainer, step, args.block_steps, on)
-                    times[on].append(seconds)
-                    own += [marks_s] if on else []
-                    step += args.block_steps
+            for _, on in alternating(args.blocks):
+                seconds, marks_s = block(trainer, step, args.block_steps, on)
+                times[on].append(seconds)
+                own += [marks_s] if on else []
+                step += args.block_steps
     torch.distributed.destroy_process_group()
     if rank != world - 1:
         return 0

@@ -23,7 +23,6 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import io  # noqa: E402
 import os  # noqa: E402
@@ -31,18 +30,14 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
 
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
+from bench.blocks import (alternating, block_lines, block_parser, fsdp_trainer,  # noqa: E402
+                          paired_difference, parse_blocks)
 from train.native import trainer as native_trainer  # noqa: E402
-from train.common import cli as trainer_cli  # noqa: E402
-from bench.blocks import block_lines, paired_difference  # noqa: E402
-from train.native.fsdp import FsdpEngine  # noqa: E402
-from train.mega.data import locate  # noqa: E402
-from utils import platform_env, telemetry  # noqa: E402
-from utils.models import MODEL_KEYS, by_variant  # noqa: E402
+from utils import telemetry  # noqa: E402
 
 BUDGET = 0.005  # the target: 0.5% of a step
 START_WAIT_S = 30.0
@@ -82,29 +77,16 @@ def block(trainer: native_trainer.NativeTrainer, first_step: int, steps: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m bench.telemetry", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="llama", choices=MODEL_KEYS)
-    parser.add_argument("--blocks", type=int, default=6, help="blocks per mode (alternating on/off)")
-    parser.add_argument("--block-steps", type=int, default=10, help="steps per block")
-    parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
+    parser = block_parser("python3 -m bench.telemetry", __doc__.split("\n\n")[0], block_steps=10, warmup_steps=2)
     parser.add_argument("--interval-ms", type=int, default=None, help="the sampler's interval (default: the "
                         "configuration's TELEMETRY_INTERVAL_MS)")
-    args = parser.parse_args(argv)
-    if min(args.blocks, args.block_steps) < 1 or args.warmup_steps < 0:
-        parser.error("--blocks and --block-steps must be at least 1, --warmup-steps at least 0")
-    total = args.warmup_steps + 2 * args.blocks * args.block_steps
+    args, total = parse_blocks(parser, argv)
+    if args.interval_ms is not None and args.interval_ms < 100:
+        parser.error(f"--interval-ms {args.interval_ms}: give 100 or more")
     with tempfile.TemporaryDirectory() as scratch:
-        planned = trainer_cli.planned_request("fsdp", args.model, None, Path(scratch))
-        req = replace(planned, training=replace(planned.training, steps=total, warmup_steps=min(
-            planned.training.warmup_steps, total - 1)), data=replace(planned.data, mock_data=True))
+        req, trainer = fsdp_trainer(args.model, total, Path(scratch))
         interval_ms = args.interval_ms or req.environment.telemetry_interval_ms
-        if interval_ms < 100:
-            parser.error(f"--interval-ms {interval_ms}: give 100 or more")
         platform = req.identity.platform
-        platform_env.apply(platform)
-        trainer = native_trainer.starter(FsdpEngine)(req, locate(req.data, by_variant(req.identity.variant)),
-                                                     Path(scratch), None)
-        trainer.build()
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
         sampling = rank == world - 1  # one sampler per node, as the launcher starts it
         times: dict[bool, list[float]] = {True: [], False: []}
@@ -114,19 +96,18 @@ def main(argv: list[str] | None = None) -> int:
             for step in range(1, args.warmup_steps + 1):
                 trainer.step(step)
             step = args.warmup_steps + 1
-            for index in range(args.blocks):
-                for on in ((True, False) if index % 2 == 0 else (False, True)):
-                    record = Path(scratch) / f"telemetry{index}.jsonl"
-                    sampler = start_sampler(record, platform, interval_ms) if on and sampling else None
-                    if sampler is not None:
-                        used, wall = cpu_seconds(sampler.pid), time.monotonic()
-                    times[on].append(block(trainer, step, args.block_steps))
-                    if sampler is not None:
-                        cpu_share.append((cpu_seconds(sampler.pid) - used) / (time.monotonic() - wall))
-                        if telemetry.stop(sampler):
-                            raise SystemExit("bench.telemetry: the sampler failed during a block")
-                        method = telemetry.read(record).method
-                    step += args.block_steps
+            for index, on in alternating(args.blocks):
+                record = Path(scratch) / f"telemetry{index}.jsonl"
+                sampler = start_sampler(record, platform, interval_ms) if on and sampling else None
+                if sampler is not None:
+                    used, wall = cpu_seconds(sampler.pid), time.monotonic()
+                times[on].append(block(trainer, step, args.block_steps))
+                if sampler is not None:
+                    cpu_share.append((cpu_seconds(sampler.pid) - used) / (time.monotonic() - wall))
+                    if telemetry.stop(sampler):
+                        raise SystemExit("bench.telemetry: the sampler failed during a block")
+                    method = telemetry.read(record).method
+                step += args.block_steps
     torch.distributed.destroy_process_group()
     if not sampling:
         return 0
