@@ -23,20 +23,15 @@ HEALTHY = {"name": "NVIDIA H100 80GB HBM3", "bus_id": "00000000:18:00.0", "memor
 
 
 @pytest.fixture
-def node(tmp_path, monkeypatch):
-    """Describe the node's GPUs (tests/fakes/fake_gpus.py's scenario) and an empty sysfs tree."""
+def node(tmp_path, monkeypatch, gpus):
+    """Describe the node's GPUs (the conftest's scenario) beside an empty sysfs tree."""
     sysfs = tmp_path / "sys"
     sysfs.mkdir()
     monkeypatch.setenv(node_health.SYSFS_ENV, str(sysfs))
 
-    def describe(*gpus: dict) -> Path:
-        path = tmp_path / "gpus.json"
-        path.write_text(json.dumps({"gpus": list(gpus)}))
-        monkeypatch.setenv("TPRIMAT_FAKE_GPUS", str(path))
+    def describe(*specs: dict) -> Path:
+        gpus(*specs)
         return sysfs
-    monkeypatch.syspath_prepend(str(FAKES))
-    for name in ("pynvml", "amdsmi", "fake_gpus"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
     return describe
 
 

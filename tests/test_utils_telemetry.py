@@ -25,20 +25,6 @@ MI300X = {**H100, "name": "AMD Instinct MI300X", "sm_clock_mhz": 2000, "sm_clock
           "mem_clock_mhz": 1300, "mem_clock_max_mhz": 1300, "throttle": ["ppt_pwr"]}
 
 
-@pytest.fixture
-def gpus(tmp_path, monkeypatch):
-    """Describe the node's GPUs: the fake libraries answer from this scenario (tests/fakes/fake_gpus.py)."""
-    def describe(*specs: dict) -> Path:
-        path = tmp_path / "gpus.json"
-        path.write_text(json.dumps({"gpus": list(specs)}))
-        monkeypatch.setenv("TPRIMAT_FAKE_GPUS", str(path))
-        return path
-    monkeypatch.syspath_prepend(str(FAKES))
-    for name in ("pynvml", "amdsmi", "fake_gpus"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    return describe
-
-
 def test_nvml_samples_every_field_a_gpu_reports(gpus):
     gpus(H100, {**H100, "throttle": []})
     backend = telemetry.open_backend("nvd", 1000)
