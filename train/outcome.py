@@ -29,6 +29,7 @@ import torch
 
 from typing import Any, Callable
 
+from train import cpu_compat
 from train.megatron_data import DataError, DataSource, locate
 from train.step_log import RankSteps, StepLog, is_last_rank
 from utils import platform_env
@@ -143,6 +144,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
     status, code, error = "ok", 0, None
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _raise_stopped)
+    cpu_compat.quiet(req.identity.platform)
     try:
         env = platform_env.apply(req.identity.platform, framework=req.identity.framework)
         check_device(req.identity.platform)
