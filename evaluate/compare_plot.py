@@ -16,6 +16,7 @@ from evaluate.energy_view import NOT_MEASURED
 from evaluate.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
 from utils.energy_cost import FLAGS, PRICE_KNOBS, CostSettings
 from utils.files import atomic_open
+from utils.metrics import figure_text
 
 # AMD in reds and oranges, NVIDIA in greens and teals, CPU in blues: distinguishable at a glance.
 PALETTES = {"amd": ("#C8102E", "#F28C28", "#8B1A1A", "#E8738A", "#B35900"),
@@ -65,19 +66,19 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
     axes = np.array([[fig.add_subplot(grid[r, c]) for c in range(3)] for r in (0, 1, 3) if r < 3 or energy])
     devices = " vs ".join(dict.fromkeys(r.device for r in rows))
     fig.suptitle(f"TPrimat: {devices}\n{title(items)}", fontsize=14, fontweight="bold")
-    bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f",
+    bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU",
                    NOT_MEASURED),
-                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".3g", NOT_MEASURED),
-                  (axes[0, 2], memory, memory_title(items), "GiB", ".1f", NOT_MEASURED))
+                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", NOT_MEASURED),
+                  (axes[0, 2], memory, memory_title(items), "GiB", NOT_MEASURED))
     if energy:
         bar_panels += ((axes[2, 0], energy_view.tokens_per_joule, "Tokens per joule (higher is better; the devices' "
-                        "energy)", "tokens per joule", ".3g", NOT_MEASURED),
-                       (axes[2, 1], energy_view.mean_power_w, "Mean power per device (W)", "W", ".0f", NOT_MEASURED),
+                        "energy)", "tokens per joule", NOT_MEASURED),
+                       (axes[2, 1], energy_view.mean_power_w, "Mean power per device (W)", "W", NOT_MEASURED),
                        (axes[2, 2], energy_view.cost_getter(costs), "Cost per million tokens (at the prices given)",
-                        "price per million tokens", ".3g", "no price"))
+                        "price per million tokens", "no price"))
     labels = tick_labels(rows)
-    for ax, getter, name, unit, fmt, missing in bar_panels:
-        _bars(ax, rows, getter, fmt, missing, colour, [variants.index(r.variant) for r in rows])
+    for ax, getter, name, unit, missing in bar_panels:
+        _bars(ax, rows, getter, missing, colour, [variants.index(r.variant) for r in rows])
         ax.set_title(name, fontsize=12)
         ax.set_ylabel(unit)
         ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) <= 8 else 6.5)
@@ -125,9 +126,9 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
     return drawn
 
 
-def _bars(ax, rows: Sequence[Repeats], getter, fmt: str, missing: str, colour: dict[int, str], models: list[int]
-          ) -> None:
-    """One bar per row at its median with min-max whiskers; a row without the figure says why (`missing`)."""
+def _bars(ax, rows: Sequence[Repeats], getter, missing: str, colour: dict[int, str], models: list[int]) -> None:
+    """One bar per row at its median (utils.metrics.figure_text above it) with min-max whiskers; a row without the
+    figure says why (`missing`)."""
     for x, row in enumerate(rows):
         values = row.figures(getter)
         if not values:
@@ -136,7 +137,7 @@ def _bars(ax, rows: Sequence[Repeats], getter, fmt: str, missing: str, colour: d
         mid = statistics.median(values)
         ax.bar(x, mid, color=colour[x], hatch=MODEL_HATCHES[models[x] % len(MODEL_HATCHES)], edgecolor="black",
                linewidth=0.6, label=row.label, yerr=[[mid - min(values)], [max(values) - mid]], capsize=4)
-        ax.annotate(format(mid, fmt), (x, max(values)), textcoords="offset points", xytext=(0, 3), ha="center",
+        ax.annotate(figure_text(mid), (x, max(values)), textcoords="offset points", xytext=(0, 3), ha="center",
                     fontsize=8)
 
 

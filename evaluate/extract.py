@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     figure = perf["tokens_per_s_per_gpu"]
     print(f"{args.output}: {result['framework']} {result['model']['variant']} status={result['run']['status']} "
           f"steps={result['run']['steps_completed']}/{result['training']['steps']} tokens/s/GPU="
-          + (f"{figure:.1f}" if figure is not None else "n/a"))
+          + (metrics.figure_text(figure) if figure is not None else "n/a"))
     for note in result["warnings"]:
         print(f"  warning: {note}")
     return 0
