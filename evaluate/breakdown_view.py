@@ -80,7 +80,7 @@ def panel(ax, items: Sequence[Loaded]) -> int:
     ax.set_ylabel("% of step time")
     ax.set_ylim(0, 115)
     ax.set_xlim(-0.6, len(items) - 0.4)
-    ax.set_xticks(range(len(items)), labels(items), fontsize=8 if len(items) <= 10 else 6.5)
+    ax.set_xticks(range(len(items)), labels(items))  # sized and wrapped to fit by evaluate/plot_labels.py
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right", ncol=4)
+    ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1, 1), ncol=4, frameon=False)  # above: hides no bar
     return len(drawn)

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from evaluate import breakdown_view, energy_view
+from evaluate import breakdown_view, energy_view, plot_labels
 from evaluate.collect import Loaded
 from evaluate.energy_view import NOT_MEASURED
 from evaluate.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
@@ -81,7 +81,6 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
         _bars(ax, rows, getter, missing, colour, [variants.index(r.variant) for r in rows])
         ax.set_title(name, fontsize=12)
         ax.set_ylabel(unit)
-        ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) <= 8 else 6.5)
         ax.margins(y=0.12)
         ax.grid(axis="y", alpha=0.3)
     if energy and not costs.any_price:
@@ -109,21 +108,36 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
                     ha="right", va="top", fontsize=8, color="dimgray")
     _clip_spikes(axes[1, 2], items)
     split = fig.add_subplot(grid[2, :])
-    runs = breakdown_view.panel(split, [item for row in rows for item in row.items])
+    run_items = [item for row in rows for item in row.items]
+    runs = breakdown_view.panel(split, run_items)
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=colour[x], edgecolor="black",
-                             hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)]) for x, r in enumerate(rows)]
-    columns = max(1, min(4, len(rows), 280 // max(len(r.label) for r in rows)))  # ~280 characters fit a line
-    fig.legend(handles, [r.label for r in rows], loc="lower center", ncol=columns, fontsize=9,
-               frameon=False, title="device + framework - model (AMD: reds/oranges, NVIDIA: greens, CPU: blues; "
-               "hatch / line style: model)", title_fontsize=9)
-    rows_of_legend = -(-len(rows) // columns)
-    fig.tight_layout(rect=(0, 0.027 + 0.017 * rows_of_legend, 1, 0.965))
+                             hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)])
+               for x, r in enumerate(rows)]
+    rows_of_legend = _legend(fig, handles, [r.label for r in rows])
+    labelled = [(ax, labels) for ax, *_ in bar_panels] + [(split, breakdown_view.labels(run_items))]
+    for _ in range(2):  # the layout makes room for the labels, which are then fitted to the slots it leaves
+        fig.tight_layout(rect=(0, 0.027 + 0.017 * rows_of_legend, 1, 0.965))
+        for ax, texts in labelled:
+            plot_labels.fit(ax, texts)
     save_png(fig, path)
     drawn = {ax.get_title(): sum(isinstance(c, BarContainer) for c in ax.containers) or len(ax.lines)
              for ax in axes.flat}
     drawn[split.get_title()] = runs
     plt.close(fig)
     return drawn
+
+
+def _legend(fig, handles: list, labels: list[str]) -> int:
+    """The runs' legend below the panels, in the most columns (up to four, at 9 or 8 points) that fit the picture's
+    width, else one; its rows."""
+    renderer = fig.canvas.get_renderer()
+    for columns, size in [(n, size) for n in range(min(4, len(labels)), 1, -1) for size in (9, 8)] + [(1, 9)]:
+        legend = fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize=size, frameon=False,
+                            title="device + framework - model (AMD: reds/oranges, NVIDIA: greens, CPU: blues; "
+                            "hatch / line style: model)", title_fontsize=9)
+        if columns == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            return -(-len(labels) // columns)
+        legend.remove()
 
 
 def _bars(ax, rows: Sequence[Repeats], getter, missing: str, colour: dict[int, str], models: list[int]) -> None:
