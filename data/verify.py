@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from utils import missing_stacks
 from utils.cli import Parser, UsageError, WorkError, run
 from utils.files import DiskError, disk_problem, read_json, write_json
 from utils.datafiles import MANIFEST_SCHEMA, DataProblem, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \
@@ -155,8 +156,6 @@ class _Tokenizer:
 
 def build_with_megatron(prefix: Path, vocab_size: int, eod: int, seq_length: int, samples: int, seed: int) -> int:
     """Open the pair with megatron-core's IndexedDataset and build GPTDataset samples of seq_length tokens."""
-    import warnings
-    warnings.filterwarnings("ignore", message=".*(Transformer Engine|Apex).*")
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -207,6 +206,7 @@ def _ensure_process_group() -> None:
 
 def _ensure_dataset_helpers() -> None:
     """GPTDataset's compiled index builder, compiled first in a source checkout (as the trainer does)."""
+    missing_stacks.silence()  # megatron-core's first import: its kernel libraries do not touch the data checked
     try:
         ensure_dataset_helpers()
     except DataProblem as err:

@@ -24,8 +24,8 @@ With --run-dir, the run directory's config.json (the launcher's request, utils.r
 request, and what the log says is recorded beside it under "effective" for evaluate.validate to
 compare. Every setting, flag and field is named as in the result (seq_len, steps, ...:
 evaluate/logs/run_settings.py), so nothing is renamed on the way. Flags override both, but a flag that
-contradicts what the log says ran is refused (exit 2): the log is the record of the run. WARMUP_SKIP comes from the run's request, else
---warmup-skip, else config.env and the environment as a run would take it.
+contradicts what the log says ran is refused (exit 2): the log is the record of the run. WARMUP_SKIP comes from
+the run's request, else --warmup-skip, else config.env and the environment as a run would take it.
 
 Figures are computed by utils.metrics from the per-step values; the framework's own TFLOP/s and
 running averages are kept apart under raw_framework. Exit 0: result written; 2: bad input;
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     figure = perf["tokens_per_s_per_gpu"]
     print(f"{args.output}: {result['framework']} {result['model']['variant']} status={result['run']['status']} "
           f"steps={result['run']['steps_completed']}/{result['training']['steps']} tokens/s/GPU="
-          + (f"{figure:.1f}" if figure is not None else "n/a"))
+          + (metrics.figure_text(figure) if figure is not None else "n/a"))
     for note in result["warnings"]:
         print(f"  warning: {note}")
     return 0

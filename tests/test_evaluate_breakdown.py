@@ -41,7 +41,7 @@ def test_each_runs_breakdown_is_a_stacked_bar_and_a_run_without_one_says_so(item
     tops = [sum(parts[name][x][2] for name in parts) for x in (0, 1)]
     assert tops == [pytest.approx(100.0)] * 2
     assert [(getattr(t, "xy", t.get_position())[0], t.get_text()) for t in ax.texts] == [
-        (0, "2,000.0 ms"), (1, "2,500.0 ms"), (2, "no breakdown")]
+        (0, "2,000 ms"), (1, "2,500 ms"), (2, "no breakdown")]
     assert [t.get_text() for t in ax.get_xticklabels()] == [
         "Megatron\nLlama 3.1 8B\nTP1 PP1 DP8 GA16", "torch FSDP\nLlama 3.1 8B\nTP1 PP1 DP8 GA16",
         "NeMo\nLlama 3.1 8B\nTP1 PP1 DP8 GA16"]
@@ -58,9 +58,9 @@ def test_the_breakdown_table_gives_each_part_in_ms_and_percent(items):
     lines = breakdown_view.table(items)
     assert "| Forward | Backward | Optimizer | Other | Step (ms) | Steps |" in lines[4]
     mega = next(line for line in lines if line.startswith("| nvd/mega-llama"))
-    assert "| 600.0 (30.0%) | 1,200.0 (60.0%) | 100.0 (5.0%) | 100.0 (5.0%) | 2,000.0 | 4 |" in mega
+    assert "| 600 (30.0%) | 1,200 (60.0%) | 100 (5.0%) | 100 (5.0%) | 2,000 | 4 |" in mega
     fsdp = next(line for line in lines if line.startswith("| nvd/fsdp-llama"))
-    assert "| 700.0 (28.0%) | 1,500.0 (60.0%) | 200.0 (8.0%) | 100.0 (4.0%) | 2,500.0 | 4 |" in fsdp
+    assert "| 700 (28.0%) | 1,500 (60.0%) | 200 (8.0%) | 100 (4.0%) | 2,500 | 4 |" in fsdp
     nemo = next(line for line in lines if line.startswith("| nvd/nemo-llama"))
     assert nemo.endswith("| no breakdown | - | - | - | - | - |")
     assert "- measured by device events around each phase: nvd/mega-llama, nvd/fsdp-llama" in lines
@@ -92,7 +92,7 @@ def test_the_report_sets_frameworks_side_by_side_and_shows_the_breakdown(items):
     assert "### Llama 3.1 8B: TP 1, PP 1, DP 8, GA 16, MBS 1, SL 2048, BF16, 8 GPUs" in side
     fsdp = next(line for line in side.splitlines() if "| torch FSDP |" in line)
     assert fsdp == ("| NVIDIA H100 SXM | torch FSDP | 1 | DP fsdp, compile on, compile mode default, SAC off, "
-                    "attention sdpa | 13,107 | 611.3 | 2.500 | 0.80x | 1 ok |")
+                    "attention sdpa | 13,107 | 611 | 2.5 | 0.80x | 1 ok |")
     assert "| NVIDIA H100 SXM | Megatron | 1 | - | 16,384 |" in side and "| 1.00x | 1 ok |" in side
     assert "## Step time breakdown" in text and "| no breakdown |" in text
     assert "Torch-native (fsdp, autotp) and Megatron: equal by construction" in text

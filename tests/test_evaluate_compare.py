@@ -248,5 +248,19 @@ def test_cpu_runs_show_the_peak_host_memory_of_their_workers_labelled_as_host(tm
     assert drawn["Peak host memory per worker (resident, CPU)"] > 0
     text = compare.compare([cpu], tmp_path / "out")
     row = next(line for line in text.splitlines() if line.startswith("| CPU | Megatron"))
-    assert "| 0.8 [0.8-0.8] (host) |" in row
+    assert "| 0.75 [0.75-0.75] (host) |" in row  # three significant digits: utils.metrics.figure_text
     assert "host = peak resident host memory of the largest worker process" in text
+
+
+def test_a_cpu_figure_keeps_its_significant_digits_in_the_report_and_the_console(tmp_path, capsys):
+    cpu = tmp_path / "cpu"
+    shutil.copytree(SETS[0], cpu)
+    for path in cpu.glob("*/result.json"):
+        result = json.loads(path.read_text())
+        result["platform"], result["performance"]["tflop_per_s_per_gpu"] = "cpu", 0.0472
+        path.write_text(json.dumps(result))
+    assert compare.main([str(cpu), "-o", str(tmp_path / "out")]) == 0
+    console = capsys.readouterr().out
+    for text in ((tmp_path / "out" / "report.md").read_text(), console):
+        row = next(line for line in text.splitlines() if line.startswith("| CPU | Megatron"))
+        assert "| 0.0472 [0.0472-0.0472] |" in row  # TFLOP/s/GPU, not 0.0

@@ -110,4 +110,4 @@ def test_the_report_shows_where_the_time_went_and_warns_on_a_memory_miss_above_1
     text = "\n".join(lines)
     assert "## Predicted against measured" in text and "compute " in text and "; the rest " in text
     warnings = [line for line in lines if line.startswith("- **warning**")]
-    assert len(warnings) == 1 and "70.0 GiB (peak_reserved_gib)" in warnings[0] and "from the predicted" in warnings[0]
+    assert len(warnings) == 1 and "70 GiB (peak_reserved_gib)" in warnings[0] and "from the predicted" in warnings[0]

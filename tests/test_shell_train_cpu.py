@@ -1,9 +1,9 @@
 """./shell/run_train.sh on the CPU, end to end: the real launcher, trainer, extraction and comparison.
 
-The runs are the tiny models over gloo with a handful of steps. The data stage is replaced by a
-stand-in that writes the trainer tests' small prepared DATA_DIR (tests/fixtures/train/data_dir.py),
-then truncates Qwen's tokens and forges a manifest that matches the truncated files (data corrupted
-after verification is refused before any run; a forged record is the one thing a hash cannot catch),
+The runs are the tiny models over gloo with a handful of steps. The data stage is replaced by a stand-in that writes
+the trainer tests' small prepared DATA_DIR (tests/fixtures/train/data_dir.py, its own warnings ignored: only the
+product's lines are counted), then truncates Qwen's tokens and forges a manifest that matches the truncated files
+(data corrupted after verification is refused before any run; a forged record is the one thing a hash cannot catch),
 so that the second run of the matrix fails for real when it reads past the end of its tokens.
 """
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tests.fixtures.train_matrix.shell import machine, read, run_dirs
-from utils import telemetry
+from utils import missing_stacks, telemetry
 
 # Megatron alone: the torch-native frameworks' matrix is test_train_native_launch's.
 FEW_STEPS = {"TRAIN_ITERS": "4", "WARMUP_STEPS": "1", "WARMUP_SKIP": "1", "HF_HUB_OFFLINE": "1", "FRAMEWORK": "mega"}
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 DATA_STAGE = f"""#!/usr/bin/env bash
 set -euo pipefail
 echo "data stage called" >> "${{DATA_DIR}}.calls"
-"{sys.executable}" -c "import sys; from pathlib import Path; sys.path.insert(0, '{REPO}')
+PYTHONWARNINGS=ignore "{sys.executable}" -c "import sys; from pathlib import Path; sys.path.insert(0, '{REPO}')
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.fixtures.data.verified import write_manifest
 data = make_data_dir(Path('${{DATA_DIR}}'), documents=60)
@@ -53,6 +53,10 @@ def test_the_cpu_default_prepares_data_runs_both_tiny_models_and_isolates_a_fail
     assert second["run"]["status"] == "failed" and second["run"]["exit_code"] != 0
     assert second["model"]["variant"] == "qwen2.5-7b-tiny" and second["run"]["error_excerpt"]
     assert read(qwen / "launch.json")["status"] == "failed"
+
+    notices = [line for line in result.output.splitlines() if "not installed" in line]
+    assert notices == [f"[tprimat] {missing_stacks.notice()}"]  # once, from the matrix, not from each worker
+    assert all("not installed" not in (run / "train.log").read_text() for run in (llama, qwen))
 
     summary = [line.split()[:2] for line in result.stdout.splitlines() if line.startswith("mega-")]
     assert summary == [["mega-llama", "ok"], ["mega-qwen", "failed"]]

@@ -57,7 +57,7 @@ def data_dir(tmp_path_factory) -> Path:
 def runs(tmp_path_factory, data_dir):
     """Each named run trained once, on first use."""
     layouts = {
-        "fsdp_dp2": dict(SAC_FREQ="1/2"),
+        "fsdp_dp2": dict(SAC_FREQ="1/2", PYTHONWARNINGS="default"),  # Python's warnings shown, as the launcher runs
         "rerun": dict(SAC_FREQ="1/2"),
         "tp2_compiled": dict(TP=2, DP=1, MBS=2, SAC_FREQ="1/2", COMPILE=1, COMPILE_MODE="default"),
         "qwen_ddp": dict(model="qwen", DATA_PARALLEL="ddp"),
@@ -83,6 +83,13 @@ def test_tiny_models_learn_on_the_sample_data(runs, name):
     assert_trained(run)
     losses = run.series("loss")  # measured: llama 11.77 -> 11.59 (last three), qwen 11.96 -> 11.64
     assert sum(losses[-3:]) / 3 < losses[0] - 0.1, losses
+
+
+def test_a_cpu_worker_leaves_megatron_cores_missing_library_warnings_to_the_matrix(runs):
+    """train.matrix says once that Transformer Engine and Apex are missing (utils/missing_stacks.py)."""
+    run = runs("fsdp_dp2")
+    assert_trained(run)
+    assert "not installed" not in run.console, run.console[:3000]
 
 
 def test_a_rerun_repeats_every_loss_exactly(runs):

@@ -48,6 +48,7 @@ def test_a_dry_run_shows_the_exact_commands_and_vendor_environment_and_skips_the
         (line,) = [line for line in result.stdout.splitlines() if line.startswith(f"{framework}-qwen-balanced ")]
         assert line.split()[1] == "skipped" and reason in line  # and in the summary
     assert "2 run(s), 2 ok, 0 not ok, 2 skipped" in result.stdout
+    assert "Transformer Engine and Apex" not in result.output  # the CPU platform's line (utils/missing_stacks.py)
 
 
 def test_a_single_run_of_a_pipeline_layout_is_refused_in_one_line(tmp_path):

@@ -86,3 +86,9 @@ def test_unknown_or_ambiguous_device_has_no_peak_and_warns(name):
 def test_missing_fp8_peak_warns_instead_of_guessing():
     with pytest.warns(UserWarning, match="no FP8 peak"):
         assert peak_tflops("NVIDIA H100 PCIe", "fp8") is None
+
+
+@pytest.mark.parametrize("value, shown", [(0.0472, "0.0472"), (1.234, "1.23"), (45.64, "45.6"), (0.6, "0.6"),
+                                          (386.1, "386"), (13107.4, "13,107"), (0, "0")])
+def test_a_figure_shows_three_significant_digits_below_100_and_a_separated_whole_number_above(value, shown):
+    assert metrics.figure_text(value) == shown

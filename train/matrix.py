@@ -2,7 +2,8 @@
 
     python3 -m train.matrix      (shell/train.sh hands over to it in the chosen runtime)
 
-Prints the run list, checks the data (on the CPU with the bundled sample corpus it prepares it), probes
+Prints the run list (on the CPU, with one line for the GPU kernel libraries it lacks: utils/missing_stacks.py),
+checks the data (on the CPU with the bundled sample corpus it prepares it), probes
 the system into system.json, checks the node's health (evaluate.health, as HEALTH says: warn records, strict
 refuses an unhealthy node, off skips), runs each run through train/launch.sh PLATFORM FRAMEWORK MODEL in a
 process group of its own (a run its framework cannot do is listed as skipped, with the reason, and not started),
@@ -27,7 +28,7 @@ from typing import NoReturn
 
 from train import plan
 from train.launch import summary
-from utils import ROOT
+from utils import ROOT, missing_stacks
 from utils.cli import STOP_SIGNALS, Parser, UsageError, say, warn
 from utils.config import ConfigError, Config
 from utils.datafiles import PREPARE
@@ -238,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(plan.table(cfg, runs)))
     if not any(not run.skipped for run in runs):
         die(2, "the run list has nothing to run; check FRAMEWORK, MODELS and STRATEGY")
+    if cfg.platform == "cpu" and not cfg["DRY_RUN"] and (missing := missing_stacks.notice()):
+        log(missing)  # instead of megatron-core's warnings from every process (utils/missing_stacks.py)
     check_data(cfg, stop)
     stop.end_if_stopped()
     try:

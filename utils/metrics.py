@@ -119,3 +119,10 @@ def mfu(tflops: float, peak_tflops: float | None) -> float | None:
     if peak_tflops <= 0:
         raise ValueError(f"peak TFLOP/s must be positive, got {peak_tflops}")
     return tflops / peak_tflops
+
+
+def figure_text(value: float) -> str:
+    """A figure as every table and console shows it (tokens/s, TFLOP/s, MFU, memory, times): three significant
+    digits below 100, so that a CPU's 0.0472 TFLOP/s/GPU is not 0.0, and a whole number with thousands separators
+    from 100 up, where more digits are noise."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"

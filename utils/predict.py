@@ -20,6 +20,7 @@ from typing import Callable
 
 from utils import vendor_tools
 from utils.hardware import TARGET_DEVICES, DeviceSpec, lookup_device
+from utils.metrics import figure_text
 from utils.models import ModelSpec, by_variant
 from utils.predict_memory import GIB, Layout, Memory, memory
 from utils.predict_time import TimeBound, bound, links
@@ -53,7 +54,7 @@ def host_target(workers: int, meminfo: Path = MEMINFO) -> Target:
     if found is None:
         return Target(None, None, None, "none")
     total = int(found.group(1)) * 1024
-    return Target(f"host memory per worker ({workers} worker(s) share {total / GIB:.1f} GiB)", None,
+    return Target(f"host memory per worker ({workers} worker(s) share {figure_text(total / GIB)} GiB)", None,
                   total // max(1, workers), "host")
 
 
@@ -111,21 +112,22 @@ class Prediction:
     def memory_line(self) -> str:
         """"predicted peak X GiB of Y GiB: fits (Z GiB free)", or "... will not fit (Z GiB over)"."""
         peak = self.memory.peak / GIB
+        said = f"predicted peak {figure_text(peak)} GiB"
         if self.target.memory_bytes is None:
-            return f"predicted peak {peak:.1f} GiB"
+            return said
         size = self.target.memory_bytes / GIB
         if self.fits:
-            return f"predicted peak {peak:.1f} GiB of {size:.1f} GiB: fits ({size - peak:.1f} GiB free)"
-        return f"predicted peak {peak:.1f} GiB of {size:.1f} GiB: will not fit ({peak - size:.1f} GiB over)"
+            return f"{said} of {figure_text(size)} GiB: fits ({figure_text(size - peak)} GiB free)"
+        return f"{said} of {figure_text(size)} GiB: will not fit ({figure_text(peak - size)} GiB over)"
 
     def time_line(self) -> str:
-        """"step >= 1.234 s (compute 1.100, TP 0.050, DP 0.084, bubble 0)", or why there is no bound."""
+        """"step >= 1.23 s (compute 1.1, TP 0.05, DP 0.0841, bubble 0)", or why there is no bound."""
         if self.time is None:
             return "no step-time bound (no dense peak for this device)"
         b = self.time
-        hidden = f" exposed of {b.dp_s:.3f}" if b.dp_exposed_s != b.dp_s else ""
-        return (f"step >= {b.step_s:.3f} s (compute {b.compute_s:.3f}, TP {b.tp_s:.3f}, DP {b.dp_exposed_s:.3f}{hidden}, "
-                f"bubble {b.bubble_s:.3f})")
+        hidden = f" exposed of {figure_text(b.dp_s)}" if b.dp_exposed_s != b.dp_s else ""
+        return (f"step >= {figure_text(b.step_s)} s (compute {figure_text(b.compute_s)}, TP {figure_text(b.tp_s)}, "
+                f"DP {figure_text(b.dp_exposed_s)}{hidden}, bubble {figure_text(b.bubble_s)})")
 
 
 def predict(req: Request, target: Target, link_gbps: float | None = None,
@@ -194,5 +196,5 @@ def memory_warning(section: dict) -> str | None:
     error = section.get("memory_error")
     if error is None or abs(error) <= WARN_MEMORY_ERROR:
         return None
-    return (f"measured peak memory {section['measured_peak_gib']:.1f} GiB ({section['measured_kind']}) is "
-            f"{100 * error:+.0f}% from the predicted {section['memory']['peak_gib']:.1f} GiB per GPU")
+    return (f"measured peak memory {figure_text(section['measured_peak_gib'])} GiB ({section['measured_kind']}) is "
+            f"{100 * error:+.0f}% from the predicted {figure_text(section['memory']['peak_gib'])} GiB per GPU")

@@ -8,6 +8,7 @@ from typing import Sequence
 
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import FRAMEWORK_NAMES, device_label
+from utils.metrics import figure_text
 
 TITLE = "Step time breakdown (% of the step; the step's ms above each bar)"
 # The breakdown's parts, in the order they stack from the bottom, with their label and colour.
@@ -52,8 +53,8 @@ def table(items: Sequence[Loaded]) -> list[str]:
             continue
         methods.setdefault(found["method"], []).append(item.name)
         step = found["step_time_s"]
-        parts = [f"{1000 * found[key]:,.1f} ({100 * found[key] / step:.1f}%)" for key, _, _ in PARTS]
-        out.append(head + " | ".join(parts + [f"{1000 * step:,.1f}", str(found["count"])]) + " |")
+        parts = [f"{figure_text(1000 * found[key])} ({100 * found[key] / step:.1f}%)" for key, _, _ in PARTS]
+        out.append(head + " | ".join(parts + [figure_text(1000 * step), str(found["count"])]) + " |")
     out += [""] + [f"- measured by {method}: {', '.join(names)}" for method, names in methods.items()]
     return out + ([""] if methods else [])
 
@@ -70,8 +71,8 @@ def panel(ax, items: Sequence[Loaded]) -> int:
                label=name)
         bottom = [b + s for b, s in zip(bottom, shares)]
     for (x, found), top in zip(drawn, bottom):
-        ax.annotate(f"{1000 * found['step_time_s']:,.1f} ms", (x, top), textcoords="offset points", xytext=(0, 3),
-                    ha="center", fontsize=8)
+        ax.annotate(f"{figure_text(1000 * found['step_time_s'])} ms", (x, top), textcoords="offset points",
+                    xytext=(0, 3), ha="center", fontsize=8)
     for x, found in runs:
         if found is None:
             ax.text(x, 2, NONE, ha="center", va="bottom", fontsize=9, rotation=90, color="dimgray")
@@ -79,7 +80,7 @@ def panel(ax, items: Sequence[Loaded]) -> int:
     ax.set_ylabel("% of step time")
     ax.set_ylim(0, 115)
     ax.set_xlim(-0.6, len(items) - 0.4)
-    ax.set_xticks(range(len(items)), labels(items), fontsize=8 if len(items) <= 10 else 6.5)
+    ax.set_xticks(range(len(items)), labels(items))  # sized and wrapped to fit by evaluate/comparison/plot_labels.py
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right", ncol=4)
+    ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1, 1), ncol=4, frameon=False)  # above: hides no bar
     return len(drawn)

@@ -17,6 +17,7 @@ from evaluate.comparison.repeats import PLATFORM_NAMES, Repeats, median_or_none,
 from evaluate.machine_checks import node_health, straggler, throttling
 from utils.energy_cost import (FLAGS, PRICE_KNOBS, PROJECT_KNOB, CostSettings, Projection, cost_per_million_tokens,
                                duration_text, energy_of, project, ratio)
+from utils.metrics import figure_text
 from utils.models import by_variant
 
 NOT_MEASURED = "not measured"
@@ -45,11 +46,6 @@ def cost_getter(costs: CostSettings) -> Callable[[dict], float | None]:
         price, rate = costs.price(r["platform"]), r["performance"]["tokens_per_s"]
         return None if price is None or not rate else cost_per_million_tokens(price, r["parallelism"]["num_gpus"], rate)
     return cost
-
-
-def number(value: float) -> str:
-    """Three significant digits, thousands separated."""
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def money(value: float) -> str:
@@ -103,7 +99,7 @@ def cost_text(fig: Figures) -> str:
 
 
 def energy_cell(value: float | None) -> str:
-    return NOT_MEASURED if value is None else number(value)
+    return NOT_MEASURED if value is None else figure_text(value)
 
 
 def energy_table(found: Sequence[Figures], costs: CostSettings) -> list[str]:
@@ -118,7 +114,7 @@ def energy_table(found: Sequence[Figures], costs: CostSettings) -> list[str]:
                   ("" if fig.measured == len(row.ok) else f" ({fig.measured} of {len(row.ok)} runs)")) \
             if fig.measured else "-"
         lines.append(f"| {row.device} | {row.framework_text} | {row.strategy} | {row.nodes or '?'} | {fig.num_gpus} | "
-                     f"{number(fig.tokens_per_s_per_gpu)} | {energy_cell(power)} | "
+                     f"{figure_text(fig.tokens_per_s_per_gpu)} | {energy_cell(power)} | "
                      f"{energy_cell(fig.tokens_per_joule)} | {energy_cell(fig.wh_per_million_tokens)} | {source} |"
                      + (f" {cost_text(fig)} |" if costs.any_price else ""))
     return lines
@@ -160,9 +156,10 @@ def best(rows: Sequence[Repeats], costs: CostSettings, platform: str) -> Figures
 
 def decision_table(amd: Figures, nvd: Figures) -> list[str]:
     """tokens/s/GPU, tokens per joule, Wh per million tokens and cost, AMD and NVIDIA side by side, with AMD/NVIDIA."""
-    rows = (("tokens/s/GPU (higher is better)", amd.tokens_per_s_per_gpu, nvd.tokens_per_s_per_gpu, number),
-            ("tokens per joule (higher is better)", amd.tokens_per_joule, nvd.tokens_per_joule, number),
-            ("Wh per million tokens (lower is better)", amd.wh_per_million_tokens, nvd.wh_per_million_tokens, number),
+    rows = (("tokens/s/GPU (higher is better)", amd.tokens_per_s_per_gpu, nvd.tokens_per_s_per_gpu, figure_text),
+            ("tokens per joule (higher is better)", amd.tokens_per_joule, nvd.tokens_per_joule, figure_text),
+            ("Wh per million tokens (lower is better)", amd.wh_per_million_tokens, nvd.wh_per_million_tokens,
+             figure_text),
             ("cost per million tokens (lower is better)", amd.cost_per_million_tokens, nvd.cost_per_million_tokens,
              money))
     lines = ["| Figure | AMD | NVIDIA | AMD / NVIDIA |", "|---|---|---|---|"]
@@ -218,10 +215,11 @@ def projection_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str
            "|---|---|---|---|---|---|---|---|---|"]
     for fig in (f for f in (figures_of(row, costs) for row in rows) if f is not None):
         p = fig.projection(count)
-        energy = NOT_MEASURED if p.energy_mwh is None else number(p.energy_mwh)
+        energy = NOT_MEASURED if p.energy_mwh is None else figure_text(p.energy_mwh)
         money_text = cost_text(fig) if p.cost is None else money(p.cost)
         out.append(f"| {fig.row.device} | {fig.row.framework_text} | {fig.row.model_name} | {fig.row.strategy} | "
-                   f"{fig.num_gpus} | {duration_text(p.seconds)} | {number(p.gpu_hours)} | {energy} | {money_text} |")
+                   f"{fig.num_gpus} | {duration_text(p.seconds)} | {figure_text(p.gpu_hours)} | {energy} | "
+                   f"{money_text} |")
     return out + [""]
 
 

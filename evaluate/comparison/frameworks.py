@@ -95,8 +95,8 @@ def section(items: Sequence[Loaded]) -> list[str]:
         for row in rows:
             r = ratio(row, rows)
             out.append(f"| {row.device} | {FRAMEWORK_NAMES[row.framework]} | {row.nodes or '?'} | {row.settings} | "
-                       f"{spread(row.figures(tokens), ',.0f')} | {spread(row.figures(tflops), '.1f')} | "
-                       f"{spread(row.figures(step_time), '.3f')} | {'-' if r is None else f'{r:.2f}x'} | "
+                       f"{spread(row.figures(tokens))} | {spread(row.figures(tflops))} | "
+                       f"{spread(row.figures(step_time))} | {'-' if r is None else f'{r:.2f}x'} | "
                        f"{statuses(row.items)} |")
         out.append("")
     return out

@@ -12,11 +12,13 @@ from typing import Sequence
 
 from evaluate.comparison import breakdown as breakdown_view
 from evaluate.comparison import energy as energy_view
+from evaluate.comparison import plot_labels
 from evaluate.collect import Loaded
 from evaluate.comparison.energy import NOT_MEASURED
 from evaluate.comparison.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
 from utils.energy_cost import FLAGS, PRICE_KNOBS, CostSettings
 from utils.files import atomic_open
+from utils.metrics import figure_text
 
 # AMD in reds and oranges, NVIDIA in greens and teals, CPU in blues: distinguishable at a glance.
 PALETTES = {"amd": ("#C8102E", "#F28C28", "#8B1A1A", "#E8738A", "#B35900"),
@@ -66,22 +68,21 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
     axes = np.array([[fig.add_subplot(grid[r, c]) for c in range(3)] for r in (0, 1, 3) if r < 3 or energy])
     devices = " vs ".join(dict.fromkeys(r.device for r in rows))
     fig.suptitle(f"TPrimat: {devices}\n{title(items)}", fontsize=14, fontweight="bold")
-    bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU", ",.0f",
+    bar_panels = ((axes[0, 0], tokens, "tokens/s/GPU (higher is better; median, min-max bars)", "tokens/s per GPU",
                    NOT_MEASURED),
-                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", ".3g", NOT_MEASURED),
-                  (axes[0, 2], memory, memory_title(items), "GiB", ".1f", NOT_MEASURED))
+                  (axes[0, 1], tflops, "TFLOP/s/GPU (TPrimat's formula)", "TFLOP/s per GPU", NOT_MEASURED),
+                  (axes[0, 2], memory, memory_title(items), "GiB", NOT_MEASURED))
     if energy:
         bar_panels += ((axes[2, 0], energy_view.tokens_per_joule, "Tokens per joule (higher is better; the devices' "
-                        "energy)", "tokens per joule", ".3g", NOT_MEASURED),
-                       (axes[2, 1], energy_view.mean_power_w, "Mean power per device (W)", "W", ".0f", NOT_MEASURED),
+                        "energy)", "tokens per joule", NOT_MEASURED),
+                       (axes[2, 1], energy_view.mean_power_w, "Mean power per device (W)", "W", NOT_MEASURED),
                        (axes[2, 2], energy_view.cost_getter(costs), "Cost per million tokens (at the prices given)",
-                        "price per million tokens", ".3g", "no price"))
+                        "price per million tokens", "no price"))
     labels = tick_labels(rows)
-    for ax, getter, name, unit, fmt, missing in bar_panels:
-        _bars(ax, rows, getter, fmt, missing, colour, [variants.index(r.variant) for r in rows])
+    for ax, getter, name, unit, missing in bar_panels:
+        _bars(ax, rows, getter, missing, colour, [variants.index(r.variant) for r in rows])
         ax.set_title(name, fontsize=12)
         ax.set_ylabel(unit)
-        ax.set_xticks(range(len(rows)), labels, fontsize=8 if len(rows) <= 8 else 6.5)
         ax.margins(y=0.12)
         ax.grid(axis="y", alpha=0.3)
     if energy and not costs.any_price:
@@ -109,15 +110,17 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
                     ha="right", va="top", fontsize=8, color="dimgray")
     _clip_spikes(axes[1, 2], items)
     split = fig.add_subplot(grid[2, :])
-    runs = breakdown_view.panel(split, [item for row in rows for item in row.items])
+    run_items = [item for row in rows for item in row.items]
+    runs = breakdown_view.panel(split, run_items)
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=colour[x], edgecolor="black",
-                             hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)]) for x, r in enumerate(rows)]
-    columns = max(1, min(4, len(rows), 280 // max(len(r.label) for r in rows)))  # ~280 characters fit a line
-    fig.legend(handles, [r.label for r in rows], loc="lower center", ncol=columns, fontsize=9,
-               frameon=False, title="device + framework - model (AMD: reds/oranges, NVIDIA: greens, CPU: blues; "
-               "hatch / line style: model)", title_fontsize=9)
-    rows_of_legend = -(-len(rows) // columns)
-    fig.tight_layout(rect=(0, 0.027 + 0.017 * rows_of_legend, 1, 0.965))
+                             hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)])
+               for x, r in enumerate(rows)]
+    rows_of_legend = _legend(fig, handles, [r.label for r in rows])
+    labelled = [(ax, labels) for ax, *_ in bar_panels] + [(split, breakdown_view.labels(run_items))]
+    for _ in range(2):  # the layout makes room for the labels, which are then fitted to the slots it leaves
+        fig.tight_layout(rect=(0, 0.027 + 0.017 * rows_of_legend, 1, 0.965))
+        for ax, texts in labelled:
+            plot_labels.fit(ax, texts)
     save_png(fig, path)
     drawn = {ax.get_title(): sum(isinstance(c, BarContainer) for c in ax.containers) or len(ax.lines)
              for ax in axes.flat}
@@ -126,9 +129,22 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
     return drawn
 
 
-def _bars(ax, rows: Sequence[Repeats], getter, fmt: str, missing: str, colour: dict[int, str], models: list[int]
-          ) -> None:
-    """One bar per row at its median with min-max whiskers; a row without the figure says why (`missing`)."""
+def _legend(fig, handles: list, labels: list[str]) -> int:
+    """The runs' legend below the panels, in the most columns (up to four, at 9 or 8 points) that fit the picture's
+    width, else one; its rows."""
+    renderer = fig.canvas.get_renderer()
+    for columns, size in [(n, size) for n in range(min(4, len(labels)), 1, -1) for size in (9, 8)] + [(1, 9)]:
+        legend = fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize=size, frameon=False,
+                            title="device + framework - model (AMD: reds/oranges, NVIDIA: greens, CPU: blues; "
+                            "hatch / line style: model)", title_fontsize=9)
+        if columns == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            return -(-len(labels) // columns)
+        legend.remove()
+
+
+def _bars(ax, rows: Sequence[Repeats], getter, missing: str, colour: dict[int, str], models: list[int]) -> None:
+    """One bar per row at its median (utils.metrics.figure_text above it) with min-max whiskers; a row without the
+    figure says why (`missing`)."""
     for x, row in enumerate(rows):
         values = row.figures(getter)
         if not values:
@@ -137,7 +153,7 @@ def _bars(ax, rows: Sequence[Repeats], getter, fmt: str, missing: str, colour: d
         mid = statistics.median(values)
         ax.bar(x, mid, color=colour[x], hatch=MODEL_HATCHES[models[x] % len(MODEL_HATCHES)], edgecolor="black",
                linewidth=0.6, label=row.label, yerr=[[mid - min(values)], [max(values) - mid]], capsize=4)
-        ax.annotate(format(mid, fmt), (x, max(values)), textcoords="offset points", xytext=(0, 3), ha="center",
+        ax.annotate(figure_text(mid), (x, max(values)), textcoords="offset points", xytext=(0, 3), ha="center",
                     fontsize=8)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from evaluate.collect import Loaded
+from utils.metrics import figure_text
 from utils.predict import memory_warning
 
 BOUND_PARTS = (("compute_s", "compute"), ("tp_s", "TP"), ("dp_s", "DP"), ("bubble_s", "bubble"))
@@ -15,7 +16,7 @@ MEASURED_PARTS = (("forward_s", "fwd"), ("backward_s", "bwd"), ("optimizer_s", "
 
 
 def ms(seconds: float) -> str:
-    return f"{1000 * seconds:,.1f}"
+    return figure_text(1000 * seconds)
 
 
 def time_row(item: Loaded, found: dict) -> str:
@@ -37,14 +38,14 @@ def time_row(item: Loaded, found: dict) -> str:
 
 def memory_row(item: Loaded, found: dict) -> str:
     mem = found["memory"]
-    size = f"{mem['device_gib']:.1f}" if mem.get("device_gib") else "-"
+    size = figure_text(mem["device_gib"]) if mem.get("device_gib") else "-"
     fits = {True: "fits", False: "WILL NOT FIT", None: "-"}[mem.get("fits")]
-    parts = ", ".join(f"{key.removesuffix('_gib')} {mem[key]:.1f}" for key in (
+    parts = ", ".join(f"{key.removesuffix('_gib')} {figure_text(mem[key])}" for key in (
         "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "workspace_gib"))
     measured = found.get("measured_peak_gib")
-    seen = f"{measured:.1f} ({found['measured_kind']})" if measured is not None else "-"
+    seen = f"{figure_text(measured)} ({found['measured_kind']})" if measured is not None else "-"
     error = f"{100 * found['memory_error']:+.0f}%" if found.get("memory_error") is not None else "-"
-    return f"| {item.name} | {mem['peak_gib']:.1f} of {size} ({fits}) | {parts} | {seen} | {error} |"
+    return f"| {item.name} | {figure_text(mem['peak_gib'])} of {size} ({fits}) | {parts} | {seen} | {error} |"
 
 
 def section(items: Sequence[Loaded]) -> list[str]:

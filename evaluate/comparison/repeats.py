@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 from evaluate import native_settings
 from evaluate.collect import Loaded
 from utils.hardware import lookup_device
+from utils.metrics import figure_text
 from utils.models import by_variant
 
 FRAMEWORK_NAMES = {"mega": "Megatron", "prim": "Primus", "nemo": "NeMo", "fsdp": "torch FSDP",
@@ -147,14 +148,14 @@ def repeats_of(items: Sequence[Loaded]) -> list[Repeats]:
     return [found[k] for k in sorted(found)]
 
 
-def spread(values: list[float], fmt: str) -> str:
-    """median [min-max] of repeats; a single value alone; "-" for none."""
+def spread(values: list[float], show: Callable[[float], str] = figure_text) -> str:
+    """median [min-max] of repeats, each as show writes it; a single value alone; "-" for none."""
     if not values:
         return "-"
-    median = format(statistics.median(values), fmt)
+    median = show(statistics.median(values))
     if len(values) == 1:
         return median
-    return f"{median} [{format(min(values), fmt)}-{format(max(values), fmt)}]"
+    return f"{median} [{show(min(values))}-{show(max(values))}]"
 
 
 def median_or_none(values: list[float]) -> float | None:

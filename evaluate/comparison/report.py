@@ -20,8 +20,10 @@ from evaluate.comparison.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeat
 from evaluate.validate import check_result, fairness
 from utils.energy_cost import CostSettings
 from utils.frameworks import NATIVE
-from utils.metrics import FLOPS_CONVENTION
+from utils.metrics import FLOPS_CONVENTION, figure_text
 from utils.models import by_variant
+
+LOSS = "{:.3f}".format  # losses near 11 part in the third decimal: not a figure's three significant digits
 
 
 def systems_section(items: Sequence[Loaded]) -> list[str]:
@@ -86,10 +88,10 @@ def results_table(rows: Sequence[Repeats]) -> list[str]:
         kinds = sorted({memory_kind(i.result) for i in row.ok} - {"-"}) or ["-"]
         lines.append(
             f"| {row.device} | {row.framework_text} | {row.strategy} | {row.nodes or '?'} | "
-            f"{first['parallelism']['num_gpus']} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens), ',.0f')} | "
-            f"{spread(row.figures(tflops), '.1f')} | {spread([100 * v for v in row.figures(mfu)], '.1f')}"
-            f"{'%' if row.figures(mfu) else ''} | {spread(row.figures(memory), '.1f')} ({'/'.join(kinds)}) | "
-            f"{spread(row.figures(final_loss), '.3f')} | {row.status()} |")
+            f"{first['parallelism']['num_gpus']} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens))} | "
+            f"{spread(row.figures(tflops))} | {spread([100 * v for v in row.figures(mfu)])}"
+            f"{'%' if row.figures(mfu) else ''} | {spread(row.figures(memory))} ({'/'.join(kinds)}) | "
+            f"{spread(row.figures(final_loss), LOSS)} | {row.status()} |")
     return lines
 
 
@@ -104,7 +106,7 @@ def speedups(rows: Sequence[Repeats]) -> list[str]:
             if a is None or n is None:
                 continue
             lines.append(f"- {amd.device} + {amd.framework_text} is **{a / n:.2f}x** {nvd.device} + "
-                         f"{nvd.framework_text} on {amd.model_name} ({a:,.0f} vs {n:,.0f} tokens/s/GPU"
+                         f"{nvd.framework_text} on {amd.model_name} ({figure_text(a)} vs {figure_text(n)} tokens/s/GPU"
                          f"{'' if amd.strategy == 'custom' else ', strategy ' + amd.strategy})")
     return lines
 

@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Sequence
 
 from evaluate import native_settings
 from evaluate.collect import Loaded
+from utils.metrics import figure_text
 from utils.models import by_variant
 
 
@@ -96,8 +97,11 @@ def groups(items: Sequence[Loaded], device_label: Callable[[Loaded], str]) -> li
     return out
 
 
-def _figure(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+def _figure(value: float | None, fmt: str = "") -> str:
+    """"-" for none; a ratio in fmt; a throughput (no fmt) as utils.metrics writes every figure."""
+    if value is None:
+        return "-"
+    return format(value, fmt) if fmt else figure_text(value)
 
 
 def section(found: Sequence[Group], framework_names: Mapping[str, str]) -> list[str]:
@@ -120,7 +124,7 @@ def section(found: Sequence[Group], framework_names: Mapping[str, str]) -> list[
         for point in group.points:
             speedup = group.speedup(point)
             out.append(f"| {point.nodes} | {point.gpus} | {', '.join(map(str, point.gbs))} | "
-                       f"{_figure(point.tokens_per_gpu, ',.0f')} | {_figure(point.tokens, ',.0f')} | "
+                       f"{_figure(point.tokens_per_gpu)} | {_figure(point.tokens)} | "
                        f"{_figure(group.efficiency(point), '.2f')} | "
                        f"{_figure(speedup, '.2f')}{'x' if speedup is not None else ''} "
                        f"(ideal {group.ideal(point):g}x) | {point.runs} |")

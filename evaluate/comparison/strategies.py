@@ -11,6 +11,7 @@ from typing import Sequence
 
 from evaluate.comparison.plot import PALETTES, save_png
 from evaluate.comparison.repeats import Repeats, memory, tokens
+from utils.metrics import figure_text
 from utils.strategies import IDENTICAL
 
 
@@ -72,8 +73,9 @@ def vendor_speedups(items: Sequence[Entry]) -> list[str]:
             a, n = best(pick(amd)), best(pick(nvd))
             if a is None or n is None:
                 continue
-            lines.append(f"- {model}, {label}: {a.config} ({a.strategy}, {a.tokens:,.0f}) is **{a.tokens / n.tokens:.2f}x** "
-                         f"{n.config} ({n.strategy}, {n.tokens:,.0f} tokens/s/GPU)")
+            lines.append(f"- {model}, {label}: {a.config} ({a.strategy}, {figure_text(a.tokens)}) is "
+                         f"**{a.tokens / n.tokens:.2f}x** {n.config} ({n.strategy}, {figure_text(n.tokens)} "
+                         "tokens/s/GPU)")
     return lines
 
 
@@ -89,8 +91,8 @@ def section(items: Sequence[Entry], png_name: str | None) -> list[str]:
         for e in group:
             mark = " **best**" if e is top else ""
             out.append(f"| {e.strategy}{mark} | {e.framework} | {'/'.join(map(str, e.layout))} | "
-                       f"{'-' if e.tokens is None else format(e.tokens, ',.0f')} | "
-                       f"{'-' if e.memory is None else format(e.memory, '.1f')} | {e.status} |")
+                       f"{'-' if e.tokens is None else figure_text(e.tokens)} | "
+                       f"{'-' if e.memory is None else figure_text(e.memory)} | {e.status} |")
         out.append("")
     speedups = vendor_speedups(items)
     out += ["### AMD vs NVIDIA across strategies", ""] + (speedups or ["- needs AMD and NVIDIA runs of the same model"])

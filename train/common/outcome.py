@@ -29,8 +29,9 @@ import torch
 
 from typing import Any, Callable
 
-from train.mega.data import DataError, DataSource, locate
 from train.common.step_log import RankSteps, StepLog, is_last_rank
+from train.mega import cpu_compat
+from train.mega.data import DataError, DataSource, locate
 from utils import platform_env
 from utils.cli import now_iso
 from utils.files import DiskError, atomic_open
@@ -143,6 +144,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
     status, code, error = "ok", 0, None
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _raise_stopped)
+    cpu_compat.quiet(req.identity.platform)
     try:
         env = platform_env.apply(req.identity.platform, framework=req.identity.framework)
         check_device(req.identity.platform)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from utils.cli import Parser
+from utils.metrics import figure_text
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,8 @@ def row(run_dir: Path) -> Row:
                launch.get("wall_s"), reason)
 
 
-def _number(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+def _number(value: float | None) -> str:
+    return "-" if value is None else figure_text(value)
 
 
 def _time(seconds: float | None) -> str:
@@ -72,8 +73,8 @@ def table(rows: list[Row]) -> list[str]:
     lines = [f"{'run':<{width}}  {'status':<11} {'tokens/s/GPU':>13} {'TFLOP/s/GPU':>12} {'time':>8}  reason",
              "-" * (width + 56)]
     for r in rows:
-        lines.append(f"{r.run:<{width}}  {r.status:<11} {_number(r.tokens_per_s_per_gpu, 1):>13} "
-                     f"{_number(r.tflop_per_s_per_gpu, 2):>12} {_time(r.wall_s):>8}  {r.reason[:100]}")
+        lines.append(f"{r.run:<{width}}  {r.status:<11} {_number(r.tokens_per_s_per_gpu):>13} "
+                     f"{_number(r.tflop_per_s_per_gpu):>12} {_time(r.wall_s):>8}  {r.reason[:100]}")
     bad = sum(not r.ok for r in rows)
     skipped = sum(r.status == "skipped" for r in rows)
     lines.append(f"{len(rows) - skipped} run(s), {len(rows) - skipped - bad} ok, {bad} not ok"

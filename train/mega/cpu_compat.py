@@ -23,7 +23,8 @@ megatron-core (0.16) assumes a CUDA device in a handful of places, listed in
    with FP8 parameters still reaches megatron-core's own function.
 
 The RNG tracker also warns "CPU RNG state changed within GPU RNG context" whenever it forks: here
-the two generators are one, so that is expected, and apply() filters exactly that message.
+the two generators are one, so that is expected, and apply() filters exactly that message, as it filters
+megatron-core's import-time warnings that Transformer Engine and Apex are missing (utils/missing_stacks.py).
 
 ``apply()`` adapts exactly these and nothing else, and only when torch sees no accelerator: the
 CUDA RNG functions use the CPU generator (so the tracker forks the generator the CPU really
@@ -38,6 +39,8 @@ import logging
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from utils import missing_stacks
 
 _applied = False
 
@@ -116,11 +119,19 @@ def _skip_without_fp8_params(quantize):
     return quantize_param_shard
 
 
+def quiet(platform: str) -> None:
+    """On the CPU platform, ignore megatron-core's warnings that Transformer Engine and Apex are missing, which
+    train.matrix says once (utils/missing_stacks.py); on a GPU platform nothing: a missing library there is news."""
+    if platform == "cpu":
+        missing_stacks.silence()
+
+
 def apply() -> None:
     """Install the adaptations when no accelerator is present (once per process)."""
     global _applied
     if _applied or not needed():
         return
+    missing_stacks.silence()  # megatron-core's Transformer Engine and Apex warnings, said once by train.matrix
     torch.compile = _no_compile  # 8. first: megatron-core applies it while being imported
     from megatron.core.optimizer import distrib_optimizer
     from megatron.core.tensor_parallel import random as megatron_random
