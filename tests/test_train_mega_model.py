@@ -85,6 +85,16 @@ def test_the_step_line_reads_back_through_the_megatron_log_parser(tmp_path):
     assert got["mem_allocated_gib"] == pytest.approx(10.5) and got["mem_reserved_gib"] == pytest.approx(12.0)
 
 
+@pytest.mark.parametrize("tflops, shown", [(0.0472, "0.0472"), (45.61, "45.6"), (611.34, "611.3")])
+def test_the_step_line_shows_a_cpus_small_throughput_with_significant_digits(tmp_path, tflops, shown):
+    line = megatron_line(_record(), total_steps=20, gbs=4, tflops_per_gpu=tflops)
+    assert f"throughput per GPU (TFLOP/s/GPU): {shown} |" in line
+    log = tmp_path / "train.log"
+    log.write_text(line + "\n")
+    [got] = parse_logs([log]).records
+    assert got["fw_tflop_per_s_per_gpu"] == pytest.approx(float(shown))
+
+
 def test_a_nan_step_is_null_in_json_and_flagged_in_the_log_line(tmp_path):
     record = _record(loss=math.nan, grad_norm=math.nan, nan=1)
     assert json.loads(record.as_json())["loss"] is None

@@ -81,7 +81,9 @@ def megatron_line(record: StepRecord, total_steps: int, gbs: int, tflops_per_gpu
         f" elapsed time per iteration (ms): {record.step_time_s * 1000.0:.1f}",
     ]
     if tflops_per_gpu is not None:
-        fields.append(f" throughput per GPU (TFLOP/s/GPU): {tflops_per_gpu:.1f}")
+        # Megatron-LM's one decimal, but significant digits below 100: a CPU's 0.0472, not 0.0 (no thousands
+        # separator, so that the line still reads as Megatron's)
+        fields.append(f" throughput per GPU (TFLOP/s/GPU): {tflops_per_gpu:{'.3g' if tflops_per_gpu < 100 else '.1f'}}")
     fields += [
         f" learning rate: {_number(record.lr, '.6E')}",
         f" global batch size: {gbs:5d}",
