@@ -10,6 +10,8 @@ workload on several node counts also get a Scaling section (evaluate/comparison/
 each result's telemetry; cost per million tokens and the projection need the prices per GPU-hour and the token
 count (--price-amd, --price-nvd, --project-tokens; else PRICE_PER_GPU_HOUR_AMD, PRICE_PER_GPU_HOUR_NVD and
 PROJECT_TOKENS from the environment or config.env), checked like the configuration: a bad one is one line, exit 2.
+--project-nodes 1,2,4,...,1024 adds the projection to many nodes (evaluate.project's model, for each platform +
+framework's fastest strategy) as a panel of compare-strategies.png and a section of report.md.
 
 The repeats and their figures are evaluate/comparison/repeats.py's, the report evaluate/comparison/report.py's, the plot
 evaluate/comparison/plot.py's, and the cross-strategy view evaluate/comparison/strategies.py's.
@@ -23,10 +25,12 @@ from typing import Sequence
 
 from evaluate.comparison import strategies as strategy_view
 from evaluate.collect import CollectError, collect
+from evaluate.comparison.projection import Ask
 from evaluate.comparison.plot import plot
 from evaluate.comparison.report import report
 from evaluate.comparison.repeats import repeats_of
-from utils.cli import Parser, run, warn
+from evaluate import project
+from utils.cli import Parser, UsageError, run, warn
 from utils.config.parse import ConfigError
 from utils.energy_cost import FLAGS, CostSettings, cost_settings
 from utils.files import atomic_open
@@ -37,8 +41,10 @@ def write_text(path: Path, text: str) -> None:
         out.write(text)
 
 
-def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = CostSettings()) -> str:
-    """Write compare.png, report.md (and compare-strategies.png with several strategies); returns the report."""
+def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = CostSettings(),
+            ask: Ask | None = None) -> str:
+    """Write compare.png, report.md (and compare-strategies.png with several strategies or a projection asked
+    for); returns the report."""
     found = collect(inputs)
     for rejected in found.rejected:
         warn(rejected.line())
@@ -53,10 +59,10 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
     plot(items, rows, outdir / "compare.png", costs)
     entries = strategy_view.entries(rows)
     strategies_png = None
-    if strategy_view.has_strategies(entries):
+    if strategy_view.has_strategies(entries) or ask:
         strategies_png = "compare-strategies.png"
-        strategy_view.plot(entries, outdir / strategies_png)
-    text = report(items, rows, "compare.png", strategies_png, costs)
+        strategy_view.plot(entries, outdir / strategies_png, ask)
+    text = report(items, rows, "compare.png", strategies_png, costs, ask)
     write_text(outdir / "report.md", text)
     return text
 
@@ -67,14 +73,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUTDIR", help="folder for compare.png and report.md")
     for knob, flag in FLAGS.items():
         parser.add_argument(flag, metavar="NUMBER", dest=knob, help=f"overrides {knob} (from the environment, else config.env); empty: none")
+    parser.add_argument("--project-nodes", metavar="N,N,...", help="project each configuration to these node counts "
+                        "(a model-based projection: python3 -m evaluate.project --help)")
+    parser.add_argument("--link-gbps", type=float, default=None, help="with --project-nodes: inter-node bandwidth "
+                        "per GPU, Gb/s (default NET_LINK_GBPS, else 400)")
     args = parser.parse_args(argv)
+    ask = None
+    if args.project_nodes is not None:
+        if args.link_gbps is not None and args.link_gbps <= 0:
+            raise UsageError(f"--link-gbps {args.link_gbps:g}: give a bandwidth above 0 Gb/s")
+        link = project.knob("NET_LINK_GBPS", args.link_gbps, "--link-gbps")
+        ask = Ask(project.node_counts(args.project_nodes), link)
+    elif args.link_gbps is not None:
+        raise UsageError("--link-gbps goes with --project-nodes: add --project-nodes 1,2,4,... or leave it out")
     try:
         costs = cost_settings({knob: getattr(args, knob) for knob in FLAGS})
     except ConfigError as err:
         err.report("evaluate.compare")
         return 2
     try:
-        text = compare(args.inputs, args.output, costs)
+        text = compare(args.inputs, args.output, costs, ask)
     except CollectError as err:
         print(f"evaluate.compare: {err}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from utils.cli import Parser, UsageError, run
@@ -87,8 +87,28 @@ def duration(seconds: float) -> str:
     return f"{days:.0f}d {rest / 3600:.1f}h" if days else f"{rest / 3600:.1f}h"
 
 
-def table(result: dict, counts: list[int], link_gbps: float | None, tokens: float | None) -> list[str]:
-    """The projection's lines: assumptions, then one row per node count."""
+@dataclass(frozen=True)
+class Point:
+    """The projection at one node count."""
+
+    nodes: int
+    gpus: int
+    step_s: float
+    tokens_per_gpu: float  # tokens/s/GPU
+
+
+@dataclass(frozen=True)
+class NodeProjection:
+    """One measured run projected to several node counts, with what it assumes."""
+
+    header: str
+    assumptions: list[str]
+    measured_tokens_per_gpu: float
+    points: list[Point]
+
+
+def projection(result: dict, counts: list[int], link_gbps: float | None) -> NodeProjection:
+    """The measured run at each node count; UsageError naming why a result cannot be projected (a CPU run)."""
     gpu = (result.get("system") or {}).get("gpu") or {}
     device = lookup_device(gpu.get("name")) if gpu.get("name") else None
     if device is None or device.intra_gb_s is None:
@@ -104,26 +124,36 @@ def table(result: dict, counts: list[int], link_gbps: float | None, tokens: floa
     rest = measured - here.dp_exposed_s
     tokens_per_gpu = lay.mbs * lay.ga * lay.seq_len
     gbps = link_gbps if link_gbps is not None else INTER_NODE_GBPS
-    out = [f"{LABEL}: {result['framework']} {spec.display_name} on {device.name}, TP{lay.tp} PP{lay.pp} GA{lay.ga} "
-           f"MBS{lay.mbs} SL{lay.seq_len}, {per_node} GPU(s) per node, measured on {nodes} node(s): median step "
-           f"{measured:.3f} s, {tokens_per_gpu / measured:,.0f} tokens/s/GPU",
-           "assumptions: data-parallel weak scaling (each GPU keeps its work; the global batch grows with the nodes);",
-           f"  the measured step less the bound's exposed data-parallel time ({here.dp_exposed_s:.3f} s) stays as "
-           f"measured ({rest:.3f} s: the run's compute efficiency, TP and bubble);",
-           f"  data-parallel time from the bound's communication model: ring reduce-scatter/all-gather over "
-           f"{device.intra_gb_s:g} GB/s inside a node and {gbps:g} Gb/s per GPU between nodes, overlap as the run's "
-           "framework and profile do; no congestion, no stragglers, no failures",
-           "", f"{'nodes':>6} {'GPUs':>7} {'step (s)':>9} {'tokens/s/GPU':>13} {'vs measured':>11}"
-           + (f" {'time for ' + format(tokens, '.3g') + ' tokens':>22}" if tokens else "")]
+    points = []
     for count in counts:
         grown = replace(lay, dp=lay.dp * count // nodes if count >= nodes else max(1, lay.dp * count // nodes))
         there = bound(spec, grown, device, links(device, per_node, count, link_gbps))
         step = rest + there.dp_exposed_s
-        rate = tokens_per_gpu / step
-        gpus = grown.tp * grown.pp * grown.dp
-        line = f"{count:>6} {gpus:>7} {step:>9.3f} {rate:>13,.0f} {rate / (tokens_per_gpu / measured):>10.1%}"
+        points.append(Point(count, grown.tp * grown.pp * grown.dp, step, tokens_per_gpu / step))
+    header = (f"{LABEL}: {result['framework']} {spec.display_name} on {device.name}, TP{lay.tp} PP{lay.pp} "
+              f"GA{lay.ga} MBS{lay.mbs} SL{lay.seq_len}, {per_node} GPU(s) per node, measured on {nodes} node(s): "
+              f"median step {measured:.3f} s, {tokens_per_gpu / measured:,.0f} tokens/s/GPU")
+    assumptions = [
+        "assumptions: data-parallel weak scaling (each GPU keeps its work; the global batch grows with the nodes);",
+        f"  the measured step less the bound's exposed data-parallel time ({here.dp_exposed_s:.3f} s) stays as "
+        f"measured ({rest:.3f} s: the run's compute efficiency, TP and bubble);",
+        f"  data-parallel time from the bound's communication model: ring reduce-scatter/all-gather over "
+        f"{device.intra_gb_s:g} GB/s inside a node and {gbps:g} Gb/s per GPU between nodes, overlap as the run's "
+        "framework and profile do; no congestion, no stragglers, no failures"]
+    return NodeProjection(header, assumptions, tokens_per_gpu / measured, points)
+
+
+def table(result: dict, counts: list[int], link_gbps: float | None, tokens: float | None) -> list[str]:
+    """The projection's lines: what was measured, the assumptions, then one row per node count."""
+    projected = projection(result, counts, link_gbps)
+    out = [projected.header, *projected.assumptions, "",
+           f"{'nodes':>6} {'GPUs':>7} {'step (s)':>9} {'tokens/s/GPU':>13} {'vs measured':>11}"
+           + (f" {'time for ' + format(tokens, '.3g') + ' tokens':>22}" if tokens else "")]
+    for point in projected.points:
+        line = (f"{point.nodes:>6} {point.gpus:>7} {point.step_s:>9.3f} {point.tokens_per_gpu:>13,.0f} "
+                f"{point.tokens_per_gpu / projected.measured_tokens_per_gpu:>10.1%}")
         if tokens:
-            line += f" {duration(tokens / (rate * gpus)):>22}"
+            line += f" {duration(tokens / (point.tokens_per_gpu * point.gpus)):>22}"
         out.append(line)
     if not tokens:
         out.append("(no token count: set PROJECT_TOKENS or pass --tokens for the time to train)")

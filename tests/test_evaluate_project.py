@@ -4,6 +4,7 @@ prediction section and the report's view of it."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -111,3 +112,43 @@ def test_the_report_shows_where_the_time_went_and_warns_on_a_memory_miss_above_1
     assert "## Predicted against measured" in text and "compute " in text and "; the rest " in text
     warnings = [line for line in lines if line.startswith("- **warning**")]
     assert len(warnings) == 1 and "70 GiB (peak_reserved_gib)" in warnings[0] and "from the predicted" in warnings[0]
+
+
+def compare(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evaluate.compare", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_compare_asked_to_project_adds_a_labelled_panel_and_section(tmp_path):
+    results = ROOT / "tests" / "fixtures" / "results"
+    out = compare(str(results / "nvd"), str(results / "amd"), "-o", str(tmp_path), "--project-nodes", "1,8,64",
+                  "--link-gbps", "100")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "compare-strategies.png").stat().st_size > 0  # drawn although the runs share one strategy
+    report = (tmp_path / "report.md").read_text()
+    section = report[report.index("## Projection to many nodes"):]
+    assert f"**{LABEL}**" in section and section.count("assumptions: data-parallel weak scaling") == 8
+    assert "100 Gb/s per GPU between nodes" in section and "![strategies and projection]" in section
+
+
+def test_the_projection_panel_draws_each_configurations_fastest_strategy_and_names_what_it_cannot_project(tmp_path):
+    from evaluate.collect import collect
+    from evaluate.comparison import projection, strategies
+    from evaluate.comparison.repeats import repeats_of
+
+    items = strategies.entries(repeats_of(collect([ROOT / "tests" / "fixtures" / "results" / "nvd"]).results))
+    drawn = strategies.plot(items, tmp_path / "strategies.png", projection.Ask([1, 4]))
+    assert {title: n for title, n in drawn.items() if LABEL in title} == {
+        f"Llama 3.1 8B: {LABEL}": 2, f"Qwen 2.5 7B: {LABEL}": 2}  # mega and nemo on the H100
+    unknown = dataclasses.replace(items[0], result={**items[0].result, "system": {}})
+    done, skipped = projection.projected([unknown], projection.Ask([1, 4]))
+    assert done == [] and len(skipped) == 1 and "has no entry in utils/hardware.py" in skipped[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--link-gbps", "100"], "--link-gbps goes with --project-nodes"),
+    (["--project-nodes", "0,2"], "--nodes '0,2': give node counts of at least 1"),
+    (["--project-nodes", "1,2", "--link-gbps", "0"], "give a bandwidth above 0 Gb/s")])
+def test_compare_refuses_a_bad_projection_request_in_one_line(tmp_path, args, message):
+    out = compare(str(ROOT / "tests" / "fixtures" / "results" / "nvd"), "-o", str(tmp_path), *args)
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1

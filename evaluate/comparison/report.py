@@ -12,6 +12,7 @@ from evaluate.comparison import energy as energy_view
 from evaluate.comparison import frameworks as framework_view
 from evaluate.comparison import prediction as prediction_view
 from evaluate.comparison import scaling
+from evaluate.comparison import projection
 from evaluate.comparison import strategies as strategy_view
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss,
@@ -148,7 +149,8 @@ def mock_lines(items: Sequence[Loaded]) -> list[str]:
 
 
 def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | None,
-           strategies_png: str | None = None, costs: CostSettings = CostSettings()) -> str:
+           strategies_png: str | None = None, costs: CostSettings = CostSettings(),
+           ask: projection.Ask | None = None) -> str:
     out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""]
     mocks, found = mock_lines(items), fairness(items)
     unfair, noted = [f for f in found if f.fatal], [f for f in found if not f.fatal]
@@ -175,8 +177,11 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
     out += energy_view.section(rows, costs)
     entries = strategy_view.entries(rows)
-    if strategy_view.has_strategies(entries):
+    several = strategy_view.has_strategies(entries)
+    if several:
         out += strategy_view.section(entries, strategies_png)
+    if ask:
+        out += projection.section(entries, ask, costs.project_tokens, None if several else strategies_png)
     out += scaling.section(scaled, FRAMEWORK_NAMES)
     out += ["## Fairness", ""]
     out += ([f"- {f.message}" for f in unfair] + ["", "The comparison above is UNFAIR where these differ."]

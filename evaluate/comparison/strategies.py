@@ -1,14 +1,16 @@
 """The cross-strategy view: which TP/PP/DP split is fastest on each platform, and how vendors compare
-at their best and at identical layouts. Used by evaluate.compare when results hold several strategies.
+at their best and at identical layouts. Used by evaluate.compare when results hold several strategies, or when it
+is asked for the projection to many nodes (a third panel per model: evaluate/comparison/projection.py).
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from evaluate.comparison import projection
 from evaluate.comparison.plot import PALETTES, save_png
 from evaluate.comparison.repeats import Repeats, memory, tokens
 from utils.metrics import figure_text
@@ -28,6 +30,7 @@ class Entry:
     tokens: float | None  # median tokens/s/GPU over successful repeats
     memory: float | None  # median peak memory per GPU (GiB)
     status: str
+    result: dict | None = field(default=None, compare=False, repr=False)  # the ok repeat nearest the median tokens
 
     @property
     def config(self) -> str:
@@ -39,9 +42,11 @@ def entries(rows: Sequence[Repeats]) -> list[Entry]:
     out = []
     for row in rows:
         t, m = row.figures(tokens), row.figures(memory)
+        median = statistics.median(t) if t else None
+        measured = [i.result for i in row.ok if tokens(i.result) is not None]
+        nearest = min(measured, key=lambda r: abs(tokens(r) - median)) if measured else None
         out.append(Entry(row.model_name, row.platform, row.device, row.framework_text, row.strategy,
-                         row.layout, statistics.median(t) if t else None, statistics.median(m) if m else None,
-                         row.status()))
+                         row.layout, median, statistics.median(m) if m else None, row.status(), nearest))
     return out
 
 
@@ -100,16 +105,19 @@ def section(items: Sequence[Entry], png_name: str | None) -> list[str]:
     return out
 
 
-def plot(items: Sequence[Entry], path: Path) -> dict[str, int]:
+def plot(items: Sequence[Entry], path: Path, ask: projection.Ask | None = None) -> dict[str, int]:
     """compare-strategies.png: per model, tokens/s/GPU and peak memory per strategy, grouped bars per
-    platform + framework, the best of each model and platform starred. Returns panel title -> bars."""
+    platform + framework, the best of each model and platform starred; when asked, a third panel projects each
+    configuration to many nodes. Returns panel title -> bars (lines for the projection)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     models = list(dict.fromkeys(e.model for e in items))
-    fig, axes = plt.subplots(len(models), 2, figsize=(17, 5.2 * len(models) + 1), dpi=100, squeeze=False)
+    columns = 3 if ask else 2
+    fig, axes = plt.subplots(len(models), columns, figsize=(8.5 * columns, 5.2 * len(models) + 1), dpi=100,
+                             squeeze=False)
     fig.suptitle("TPrimat: parallelism strategies (star: fastest per model and platform)", fontsize=14,
                  fontweight="bold")
     drawn = {}
@@ -119,12 +127,13 @@ def plot(items: Sequence[Entry], path: Path) -> dict[str, int]:
         configs = list(dict.fromkeys((e.platform, e.config) for e in group))
         width = 0.8 / len(configs)
         shade = {config: sum(1 for p, _ in configs[:k] if p == platform) for k, (platform, config) in enumerate(configs)}
+        colours = {config: PALETTES[platform][shade[config] % len(PALETTES[platform])] for platform, config in configs}
         stars = {id(best([e for e in group if e.platform == p])) for p in {e.platform for e in group}}
         for ax, attr, title, unit in ((row_axes[0], "tokens", f"{model}: tokens/s/GPU", "tokens/s per GPU"),
                                       (row_axes[1], "memory", f"{model}: peak memory per GPU", "GiB")):
             bars, labelled = 0, set()
             for k, (platform, config) in enumerate(configs):
-                colour = PALETTES[platform][shade[config] % len(PALETTES[platform])]
+                colour = colours[config]
                 for x, strategy in enumerate(strategies):
                     entry = next((e for e in group if e.config == config and e.strategy == strategy), None)
                     value = getattr(entry, attr) if entry else None
@@ -145,6 +154,8 @@ def plot(items: Sequence[Entry], path: Path) -> dict[str, int]:
             ax.grid(axis="y", alpha=0.3)
             ax.legend(fontsize=8, loc="upper right")
             drawn[title] = bars
+        if ask:
+            drawn[f"{model}: {projection.LABEL}"] = projection.draw(row_axes[2], model, group, ask, colours)
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     save_png(fig, path)
     plt.close(fig)
