@@ -145,7 +145,11 @@ def projection(result: dict, counts: list[int], link_gbps: float | None) -> Node
 
 def table(result: dict, counts: list[int], link_gbps: float | None, tokens: float | None) -> list[str]:
     """The projection's lines: what was measured, the assumptions, then one row per node count."""
-    projected = projection(result, counts, link_gbps)
+    return lines(projection(result, counts, link_gbps), tokens)
+
+
+def lines(projected: NodeProjection, tokens: float | None) -> list[str]:
+    """A projection's lines, with the time to train `tokens` where given."""
     out = [projected.header, *projected.assumptions, "",
            f"{'nodes':>6} {'GPUs':>7} {'step (s)':>9} {'tokens/s/GPU':>13} {'vs measured':>11}"
            + (f" {'time for ' + format(tokens, '.3g') + ' tokens':>22}" if tokens else "")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from evaluate.project import LABEL, NodeProjection, projection, table
+from evaluate.project import LABEL, NodeProjection, lines, projection
 from utils.cli import UsageError
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def section(items: Sequence[Entry], ask: Ask, project_tokens: float | None, png_
     for model in dict.fromkeys(e.model for e in items):
         done, skipped = projected([e for e in items if e.model == model], ask)
         out += [f"### {model}", ""]
-        for entry, _ in done:
-            out += ["```", *table(entry.result, ask.nodes, ask.link_gbps, project_tokens), "```", ""]
+        for _, result in done:
+            out += ["```", *lines(result, project_tokens), "```", ""]
         out += [f"- not projected: {line}" for line in skipped] + ([""] if skipped else [])
     return out + ([f"![strategies and projection]({png_name})", ""] if png_name else [])
