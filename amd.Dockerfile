@@ -9,7 +9,7 @@ RUN pip freeze | grep -iE '^(torch|transformer[-_]engine|megatron[-_]core|numpy)
     && pip install --no-cache-dir -c /tmp/tprimat-keep.txt -r /tmp/tprimat-requirements.txt \
     && rm -f /tmp/tprimat-requirements.txt /tmp/tprimat-keep.txt
 
-# Vendor environment every run needs (the same values as utils/platform_env.py, which are Primus
+# Vendor environment every run needs (the same values as utils/machine/platform_env.py, which are Primus
 # v25.11's own defaults for Megatron; a test keeps them equal).
 ENV HSA_NO_SCRATCH_RECLAIM=0 \
     CUDA_DEVICE_MAX_CONNECTIONS=1 \

@@ -9,7 +9,7 @@ RUN pip freeze | grep -iE '^(torch|transformer[-_]engine|megatron[-_]core|nemo[-
     && pip install --no-cache-dir -c /tmp/tprimat-keep.txt -r /tmp/tprimat-requirements.txt \
     && rm -f /tmp/tprimat-requirements.txt /tmp/tprimat-keep.txt
 
-# Vendor environment every run needs (the same values as utils/platform_env.py; a test keeps them equal).
+# Vendor environment every run needs (the same values as utils/machine/platform_env.py; a test keeps them equal).
 ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
     NVTE_FLASH_ATTN=1 \
     NVTE_FUSED_ATTN=1 \

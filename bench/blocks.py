@@ -16,9 +16,9 @@ from train.common import cli as trainer_cli
 from train.mega.data import locate
 from train.native import trainer as native_trainer
 from train.native.fsdp import FsdpEngine
-from utils import platform_env
-from utils.models import MODEL_KEYS, by_variant
-from utils.request import Request
+from utils.machine import platform_env
+from utils.spec.models import MODEL_KEYS, by_variant
+from utils.spec.request import Request
 
 
 def block_parser(prog: str, description: str, block_steps: int, warmup_steps: int) -> argparse.ArgumentParser:

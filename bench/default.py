@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from utils import ROOT, frameworks
-from utils.hardware import cpu_flags, cpu_precision
-from utils.probe import host_info
+from utils.machine.hardware import cpu_flags, cpu_precision
+from utils.machine.probe import host_info
 
 # Per framework of the CPU's default (FRAMEWORK=all): the two tiny models' runs with one framework.
 DEFAULT_BUDGET_S = 2 * 60 * len(frameworks.on("cpu"))

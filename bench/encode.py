@@ -45,7 +45,7 @@ import psutil
 
 from utils import ROOT
 from utils.cli import Parser, UsageError, WorkError, run
-from utils.hardware import cpu_flags
+from utils.machine.hardware import cpu_flags
 
 SAMPLE = ROOT / "data" / "sample" / "sample.jsonl.gz"
 INCLUDE_FLAG = "--tokenizer-hf-include-special-tokens"

@@ -46,8 +46,8 @@ from train.mega.data import locate
 from train.common.step_log import StepLog
 from train.mega.trainer import Trainer, init_distributed
 from train.train_mega import planned_request
-from utils import platform_env
-from utils.models import by_variant
+from utils.machine import platform_env
+from utils.spec.models import by_variant
 
 BUDGET = 0.01  # the limit: 1% of step time
 

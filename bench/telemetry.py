@@ -1,10 +1,10 @@
-"""Show that the node's telemetry sampler (utils/telemetry.py) costs under 0.5% of a training step.
+"""Show that the node's telemetry sampler (utils/machine/telemetry.py) costs under 0.5% of a training step.
 
     DP=1 GPUS_PER_NODE=1 python3 -m bench.telemetry --model llama [--blocks 6 --block-steps 10]
     torchrun --standalone --nproc_per_node=2 -m bench.telemetry --model llama    # two processes
 
 One fsdp model is built once (the configuration's settings with FRAMEWORK=fsdp, synthetic tokens), then trained
-in alternating blocks of steps with the sampler running (the launcher's own: `python3 -m utils.telemetry` started
+in alternating blocks of steps with the sampler running (the launcher's own: `python3 -m utils.machine.telemetry` started
 as a run starts it, at TELEMETRY_INTERVAL_MS or --interval-ms, sampling this node's GPUs or CPU) and without it.
 The sampler is started before its block and stopped after it, outside the timed steps (its start and stop happen
 once per run, not per step). Each block is timed between device synchronisations; alternating blocks cancel slow
@@ -37,7 +37,7 @@ import torch  # noqa: E402
 from bench.blocks import (alternating, block_lines, block_parser, fsdp_trainer,  # noqa: E402
                           paired_difference, parse_blocks)
 from train.native import trainer as native_trainer  # noqa: E402
-from utils import telemetry  # noqa: E402
+from utils.machine import telemetry  # noqa: E402
 
 BUDGET = 0.005  # the issue's target: 0.5% of a step
 START_WAIT_S = 30.0

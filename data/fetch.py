@@ -31,7 +31,7 @@ from utils.cli import Parser, UsageError, WorkError, run
 from utils.files import atomic_open, sha256_file, sha256_listing, write_json
 from data.tokenizer import prepare_tokenizer
 from utils.datafiles import tokenizer_dir
-from utils.models import MODEL_KEYS, data_keys
+from utils.spec.models import MODEL_KEYS, data_keys
 
 SAMPLE_CORPUS = Path(__file__).resolve().parent / "sample" / "sample.jsonl.gz"
 PASSAGE_SENTENCES = 64  # BookCorpus sentences per passage (about 800 words)

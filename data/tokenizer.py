@@ -20,7 +20,7 @@ from pathlib import Path
 from utils.cli import UsageError, WorkError
 from utils.datafiles import IDENTITY_FILE, tokenizer_sha256
 from utils.files import sha256_file, write_json, writing
-from utils.models import ModelSpec, get_model
+from utils.spec.models import ModelSpec, get_model
 
 HUB_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
 
@@ -42,7 +42,7 @@ QWEN25_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|obje
 class TokenizerIdentity:
     """What produced a tokenizer directory: recorded in every data manifest."""
 
-    model: str  # the data key of the models it serves (utils.models): llama | qwen | mistral
+    model: str  # the data key of the models it serves (utils.spec.models): llama | qwen | mistral
     name: str  # the Hub repository the tokenizer is (or stands in for)
     source: str  # "hub:<repo>@<revision>" or "fallback:<package> <version>:<file>"
     fallback: bool
@@ -163,7 +163,7 @@ def prepare_tokenizer(model: str, out: Path, *, token: str | None, allow_fallbac
                       cache_dir: str | None = None) -> TokenizerIdentity:
     """Fill `out` with the model's tokenizer: the Hub first, the offline copy when the Hub is unreachable.
 
-    A model that uses another's tokenizer (utils.models' data_key: llama70b uses llama's) gets that one, recorded
+    A model that uses another's tokenizer (utils.spec.models' data_key: llama70b uses llama's) gets that one, recorded
     under that model's key, so that the data it encodes serves both."""
     spec = get_model(get_model(model).data_key)
     staging = out.with_name(out.name + ".tmp")

@@ -4,7 +4,7 @@ A zip written by evaluate.wrap and the directory it was made from give the same 
 same order: both are read as a tree of relative paths.
 
 Every reader of results (compare, validate, the report) reads them here, and only results of the one shape get
-through: a file that is not JSON, not a result (checked against utils/result.schema.json) or written by a newer
+through: a file that is not JSON, not a result (checked against utils/spec/result.schema.json) or written by a newer
 TPrimat than this checkout knows is left out with one line naming it and its first problem (`Rejected`), and the
 others are read on. The check is the schema's; a long series is checked on a sample that keeps every kind of
 value it holds and its extremes (the schema limits series items only by type and minimum), so that a result of
@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
 from utils.cli import quoted, warn
-from utils.result import SCHEMA_VERSION, schema, schema_errors
+from utils.spec.result import SCHEMA_VERSION, schema, schema_errors
 from utils.runset import SYSTEM_FILE
 
 RESULT_NAME = "result.json"

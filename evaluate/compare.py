@@ -32,7 +32,7 @@ from evaluate.comparison.repeats import repeats_of
 from evaluate import project
 from utils.cli import Parser, UsageError, run, warn
 from utils.config.parse import ConfigError
-from utils.energy_cost import FLAGS, CostSettings, cost_settings
+from utils.machine.energy_cost import FLAGS, CostSettings, cost_settings
 from utils.files import atomic_open
 
 

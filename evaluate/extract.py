@@ -7,7 +7,7 @@ A log is enough when it says what ran, and most do:
   - Megatron-LM and Primus print their argument dump ("---- arguments ----"): TP, PP, DP, world
     size, MBS, GBS, sequence length, train_iters, bf16/fp8, lr, min_lr, lr_warmup_iters, seed, and
     num_layers, hidden_size, ffn_hidden_size, heads, query groups and QKV bias, which name the model
-    variant (utils/models.py); every iteration line carries the global batch size and the steps.
+    variant (utils/spec/models.py); every iteration line carries the global batch size and the steps.
   - NeMo prints its parallel groups (TP, PP, DP), the micro-batch count (GA), the parameter count
     (the variant, where TP = PP = 1), megatron-core's OptimizerConfig (lr, betas, clipping) and
     GPTDatasetConfig (sequence length, seed), and the global batch size and steps on every step;
@@ -20,14 +20,14 @@ device the log names also gives MFU its peak. To compare the result fairly with 
 --data-prefix of the same data prepared here: its manifest holds the dataset and tokenizer
 fingerprints that evaluate.validate's fairness check needs.
 
-With --run-dir, the run directory's config.json (the launcher's request, utils.request) is the
+With --run-dir, the run directory's config.json (the launcher's request, utils.spec.request) is the
 request, and what the log says is recorded beside it under "effective" for evaluate.validate to
 compare. Every setting, flag and field is named as in the result (seq_len, steps, ...:
 evaluate/logs/run_settings.py), so nothing is renamed on the way. Flags override both, but a flag that
 contradicts what the log says ran is refused (exit 2): the log is the record of the run. WARMUP_SKIP comes from
 the run's request, else --warmup-skip, else config.env and the environment as a run would take it.
 
-Figures are computed by utils.metrics from the per-step values; the framework's own TFLOP/s and
+Figures are computed by utils.spec.metrics from the per-step values; the framework's own TFLOP/s and
 running averages are kept apart under raw_framework. Exit 0: result written; 2: bad input;
 1: the log holds no iteration line (nothing to extract).
 """
@@ -44,9 +44,10 @@ from pathlib import Path
 from evaluate.logs import worker_failure
 from evaluate.logs.parse import FRAMEWORKS, ParsedLog, missing_steps, parse_logs, step_ranges
 from evaluate.logs.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
-from utils import fingerprint, metrics
+from utils import fingerprint
+from utils.spec import metrics
 from utils.cli import Parser, UsageError, WorkError, quoted
-from utils.result import ResultError, build_result, write_result
+from utils.spec.result import ResultError, build_result, write_result
 from utils.runset import system_path
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))

@@ -2,13 +2,13 @@
 
     python3 -m evaluate.health [--strict] [--json] [--record SYSTEM_JSON] [--platform amd|nvd|cpu]
 
-Checks (utils/node_health.py): per GPU, uncorrectable ECC errors, memory rows pending remap or retirement, power
+Checks (utils/machine/node_health.py): per GPU, uncorrectable ECC errors, memory rows pending remap or retirement, power
 limit below the default, PCIe link generation or width below the maximum, NVLink/xGMI links down, memory already
 in use or other processes on the GPU, temperature at idle, application clocks below the maximum; on the node, the
 InfiniBand/RoCE ports' state and the CPU frequency governor. GPUs are read through NVML or amdsmi, else
 nvidia-smi or amd-smi (the record's "method"); a query a device does not support is not checked, and what could
 not be checked is printed as a note. --record merges the findings into a run set's system.json ("health", layout
-in utils/node_health.py), so every result of the set carries them (result.system.health); the matrix runs the
+in utils/machine/node_health.py), so every result of the set carries them (result.system.health); the matrix runs the
 check on every node before the first run and node 0 records it, as HEALTH says (warn: record and go on; strict:
 refuse to start, exit 2; off: nothing). Exit: 0 checked (problems are printed as warnings), 1 with --strict when
 there is a problem, 2 bad arguments.
@@ -25,7 +25,7 @@ from pathlib import Path
 from utils.cli import Parser, UsageError, run
 from utils.config import PLATFORMS, detect
 from utils.files import read_json, write_json
-from utils.node_health import Health, check
+from utils.machine.node_health import Health, check
 
 
 def record(health: Health, system_json: Path) -> None:

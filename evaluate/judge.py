@@ -3,7 +3,7 @@
     python3 -m evaluate.judge RUN_DIR
 
 The launcher (train/launch/process.py) runs this on node 0 after the run, with the run directory it wrote:
-config.json (the request, utils.request) and launch.json (the command and its outcome: exit_code,
+config.json (the request, utils.spec.request) and launch.json (the command and its outcome: exit_code,
 started_at, ended_at, warnings, stopped_by, environment). A multi-node run's other nodes keep theirs in
 node<N>/; their logs are waited for (at most NODE_WAIT_S; a stop signal cuts the wait short) and read
 with node 0's. The result is the trainer's own (mega, fsdp, autotp: utils.frameworks' writes_result), else
@@ -12,8 +12,8 @@ that wrote none, a result with no figures naming why. Then the settings the fram
 with the request (a torch-native framework's own settings too, those it reads back: evaluate/native_settings.py):
 a mismatch, a layout it does not report, synthetic or other data than requested fail the run; a stopped run
 is incomplete. Every result, whatever its framework, gets a telemetry section from the nodes' telemetry.jsonl
-(utils/energy.py; TELEMETRY=0: a section saying so) and, where it can be told, a stragglers section
-(utils/stragglers.py), with a warning for a steady-state throttle or a straggler. result.json is written
+(utils/machine/energy.py; TELEMETRY=0: a section saying so) and, where it can be told, a stragglers section
+(utils/machine/stragglers.py), with a warning for a steady-state throttle or a straggler. result.json is written
 atomically.
 
 Exit 0: result.json written (its run.status is the verdict); 2: RUN_DIR holds no readable request or
@@ -39,11 +39,12 @@ from evaluate.collect import Loaded
 from evaluate.logs.files import step_end_times
 from evaluate.logs.parse import FRAMEWORKS as LOG_FORMATS, collective_network
 from evaluate.validate import check_result
-from utils import energy, predict, stragglers, telemetry
+from utils.machine import energy, stragglers, telemetry
+from utils import predict
 from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run, warn
 from utils.frameworks import TABLE
-from utils.request import Request, RequestError
-from utils.result import build_result, load_result, write_result
+from utils.spec.request import Request, RequestError
+from utils.spec.result import build_result, load_result, write_result
 
 NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
 # evaluate.validate's checks that fail a run at once: settings read back from the framework's log
@@ -62,7 +63,7 @@ class Ended:
     ended_at: str
     warnings: list[str]
     stopped_by: int | None  # the stop signal that ended the run, if one did
-    environment: dict[str, str]  # the platform's variables the run was started with (utils/platform_env)
+    environment: dict[str, str]  # the platform's variables the run was started with (utils/machine/platform_env)
     log_error: str | None = None  # why train.log is incomplete (a write the disk refused), failing the run
 
     @property
@@ -256,8 +257,8 @@ def step_clock(run_dir: Path, result: dict, ended: Ended) -> tuple[list[energy.S
 
 
 def machine_sections(request: Request, run_dir: Path, result: dict, ended: Ended) -> list[str]:
-    """The result's telemetry section (utils/energy.py, from every node's telemetry.jsonl) and stragglers section
-    (utils/stragglers.py: each rank's own step times, else each GPU's telemetry); the warnings they raise."""
+    """The result's telemetry section (utils/machine/energy.py, from every node's telemetry.jsonl) and stragglers section
+    (utils/machine/stragglers.py: each rank's own step times, else each GPU's telemetry); the warnings they raise."""
     env, lay = request.environment, request.parallelism
     window = (result.get("performance") or {}).get("window")
     window_steps = (window["first_step"], window["last_step"]) if window else None

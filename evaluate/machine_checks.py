@@ -12,9 +12,9 @@ from __future__ import annotations
 import warnings
 from typing import NamedTuple
 
-from utils.energy import throttle_warnings
-from utils.hardware import CPU_PACKAGE_MAX_W, DEVICES, lookup_device
-from utils.stragglers import warning as straggler_warning
+from utils.machine.energy import throttle_warnings
+from utils.machine.hardware import CPU_PACKAGE_MAX_W, DEVICES, lookup_device
+from utils.machine.stragglers import warning as straggler_warning
 
 # A power sample averages the draw over up to a second and a device's power limit holds over such windows; what
 # rises above the board power is shorter. So a reading more than 10% above the data sheet's maximum is no reading of
@@ -42,13 +42,13 @@ def problems(result: dict, system: dict) -> list[Problem]:
 def power_limit_w(platform: str, device_name: str | None) -> tuple[float, str]:
     """The most a device of this name can draw (W) and whose figure that is."""
     if platform == "cpu":
-        return CPU_PACKAGE_MAX_W, "a CPU package (utils/hardware.py's CPU_PACKAGE_MAX_W)"
+        return CPU_PACKAGE_MAX_W, "a CPU package (utils/machine/hardware.py's CPU_PACKAGE_MAX_W)"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spec = lookup_device(device_name)
     if spec is not None and spec.max_power_w:
-        return spec.max_power_w, f"{spec.name}'s board power (utils/hardware.py)"
-    return HIGHEST_POWER_W, "the highest board power in utils/hardware.py"
+        return spec.max_power_w, f"{spec.name}'s board power (utils/machine/hardware.py)"
+    return HIGHEST_POWER_W, "the highest board power in utils/machine/hardware.py"
 
 
 def power(result: dict, system: dict) -> list[Problem]:

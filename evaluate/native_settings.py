@@ -1,4 +1,4 @@
-"""The torch-native frameworks' own settings (utils.request.Native: compile, SAC, attention, DP implementation, ZeRO
+"""The torch-native frameworks' own settings (utils.spec.request.Native: compile, SAC, attention, DP implementation, ZeRO
 stage) as a result records them, for the report, the fairness check and the judge.
 
 A torch-native trainer reads them back from the built model into its result's `effective`, under the request's
@@ -14,7 +14,7 @@ import dataclasses
 from typing import NamedTuple
 
 from utils.frameworks import torch_native
-from utils.request import Native
+from utils.spec.request import Native
 
 
 class NativeSetting(NamedTuple):

@@ -5,9 +5,9 @@
 
 Each GPU keeps the measured run's work (TP, PP, micro-batch, GA, sequence length); more nodes add data-parallel
 replicas, so the global batch grows with them. The measured step is split into what the time bound calls
-data-parallel communication (utils/predict_time.py, at the measured layout) and the rest, which is taken as it was
+data-parallel communication (utils/predict/step_time.py, at the measured layout) and the rest, which is taken as it was
 measured (the run's own compute efficiency, TP and bubble); at N nodes the data-parallel part is the bound's again,
-for the larger group over the inter-node link (--link-gbps, else NET_LINK_GBPS, else utils/hardware.py's 400 Gb/s).
+for the larger group over the inter-node link (--link-gbps, else NET_LINK_GBPS, else utils/machine/hardware.py's 400 Gb/s).
 Printed per node count: GPUs, projected step time, tokens/s/GPU, and the time to train --tokens (else
 PROJECT_TOKENS) tokens. A projection, not a measurement: the assumptions are printed with it.
 """
@@ -21,12 +21,12 @@ from pathlib import Path
 
 from utils.cli import Parser, UsageError, run
 from utils.config import ConfigError, load_config
-from utils.fairness import profile
-from utils.hardware import INTER_NODE_GBPS, lookup_device
-from utils.models import by_variant
-from utils.predict_memory import Layout
-from utils.predict_time import bound, links
-from utils.result import load_result
+from utils.spec.fairness import profile
+from utils.machine.hardware import INTER_NODE_GBPS, lookup_device
+from utils.spec.models import by_variant
+from utils.predict.memory import Layout
+from utils.predict.step_time import bound, links
+from utils.spec.result import load_result
 
 LABEL = "MODEL-BASED PROJECTION (not a measurement)"
 
@@ -112,7 +112,7 @@ def projection(result: dict, counts: list[int], link_gbps: float | None) -> Node
     gpu = (result.get("system") or {}).get("gpu") or {}
     device = lookup_device(gpu.get("name")) if gpu.get("name") else None
     if device is None or device.intra_gb_s is None:
-        raise UsageError(f"the run's device {gpu.get('name')!r} has no entry in utils/hardware.py (a CPU run, or an "
+        raise UsageError(f"the run's device {gpu.get('name')!r} has no entry in utils/machine/hardware.py (a CPU run, or an "
                          "unknown GPU): nothing to project with; give a GPU run's result")
     spec, lay = by_variant(result["model"]["variant"]), layout(result)
     nodes = int(result["parallelism"].get("nnodes") or 1)
@@ -120,7 +120,7 @@ def projection(result: dict, counts: list[int], link_gbps: float | None) -> Node
     measured = float(result["performance"]["step_time_s"]["median"])
     here = bound(spec, lay, device, links(device, per_node, nodes, link_gbps))
     if here is None:
-        raise UsageError(f"{device.name} has no {lay.precision} peak in utils/hardware.py: nothing to project with")
+        raise UsageError(f"{device.name} has no {lay.precision} peak in utils/machine/hardware.py: nothing to project with")
     rest = measured - here.dp_exposed_s
     tokens_per_gpu = lay.mbs * lay.ga * lay.seq_len
     gbps = link_gbps if link_gbps is not None else INTER_NODE_GBPS

@@ -7,9 +7,9 @@ loss lower at the end than at the start, no NaN or skipped iterations, real data
 was requested, effective settings equal to the requested ones (every parallelism and training
 setting the framework reports, named alike, and the fairness profile's DDP and FP8 settings), and
 figures it earned: every step time finite, above 0 and no faster than the device's peak allows for
-the step's FLOPs (utils.models' formula, utils.hardware's peaks), the headline figures those
-utils.metrics gives from the step times, an MFU of at most 1, no memory below 0; and the machine behind them: no
-power above what the device can draw (utils.hardware's board power, a CPU package's limit), no energy below 0 (an
+the step's FLOPs (utils.spec.models' formula, utils.machine.hardware's peaks), the headline figures those
+utils.spec.metrics gives from the step times, an MFU of at most 1, no memory below 0; and the machine behind them: no
+power above what the device can draw (utils.machine.hardware's board power, a CPU package's limit), no energy below 0 (an
 energy counter that went backwards), with warnings for throttling during the steady state (reason, GPU, steps), a
 flagged straggler and the node's health problems (system.health). The set: results of
 the same model must share variant, sequence length, precision, steps, dataset and tokenizer
@@ -35,11 +35,11 @@ from typing import NamedTuple, Sequence
 from evaluate import machine_checks, native_settings
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
-from utils import metrics
+from utils.spec import metrics
 from utils.cli import Parser, run
-from utils.fairness import PROFILES, profile
-from utils.hardware import DEVICES
-from utils.models import by_variant
+from utils.spec.fairness import PROFILES, profile
+from utils.machine.hardware import DEVICES
+from utils.spec.models import by_variant
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
 
@@ -59,7 +59,7 @@ class Shared(NamedTuple):
 
 # The global batch is compared only among runs on the same number of nodes: more nodes add
 # data-parallel ranks, and each brings its own micro-batches (weak scaling), so per-GPU throughput
-# still compares. The workload-identity fields (utils.fairness.identity) follow the fingerprints.
+# still compares. The workload-identity fields (utils.spec.fairness.identity) follow the fingerprints.
 FAIRNESS_FIELDS = (
     Shared("model variant", "model", "variant"), Shared("sequence length", "training", "seq_len"),
     Shared("global batch size", "training", "gbs", per_nodes=True), Shared("precision", "training", "precision"),
@@ -85,7 +85,7 @@ READ_BACK_SECTIONS = ("parallelism", "training")
 # The fairness profile's settings a framework reports: compared with the recorded profile's table.
 PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32", "average_in_collective")
 FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo")  # printed flat by Megatron/Primus
-# The highest dense peak of utils/hardware.py's table: no result's peak is above it, and it bounds the step
+# The highest dense peak of utils/machine/hardware.py's table: no result's peak is above it, and it bounds the step
 # time where the device is unknown (nothing TPrimat knows computes faster).
 HIGHEST_PEAK = max(peak for _, spec in DEVICES for peak in (spec.bf16_tflops, spec.fp8_tflops) if peak)
 MEMORY_SERIES = ("mem_allocated_gib", "mem_reserved_gib", "mem_host_rss_gib")
@@ -184,7 +184,7 @@ def _steps(name: str, run: dict, training: dict, series: dict, effective: dict) 
 
 
 def _figures(name: str, r: dict) -> list[Finding]:
-    """The figures again, from the step times by utils.metrics, the FLOPs formula and the peak table.
+    """The figures again, from the step times by utils.spec.metrics, the FLOPs formula and the peak table.
 
     A step time that is not a finite number above 0, or that is shorter than the step's FLOPs take at the
     peak (the device's, else the fastest of the table), is named: no device runs faster than its peak,
@@ -199,9 +199,9 @@ def _figures(name: str, r: dict) -> list[Finding]:
     peak = performance["peak_tflop_per_s_per_gpu"]
     plausible = peak is not None and 0 < peak <= HIGHEST_PEAK
     if peak is not None and not plausible:
-        found.append(Finding(name, "figures", f"peak {peak:g} TFLOP/s is no device's: utils/hardware.py's "
+        found.append(Finding(name, "figures", f"peak {peak:g} TFLOP/s is no device's: utils/machine/hardware.py's "
                              f"highest is {HIGHEST_PEAK:g}"))
-    bound, whose = (peak, "the device's peak") if plausible else (HIGHEST_PEAK, "the fastest peak in utils/hardware.py")
+    bound, whose = (peak, "the device's peak") if plausible else (HIGHEST_PEAK, "the fastest peak in utils/machine/hardware.py")
     num_gpus, seq_len = r["parallelism"]["num_gpus"], training["seq_len"]
     tokens_per_step = training["gbs"] * seq_len
     flops_per_gpu = spec.flops_per_token(seq_len) * tokens_per_step / num_gpus

@@ -74,9 +74,9 @@ main() {
   data_stage "clean-${DATASET}" --input "${raw}" --input data/clean.py --input data/quality.py \
     --output "${clean}" --output "${DATA_DIR}/clean/${DATASET}.report.json" \
     -- data.clean --input "${raw}" --output "${clean}" --workers "${workers}"
-  # One pair per tokenizer: llama70b reads llama's (utils/models.py's data_key).
+  # One pair per tokenizer: llama70b reads llama's (utils/spec/models.py's data_key).
   local -a keys
-  mapfile -t keys < <(tp_python -m utils.models data-keys "${MODELS}")
+  mapfile -t keys < <(tp_python -m utils.spec.models data-keys "${MODELS}")
   ((${#keys[@]})) || tp_die 2 "MODELS=${MODELS}: no model to prepare data for"
   for model in "${keys[@]}"; do
     prepare_model "${model}" "${clean}" "${DATA_DIR}/clean/${DATASET}.report.json" "${workers}"

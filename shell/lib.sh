@@ -71,10 +71,10 @@ tp_args() {
 
 # --- Platform ---------------------------------------------------------------------------------------
 
-# The vendor tools' answers (nvidia-smi, rocm-smi, amd-smi), read by the one reader, utils.vendor_tools
+# The vendor tools' answers (nvidia-smi, rocm-smi, amd-smi), read by the one reader, utils.machine.vendor_tools
 # (standard library: the host's Python answers before any environment exists).
 tp_vendor_tools() {
-  (cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.vendor_tools "$@")
+  (cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.machine.vendor_tools "$@")
 }
 
 # The vendor of this machine's GPUs, ignoring PLATFORM: nvd, amd or cpu.

@@ -90,7 +90,7 @@ tp_slurm_job_script() {
     printf 'export %s=%s\n' "${key}" "$(tp_slurm_quote "${!key}")"
   done
   printf 'unset LAUNCHER  # the nodes run the matrix themselves\n'
-  printf '\n# Multi-node network settings of %s (utils/netenv.py).\n' "${PLATFORM}"
+  printf '\n# Multi-node network settings of %s (utils/machine/netenv.py).\n' "${PLATFORM}"
   printf '%s\n' "${TPRIMAT_NET_EXPORTS:-# none: the collective library chooses}"
   printf '\n# MASTER_ADDR: the first node'\''s address (slurm_job.sh); then the same matrix on every node.\n'
   printf 'source %s\ntp_job_prepare\n' "$(tp_slurm_quote "${TPRIMAT_ROOT}/shell/slurm_job.sh")"
@@ -281,7 +281,7 @@ main() {
   tp_slurm_check
   local RUN_SET_DIR TPRIMAT_NET_EXPORTS TPRIMAT_NET_NAMES
   RUN_SET_DIR="$(tp_slurm_run_set)"
-  TPRIMAT_NET_EXPORTS="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.netenv "${PLATFORM}")"
+  TPRIMAT_NET_EXPORTS="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.machine.netenv "${PLATFORM}")"
   TPRIMAT_NET_NAMES="$(sed -n 's/^export \([A-Z0-9_]*\)=.*/\1/p' <<<"${TPRIMAT_NET_EXPORTS}" | paste -sd, -)"
   local script="${RUN_SET_DIR}/job.sbatch" job
   tp_slurm_job_script >"${script}.tmp"

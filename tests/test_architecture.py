@@ -73,3 +73,80 @@ def test_a_trainer_run_as_a_script_keeps_train_off_the_import_path(trainer):
     out = subprocess.run([sys.executable, "-c", probe, trainer], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+UTILS_TOP_LEVEL_LIMIT = 12  # utils/ keeps its domains in subpackages; its top holds only the helpers every tool uses
+
+
+def test_utils_keeps_its_domains_in_subpackages():
+    top = sorted(path.name for path in (ROOT / CORE).glob("*.py"))
+    assert len(top) <= UTILS_TOP_LEVEL_LIMIT, top
+
+
+def test_only_the_mega_folder_imports_the_mega_framework():
+    """Common code (train/common, the native trainer, the launcher) never depends on one framework's folder."""
+    mega = ROOT / "train" / "mega"
+    importers = [str(path.relative_to(ROOT)) for package in (*STAGES, CORE, BENCHMARKS) for path in modules(package)
+                 if mega not in path.parents and "train.mega" in imported_modules(path)]
+    assert importers == []
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The project modules a module imports anywhere but under `if TYPE_CHECKING:`, each as the module itself
+    (`from utils.spec import models` is utils.spec.models, `from utils.spec.models import get_model` is
+    utils.spec.models) and the package prefixes of its name (train.mega for train.mega.model)."""
+    tree = ast.parse(path.read_text(), str(path))
+    checking = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
+                for statement in block.body for node in ast.walk(statement)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in checking:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    project = {module_name(p) for package in (*STAGES, CORE, BENCHMARKS) for p in modules(package)}
+    with_prefixes = {".".join(name.split(".")[:n]) for name in found for n in range(1, name.count(".") + 2)}
+    return with_prefixes & project
+
+
+def test_no_import_cycle_between_modules():
+    """A cycle dodged by an import inside a function is still a cycle: modules that need each other are one job
+    split in two. Only imports under `if TYPE_CHECKING:` are left out. A package's own __init__ importing its
+    children is not an edge back from them."""
+    paths = [p for package in (*STAGES, CORE, BENCHMARKS) for p in modules(package)]
+    graph = {module_name(p): {m for m in imported_modules(p) if not module_name(p).startswith(m + ".")}
+             - {module_name(p)} for p in paths}
+    for name, targets in graph.items():  # a package's __init__ does not import back the children it collects
+        if (ROOT / name.replace(".", "/") / "__init__.py").exists():
+            graph[name] = {t for t in targets if not t.startswith(name + ".")}
+    cycles, state = [], {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                cycles.append(trail[trail.index(target):] + [target])
+            elif target not in state:
+                visit(target, trail + [target])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_importing_utils_changes_no_global_state():
+    """The exception hook is the entry points' to install (utils.cli.install_excepthook), not an import's."""
+    probe = "import sys; hook = sys.excepthook; import utils, utils.cli, utils.config; print(sys.excepthook is hook)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr

@@ -14,7 +14,7 @@ from data.indexed import HEADER_SIZE, read_header
 from data.verify import verify
 from tests.fixtures.data.mistral_tokenizer import build
 from utils.datafiles import DataProblem, prove
-from utils.models import get_model
+from utils.spec.models import get_model
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "data" / "encode_corpus.jsonl"
 

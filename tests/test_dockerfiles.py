@@ -1,4 +1,4 @@
-"""The images: vendor bases, only what the base lacks, the vendor environment of utils/platform_env."""
+"""The images: vendor bases, only what the base lacks, the vendor environment of utils/machine/platform_env."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.shell_harness import REPO
-from utils.platform_env import platform_env
+from utils.machine.platform_env import platform_env
 
 BASES = {"amd": "rocm/primus:v25.11", "nvd": "nvcr.io/nvidia/nemo:25.04"}
 

@@ -71,7 +71,7 @@ def test_discovery_finds_the_documented_entry_points():
     assert len([s for s in SHELL_SCRIPTS if s.startswith("train/train_")]) == 22  # 11 platform x framework, 2 models
     for module in ("train.launch.run", "train.plan", "train.launch.summary", "train.train_mega", "train.train_fsdp",
                    "train.train_autotp", "utils.config",
-                   "utils.platform_env", "utils.netenv", "evaluate.extract", "data.stage", "bench.default"):
+                   "utils.machine.platform_env", "utils.machine.netenv", "evaluate.extract", "data.stage", "bench.default"):
         assert module in PYTHON_TOOLS
 
 
@@ -137,6 +137,6 @@ def test_a_tool_started_with_a_python_that_lacks_a_library_says_which_and_how_in
 
 
 def test_a_bug_in_a_tool_still_shows_its_traceback():
-    result = subprocess.run([sys.executable, "-c", "import utils; raise KeyError('a bug')"], cwd=REPO,
+    result = subprocess.run([sys.executable, "-c", "import utils.cli; utils.cli.install_excepthook(); raise KeyError('a bug')"], cwd=REPO,
                             capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     assert result.returncode == 1 and "Traceback" in result.stderr and "KeyError: 'a bug'" in result.stderr

@@ -248,7 +248,7 @@ def test_cpu_runs_show_the_peak_host_memory_of_their_workers_labelled_as_host(tm
     assert drawn["Peak host memory per worker (resident, CPU)"] > 0
     text = compare.compare([cpu], tmp_path / "out")
     row = next(line for line in text.splitlines() if line.startswith("| CPU | Megatron"))
-    assert "| 0.75 [0.75-0.75] (host) |" in row  # three significant digits: utils.metrics.figure_text
+    assert "| 0.75 [0.75-0.75] (host) |" in row  # three significant digits: utils.spec.metrics.figure_text
     assert "host = peak resident host memory of the largest worker process" in text
 
 

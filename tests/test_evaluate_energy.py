@@ -1,6 +1,6 @@
 """Energy and cost in the comparison: energy per token per configuration, cost per million tokens at the user's
 prices, the AMD vs NVIDIA decision per model, the projection to PROJECT_TOKENS, "not measured" with why, and the
-prices' flags and knobs (utils/energy_cost.py, evaluate/comparison/energy.py, evaluate.compare).
+prices' flags and knobs (utils/machine/energy_cost.py, evaluate/comparison/energy.py, evaluate.compare).
 
 The fixtures (tests/fixtures/energy_results.py) run Llama 3.1 8B on 8 GPUs at 262,144 tokens per step: AMD 8 s per
 step at 600 W per GPU, NVIDIA 10 s at 500 W; the figures below are worked out from those by hand.
@@ -18,7 +18,7 @@ from evaluate.collect import load
 from evaluate.comparison.repeats import repeats_of
 from tests.fixtures import energy_results as fx
 from utils.config.parse import ConfigError
-from utils.energy_cost import CostSettings, Projection, cost_per_million_tokens, cost_settings, energy_of, project
+from utils.machine.energy_cost import CostSettings, Projection, cost_per_million_tokens, cost_settings, energy_of, project
 
 OLD_RESULTS = Path(__file__).parent / "fixtures" / "results"
 PRICES = CostSettings(price_amd=2.0, price_nvd=3.0)

@@ -14,7 +14,8 @@ import pytest
 
 from evaluate import health as health_cli
 from tests.fixtures.train_matrix.shell import machine, prepared_data
-from utils import health_readers, node_health, result
+from utils.machine import health_readers, node_health
+from utils.spec import result
 
 FAKES = Path(__file__).parent / "fakes"
 REPO = Path(__file__).resolve().parents[1]

@@ -19,9 +19,9 @@ import pytest
 from evaluate import judge
 from tests.fixtures import breakdown_results
 from tests.fixtures.train_matrix.requests import run_request
-from utils.request import Request
+from utils.spec.request import Request
 from utils.cli import SignalFlag
-from utils.result import schema_errors
+from utils.spec.result import schema_errors
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from utils import frameworks, probe, vendor_tools
+from utils import frameworks
+
+from utils.machine import probe, vendor_tools
 
 NVIDIA_SMI = """\
 #!/bin/sh
@@ -181,8 +183,8 @@ def test_megatron_core_is_reported_as_the_version_that_imports_first_pre_release
     (tmp_path / "megatron" / "__init__.py").write_text("")
     (core / "__init__.py").write_text("")
     (core / "package_info.py").write_text('MAJOR = 0\nMINOR = 15\nPATCH = 0\nPRE_RELEASE = "rc8"\n')
-    repo = Path(probe.__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", "from utils.probe import software_info; "
+    repo = Path(probe.__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", "from utils.machine.probe import software_info; "
                           "print(software_info()['megatron_core'])"], cwd=repo, capture_output=True, text=True,
                          env={"PYTHONPATH": f"{tmp_path}:{repo}", "PATH": "/usr/bin:/bin"}, check=True)
     assert out.stdout.strip() == "0.15.0rc8"

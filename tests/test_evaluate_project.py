@@ -18,7 +18,7 @@ from evaluate.project import LABEL, table
 from tests.fixtures.train_matrix.requests import run_request
 from utils.cli import UsageError
 from utils.predict import result_section
-from utils.result import load_result, schema_errors
+from utils.spec.result import load_result, schema_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 H100_RUN = ROOT / "tests" / "fixtures" / "results" / "nvd" / "mega-llama-r1" / "result.json"
@@ -142,7 +142,7 @@ def test_the_projection_panel_draws_each_configurations_fastest_strategy_and_nam
         f"Llama 3.1 8B: {LABEL}": 2, f"Qwen 2.5 7B: {LABEL}": 2}  # mega and nemo on the H100
     unknown = dataclasses.replace(items[0], result={**items[0].result, "system": {}})
     done, skipped = projection.projected([unknown], projection.Ask([1, 4]))
-    assert done == [] and len(skipped) == 1 and "has no entry in utils/hardware.py" in skipped[0]
+    assert done == [] and len(skipped) == 1 and "has no entry in utils/machine/hardware.py" in skipped[0]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -10,7 +10,7 @@ import pytest
 from evaluate import extract, validate
 from evaluate.collect import Loaded
 from tests.fixtures import energy_results
-from utils.fairness import IDENTITY_KEYS
+from utils.spec.fairness import IDENTITY_KEYS
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -189,7 +189,7 @@ def test_cli_rejects_a_missing_input_with_exit_2(tmp_path, capsys):
 
 # --- No figure a result did not earn: every result is checked, whatever wrote it ---------------------------
 
-H100_BF16 = 989.4  # utils/hardware.py's NVIDIA H100 SXM
+H100_BF16 = 989.4  # utils/machine/hardware.py's NVIDIA H100 SXM
 
 
 def on_h100(data):
@@ -235,7 +235,7 @@ def test_a_headline_its_step_times_do_not_give_fails_naming_the_field():
 
 
 def test_step_times_faster_than_the_device_allows_fail_and_are_named():
-    """The fastest step: FLOPs per token (utils.models' one formula) x tokens per step / GPUs / the peak."""
+    """The fastest step: FLOPs per token (utils.spec.models' one formula) x tokens per step / GPUs / the peak."""
     data = on_h100(result("megatron"))
     data["series"]["step_time_s"][6] = data["series"]["step_time_s"][8] = 0.009  # the median is still 9.3 s
     assert messages(data, "step times") == [
@@ -247,13 +247,13 @@ def test_without_a_known_device_the_fastest_device_of_the_table_bounds_the_step_
     assert data["performance"]["peak_tflop_per_s_per_gpu"] is None
     data["series"]["step_time_s"][6] = 0.009
     assert messages(data, "step times") == ["step(s) 7: faster than 0.306 s, the least 1.53e+15 FLOPs per GPU take "
-                                            "at the fastest peak in utils/hardware.py 5000 TFLOP/s"]
+                                            "at the fastest peak in utils/machine/hardware.py 5000 TFLOP/s"]
 
 
 def test_a_peak_that_is_no_devices_fails():
     data = result("megatron")
     data["performance"].update(peak_tflop_per_s_per_gpu=1e9, mfu=data["performance"]["tflop_per_s_per_gpu"] / 1e9)
-    assert messages(data, "figures") == ["peak 1e+09 TFLOP/s is no device's: utils/hardware.py's highest is 5000"]
+    assert messages(data, "figures") == ["peak 1e+09 TFLOP/s is no device's: utils/machine/hardware.py's highest is 5000"]
 
 
 def test_non_finite_step_times_fail_named_and_no_figure_fails(tmp_path):
@@ -327,7 +327,7 @@ def test_power_above_what_the_device_can_draw_fails_naming_the_gpu_and_the_board
     found = machine_findings(item)
     assert [(f.check, f.fatal) for f in found] == [("power", True)]
     assert found[0].message.startswith("GPU 4 on node-0: max_power_w 900 W is more than AMD MI300X's board power "
-                                       "(utils/hardware.py), 750 W, allows")
+                                       "(utils/machine/hardware.py), 750 W, allows")
 
 
 def test_power_within_a_samples_averaging_of_the_board_power_passes():
@@ -340,7 +340,7 @@ def test_a_device_the_table_lacks_is_held_to_the_highest_board_power():
                                                                  1: {"name": "NVIDIA X999", "max_power_w": 1500.0}})
     found = machine_findings(item)
     assert len(found) == 1 and "GPU 0 on node-0" in found[0].message
-    assert "the highest board power in utils/hardware.py, 1400 W" in found[0].message
+    assert "the highest board power in utils/machine/hardware.py, 1400 W" in found[0].message
 
 
 def test_a_cpu_package_above_any_cpus_limit_fails():

@@ -14,7 +14,7 @@ import pytest
 from evaluate import extract
 from utils.cli import QUOTE_CHARS, quoted
 from utils.envfile import MAX_BYTES, parse_env_file
-from utils.strategies import MAX_FILE_BYTES, StrategyError, load_table
+from utils.spec.strategies import MAX_FILE_BYTES, StrategyError, load_table
 
 ROOT = Path(__file__).resolve().parent.parent
 

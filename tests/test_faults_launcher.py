@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.test_evaluate_judge import ended_run, judged
 from train.launch import run as launch
-from utils import telemetry
+from utils.machine import telemetry
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -102,7 +102,7 @@ def verify(pythonpath: str, pair: tuple[Path, Path], tmp_path: Path) -> tuple[su
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_version_imported_is_the_one_installed_and_the_probe_records_it(pythonpath, version):
-    out = python(pythonpath[version], "-c", "import json, megatron.core; from utils.probe import software_info; "
+    out = python(pythonpath[version], "-c", "import json, megatron.core; from utils.machine.probe import software_info; "
                  "print(json.dumps([megatron.core.__version__, software_info()['megatron_core']]))")
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == [version, version]  # imported, and recorded in system.json

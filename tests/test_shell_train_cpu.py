@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 from tests.fixtures.train_matrix.shell import machine, read, run_dirs
-from utils import missing_stacks, telemetry
+from utils import missing_stacks
 
 # Megatron alone: the torch-native frameworks' matrix is test_train_native_launch's.
+from utils.machine import telemetry
 FEW_STEPS = {"TRAIN_ITERS": "4", "WARMUP_STEPS": "1", "WARMUP_SKIP": "1", "HF_HUB_OFFLINE": "1", "FRAMEWORK": "mega"}
 REPO = Path(__file__).resolve().parent.parent
 DATA_STAGE = f"""#!/usr/bin/env bash

@@ -1,4 +1,4 @@
-"""train.launch.settle (GPU memory read by utils.vendor_tools): between runs, the previous run's processes are gone
+"""train.launch.settle (GPU memory read by utils.machine.vendor_tools): between runs, the previous run's processes are gone
 and GPU memory is back to idle."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from tests.fixtures.train_matrix.shell import alive
 from tests.shell_harness import FAKEBIN
 from train.launch import settle
-from utils import vendor_tools
+from utils.machine import vendor_tools
 
 
 @pytest.fixture

@@ -192,7 +192,7 @@ def test_ctrl_c_during_the_system_probe_stops_before_any_run(tmp_path):
 def test_a_python_tool_interrupted_says_so_in_one_line_and_exits_130(tmp_path):
     """utils' excepthook: Ctrl-C in any `python3 -m` tool (evaluate.compare, data preparation) is no bug."""
     tool = tmp_path / "tool.py"
-    tool.write_text("import os, signal, time, utils\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(60)\n")
+    tool.write_text("import os, signal, time, utils.cli\nutils.cli.install_excepthook()\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(60)\n")
     result = subprocess.run([sys.executable, str(tool)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                             capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     assert result.returncode == 130

@@ -1,4 +1,4 @@
-"""Multi-node network settings (utils.netenv): vendor defaults, what the user already exported, and
+"""Multi-node network settings (utils.machine.netenv): vendor defaults, what the user already exported, and
 the NET_* knobs, in that order of precedence; never an empty value."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from tests.shell_harness import FakeMachine
 from utils.config import ROOT
-from utils.netenv import network_env
+from utils.machine.netenv import network_env
 
 
 def test_amd_gets_the_roce_settings_amds_own_launcher_uses():
@@ -60,7 +60,7 @@ def test_unknown_platform_is_an_error():
 
 
 def test_command_line_prints_shell_exports_from_the_environment():
-    out = subprocess.run([sys.executable, "-m", "utils.netenv", "amd"], cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "utils.machine.netenv", "amd"], cwd=ROOT, capture_output=True, text=True,
                          env={"NET_SOCKET_IFNAME": "^docker0,lo", "PATH": "/usr/bin:/bin"}, check=True).stdout
     assert out.splitlines() == ["export GLOO_SOCKET_IFNAME='^docker0,lo'", "export NCCL_CROSS_NIC=0",
                                 "export NCCL_DEBUG=INFO", "export NCCL_IB_GID_INDEX=3",
@@ -74,7 +74,7 @@ def test_command_line_reads_the_knobs_of_config_env_under_the_environment_as_the
                              re.sub(r"(?m)^NET_DEBUG=.*$", "NET_DEBUG=INFO", config.read_text())))
 
     def netenv(*args: str, **env: str) -> list[str]:
-        return subprocess.run([sys.executable, "-m", "utils.netenv", *args], cwd=node.root, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "utils.machine.netenv", *args], cwd=node.root, capture_output=True,
                               text=True, env={**node.env, **env}, check=True).stdout.splitlines()
 
     assert netenv("nvd") == ["export GLOO_SOCKET_IFNAME=ens1f0", "export NCCL_DEBUG=INFO",

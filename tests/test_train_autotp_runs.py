@@ -25,8 +25,8 @@ from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import Run, trainer_env
 from train.native import autotp as autotp_engine
 from train.common.outcome import SettingsError
-from utils.models import by_variant
-from utils.result import schema_errors
+from utils.spec.models import by_variant
+from utils.spec.result import schema_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 6

@@ -20,7 +20,7 @@ from evaluate.collect import Loaded
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import Run, trainer_env
-from utils.result import schema_errors
+from utils.spec.result import schema_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 LR, MIN_LR, STEPS = 1e-3, 1e-4, 8

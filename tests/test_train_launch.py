@@ -17,7 +17,7 @@ from train.launch import run as launch
 from train.launch import command as launch_command
 from utils.cli import UsageError
 from utils.config import FRAMEWORKS, ROOT
-from utils.platform_env import platform_env
+from utils.machine.platform_env import platform_env
 
 
 @pytest.fixture
@@ -71,9 +71,9 @@ def test_cpu_workers_compute_on_one_thread_each_however_they_are_spread_over_nod
     assert dry_run(tmp_path / "chosen", 0, "cpu")["env"]["OMP_NUM_THREADS"] == "4"
 
 
-@pytest.mark.parametrize("command", ['python3 -m utils.platform_env', 'python3 -m utils.platform_env "$PLATFORM"'])
+@pytest.mark.parametrize("command", ['python3 -m utils.machine.platform_env', 'python3 -m utils.machine.platform_env "$PLATFORM"'])
 def test_the_by_hand_trainer_environment_works_in_a_fresh_shell(tmp_path, command):
-    """The README's `eval "$(python3 -m utils.platform_env)"`, with .venv activated and nothing else set, gives
+    """The README's `eval "$(python3 -m utils.machine.platform_env)"`, with .venv activated and nothing else set, gives
     torchrun and train/train_mega.py the platform and worker count the launcher would use."""
     fresh = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
     shell = subprocess.run(["bash", "-c", f'eval "$({command})"; env'], cwd=ROOT, env=fresh,

@@ -18,7 +18,7 @@ from tests.shell_harness import HANG_TIMEOUT_S, REPO
 from tests.test_train_mega_runs import BASE, assert_trained, train, trainer_env
 from train.common import step_marks
 from train.mega.trainer import breakdown_method
-from utils.metrics import BREAKDOWN_KEYS
+from utils.spec.metrics import BREAKDOWN_KEYS
 
 STEPS = 6
 ROUNDING = 1e-9  # seconds: the result's means against the step time, both from the same floats

@@ -14,8 +14,8 @@ import pytest
 from evaluate.logs.parse import parse_logs
 from tests.shell_harness import HANG_TIMEOUT_S
 from train.common.step_log import StepRecord, megatron_line, memory_line
-from utils import platform_env
-from utils.models import get_model
+from utils.machine import platform_env
+from utils.spec.models import get_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,10 +116,10 @@ def test_platform_environment_is_set_once_and_never_overrides_the_user():
 
 
 def test_platform_environment_prints_export_lines_for_the_shell():
-    out = subprocess.run([sys.executable, "-m", "utils.platform_env", "amd"], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "utils.machine.platform_env", "amd"], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     assert "export HSA_NO_SCRATCH_RECLAIM=0" in out.stdout.splitlines()
-    bad = subprocess.run([sys.executable, "-m", "utils.platform_env", "tpu"], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "utils.machine.platform_env", "tpu"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 

@@ -25,10 +25,10 @@ from evaluate.logs.parse import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S
 from utils.config import KNOBS
-from utils.fairness import IDENTITY_KEYS
-from utils.hardware import cpu_native_bf16
-from utils.platform_env import platform_env
-from utils.result import schema_errors
+from utils.spec.fairness import IDENTITY_KEYS
+from utils.machine.hardware import cpu_native_bf16
+from utils.machine.platform_env import platform_env
+from utils.spec.result import schema_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 LR, MIN_LR = 1e-3, 1e-4

@@ -13,7 +13,7 @@ from tests.fixtures.train_matrix.shell import machine, read, run_dirs
 from tests.shell_harness import REPO
 
 GPUS = {"nvd": {"nvidia": 8}, "amd": {"amd": 8}}
-# What each launch sets on top of the inherited environment: the platform's variables (utils/platform_env), the
+# What each launch sets on top of the inherited environment: the platform's variables (utils/machine/platform_env), the
 # framework's, and unbuffered Python.
 VENDOR_ENV = {
     ("nvd", "fsdp"): {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1"},

@@ -8,8 +8,8 @@ import torch
 
 from train.native import model as native_model
 from train.common.outcome import SettingsError
-from utils.fairness import WORKLOAD
-from utils.models import get_model
+from utils.spec.fairness import WORKLOAD
+from utils.spec.models import get_model
 
 
 @pytest.mark.parametrize("key, cls", [("llama", "LlamaForCausalLM"), ("qwen", "Qwen2ForCausalLM")])

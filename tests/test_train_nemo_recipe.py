@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
-from utils.fairness import profile
+from utils.spec.fairness import profile
 from train.nemo.recipe import DDP_KEYS, FAIRNESS_PATHS, FP8_PLUGIN_KEYS, recipe_settings
 from train.train_nemo import assign
-from utils.platform_env import platform_env
+from utils.machine.platform_env import platform_env
 
 RUN_DIR = "/out/set/nemo-llama"
 

@@ -13,10 +13,10 @@ import pytest
 
 from tests.fixtures.data.verified import write_manifest
 from tests.fixtures.train_matrix.requests import node
-from utils.fairness import profile
+from utils.spec.fairness import profile
 from train.plan import build_plan, data_problems, estimate_s, request, table
 from utils.config import ROOT, load_config
-from utils.request import Request
+from utils.spec.request import Request
 
 
 def names(platform: str, **env: str) -> list[str]:

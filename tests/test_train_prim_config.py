@@ -14,7 +14,7 @@ import yaml
 from evaluate.logs import settings as log_settings
 from tests.fixtures.train_matrix import primus_v25_11
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
-from utils.fairness import profile
+from utils.spec.fairness import profile
 from train.prim.config import (RENAMED_KEYS, SHIPPED_NAMES, ShippedConfigMissing, command, experiment, overrides,
                                  render, shipped_config, write_experiment)
 

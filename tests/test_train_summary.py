@@ -1,4 +1,4 @@
-"""train.launch.summary: the run set's table shows each figure as utils.metrics.figure_text writes it, so that a CPU's
+"""train.launch.summary: the run set's table shows each figure as utils.spec.metrics.figure_text writes it, so that a CPU's
 TFLOP/s/GPU reads 0.0472, not 0.0."""
 
 from __future__ import annotations

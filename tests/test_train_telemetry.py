@@ -15,8 +15,8 @@ from tests.test_evaluate_judge import ENDED, ended_run, judged
 from train.launch.command import Launch
 from train.launch.process import run_supervised
 from train.common.step_log import RankSteps
-from utils import stragglers, telemetry, telemetry_backends
-from utils.result import schema_errors
+from utils.machine import stragglers, telemetry, telemetry_backends
+from utils.spec.result import schema_errors
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -29,8 +29,8 @@ from tests.fixtures.train_matrix.requests import node, run_request
 from tests.test_data_tokenizer import offline_tokenizer
 from train.mega.data import DataError, DatasetTokenizer, locate
 from train.plan import data_problems
-from utils.models import get_model
-from utils.request import Data
+from utils.spec.models import get_model
+from utils.spec.request import Data
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "data" / "sample" / "sample.jsonl.gz"

@@ -1,4 +1,4 @@
-"""utils.energy and utils.stragglers: the result's telemetry and stragglers sections from samples and steps."""
+"""utils.machine.energy and utils.machine.stragglers: the result's telemetry and stragglers sections from samples and steps."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from utils import energy, stragglers
-from utils.result import schema_errors
-from utils.telemetry import Record
+from utils.machine import energy, stragglers
+from utils.spec.result import schema_errors
+from utils.machine.telemetry import Record
 from tests.test_utils_result import build
 
 TOKENS_PER_STEP = 8 * 4096

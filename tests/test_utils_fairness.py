@@ -1,10 +1,10 @@
-"""utils.fairness: the specification's table is the default profile, `tuned` differs only where it says why."""
+"""utils.spec.fairness: the specification's table is the default profile, `tuned` differs only where it says why."""
 
 from __future__ import annotations
 
 import pytest
 
-from utils.fairness import (DEFAULT_PROFILE, PROFILES, SPEC, TUNED, ProfileError, fp8_recipe, identity, profile,
+from utils.spec.fairness import (DEFAULT_PROFILE, PROFILES, SPEC, TUNED, ProfileError, fp8_recipe, identity, profile,
                             workload)
 
 

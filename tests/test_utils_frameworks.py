@@ -2,7 +2,7 @@
 
 from utils import frameworks
 from utils.config import FRAMEWORKS
-from utils.fairness import workload
+from utils.spec.fairness import workload
 
 
 def test_each_platform_runs_megatron_its_vendors_framework_and_the_torch_native_ones():

@@ -1,12 +1,12 @@
-"""utils.metrics and utils.hardware: the formulas, checked against values computed by hand."""
+"""utils.spec.metrics and utils.machine.hardware: the formulas, checked against values computed by hand."""
 
 import math
 
 import pytest
 
-from utils import metrics
-from utils.hardware import lookup_device, peak_tflops
-from utils.models import get_model
+from utils.spec import metrics
+from utils.machine.hardware import lookup_device, peak_tflops
+from utils.spec.models import get_model
 
 
 def test_summary_of_one_to_ten_matches_hand_computed_statistics():

@@ -7,7 +7,7 @@ import pytest
 
 from tests.fixtures.train_matrix.requests import node, run_request
 from utils.config import ConfigError
-from utils.models import by_variant
+from utils.spec.models import by_variant
 
 
 def problems_of(platform: str = "cpu", gpus: int = 0, **env: str) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from utils.models import MODEL_KEYS, MODELS, by_variant, data_keys, get_model
+from utils.spec.models import MODEL_KEYS, MODELS, by_variant, data_keys, get_model
 
 
 def test_llama_and_qwen_numbers_match_their_published_configs():
@@ -138,7 +138,7 @@ def test_llama70b_shares_llamas_tokenizer_and_data_and_the_others_keep_their_own
 
 
 def gated(models: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "utils.models", "gated", models], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "utils.spec.models", "gated", models], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent)
 
 
@@ -155,7 +155,7 @@ def test_the_gated_tokenizer_of_llama70b_is_llamas_and_mistral_is_gated():
 
 
 def test_the_shell_learns_which_data_to_prepare_once():
-    run = subprocess.run([sys.executable, "-m", "utils.models", "data-keys", "llama70b,qwen,llama"],
+    run = subprocess.run([sys.executable, "-m", "utils.spec.models", "data-keys", "llama70b,qwen,llama"],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
     assert (run.returncode, run.stdout) == (0, "llama\nqwen\n")
 

@@ -1,8 +1,8 @@
-"""utils.platform_env on AMD: the environment Primus v25.11 gives a Megatron run, for mega as for prim."""
+"""utils.machine.platform_env on AMD: the environment Primus v25.11 gives a Megatron run, for mega as for prim."""
 
 from __future__ import annotations
 
-from utils.platform_env import apply, platform_env
+from utils.machine.platform_env import apply, platform_env
 
 
 def test_amd_runs_get_primus_v25_11s_own_defaults_for_megatron():

@@ -24,11 +24,11 @@ import pytest
 
 from tests.fixtures.train_matrix.requests import node, run_request
 from train.plan import build_plan, table
-from utils.hardware import TARGET_DEVICES
-from utils.models import get_model
+from utils.machine.hardware import TARGET_DEVICES
+from utils.spec.models import get_model
 from utils.predict import NO_DEVICE, gpu_target, predict
-from utils.predict_memory import Layout, autotp_states, hf_shapes, memory
-from utils.predict_time import bound, links
+from utils.predict.memory import Layout, autotp_states, hf_shapes, memory
+from utils.predict.step_time import bound, links
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = gpu_target(TARGET_DEVICES["h100"], None, "TARGET_DEVICE=h100")

@@ -1,10 +1,10 @@
-"""utils.result: every framework's run becomes one schema-valid shape with TPrimat's own figures."""
+"""utils.spec.result: every framework's run becomes one schema-valid shape with TPrimat's own figures."""
 
 import json
 
 import pytest
 
-from utils.result import ResultError, build_result, schema_errors, write_result
+from utils.spec.result import ResultError, build_result, schema_errors, write_result
 
 RUN = {"id": "run-1", "started_at": "2025-05-01T12:00:00+00:00", "ended_at": "2025-05-01T12:10:00+00:00",
        "status": "ok", "exit_code": 0, "error_excerpt": None, "commit": "abc123"}

@@ -1,4 +1,4 @@
-"""utils.telemetry: the node's sampler, against the fake pynvml and amdsmi (tests/fakes), the fake vendor tools
+"""utils.machine.telemetry: the node's sampler, against the fake pynvml and amdsmi (tests/fakes), the fake vendor tools
 (tests/fakebin) and a fake RAPL sysfs tree."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from utils import telemetry, telemetry_backends
-from utils.telemetry_tools import parse_amd_smi_metric, parse_nvidia_smi_line
+from utils.machine import telemetry, telemetry_backends
+from utils.machine.telemetry_tools import parse_amd_smi_metric, parse_nvidia_smi_line
 
 FAKES = Path(__file__).parent / "fakes"
 FAKEBIN = Path(__file__).parent / "fakebin"
@@ -186,7 +186,7 @@ def test_a_line_cut_short_by_a_kill_makes_the_record_incomplete_not_unreadable(t
 
 
 def test_an_interval_under_100_ms_is_refused_in_one_line():
-    done = subprocess.run([sys.executable, "-m", "utils.telemetry", "--out", "/dev/null", "--platform", "cpu",
+    done = subprocess.run([sys.executable, "-m", "utils.machine.telemetry", "--out", "/dev/null", "--platform", "cpu",
                            "--interval-ms", "50"], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "--interval-ms 50: give 100 or more" in done.stderr

@@ -1,4 +1,4 @@
-"""utils.vendor_tools: the one reader of nvidia-smi, rocm-smi and amd-smi, against the fakes in tests/fakebin."""
+"""utils.machine.vendor_tools: the one reader of nvidia-smi, rocm-smi and amd-smi, against the fakes in tests/fakebin."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.shell_harness import FAKEBIN, REPO
-from utils import vendor_tools
+from utils.machine import vendor_tools
 
 
 @pytest.fixture
@@ -72,12 +72,12 @@ def test_the_processes_holding_gpus_are_the_tools_lines(machine):
 @pytest.mark.parametrize("args, out", [(["platform"], "amd"), (["count"], "3"), (["count", "nvd"], "0")])
 def test_the_command_line_answers_the_shell(machine, args, out):
     machine.setenv("FAKE_AMD_GPUS", "3")
-    run = subprocess.run([sys.executable, "-m", "utils.vendor_tools", *args], cwd=REPO, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "utils.machine.vendor_tools", *args], cwd=REPO, capture_output=True,
                          text=True, check=True)
     assert run.stdout == out + "\n"
 
 
 def test_a_bad_question_is_one_line_and_exit_2():
-    run = subprocess.run([sys.executable, "-m", "utils.vendor_tools", "platform", "nvd"], cwd=REPO,
+    run = subprocess.run([sys.executable, "-m", "utils.machine.vendor_tools", "platform", "nvd"], cwd=REPO,
                          capture_output=True, text=True)
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "Traceback" not in run.stderr

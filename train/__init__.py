@@ -6,3 +6,7 @@ trainers `train_mega.py`, `train_fsdp.py`, `train_autotp.py`, `train_nemo.py` wi
 process, settling, summary), `common/` (what TPrimat's own trainers share), and one per framework's mapping:
 `mega/` (megatron-core), `native/` (fsdp and autotp), `nemo/`, `prim/`.
 """
+
+from utils.cli import install_excepthook
+
+install_excepthook()  # before any tool of the package imports a third-party library

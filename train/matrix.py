@@ -33,7 +33,7 @@ from utils.cli import STOP_SIGNALS, Parser, UsageError, say, warn
 from utils.config import ConfigError, Config
 from utils.datafiles import PREPARE
 from utils.runset import SYSTEM_FILE, make_run_set
-from utils.strategies import CUSTOM
+from utils.spec.strategies import CUSTOM
 
 DATA_WAIT_S = 1800  # how long a node other than 0 waits for node 0's sample data (TPRIMAT_DATA_WAIT_S)
 DATA_POLL_S = 5

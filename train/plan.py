@@ -5,10 +5,10 @@
     TARGET_DEVICE=mi300x python3 -m train.plan   # memory and step-time bound per run for another device
 
 Under each run: its predicted peak memory per GPU on the target device (TARGET_DEVICE, else the detected GPUs, else
-the CPU's host memory per worker) and whether it fits, and a lower bound on its step time (utils/predict.py). A
+the CPU's host memory per worker) and whether it fits, and a lower bound on its step time (utils/predict/__init__.py). A
 run predicted not to fit is flagged; SKIP_WONT_FIT=1 skips it, with the reason.
 
-A run's request (`request()`, a utils.request.Request written as config.json into its directory) is what
+A run's request (`request()`, a utils.spec.request.Request written as config.json into its directory) is what
 every launcher, trainer and the judge of the run read: the layout and workload of that one run, plus every knob.
 """
 
@@ -28,14 +28,14 @@ from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepa
 from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
 from utils.cli import Parser
 from utils.config import ConfigError, Config, load_config
-from utils.fairness import profile, sequence_parallel, workload
+from utils.spec.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
-from utils.hardware import cpu_precision
+from utils.machine.hardware import cpu_precision
 from utils.config.native import sac_every
 from utils.frameworks import torch_native
 from utils.predict import NO_DEVICE, Prediction, Target, plan_target, predict
-from utils.request import Data, Environment, Fairness, Identity, Native, Parallelism, Request, RequestError, Training
-from utils.strategies import CUSTOM, Layout
+from utils.spec.request import Data, Environment, Fairness, Identity, Native, Parallelism, Request, RequestError, Training
+from utils.spec.strategies import CUSTOM, Layout
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Run:
 
 
 # The frameworks that train a model under a name of their own (a shipped recipe or experiment file): a model missing
-# from one of these tables is skipped for that framework. mega, fsdp and autotp build any model from utils.models.
+# from one of these tables is skipped for that framework. mega, fsdp and autotp build any model from utils.spec.models.
 MODEL_NAMES = {"nemo": (RECIPES, "train/nemo/recipe.py's RECIPES"),
                "prim": (SHIPPED_NAMES, "train/prim/config.py's SHIPPED_NAMES")}
 

@@ -1,12 +1,12 @@
 """TPrimat's pretraining loop on megatron-core (framework `mega`): the same code on AMD, NVIDIA and the CPU.
 
     torchrun --nproc_per_node=N ... train/train_mega.py --request RUN_DIR/config.json --run-dir RUN_DIR  # the launcher
-    eval "$(python3 -m utils.platform_env)"   # PLATFORM, GPUS_PER_NODE and the platform's environment, as the launcher resolves them
+    eval "$(python3 -m utils.machine.platform_env)"   # PLATFORM, GPUS_PER_NODE and the platform's environment, as the launcher resolves them
     torchrun --nproc_per_node=N [--nnodes=M --node_rank=R --master_addr=A --master_port=P] \\
         train/train_mega.py --model MODEL --run-dir DIR [--strategy NAME]
     python3 train/train_mega.py --model llama --run-dir DIR  # one process (TP x PP x DP = 1), no torchrun
 
-Every setting comes from the run's request (utils.request): the config.json the launcher wrote (--request),
+Every setting comes from the run's request (utils.spec.request): the config.json the launcher wrote (--request),
 or, started by hand, the request train.plan builds from the configuration (config.env + environment,
 utils.config) for --model and --strategy, as the launcher would: the layout (TP, PP, DP, GA), MBS, SL, the
 optimizer and LR schedule, SEED, the data, the fairness profile, WARMUP_SKIP and PROFILING. GBS = MBS x DP x GA.
@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
 from train.mega import cpu_compat  # noqa: E402 - after the path, as every import of the project's packages
 from train.common import cli as trainer_cli  # noqa: E402
 from train.mega.data import DataSource  # noqa: E402
-from utils.request import Request  # noqa: E402
+from utils.spec.request import Request  # noqa: E402
 
 FRAMEWORK = "mega"
 TOOL = "train_mega"

@@ -16,7 +16,12 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import NoReturn
+
+from utils import ROOT
+from utils.errors import UsageError, WorkError
+from utils.files import disk_problem
 
 
 # The signals that stop a run, a matrix or a tool (shell/lib.sh's TP_STOP_SIGNALS are the same four): each is
@@ -88,14 +93,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{tool}: error: {message}; see {self.prog} --help\n")
 
 
-class UsageError(Exception):
-    """Bad input (arguments, files, configuration): exit 2."""
-
-
-class WorkError(Exception):
-    """The work itself failed (network, corrupt data, a broken invariant): exit 1."""
-
-
 class Terminated(BaseException):
     """SIGTERM, raised where the tool is so that its cleanup runs as for Ctrl-C."""
 
@@ -130,8 +127,7 @@ def worker_signals() -> None:
 
 def run(main: Callable[[list[str] | None], int], tool: str) -> None:
     """Call main() and exit with its code, mapping the errors above to one line each."""
-    from utils.files import disk_problem  # utils.files raises this module's errors
-
+    install_excepthook()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _stop)
     sys.unraisablehook = _unraisable
@@ -156,3 +152,46 @@ def run(main: Callable[[list[str] | None], int], tool: str) -> None:
         print(f"{tool}: terminated", file=sys.stderr)
         code = 143
     sys.exit(code)
+
+
+# The packages of TPrimat itself: a module of theirs that is missing is a bug, not the wrong Python.
+PROJECT_PACKAGES = frozenset({"bench", "data", "evaluate", "train", "utils", "tests"})
+
+
+def install_excepthook() -> None:
+    """Make a missing third-party library (the wrong Python) and Ctrl-C one line each instead of a traceback.
+
+    Called by the entry points (the bench, data, evaluate and train packages, utils' own tools through `run`)
+    before they import a third-party library; importing utils alone changes nothing. A bug keeps its traceback."""
+    if sys.excepthook is not _missing_library_hook:
+        global _previous_hook
+        _previous_hook = sys.excepthook
+        sys.excepthook = _missing_library_hook
+
+
+def _missing_library_hook(kind, value, traceback) -> None:
+    """sys.excepthook: a ModuleNotFoundError of a third-party library is the wrong Python, not a bug;
+    neither is a KeyboardInterrupt."""
+    if issubclass(kind, KeyboardInterrupt):
+        print(f"{_tool()}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    name = (getattr(value, "name", None) or "").partition(".")[0]
+    if not issubclass(kind, ModuleNotFoundError) or not name or name in PROJECT_PACKAGES:
+        _previous_hook(kind, value, traceback)
+        return
+    print(f"{_tool()}: this Python ({sys.executable}) has no {name}: run the tool in the project's "
+          "environment: source .venv/bin/activate (./shell/run_train.sh or ./shell/test.sh creates it) or ./shell/entry.sh",
+          file=sys.stderr)
+    sys.exit(2)
+
+
+def _tool() -> str:
+    """The running tool as the user typed it (python3 -m data.fetch), else the script's name."""
+    script = Path(sys.argv[0] or "tprimat")
+    try:
+        return "python3 -m " + ".".join(script.resolve().relative_to(ROOT).with_suffix("").parts)
+    except ValueError:
+        return script.name
+
+
+_previous_hook = sys.excepthook

@@ -5,7 +5,7 @@
 
 The layout (DATA_DIR/tokenizers/<model>, DATA_DIR/<dataset>_<model>_text_document.{bin,idx}) is written here
 alone: shell/data.sh asks this command, the planner and the trainers call the functions. <model> is the model's
-data key (utils.models.ModelSpec.data_key): a model that uses another's tokenizer (llama70b: llama's) reads that
+data key (utils.spec.models.ModelSpec.data_key): a model that uses another's tokenizer (llama70b: llama's) reads that
 model's data, so one preparation serves both.
 
 The one check every consumer makes before it trusts a prefix: the plan check and the launcher
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from utils.cli import Parser
 from utils.files import read_json, sha256_file, sha256_listing, unique_tmp_path
-from utils.models import MODEL_KEYS, get_model
+from utils.spec.models import MODEL_KEYS, get_model
 
 PREPARE = "./shell/run_data.sh"
 FIX = f"prepare it again with {PREPARE}"

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
-from utils.cli import WorkError
+from utils.errors import WorkError
 
 TMP_SUFFIX = ".tmp"  # fixed, so that a rerun finds and removes what a killed run left behind
 # The folders a user points TPrimat's writes at (a data folder may lie in the cache): a disk message names the one

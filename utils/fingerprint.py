@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         values = cfg.as_dict()
         out["config"] = config_fingerprint(values)
-        # llama70b reads llama's data (utils.models data_key): each prepared pair once
+        # llama70b reads llama's data (utils.spec.models data_key): each prepared pair once
         prefixes = list(dict.fromkeys(data_prefix(values["DATA_DIR"], values["DATASET"], m.key) for m in cfg.models))
     failed = False
     for prefix in prefixes:

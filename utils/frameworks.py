@@ -16,7 +16,7 @@ from dataclasses import dataclass
 class Framework:
     name: str  # FRAMEWORK's value and the run directory's first word
     platforms: tuple[str, ...]  # where it runs
-    warmup_convention: str  # its LR warm-up (utils.fairness.WORKLOAD's lr_warmup_convention)
+    warmup_convention: str  # its LR warm-up (utils.spec.fairness.WORKLOAD's lr_warmup_convention)
     writes_result: bool  # its trainer writes result.json itself; otherwise evaluate.judge extracts it from the log
     in_this_python: bool  # its trainer runs under this Python's torchrun, so the launcher checks that stack here
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from utils.cli import Parser, UsageError, run
 
-SYSTEM_FILE = "system.json"  # the probe's description of the machine (utils.probe), written once per run set
+SYSTEM_FILE = "system.json"  # the probe's description of the machine (utils.machine.probe), written once per run set
 
 
 def make_run_set(output_dir: str | os.PathLike, platform: str, given: str | os.PathLike | None = None,

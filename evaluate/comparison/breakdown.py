@@ -8,7 +8,7 @@ from typing import Sequence
 
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import FRAMEWORK_NAMES, device_label
-from utils.metrics import figure_text
+from utils.spec.metrics import figure_text
 
 TITLE = "Step time breakdown (% of the step; the step's ms above each bar)"
 # The breakdown's parts, in the order they stack from the bottom, with their label and colour.

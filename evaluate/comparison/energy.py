@@ -2,7 +2,7 @@
 decision per model, a linear projection to PROJECT_TOKENS, and the fairness lines on the machine (steady-state
 throttling, node health, stragglers).
 
-Every formula is utils/energy_cost.py's; a configuration's figures are medians over its successful repeats (those
+Every formula is utils/machine/energy_cost.py's; a configuration's figures are medians over its successful repeats (those
 that measured energy, for the energy figures). A figure that was not measured reads "not measured", with why.
 """
 
@@ -15,10 +15,10 @@ from typing import Callable, Sequence
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import PLATFORM_NAMES, Repeats, median_or_none, tokens
 from evaluate.machine_checks import node_health, straggler, throttling
-from utils.energy_cost import (FLAGS, PRICE_KNOBS, PROJECT_KNOB, CostSettings, Projection, cost_per_million_tokens,
+from utils.machine.energy_cost import (FLAGS, PRICE_KNOBS, PROJECT_KNOB, CostSettings, Projection, cost_per_million_tokens,
                                duration_text, energy_of, project, ratio)
-from utils.metrics import figure_text
-from utils.models import by_variant
+from utils.spec.metrics import figure_text
+from utils.spec.models import by_variant
 
 NOT_MEASURED = "not measured"
 VENDORS = ("amd", "nvd")

@@ -16,9 +16,9 @@ from evaluate.comparison import plot_labels
 from evaluate.collect import Loaded
 from evaluate.comparison.energy import NOT_MEASURED
 from evaluate.comparison.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
-from utils.energy_cost import FLAGS, PRICE_KNOBS, CostSettings
+from utils.machine.energy_cost import FLAGS, PRICE_KNOBS, CostSettings
 from utils.files import atomic_open
-from utils.metrics import figure_text
+from utils.spec.metrics import figure_text
 
 # AMD in reds and oranges, NVIDIA in greens and teals, CPU in blues: distinguishable at a glance.
 PALETTES = {"amd": ("#C8102E", "#F28C28", "#8B1A1A", "#E8738A", "#B35900"),
@@ -143,7 +143,7 @@ def _legend(fig, handles: list, labels: list[str]) -> int:
 
 
 def _bars(ax, rows: Sequence[Repeats], getter, missing: str, colour: dict[int, str], models: list[int]) -> None:
-    """One bar per row at its median (utils.metrics.figure_text above it) with min-max whiskers; a row without the
+    """One bar per row at its median (utils.spec.metrics.figure_text above it) with min-max whiskers; a row without the
     figure says why (`missing`)."""
     for x, row in enumerate(rows):
         values = row.figures(getter)

@@ -1,14 +1,14 @@
 """report.md's prediction section: each run's step-time bound and where it puts the time (compute, TP, DP, bubble,
 and the rest: what the measured step spent beyond the bound) beside the measured forward/backward/optimizer
 breakdown, and the measured peak memory beside the predicted one, a difference above 15% being a warning that names
-both figures. Read from each result's prediction section (utils/predict.py, written by the judge)."""
+both figures. Read from each result's prediction section (utils/predict/__init__.py, written by the judge)."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 from evaluate.collect import Loaded
-from utils.metrics import figure_text
+from utils.spec.metrics import figure_text
 from utils.predict import memory_warning
 
 BOUND_PARTS = (("compute_s", "compute"), ("tp_s", "TP"), ("dp_s", "DP"), ("bubble_s", "bubble"))
@@ -55,12 +55,12 @@ def section(items: Sequence[Loaded]) -> list[str]:
         return []
     out = ["## Predicted against measured", "",
            "A model, not a measurement: the step-time bound is what the device's dense peak and its links allow "
-           "(utils/predict_time.py), so efficiency = measured median step / bound (1.00x = at the bound); the rest "
+           "(utils/predict/step_time.py), so efficiency = measured median step / bound (1.00x = at the bound); the rest "
            "is the measured step beyond the bound. Times in ms.", "",
            "| Run | Device | Bound | Measured | Efficiency | Where the bound's time goes | Measured breakdown |",
            "|---|---|---|---|---|---|---|"]
     out += [time_row(item, prediction) for item, prediction in found]
-    out += ["", "Memory per GPU in GiB: predicted peak and parts (utils/predict_memory.py) against the measured peak.",
+    out += ["", "Memory per GPU in GiB: predicted peak and parts (utils/predict/memory.py) against the measured peak.",
             "", "| Run | Predicted peak | Predicted parts | Measured peak | Difference |", "|---|---|---|---|---|"]
     out += [memory_row(item, prediction) for item, prediction in found]
     warnings = [f"- **warning** {item.name}: {line}" for item, prediction in found

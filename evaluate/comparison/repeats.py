@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 
 from evaluate import native_settings
 from evaluate.collect import Loaded
-from utils.hardware import lookup_device
-from utils.metrics import figure_text
-from utils.models import by_variant
+from utils.machine.hardware import lookup_device
+from utils.spec.metrics import figure_text
+from utils.spec.models import by_variant
 
 FRAMEWORK_NAMES = {"mega": "Megatron", "prim": "Primus", "nemo": "NeMo", "fsdp": "torch FSDP",
                    "autotp": "DeepSpeed AutoTP"}

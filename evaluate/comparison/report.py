@@ -19,10 +19,10 @@ from evaluate.comparison.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeat
                                          median_or_none, memory, memory_kind, mfu, spread, title, tokens, tflops,
                                          workload)
 from evaluate.validate import check_result, fairness
-from utils.energy_cost import CostSettings
+from utils.machine.energy_cost import CostSettings
 from utils.frameworks import NATIVE
-from utils.metrics import FLOPS_CONVENTION, figure_text
-from utils.models import by_variant
+from utils.spec.metrics import FLOPS_CONVENTION, figure_text
+from utils.spec.models import by_variant
 
 LOSS = "{:.3f}".format  # losses near 11 part in the third decimal: not a figure's three significant digits
 
@@ -127,7 +127,7 @@ NEMO_VS_MEGATRON = [
 
 # What the torch-native frameworks (fsdp, autotp) share with Megatron and what they cannot.
 NATIVE_VS_MEGATRON = [
-    "Torch-native (fsdp, autotp) and Megatron: equal by construction are the model's architecture (utils/models.py), "
+    "Torch-native (fsdp, autotp) and Megatron: equal by construction are the model's architecture (utils/spec/models.py), "
     "layout, batch, data and its sample order (megatron-core's dataset, train/mega/data.py), seed and "
     "Megatron-LM's LR schedule and warm-up convention. They cannot be equal: the model is Hugging Face's "
     "implementation, without Megatron's fused kernels, and the torch-native settings (DP implementation, "
@@ -191,7 +191,7 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
                             "the same number of nodes share the global batch"])
     out += [f"- note: {f.message}" for f in noted] + energy_view.fairness_lines(items) + [""]
     profiles = sorted({str(i.result["training"].get("fairness_profile")) for i in items})
-    out += [f"Fairness profile(s): {', '.join(profiles)} (utils/fairness.py: spec = the original specification's "
+    out += [f"Fairness profile(s): {', '.join(profiles)} (utils/spec/fairness.py: spec = the original specification's "
             "table; tuned = the stacks' own DP overlap and fp32 gradient reduction).", ""]
     if {"nemo", "mega"} <= {i.result["framework"] for i in items} or \
             {"nemo", "prim"} <= {i.result["framework"] for i in items}:
@@ -209,7 +209,7 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
     out += ["## FLOPs convention", "", f"TFLOP/s/GPU is computed by TPrimat for every framework with one formula: "
             f"{FLOPS_CONVENTION}.", ""]
     out += [f"- {name}, SL {sl}: {f / 1e9:.2f} GFLOP per token" for name, sl, f in flops]
-    out += ["", "MFU divides it by the device's dense peak at the run's precision (utils/hardware.py); an unknown "
+    out += ["", "MFU divides it by the device's dense peak at the run's precision (utils/machine/hardware.py); an unknown "
             "device has no MFU. The frameworks' own TFLOP/s figures use other conventions (NeMo counts attention "
             "without causal halving, +12.5% at SL 8192) and are kept only as raw fields in each result.", ""]
     if png_name:

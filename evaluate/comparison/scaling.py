@@ -16,8 +16,8 @@ from typing import Callable, Mapping, Sequence
 
 from evaluate import native_settings
 from evaluate.collect import Loaded
-from utils.metrics import figure_text
-from utils.models import by_variant
+from utils.spec.metrics import figure_text
+from utils.spec.models import by_variant
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def groups(items: Sequence[Loaded], device_label: Callable[[Loaded], str]) -> li
 
 
 def _figure(value: float | None, fmt: str = "") -> str:
-    """"-" for none; a ratio in fmt; a throughput (no fmt) as utils.metrics writes every figure."""
+    """"-" for none; a ratio in fmt; a throughput (no fmt) as utils.spec.metrics writes every figure."""
     if value is None:
         return "-"
     return format(value, fmt) if fmt else figure_text(value)

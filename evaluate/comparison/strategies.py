@@ -13,8 +13,8 @@ from typing import Sequence
 from evaluate.comparison import projection
 from evaluate.comparison.plot import PALETTES, save_png
 from evaluate.comparison.repeats import Repeats, memory, tokens
-from utils.metrics import figure_text
-from utils.strategies import IDENTICAL
+from utils.spec.metrics import figure_text
+from utils.spec.strategies import IDENTICAL
 
 
 @dataclass(frozen=True)

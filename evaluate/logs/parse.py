@@ -7,7 +7,7 @@ by a traceback is no step. Fields are found by name, never by position, and ever
 iteration number is optional. What the parsers survive: ANSI colour codes, carriage returns and
 CRLF line ends, other ranks' output interleaved or glued into a line (a value is taken only when
 the whole field is a number, and a Megatron field only when its closing "|" follows), a last line
-cut off (flagged as truncated), nan/inf and step times of 0 or below (kept as float nan: utils.result
+cut off (flagged as truncated), nan/inf and step times of 0 or below (kept as float nan: utils.spec.result
 turns them into flagged nulls), settings that are no number where one belongs (left out, named), and
 several runs appended to one file or a run resumed from a checkpoint (split where the iteration
 counter goes back or a step is printed again with other values; the last run is returned).
@@ -48,7 +48,7 @@ class ParsedLog:
     """What the logs say about the last run they hold."""
 
     framework: str | None  # detected from the line format: mega | prim | nemo (None: no iteration line)
-    records: list[dict]  # per-step records of the last run, by step (utils.result's shape, plus fw_* raw figures)
+    records: list[dict]  # per-step records of the last run, by step (utils.spec.result's shape, plus fw_* raw figures)
     total_steps: int | None  # the run's planned steps, from "iteration n/total"
     truncated: bool  # a line was cut off (a file did not end with a line end)
     runs_found: int  # runs appended in the logs (restarts of the iteration counter + 1)

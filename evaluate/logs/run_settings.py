@@ -1,7 +1,7 @@
 """What a run's settings were, for evaluate.extract: what its log says, under its run request, under the flags.
 
-Every setting is named as in the result (utils/result.py's parallelism and training sections): the parsed
-log's effective settings, the run request (utils.request, config.json) and the flags all use those names,
+Every setting is named as in the result (utils/spec/result.py's parallelism and training sections): the parsed
+log's effective settings, the run request (utils.spec.request, config.json) and the flags all use those names,
 so the settings merge key by key and the result's sections are cut from them in one place (`sections`).
 """
 
@@ -18,12 +18,12 @@ from evaluate.logs.settings import complete_batch
 from evaluate.logs.parse import ParsedLog
 from utils.cli import UsageError
 from utils.config import PLATFORMS, PRECISIONS, ConfigError, load_config
-from utils.fairness import IDENTITY_KEYS, sequence_parallel
-from utils.hardware import lookup_device
-from utils.models import MODELS
-from utils.request import Request, RequestError
-from utils.result import PARALLELISM_KEYS, PARALLELISM_OPTIONAL, TRAINING_KEYS, TRAINING_OPTIONAL, schema
-from utils.strategies import CUSTOM
+from utils.spec.fairness import IDENTITY_KEYS, sequence_parallel
+from utils.machine.hardware import lookup_device
+from utils.spec.models import MODELS
+from utils.spec.request import Request, RequestError
+from utils.spec.result import PARALLELISM_KEYS, PARALLELISM_OPTIONAL, TRAINING_KEYS, TRAINING_OPTIONAL, schema
+from utils.spec.strategies import CUSTOM
 
 VARIANTS = tuple(spec.variant for spec in MODELS.values())
 ALL_PRECISIONS = tuple(dict.fromkeys(p for platform in PLATFORMS for p in PRECISIONS[platform]))
@@ -75,7 +75,7 @@ SETTINGS: dict[str, Setting] = {
     "mock_data": Setting(_zero_one, "0|1", "", help="1: the run trained on synthetic tokens"),
     "device_name": Setting(str, "NAME", "", help="accelerator name for the MFU peak (the log's device line; "
                                                   "else system.json's)"),
-    "strategy": Setting(str, "NAME", "", help="named strategy of utils/strategies.py (default: custom)"),
+    "strategy": Setting(str, "NAME", "", help="named strategy of utils/spec/strategies.py (default: custom)"),
     "warmup_skip": Setting(int, "N", "", help="first steps left out of the statistics (else the request's; "
                                               "else WARMUP_SKIP of config.env and the environment)"),
     "dataset": Setting(str, "NAME", "", help="dataset name (bc, c4, sample)"),
@@ -216,7 +216,7 @@ def merged(logs: list[Path], run_dir: Path | None, request: dict, flags: dict, s
     missing = [key for key, s in SETTINGS.items() if s.label and settings.get(key) is None]
     if "variant" in missing and not shown.variants:
         raise UsageError(f"{where}: the model ({shown.evidence['variant']}) is none of TPrimat's variants "
-                         f"({', '.join(VARIANTS)}; utils/models.py); a result names one of them")
+                         f"({', '.join(VARIANTS)}; utils/spec/models.py); a result names one of them")
     if missing:
         sources = where + (f" and {run_dir / 'config.json'}" if run_dir else "")
         verb = "does" if len(logs) == 1 and run_dir is None else "do"
@@ -242,7 +242,7 @@ def _schema_order(section: str, keys) -> list[str]:
 def sections(settings: dict, fingerprints: dict) -> tuple[dict, dict]:
     """The result's parallelism and training sections of the settings: the one place extract builds them.
 
-    A section field the settings lack is left to utils.result's default (an optional one) or null; the
+    A section field the settings lack is left to utils.spec.result's default (an optional one) or null; the
     workload-identity fields come only from a run request (a log from elsewhere does not know the profile).
     """
     parallelism = {key: settings.get(key) for key in _schema_order("parallelism", PARALLELISM_KEYS | PARALLELISM_OPTIONAL)}

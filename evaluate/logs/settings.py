@@ -3,7 +3,7 @@ TPRIMAT_EFFECTIVE lines, and the hardware and network they name, as one dict in 
 
 Megatron-LM (and Primus, which prints its dump) names settings its own way: MEGATRON_NAMES translates the
 names TPrimat spells otherwise, and SAME_NAMES lists those TPrimat reads as they are (the result's and
-utils/fairness.py's names are Megatron's where they can be). Nothing else is renamed.
+utils/spec/fairness.py's names are Megatron's where they can be). Nothing else is renamed.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ COLLECTIVE_NETWORK = re.compile(r"\bNCCL INFO Using network (\S.*?)\s*$")
 RDMA_NETWORKS = frozenset({"IB"})  # NCCL's built-in RDMA transport, InfiniBand and RoCE alike
 
 # Megatron's names (its argument dump, megatron-core's config reprs) that TPrimat spells otherwise -> TPrimat's
-# (the result's parallelism/training fields, utils/fairness.py's).
+# (the result's parallelism/training fields, utils/spec/fairness.py's).
 MEGATRON_NAMES = {
     "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
     "context_parallel_size": "cp", "world_size": "num_gpus", "micro_batch_size": "mbs", "global_batch_size": "gbs",

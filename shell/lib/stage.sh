@@ -3,12 +3,12 @@
 # run_<stage>.sh -> shell/<stage>.sh in the chosen runtime, supervised so that every stop signal ends
 # everything the command started.
 
-# Before preparing data on a GPU platform: a gated model's tokenizer (utils.models says which) needs
+# Before preparing data on a GPU platform: a gated model's tokenizer (utils.spec.models says which) needs
 # HF_TOKEN, unless it is already prepared or an offline fallback tokenizer is explicitly allowed.
 tp_check_data_secrets() {
   [[ "${PLATFORM}" != cpu && "${ALLOW_FALLBACK_TOKENIZER}" != 1 ]] || return 0
   local gated key repo name tokenizer
-  gated="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.models gated "${MODELS}")" || exit 2
+  gated="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.spec.models gated "${MODELS}")" || exit 2
   while IFS=$'\t' read -r key repo name; do
     [[ -n "${key}" ]] || continue
     tokenizer="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m utils.datafiles layout "${DATA_DIR}" "${DATASET}" "${key}")" \

@@ -3,7 +3,7 @@
     torchrun ... train/train_<framework>.py --request RUN_DIR/config.json --run-dir RUN_DIR   # the launcher
     torchrun ... train/train_<framework>.py --model MODEL --run-dir DIR [--strategy NAME] # by hand
 
-Every setting comes from the run's request (utils.request): the config.json the launcher wrote (--request), or,
+Every setting comes from the run's request (utils.spec.request): the config.json the launcher wrote (--request), or,
 started by hand, the request train.plan builds from the configuration (config.env + environment, utils.config)
 for --model and --strategy, as the launcher would. Bad input (a request of another framework, model or strategy,
 an unreadable request, a taken run directory) is one line and exit status 2; the run itself is
@@ -20,8 +20,8 @@ from train.common.outcome import Start, train_and_report
 from train.plan import Run, request
 from utils.cli import Parser
 from utils.config import ConfigError, load_config
-from utils.models import MODEL_KEYS
-from utils.request import Request, RequestError
+from utils.spec.models import MODEL_KEYS
+from utils.spec.request import Request, RequestError
 
 
 class RequestMismatch(ValueError):

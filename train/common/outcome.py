@@ -11,7 +11,7 @@ calls as a step ends: train_and_report wraps it so that each rank writes its own
 A crash, an out-of-memory error or a NaN loss still ends in a result with status failed: a failing rank leaves
 its traceback in RUN_DIR/error_rank<N>.txt, and the last rank quotes the other ranks' errors in its own. The
 result's identity, layout, workload and measurement window come from the request (Request.result_sections,
-the one place the launcher's judge takes them from too); its figures from utils.metrics through utils.result.
+the one place the launcher's judge takes them from too); its figures from utils.spec.metrics through utils.spec.result.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from typing import Any, Callable
 from train.common.step_log import RankSteps, StepLog, is_last_rank
 from train.mega import cpu_compat
 from train.mega.data import DataError, DataSource, locate
-from utils import platform_env
+from utils.machine import platform_env
 from utils.cli import now_iso
 from utils.files import DiskError, atomic_open
 from utils.fingerprint import project_commit
-from utils.models import by_variant
-from utils.request import Request
-from utils.result import build_result, write_result
+from utils.spec.models import by_variant
+from utils.spec.request import Request
+from utils.spec.result import build_result, write_result
 from utils.runset import system_path
 
 EXCERPT_LINES = 20
@@ -112,7 +112,7 @@ def _system(run_dir: Path) -> tuple[dict, list[str]]:
 
 def assemble_result(req: Request, trainer: Any, source: DataSource | None, run_dir: Path, *,
                     started_at: str, status: str, exit_code: int, error: str | None) -> dict:
-    """The run's result in TPrimat's one shape (utils.result), figures from utils.metrics."""
+    """The run's result in TPrimat's one shape (utils.spec.result), figures from utils.spec.metrics."""
     system, notes = _system(run_dir)
     if trainer is not None:
         notes = trainer.notes + notes

@@ -20,11 +20,11 @@ from typing import Callable, TextIO
 
 import torch
 
-from utils import metrics
+from utils.spec import metrics
 from utils.files import DiskError, writing
-from utils.models import ModelSpec
-from utils.request import Training
-from utils.stragglers import RANK_STEPS_DIR
+from utils.spec.models import ModelSpec
+from utils.spec.request import Training
+from utils.machine.stragglers import RANK_STEPS_DIR
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -32,7 +32,7 @@ MIB = float(1 << 20)
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One optimizer step, in the shared per-step shape (utils/result.py's steps)."""
+    """One optimizer step, in the shared per-step shape (utils/spec/result.py's steps)."""
 
     step: int  # 1-based
     step_time_s: float
@@ -45,10 +45,10 @@ class StepRecord:
     mem_allocated_gib: float | None  # peak since start, the largest over all ranks
     mem_reserved_gib: float | None
     mem_host_rss_gib: float | None = None  # peak resident host memory of a worker process, the largest over all ranks
-    forward_s: float | None = None  # the step's breakdown (utils.metrics.BREAKDOWN_KEYS); None where not measured
+    forward_s: float | None = None  # the step's breakdown (utils.spec.metrics.BREAKDOWN_KEYS); None where not measured
     backward_s: float | None = None
     optimizer_s: float | None = None
-    time_s: float | None = None  # the step's end, time.time() seconds: telemetry.jsonl's clock (utils/telemetry.py)
+    time_s: float | None = None  # the step's end, time.time() seconds: telemetry.jsonl's clock (utils/machine/telemetry.py)
 
     def as_json(self) -> str:
         """One line; nan/inf become null (JSON has no nan) and the nan count says so."""
@@ -161,7 +161,7 @@ class StepLog:
 
 class RankSteps:
     """This rank's own step times, in RUN_DIR/rank_steps/rank<R>.jsonl (flushed per step), for the straggler check
-    (utils/stragglers.py): the step records carry one rank's time only."""
+    (utils/machine/stragglers.py): the step records carry one rank's time only."""
 
     def __init__(self, run_dir: Path, rank: int, local_rank: int):
         folder = run_dir / RANK_STEPS_DIR

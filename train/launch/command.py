@@ -4,8 +4,8 @@ Each framework (utils.config's FRAMEWORKS) is one function of COMMANDS: mega, fs
 on their trainer (train/train_mega.py, train_fsdp.py, train_autotp.py) with the run's config.json; nemo runs
 torchrun on train/train_nemo.py with the recipe settings of train/nemo/recipe.py; prim runs Primus's
 examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/prim/config.py.
-Every command gets the platform's environment with its framework's (utils/platform_env), and a multi-node one
-the network settings of utils/netenv.
+Every command gets the platform's environment with its framework's (utils/machine/platform_env), and a multi-node one
+the network settings of utils/machine/netenv.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from utils.cli import UsageError, warn
 from utils.config import ROOT
 from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.files import write_json
-from utils.netenv import network_env
-from utils.platform_env import DEFAULT_PRIMUS_PATH, platform_env
-from utils.request import Request
+from utils.machine.netenv import network_env
+from utils.machine.platform_env import DEFAULT_PRIMUS_PATH, platform_env
+from utils.spec.request import Request
 
 # Variables of the collective libraries (NCCL, RCCL, gloo) recorded in launch.json as the run is started with them.
 NETWORK_PREFIXES = ("NCCL_", "RCCL_", "GLOO_")
@@ -59,8 +59,8 @@ def torchrun(req: Request) -> list[str]:
 
 
 def vendor_env(req: Request) -> dict[str, str]:
-    """utils/platform_env's variables for the platform and framework where the user has not set them otherwise
-    (theirs win), the multi-node network settings of utils/netenv (NET_* knobs beat what is exported, which
+    """utils/machine/platform_env's variables for the platform and framework where the user has not set them otherwise
+    (theirs win), the multi-node network settings of utils/machine/netenv (NET_* knobs beat what is exported, which
     beats the vendor's defaults), and unbuffered Python so that the console streams into train.log and the
     terminal as it happens."""
     platform = req.identity.platform
@@ -80,7 +80,7 @@ def node_identity(launch: Launch) -> dict:
 
 
 def run_environment(launch: Launch, platform: str, framework: str = "") -> dict[str, str]:
-    """The platform's and framework's variables (utils/platform_env) as the run is started with them."""
+    """The platform's and framework's variables (utils/machine/platform_env) as the run is started with them."""
     env = {**os.environ, **launch.env}
     return {key: env[key] for key in platform_env(platform, framework) if key in env}
 

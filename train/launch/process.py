@@ -3,7 +3,7 @@
 The run starts in a session of its own and dies with the launcher (PR_SET_PDEATHSIG). A stop signal
 (SIGHUP, SIGINT, SIGQUIT, SIGTERM) ends the whole session with SIGTERM, a second one a second or more
 later with SIGKILL; after a stop the run's console goes on into train.log only. The node's telemetry sampler
-(utils/telemetry.py) runs beside the session, from before the run starts until it has ended. Node 0 then has the run
+(utils/machine/telemetry.py) runs beside the session, from before the run starts until it has ended. Node 0 then has the run
 judged by `python3 -m evaluate.judge RUN_DIR` (result.json), whose wait for the other nodes a stop
 signal cuts short, never its record of the run.
 
@@ -27,10 +27,11 @@ from pathlib import Path
 
 from train.launch import settle
 from train.launch.command import Launch
-from utils import ROOT, telemetry
+from utils import ROOT
+from utils.machine import telemetry
 from utils.cli import STOP_SIGNALS, SignalFlag, now_iso, say, warn
 from utils.files import disk_problem, writing
-from utils.vendor_tools import memory_used_mib
+from utils.machine.vendor_tools import memory_used_mib
 
 PR_SET_PDEATHSIG = 1
 LEFTOVER_GRACE_S = 30.0  # a finished run's processes get this long to exit before they are killed
@@ -97,7 +98,7 @@ def _die_with_parent() -> None:
 
 def run_supervised(launch: Launch, log_path: Path, platform: str, telemetry_ms: int | None = None) -> Outcome:
     """Run the command in its own session; a stop signal ends the whole session, a second one kills it. With
-    telemetry_ms, the node's sampler (utils.telemetry) writes telemetry.jsonl beside the log from before the run
+    telemetry_ms, the node's sampler (utils.machine.telemetry) writes telemetry.jsonl beside the log from before the run
     starts until its processes have ended, whether it succeeded, failed or was stopped. DiskError, nothing
     started, when train.log cannot be opened."""
     baseline = memory_used_mib(platform)

@@ -23,10 +23,10 @@ examples/run_pretrain.sh from PRIMUS_PATH (default /workspace/Primus) with the e
 train/prim/config.py. Multi-node: every node runs this with its NODE_RANK; nodes other than 0 keep
 their log and command in node<N>/ of the run directory, and node 0's judge extracts the result from
 every node's log. A multi-node
-run gets the network settings of utils/netenv.py (NET_* knobs, the vendor's defaults), also when
+run gets the network settings of utils/machine/netenv.py (NET_* knobs, the vendor's defaults), also when
 started by hand; each node's launch.json records its host name (and Slurm's name for it) and the
 collective libraries' variables the run was started with. Every result records, under "effective",
-the platform's environment (utils/platform_env) the run was started with, whatever its framework,
+the platform's environment (utils/machine/platform_env) the run was started with, whatever its framework,
 and the network NCCL/RCCL used where the log names it (collective_transport, collective_rdma); a
 multi-node run whose collectives fell back to TCP sockets says so in its warnings.
 
@@ -52,17 +52,17 @@ from pathlib import Path
 from train.launch.command import REQUEST_FILE, Launch, node_identity, prepare, run_environment
 from train.launch.process import hold_stops, judge, run_supervised
 from train.plan import Run, data_problems, request, run_name, skip_reason
-from utils import probe
+from utils.machine import probe
 from utils.cli import Parser, UsageError, warn
 from utils.config import FRAMEWORKS, PLATFORMS, ConfigError, load_config
 from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.files import DiskError, write_json, writing
 from utils.fingerprint import project_commit
 from utils.frameworks import TABLE
-from utils.models import MODEL_KEYS
-from utils.request import Request
+from utils.spec.models import MODEL_KEYS
+from utils.spec.request import Request
 from utils.runset import SYSTEM_FILE, make_run_set
-from utils.strategies import CUSTOM
+from utils.spec.strategies import CUSTOM
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 

@@ -2,7 +2,7 @@
 
 Leftover workers of a previous run hold GPU memory and make the next run fail with out-of-memory
 or "No supported gpu backend found". The launcher starts each run in its own session, so its
-processes are found by session id; GPU memory is read through utils.vendor_tools (nvidia-smi /
+processes are found by session id; GPU memory is read through utils.machine.vendor_tools (nvidia-smi /
 rocm-smi) and compared with what was in use before the run started. Every wait is bounded and ends
 in a warning that names what is still there.
 """
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from utils.vendor_tools import gpu_processes, memory_used_mib
+from utils.machine.vendor_tools import gpu_processes, memory_used_mib
 
 MEMORY_SLACK_MIB = 1024  # drivers and caches move by a few hundred MiB between runs
 POLL_S = 1.0

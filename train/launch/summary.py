@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from utils.cli import Parser
-from utils.metrics import figure_text
+from utils.spec.metrics import figure_text
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ import torch
 
 from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.datafiles import DataProblem, ensure_dataset_helpers, prove
-from utils.fairness import WORKLOAD
-from utils.models import ModelSpec
-from utils.request import Data
+from utils.spec.fairness import WORKLOAD
+from utils.spec.models import ModelSpec
+from utils.spec.request import Data
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
 # megatron-core's GPTDataset (_build_document_sample_shuffle_indices): a last reading of the corpus used less than this
@@ -129,7 +129,7 @@ def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int,
         tokenizer=DatasetTokenizer(source.eod, source.tokenizer_vocab, source.tokenizer_fingerprint, source.fingerprint),
         reset_position_ids=False,
         reset_attention_mask=False,
-        eod_mask_loss=bool(WORKLOAD["eod_mask_loss"]),  # the one workload of every framework (utils.fairness)
+        eod_mask_loss=bool(WORKLOAD["eod_mask_loss"]),  # the one workload of every framework (utils.spec.fairness)
         create_attention_mask=False,  # causal attention needs no mask tensor
     )
     try:

@@ -1,10 +1,10 @@
-"""TPrimat's models (utils.models specs) as megatron-core GPT models.
+"""TPrimat's models (utils.spec.models specs) as megatron-core GPT models.
 
 Everything here sticks to the megatron-core API shared by 0.12 (nemo:25.04), Primus's Megatron-LM
 and 0.16 (the host). The choices a benchmark must be able to prove are made in one place each:
 
 - the layer spec: Transformer Engine's when TE and a GPU are present, the local spec otherwise;
-- the fused kernels: what the fairness profile (utils.fairness) asks for, where the installed stack has the kernel
+- the fused kernels: what the fairness profile (utils.spec.fairness) asks for, where the installed stack has the kernel
   (each recorded on or off in the result, with a warning for every one the table wanted);
 - the initial weights: drawn per logical parameter, so every TP/PP/DP layout of one seed starts
   from the same model (megatron-core's own initialisation depends on the layout).
@@ -33,8 +33,8 @@ from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from utils.fairness import WORKLOAD, sequence_parallel
-from utils.models import ModelSpec
+from utils.spec.fairness import WORKLOAD, sequence_parallel
+from utils.spec.models import ModelSpec
 
 # Megatron initialises the attention output and second MLP projections with std / sqrt(2 L).
 OUTPUT_PROJECTIONS = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
@@ -165,7 +165,7 @@ def precision_of(config: TransformerConfig) -> str:
 
 
 def fp8_recipe_of(config: TransformerConfig) -> dict | None:
-    """The FP8 recipe the built configuration trains with (None without FP8), in utils.fairness's names.
+    """The FP8 recipe the built configuration trains with (None without FP8), in utils.spec.fairness's names.
     A megatron-core without the fp8_recipe field has only the delayed-scaling recipe."""
     if not config.fp8:
         return None

@@ -15,8 +15,8 @@ import torch
 
 from train.common.step_log import is_last_rank
 from utils.files import atomic_open
-from utils.hardware import cpu_native_bf16
-from utils.request import Environment
+from utils.machine.hardware import cpu_native_bf16
+from utils.spec.request import Environment
 
 
 def read_back(trainer, model, parameters: int, dataset) -> dict:

@@ -4,7 +4,7 @@ The loop is Megatron-LM's: megatron-core's GPTModel (train/mega/model.py) under 
 optimizer (AdamW), linear warm-up then cosine decay to MIN_LR, and the forward-backward schedule of the layout
 (no pipelining, or 1F1B). Each step is timed between device synchronisations; its record is reduced over the
 ranks and written by the last rank to steps.jsonl and the console (train/common/step_log.py). Every setting comes
-from the run's request (utils.request).
+from the run's request (utils.spec.request).
 
 The step's forward / backward / optimizer breakdown (breakdown_method) is measured without perturbing it: marks
 that never wait for the device (train/common/step_marks.py: CUDA events, the host clock on the CPU) before each
@@ -40,8 +40,8 @@ from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER
 from train.mega.data import DataSource, build_dataset, microbatches
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
-from utils.models import ModelSpec, by_variant
-from utils.request import Request
+from utils.spec.models import ModelSpec, by_variant
+from utils.spec.request import Request
 
 # Deprecation notices of megatron-core's configuration and of torch's collectives (each call) that would bury the
 # per-step log (megatron-core is imported where it is used, after these). Its warnings that Transformer Engine and
@@ -143,7 +143,7 @@ class Trainer:
     recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench.instrumentation's figure
     breakdown_method: str = field(init=False)  # the result's performance.breakdown.method
     marks: StepMarks = field(init=False)  # the breakdown's marks, reused step after step
-    spec: ModelSpec = field(init=False)  # the variant the request names (utils.models)
+    spec: ModelSpec = field(init=False)  # the variant the request names (utils.spec.models)
 
     def __post_init__(self) -> None:
         self.spec = by_variant(self.request.identity.variant)
@@ -171,7 +171,7 @@ class Trainer:
         parameters = mega_model.count_parameters(model)
         if parameters != spec.param_count():
             raise RuntimeError(f"the built model has {parameters} parameters, the {spec.variant} spec "
-                               f"{spec.param_count()}: utils/models.py and the model builder disagree")
+                               f"{spec.param_count()}: utils/spec/models.py and the model builder disagree")
         self.model = mega_model.wrap(model, config, table)
         self.optimizer = get_megatron_optimizer(OptimizerConfig(
             optimizer="adam", lr=t.lr, min_lr=t.min_lr, weight_decay=t.weight_decay, adam_beta1=t.beta1,

@@ -20,7 +20,7 @@ import torch
 
 from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
-from utils.request import Request
+from utils.spec.request import Request
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -47,7 +47,7 @@ def check(req: Request) -> None:
 
 def accelerator(device: torch.device) -> str:
     """DeepSpeed's accelerator for this device (cuda on NVIDIA and ROCm GPUs, cpu here), checked: DS_ACCELERATOR
-    comes from utils/platform_env.py (the launch's environment, or train/common/outcome.py's platform_env.apply)."""
+    comes from utils/machine/platform_env.py (the launch's environment, or train/common/outcome.py's platform_env.apply)."""
     wanted = "cuda" if device.type == "cuda" else "cpu"
     given = os.environ.get("DS_ACCELERATOR", "")
     if given != wanted:

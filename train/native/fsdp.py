@@ -18,7 +18,7 @@ import torch
 
 from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
-from utils.request import Request
+from utils.spec.request import Request
 
 COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
 ROW = ("self_attn.o_proj", "mlp.down_proj")

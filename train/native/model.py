@@ -1,7 +1,7 @@
 """The torch-native frameworks' model (fsdp, autotp): a Hugging Face `transformers` causal LM built from TPrimat's
-model spec (utils/models.py) with random weights; nothing is downloaded.
+model spec (utils/spec/models.py) with random weights; nothing is downloaded.
 
-Every architecture number comes from the spec; the initialisation std is the workload's (utils.fairness). The
+Every architecture number comes from the spec; the initialisation std is the workload's (utils.spec.fairness). The
 model is built from one seed on every rank, so every layout of a seed starts from the same weights (TP=2 and
 TP=1 alike), and its parameter count must equal the spec's (the FLOPs and the result rely on it).
 """
@@ -14,8 +14,8 @@ import inspect
 import torch
 
 from train.common.outcome import SettingsError
-from utils.fairness import WORKLOAD
-from utils.models import ModelSpec
+from utils.spec.fairness import WORKLOAD
+from utils.spec.models import ModelSpec
 
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
 
@@ -84,5 +84,5 @@ def build(spec: ModelSpec, attn_impl: str, seed: int, device: torch.device) -> t
     parameters = count_parameters(model)
     if parameters != spec.param_count():
         raise RuntimeError(f"the built model has {parameters} parameters, the {spec.variant} spec "
-                           f"{spec.param_count()}: utils/models.py and train/native/model.py disagree")
+                           f"{spec.param_count()}: utils/spec/models.py and train/native/model.py disagree")
     return model

@@ -31,9 +31,9 @@ from train.mega.data import DataSource, build_dataset, microbatches
 from train.native.engine import Engine
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
-from utils.hardware import cpu_native_bf16
-from utils.models import ModelSpec, by_variant
-from utils.request import Request
+from utils.machine.hardware import cpu_native_bf16
+from utils.spec.models import ModelSpec, by_variant
+from utils.spec.request import Request
 
 MakeEngine = Callable[[torch.nn.Module, Request, torch.device], Engine]
 DEVICE_EVENTS = ("CUDA events (train/common/step_marks.py) around each microbatch's forward and loss, the "

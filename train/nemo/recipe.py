@@ -8,8 +8,8 @@ builds (data module, DDP config, precision plugin, callbacks).
 
 from __future__ import annotations
 
-from utils.models import by_variant
-from utils.request import Request
+from utils.spec.models import by_variant
+from utils.spec.request import Request
 
 # nemo.collections.llm.<recipe> (NeMo 2.3): each model's own recipe, whose architecture TPrimat then sets from its
 # spec (a MODEL_LAYERS proxy's layer count included). mistral_7b's MistralConfig7B attends through a sliding
@@ -31,7 +31,7 @@ FAIRNESS_PATHS = {
 }
 # Fairness settings NeMo takes elsewhere: DDP overlap, fp32 reduction and the NaN check in the DDP
 # config, the attention backend as megatron-core's AttnBackend enum (built by train_nemo.py), flash
-# attention through the environment (NVTE_FLASH_ATTN in utils/platform_env.py), the FP8 recipe in
+# attention through the environment (NVTE_FLASH_ATTN in utils/machine/platform_env.py), the FP8 recipe in
 # the precision plugin (MegatronMixedPrecision's argument names).
 DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer", "grad_reduce_in_fp32",
             "check_for_nan_in_grad", "average_in_collective")
@@ -114,12 +114,12 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "ddp": {key: fairness[key] for key in DDP_KEYS},
         "precision": {"plugin": PRECISION_PLUGINS[train.precision], "set": _precision(req)},
         # What NeMo applies of the workload conventions, for the record: its sampler is Megatron's
-        # sequential one (MegatronDataSampler's default), its warm-up its own (utils.fairness).
+        # sequential one (MegatronDataSampler's default), its warm-up its own (utils.spec.fairness).
         "workload": applied,
         "data": _data(req, run_dir),
         "callbacks": _callbacks(req),
         # NeMo's own switches; the platform's (attention kernels, device connections) come from
-        # utils/platform_env.py through the launcher.
+        # utils/machine/platform_env.py through the launcher.
         "env": {"NEMO_LOG_MEMORY_USAGE": "1", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
                 "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
     }

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from utils.cli import Parser, UsageError, run
 from utils.files import atomic_open
-from utils.models import by_variant
-from utils.platform_env import DEFAULT_PRIMUS_PATH
-from utils.request import Request, RequestError
+from utils.spec.models import by_variant
+from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
+from utils.spec.request import Request, RequestError
 
 CONFIG_DIR = "examples/megatron/configs/MI300X"
 # Shipped experiment files per model, newest naming first (Primus renamed them to -BF16-/-FP8- in
@@ -138,7 +138,7 @@ def overrides(req: Request) -> dict:
 
 
 def workload_overrides(req: Request) -> dict:
-    """The workload conventions (utils.fairness.WORKLOAD) over Primus's shipped ones: no EOD loss masking,
+    """The workload conventions (utils.spec.fairness.WORKLOAD) over Primus's shipped ones: no EOD loss masking,
     init std 0.02, the sequential sampler, and the model's published vocabulary at every TP (Megatron-LM
     pads the tokenizer's size to a multiple of make_vocab_size_divisible_by x TP: this divisor lands on it)."""
     applied = req.fairness.workload

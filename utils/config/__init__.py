@@ -33,7 +33,7 @@ from utils.config.resolved import Config
 from utils.config.selection import FRAMEWORKS, PLATFORMS, detect
 from utils.config.show import describe, shell_exports
 from utils.config.workload import PRECISIONS
-from utils.models import get_model
+from utils.spec.models import get_model
 
 __all__ = ["CONFIG_FILE", "FRAMEWORKS", "KNOBS", "PLATFORMS", "PRECISIONS", "ROOT",
            "Config", "ConfigError", "describe", "detect", "environment_warnings", "launch_mode",

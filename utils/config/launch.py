@@ -1,5 +1,5 @@
 """How runs are started (config.env's Slurm, network and run-switch sections): the launcher, Slurm's
-job, the multi-node network (utils.netenv turns the NET_* knobs into each vendor's variables) and
+job, the multi-node network (utils.machine.netenv turns the NET_* knobs into each vendor's variables) and
 the switches of one invocation."""
 
 from __future__ import annotations

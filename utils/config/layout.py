@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from utils.config.parse import COUNT, POSITIVE, Knob
-from utils.models import ModelSpec
-from utils.strategies import CUSTOM, Layout, lookup
+from utils.spec.models import ModelSpec
+from utils.spec.strategies import CUSTOM, Layout, lookup
 
 if TYPE_CHECKING:
     from utils.config.resolved import Config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from utils.config.parse import Knob
-from utils.hardware import TARGET_DEVICES
+from utils.machine.hardware import TARGET_DEVICES
 
 PRICE = Knob("float", high=math.inf, bounds="(]", optional=True, rule="a price per GPU-hour in any currency")
 

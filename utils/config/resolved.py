@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from utils.config.selection import model_layers
-from utils.models import ModelSpec, get_model
-from utils.strategies import CUSTOM, Layout, lookup
+from utils.spec.models import ModelSpec, get_model
+from utils.spec.strategies import CUSTOM, Layout, lookup
 
 
 @dataclass

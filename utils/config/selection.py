@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING
 
 from utils import frameworks
 from utils.config.parse import Knob, list_items
-from utils.models import MODEL_KEYS, get_model
-from utils.strategies import CUSTOM, StrategyError, load_table
-from utils.vendor_tools import detect_platform, gpu_count
+from utils.spec.models import MODEL_KEYS, get_model
+from utils.spec.strategies import CUSTOM, StrategyError, load_table
+from utils.machine.vendor_tools import PLATFORMS, detect_platform, gpu_count
 
 if TYPE_CHECKING:
     from utils.config.resolved import Config
 
-PLATFORMS = ("amd", "nvd", "cpu")
 FRAMEWORKS = frameworks.NAMES
 # What the platform check says a machine lacks when PLATFORM names a vendor it does not have.
 MISSING_VENDOR = {"amd": "AMD GPU (no /dev/kfd; rocm-smi and amd-smi list none)",
@@ -37,7 +36,7 @@ KNOBS = {
 
 
 def detect(env: dict) -> tuple[str, int]:
-    """This machine's platform and GPU count (utils.vendor_tools); TPRIMAT_DETECTED_PLATFORM and
+    """This machine's platform and GPU count (utils.machine.vendor_tools); TPRIMAT_DETECTED_PLATFORM and
     TPRIMAT_DETECTED_GPUS, once exported (shell_exports), spare the tools a second question."""
     if env.get("TPRIMAT_DETECTED_PLATFORM"):
         return env["TPRIMAT_DETECTED_PLATFORM"], int(env.get("TPRIMAT_DETECTED_GPUS") or 0)

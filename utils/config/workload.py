@@ -7,8 +7,8 @@ import math
 from typing import TYPE_CHECKING
 
 from utils.config.parse import COUNT, POSITIVE, Knob
-from utils.fairness import PROFILES
-from utils.hardware import cpu_precision
+from utils.spec.fairness import PROFILES
+from utils.machine.hardware import cpu_precision
 
 if TYPE_CHECKING:
     from utils.config.resolved import Config
@@ -51,7 +51,7 @@ MEASUREMENT = {
 
 
 def resolve_precision(values: dict, sources: dict[str, str], platform: str, env: dict) -> None:
-    """PRECISION=auto: bf16 on GPUs, the CPU's fastest correct one (utils.hardware) on the CPU; its source says why."""
+    """PRECISION=auto: bf16 on GPUs, the CPU's fastest correct one (utils.machine.hardware) on the CPU; its source says why."""
     if values["PRECISION"] == "auto":
         values["PRECISION"], why = cpu_precision(env) if platform == "cpu" else ("bf16", "bf16 on GPUs")
         sources["PRECISION"] = f"{sources.get('PRECISION', 'config.env')}: auto, {why}"

@@ -11,7 +11,7 @@ import json
 import subprocess
 from typing import Any
 
-from utils.telemetry_backends import NVML_REASONS, Backend, SamplerError, Unavailable, kept
+from utils.machine.telemetry_backends import NVML_REASONS, Backend, SamplerError, Unavailable, kept
 
 NVIDIA_SMI_FIELDS = ("index", "power.draw", "clocks.sm", "clocks.mem", "temperature.gpu", "temperature.memory",
                      "utilization.gpu", "utilization.memory", "memory.used", "clocks_throttle_reasons.active")

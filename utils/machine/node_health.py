@@ -5,7 +5,7 @@ remaps, a power limit below the default, a PCIe link trained below its generatio
 down, memory held by a stale process, a GPU hot at idle, an InfiniBand port down, or a CPU governor that is not
 "performance" each skew it. The checks follow NVIDIA's DGX prescreen and AMD's node checks
 (../shared/reference/machine.md). GPUs are read through NVML (nvidia-ml-py) or amdsmi, else `nvidia-smi` or
-`amd-smi` (utils/health_readers.py); a query a device does not support is skipped (never a crash, never a false
+`amd-smi` (utils/machine/health_readers.py); a query a device does not support is skipped (never a crash, never a false
 problem). The InfiniBand ports and the CPU governor are read from sysfs (TPRIMAT_SYSFS_ROOT, default /sys; tests
 point it at a fake tree).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from utils.cli import now_iso
-from utils.health_readers import NOT_SHOWN, READERS, Gpu, NoLibrary
+from utils.machine.health_readers import NOT_SHOWN, READERS, Gpu, NoLibrary
 
 SYSFS_ENV = "TPRIMAT_SYSFS_ROOT"
 IDLE_MEMORY_MIB = 1024  # more than this in use before the first run: another job or a stale process holds the GPU

@@ -4,8 +4,8 @@ collectives from their bytes and the links' bandwidth, and the pipeline bubble.
 Each part is a floor the hardware cannot beat, not a forecast: a measured step divided by the bound (the result's
 prediction.efficiency) says how far the run is from what the device and its links allow.
 
-- Compute: TPrimat's FLOPs per token (utils.models, Megatron's convention) x the step's tokens / GPUs / dense peak
-  at the run's precision (utils.hardware).
+- Compute: TPrimat's FLOPs per token (utils.spec.models, Megatron's convention) x the step's tokens / GPUs / dense peak
+  at the run's precision (utils.machine.hardware).
 - Tensor parallelism: 4 all-reduces of one microbatch's b x s x h activations per layer (2 in forward after the
   attention and MLP row-parallel projections, 2 in backward for the column-parallel inputs' gradients; with
   sequence parallelism each is an all-gather plus a reduce-scatter, the same bytes: Korthikanti et al. 2022, sec.
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from utils.hardware import INTER_NODE_GBPS, DeviceSpec
-from utils.models import ModelSpec
-from utils.predict_memory import MEGATRON, Layout, hf_shapes, megatron_numels
+from utils.machine.hardware import INTER_NODE_GBPS, DeviceSpec
+from utils.spec.models import ModelSpec
+from utils.predict.memory import MEGATRON, Layout, hf_shapes, megatron_numels
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class TimeBound:
 
 
 def links(device: DeviceSpec, gpus_per_node: int, nnodes: int, link_gbps: float | None) -> Links:
-    """The device's intra-node link and the inter-node one (NET_LINK_GBPS, Gb/s, else utils.hardware's default)."""
+    """The device's intra-node link and the inter-node one (NET_LINK_GBPS, Gb/s, else utils.machine.hardware's default)."""
     inter = (link_gbps if link_gbps is not None else INTER_NODE_GBPS) * 1e9 / 8
     return Links(float(device.intra_gb_s or 0.0) * 1e9, inter, gpus_per_node, nnodes)
 

@@ -3,13 +3,13 @@
 The planner (train/plan.py) builds it once from the validated configuration and the launcher writes it as
 the run's config.json; every launcher, trainer and generated framework file reads it from there
 (`Request.read`), and the result's parallelism and training sections come from it (`result_parallelism`,
-`result_training`). Its field names are the result schema's (utils/result.schema.json), so no layer renames
+`result_training`). Its field names are the result schema's (utils/spec/result.schema.json), so no layer renames
 a setting: seq_len is seq_len from config.json to result.json.
 
 config.json holds one object per section below (identity, parallelism, training, data, fairness, native,
 environment), plus `knobs`: every configuration knob as resolved for the run (the record that reproduces it;
 code reads the typed sections, and the knobs only where it hands them on as they are: the NET_* network
-settings, utils/netenv.py).
+settings, utils/machine/netenv.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from utils.fairness import identity
+from utils.spec.fairness import identity
 from utils.files import write_json
 
 
@@ -35,7 +35,7 @@ class Identity:
     run_id: str  # its directory name inside the run set, e.g. "mega-llama" or "prim-qwen-balanced-r2"
     platform: str  # amd | nvd | cpu
     framework: str  # utils/frameworks.py: mega | nemo | prim | fsdp | autotp
-    model: str  # the registry key (utils/models.py): llama | qwen | llama70b | mistral
+    model: str  # the registry key (utils/spec/models.py): llama | qwen | llama70b | mistral
     variant: str  # the model variant trained, e.g. "llama3.1-8b" or "qwen2.5-tiny"
     repeat: int  # 1-based
     commit: str | None = None  # the checkout's commit (None: not a git checkout)
@@ -45,7 +45,7 @@ class Identity:
 class Parallelism:
     """The layout: the result's parallelism section plus the machine size it runs on."""
 
-    strategy: str  # the named layout (utils/strategies.py), or "custom"
+    strategy: str  # the named layout (utils/spec/strategies.py), or "custom"
     tp: int
     pp: int
     dp: int
@@ -90,7 +90,7 @@ class Data:
 
 @dataclass(frozen=True)
 class Fairness:
-    """The fairness profile the run applies (utils/fairness.py) and the workload conventions of its framework."""
+    """The fairness profile the run applies (utils/spec/fairness.py) and the workload conventions of its framework."""
 
     profile: str  # FAIRNESS: spec | tuned
     table: dict  # the profile's full settings table
@@ -122,7 +122,7 @@ class Environment:
     profiling: bool
     profile_start_step: int
     profile_end_step: int
-    telemetry: bool = True  # sample the node's GPUs (or CPU) around the trainer (utils/telemetry.py)
+    telemetry: bool = True  # sample the node's GPUs (or CPU) around the trainer (utils/machine/telemetry.py)
     telemetry_interval_ms: int = 1000
 
 
@@ -189,7 +189,7 @@ class Request:
 
     def result_sections(self, *, dataset_fingerprint: str | None = None,
                         tokenizer_fingerprint: str | None = None) -> dict:
-        """Every utils.result.build_result argument the request decides, for `build_result(**sections, ...)`:
+        """Every utils.spec.result.build_result argument the request decides, for `build_result(**sections, ...)`:
         the one place a result's identity, layout, workload and measurement window come from."""
         return {"platform": self.identity.platform, "framework": self.identity.framework,
                 "variant": self.identity.variant, "parallelism": self.result_parallelism(),

@@ -1,4 +1,4 @@
-"""What each GPU reports for the node-health checks (utils/node_health.py), read four ways.
+"""What each GPU reports for the node-health checks (utils/machine/node_health.py), read four ways.
 
 NVIDIA through NVML (nvidia-ml-py), else `nvidia-smi`'s queries; AMD through amdsmi (ROCm's binding), else
 `amd-smi static --json` and `amd-smi metric --json`. Each reader answers a Gpu per device, with None for every
@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from utils.telemetry_backends import NVML_REASONS
-from utils.telemetry_tools import _amd_value as amd_value
-from utils.vendor_tools import run_tool
+from utils.machine.telemetry_backends import NVML_REASONS
+from utils.machine.telemetry_tools import _amd_value as amd_value
+from utils.machine.vendor_tools import run_tool
 
 NVLINK_MAX_LINKS = 18  # H100 SXM has 18 NVLink 4 links; a GPU with fewer answers NotSupported past its last
 PCIE_GEN_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # amdsmi: MT/s (32000), amd-smi: GT/s (32)

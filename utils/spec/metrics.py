@@ -1,8 +1,8 @@
 """Throughput and statistics: the one place where TPrimat turns step times into figures.
 
 Every framework's steps go through these functions, so the same run measured by two frameworks
-gives the same numbers. FLOPs per token comes from utils.models (one convention: Megatron's,
-causal attention halved); the device peak from utils.hardware.
+gives the same numbers. FLOPs per token comes from utils.spec.models (one convention: Megatron's,
+causal attention halved); the device peak from utils.machine.hardware.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from utils.models import ModelSpec
+from utils.spec.models import ModelSpec
 
 # A step's parts, each timed by its framework's trainer (train/native_steps.py, train/mega/trainer.py); "other" is
 # the rest of the step (data loading, gradient clipping and synchronisation outside the three).
@@ -108,7 +108,7 @@ def per_gpu(value: float, num_gpus: int) -> float:
 
 
 def tflops_per_gpu(spec: ModelSpec, seq_len: int, tokens_per_s_per_gpu: float) -> float:
-    """TFLOP/s/GPU = FLOPs per token (utils.models) x tokens/s/GPU / 1e12."""
+    """TFLOP/s/GPU = FLOPs per token (utils.spec.models) x tokens/s/GPU / 1e12."""
     return spec.flops_per_token(seq_len) * tokens_per_s_per_gpu / 1e12
 
 

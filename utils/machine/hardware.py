@@ -114,7 +114,7 @@ def lookup_device(device_name: str | None) -> DeviceSpec | None:
     for pattern, spec in DEVICES:
         if re.search(pattern, upper):
             return spec
-    warnings.warn(f"device {device_name!r} is not in the peak TFLOP/s table (utils/hardware.py): "
+    warnings.warn(f"device {device_name!r} is not in the peak TFLOP/s table (utils/machine/hardware.py): "
                   "MFU left empty", stacklevel=2)
     return None
 

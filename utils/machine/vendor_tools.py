@@ -1,13 +1,13 @@
 """The one reader of the GPU vendors' tools (nvidia-smi, rocm-smi, amd-smi): which GPUs a machine has,
 what they are, and how much of their memory is in use.
 
-Detection (the configuration, shell/platform.sh), the system description (utils.probe) and the
+Detection (the configuration, shell/platform.sh), the system description (utils.machine.probe) and the
 settling between runs (train.launch.settle) all ask here, so that a tool's output is parsed in one place.
 A tool that is missing, fails or hangs answers nothing: no GPU of that vendor, never a guess.
 Standard library only: the configuration detects the platform before any environment exists.
 
-    python3 -m utils.vendor_tools platform           # nvd, amd or cpu: what this machine has
-    python3 -m utils.vendor_tools count [PLATFORM]   # its GPUs (default: the detected platform's)
+    python3 -m utils.machine.vendor_tools platform           # nvd, amd or cpu: what this machine has
+    python3 -m utils.machine.vendor_tools count [PLATFORM]   # its GPUs (default: the detected platform's)
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Mapping
 
 from utils.cli import Parser
+
+PLATFORMS = ("amd", "nvd", "cpu")  # AMD (ROCm), NVIDIA (CUDA), no GPU
 
 TIMEOUT_S = 20  # a driver that hangs must not hang the caller
 KFD = "/dev/kfd"  # AMD's kernel driver node: present when the driver is loaded, whatever the tools say
@@ -198,9 +200,7 @@ def gpu_processes(platform: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from utils.config import PLATFORMS  # the configuration asks this module first: no import cycle at load
-
-    parser = Parser(prog="python3 -m utils.vendor_tools", description=__doc__,
+    parser = Parser(prog="python3 -m utils.machine.vendor_tools", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("question", choices=("platform", "count"))
     parser.add_argument("platform", nargs="?", choices=PLATFORMS, help="with count: whose GPUs (default: detected)")

@@ -5,8 +5,8 @@ train/train_mega.py fills in any that are missing and still take effect, so a to
 hand gets the same environment. A value already set in the environment wins (a user's deliberate
 override stays visible in the result, which records the effective values). Standard library only.
 
-    eval "$(python3 -m utils.platform_env)"     # a run on this machine, started by hand
-    python3 -m utils.platform_env amd|nvd|cpu    # one platform's variables
+    eval "$(python3 -m utils.machine.platform_env)"     # a run on this machine, started by hand
+    python3 -m utils.machine.platform_env amd|nvd|cpu    # one platform's variables
 
 Without a platform (or with `auto` or an empty one, as "$PLATFORM" is in a fresh shell) the platform
 is resolved as the launcher resolves it (utils.config: PLATFORM from the environment or config.env,
@@ -98,7 +98,7 @@ def apply(platform: str, environ: MutableMapping[str, str] | None = None, framew
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m utils.platform_env", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python3 -m utils.machine.platform_env", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("platform", nargs="?", default="auto", choices=["auto", "", *PLATFORM_ENV],
                         metavar="PLATFORM",
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cfg = load_config()
         except ConfigError as err:
-            err.report("utils.platform_env")
+            err.report("utils.machine.platform_env")
             return 2
         exports = {"PLATFORM": cfg.platform, "GPUS_PER_NODE": str(cfg["GPUS_PER_NODE"])}
     platform = exports.get("PLATFORM", args.platform)

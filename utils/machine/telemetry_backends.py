@@ -1,7 +1,7 @@
-"""How the telemetry sampler (utils/telemetry.py) reads a node: one backend per way of reading, tried in order.
+"""How the telemetry sampler (utils/machine/telemetry.py) reads a node: one backend per way of reading, tried in order.
 
-  nvd: NVML through nvidia-ml-py (`pynvml`), else `nvidia-smi` (utils/telemetry_tools.py);
-  amd: `amdsmi` (ROCm's binding), else `amd-smi` (utils/telemetry_tools.py);
+  nvd: NVML through nvidia-ml-py (`pynvml`), else `nvidia-smi` (utils/machine/telemetry_tools.py);
+  amd: `amdsmi` (ROCm's binding), else `amd-smi` (utils/machine/telemetry_tools.py);
   cpu: RAPL package energy (POWERCAP_ROOT, default /sys/class/powercap; unwrapped at max_energy_range_uj) where
        readable, and psutil's CPU frequency and utilization.
 A query the device does not support (NVMLError_NotSupported, amdsmi's AMDSMI_STATUS_NOT_SUPPORTED, the tools'

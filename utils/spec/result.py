@@ -1,7 +1,7 @@
 """The one result shape: build it from a run's plain data, validate it, write it atomically.
 
 The TPrimat trainer and evaluate.extract both end here, so a Megatron, Primus or NeMo run all
-become the same JSON (utils/result.schema.json), with every figure computed by utils.metrics.
+become the same JSON (utils/spec/result.schema.json), with every figure computed by utils.spec.metrics.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import jsonschema
 
-from utils import metrics
-from utils.fairness import IDENTITY_KEYS
+from utils.spec import metrics
+from utils.spec.fairness import IDENTITY_KEYS
 from utils.files import atomic_open
-from utils.hardware import peak_tflops
-from utils.models import by_variant
+from utils.machine.hardware import peak_tflops
+from utils.spec.models import by_variant
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
 SCHEMA_VERSION = "1.4"
@@ -136,17 +136,17 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                  effective: Mapping | None = None, features: Mapping | None = None,
                  host_rss_gib_per_worker: Sequence[float] = (), breakdown_method: str | None = None,
                  warnings: Sequence[str] = ()) -> dict:
-    """Assemble one result from plain data and compute every figure with utils.metrics.
+    """Assemble one result from plain data and compute every figure with utils.spec.metrics.
 
     Parameters (all keyword-only; raises ResultError naming the field on unknown or missing keys):
       run: {"id": str, "started_at": ISO str|None, "ended_at": ISO str|None,
             "status": "ok"|"failed"|"incomplete", "exit_code": int|None, "error_excerpt": str|None,
             "commit": str|None} plus optionally "source" ("trainer"|"extract") and "log_files" [str].
       platform: "amd" | "nvd" | "cpu".   framework: "mega" | "prim" | "nemo".
-      variant: exact model variant (utils.models.by_variant), e.g. "llama3.1-8b-tiny"; fills the
+      variant: exact model variant (utils.spec.models.by_variant), e.g. "llama3.1-8b-tiny"; fills the
             parameter count and architecture numbers.
       system: the probe's system.json as a dict ({} when there is none, e.g. a failed start).
-      parallelism: {"strategy": str ("custom" or a utils.strategies name), "tp", "pp", "dp", "ga": int,
+      parallelism: {"strategy": str ("custom" or a utils.spec.strategies name), "tp", "pp", "dp", "ga": int,
             "sequence_parallel": bool|None, "distributed_optimizer": bool|None} plus optionally
             "nnodes": int (default: system's "nodes", the run set's node count; left out when unknown).
       training: {"steps": requested TRAIN_ITERS, "mbs", "gbs", "seq_len": int, "precision": "bf16"|"fp8"|"fp32",
@@ -154,14 +154,14 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
             "dataset_fingerprint": str|None, "tokenizer_fingerprint": str|None,
             "mock_data": bool (as requested)} plus optionally "lr_decay_style" (default "cosine"),
             "weight_decay", "beta1", "beta2", "grad_clip", and the workload-identity fields of
-            utils.fairness.identity (fairness_profile, init_method_std, padded_vocab_size, eod_mask_loss,
+            utils.spec.fairness.identity (fairness_profile, init_method_std, padded_vocab_size, eod_mask_loss,
             dataloader_type, lr_warmup_convention, check_for_nan_in_grad, fp8_recipe).
       steps: per-step records {"step": int (1-based), "step_time_s": float|None, "loss", "lr",
             "grad_norm": float|None, "skipped": int, "nan": int, "tokens": int,
             "mem_allocated_gib", "mem_reserved_gib": float|None (peak since start, per GPU)};
             extra keys are ignored except those of STEP_OPTIONAL_KEYS: "mem_device_used_gib" (driver-reported
             device memory), "mem_host_rss_gib" (peak resident host memory of the largest worker, GiB) and the
-            step's breakdown "forward_s", "backward_s", "optimizer_s" (utils.metrics.BREAKDOWN_KEYS). nan/inf values
+            step's breakdown "forward_s", "backward_s", "optimizer_s" (utils.spec.metrics.BREAKDOWN_KEYS). nan/inf values
             may be passed as floats: they become null and are listed in health.nonfinite and warnings.
       warmup_skip: WARMUP_SKIP; steps numbered <= it are left out of the statistics.
       num_gpus: GPUs of the job (TP x PP x DP); tokens/s/GPU divides by it.
@@ -296,7 +296,7 @@ def write_result(path: str | os.PathLike, result: Mapping) -> Path:
     """Validate against the schema, then write atomically (temporary file in the same folder, rename)."""
     problems = schema_errors(result)
     if problems:
-        raise ResultError("result does not match utils/result.schema.json:\n" + "\n".join(problems))
+        raise ResultError("result does not match utils/spec/result.schema.json:\n" + "\n".join(problems))
     target = Path(path)
     with atomic_open(target, encoding="utf-8") as out:
         json.dump(result, out, indent=1, allow_nan=False)

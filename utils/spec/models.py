@@ -8,8 +8,8 @@ Standard library only: utils.config imports it to validate TP/PP before any envi
 The FLOPs formula lives here too (Megatron's convention, causal attention halved), so every
 framework's throughput is converted to TFLOP/s the same way.
 
-    python3 -m utils.models gated llama,qwen   # the gated tokenizers: KEY, Hub repository, name (tab-separated)
-    python3 -m utils.models data-keys llama,llama70b   # the models whose data to prepare: llama
+    python3 -m utils.spec.models gated llama,qwen   # the gated tokenizers: KEY, Hub repository, name (tab-separated)
+    python3 -m utils.spec.models data-keys llama,llama70b   # the models whose data to prepare: llama
 
 The shell asks it before preparing data: a gated model's tokenizer needs HF_TOKEN. A model that uses
 another's tokenizer (Llama 3.1 70B: Llama 3.1 8B's) is answered with that model, whose tokenizer and
@@ -197,7 +197,7 @@ def data_keys(keys: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python3 -m utils.models", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python3 -m utils.spec.models", description=__doc__.split("\n\n")[0])
     parser.add_argument("question", choices=("gated", "data-keys"),
                         help="gated: the gated tokenizers to fetch; data-keys: the distinct models whose data to "
                              "prepare, one a line")

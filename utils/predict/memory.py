@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from utils.models import ModelSpec
+from utils.spec.models import ModelSpec
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"bf16": 2, "fp8": 2, "fp32": 4}  # FP8 trains from bf16 weights: its activations are counted as bf16

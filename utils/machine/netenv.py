@@ -18,7 +18,7 @@ Both GPU vendors default to NCCL_DEBUG=INFO: only its lines say whether the node
 costs a few dozen lines per rank and communicator at start-up (a few MB for 16 GPUs), none per step:
 the default subsystems leave out the per-collective ones.
 
-    python3 -m utils.netenv [amd|nvd|cpu]   # export lines for the shell: what a multi-node run gets
+    python3 -m utils.machine.netenv [amd|nvd|cpu]   # export lines for the shell: what a multi-node run gets
 
 The command line reads the NET_* knobs as the launcher does (utils.config: the environment over
 config.env); without a platform it takes this machine's, as the launcher resolves it.
@@ -81,7 +81,7 @@ def network_env(platform: str, knobs: Mapping[str, str], environ: Mapping[str, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m utils.netenv", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python3 -m utils.machine.netenv", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("platform", nargs="?", choices=list(VENDORS),
                         help="amd, nvd or cpu (default: this machine's, as the launcher resolves it)")
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(env)
     except ConfigError as err:
-        err.report("utils.netenv")
+        err.report("utils.machine.netenv")
         return 2
     for key, value in network_env(cfg.platform, cfg.values).items():
         print(f"export {key}={shlex.quote(value)}")

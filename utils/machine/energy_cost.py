@@ -3,7 +3,7 @@
 The comparison (evaluate/comparison/energy.py, evaluate/comparison/plot.py) takes every such figure from here, so
 that each formula exists once:
 
-- energy per token comes from the result's telemetry section (utils/energy.py: all the run's devices over the
+- energy per token comes from the result's telemetry section (utils/machine/energy.py: all the run's devices over the
   steady-state steps, from their energy counters or their sampled power). A result without the section, with
   telemetry off, without a power sensor (the CPU in most VMs) or without energy over the window has none, and
   `energy_of` says why: a figure that was not measured is never shown as 0;

@@ -37,7 +37,7 @@ SPEC: dict[str, object] = {
     "cross_entropy_fusion_impl": "native",  # megatron-core's own kernel, available on CUDA and ROCm
     "gradient_accumulation_fusion": False,  # Primus ships it off on ROCm; NeMo and mega follow for parity
     "attention_backend": "auto",  # Transformer Engine's fused/flash attention kernels on both vendors
-    "use_flash_attn": True,  # NeMo: NVTE_FLASH_ATTN=1 from utils/platform_env.py
+    "use_flash_attn": True,  # NeMo: NVTE_FLASH_ATTN=1 from utils/machine/platform_env.py
     "adam_eps": 1e-8,
     "fp8_param_gather": False,  # with PRECISION=fp8: Primus's default; NeMo's FP8 plugin turns it on
     # A debugging aid that costs a host synchronisation per gradient bucket (megatron-core 0.12 DDP);
@@ -71,7 +71,7 @@ WORKLOAD: dict[str, object] = {
     "eod_mask_loss": False,  # Megatron-LM's default: the loss counts the EOD tokens (Primus ships true)
     "dataloader_type": "single",  # Megatron-LM's sequential sampler (Primus's pre_trainer.yaml ships cyclic)
 }
-# The padded vocabulary: the model's published one (utils.models' vocab_size: 152064 Qwen, 128256
+# The padded vocabulary: the model's published one (utils.spec.models' vocab_size: 152064 Qwen, 128256
 # Llama), for every TP. Megatron-LM pads the tokenizer's size to a multiple of
 # make_vocab_size_divisible_by x TP, which changes the model with the layout (Qwen 151680 at TP1,
 # 151808 at TP2); Primus is given make_vocab_size_divisible_by = vocab_size / TP, so its padding

@@ -1,6 +1,6 @@
 """The node's telemetry during a run: one sampler per node, started by the launcher around the trainer.
 
-    python3 -m utils.telemetry --out RUN_DIR/telemetry.jsonl --platform nvd [--interval-ms 1000]
+    python3 -m utils.machine.telemetry --out RUN_DIR/telemetry.jsonl --platform nvd [--interval-ms 1000]
 
 Why a process of its own (not a thread in the launcher): the vendors' libraries are native code, and a
 crash or a hang inside one must not take the launcher down, which would end the run (the run dies with its
@@ -8,7 +8,7 @@ launcher). The sampler is started outside the run's session, so it samples until
 (SIGTERM), also after a failed or interrupted run; it dies with the launcher (PR_SET_PDEATHSIG).
 
 How the node is read (NVML or amdsmi, else the vendors' tools; RAPL and psutil on the CPU), and what a device
-that does not support a query records (nothing): utils/telemetry_backends.py. The file's first line names the
+that does not support a query records (nothing): utils/machine/telemetry_backends.py. The file's first line names the
 method; without a readable power sensor it says so and no power is recorded.
 
 telemetry.jsonl, one JSON object a line, flushed as written, time_s on time.time()'s clock (steps.jsonl's):
@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
+from utils import ROOT
 from utils.cli import Parser, run
-from utils.telemetry_backends import Backend, SamplerError, Unavailable, amdsmi_lib, cpu, nvml
-from utils.telemetry_tools import amd_smi, nvidia_smi
+from utils.machine.telemetry_backends import Backend, SamplerError, Unavailable, amdsmi_lib, cpu, nvml
+from utils.machine.telemetry_tools import amd_smi, nvidia_smi
 
 FILE = "telemetry.jsonl"
 STOP_WAIT_S = 10.0  # the launcher waits this long for the sampler's clean stop, then kills it
@@ -145,8 +146,8 @@ def start(out_path: Path, platform: str, interval_ms: int, env: dict[str, str]) 
     """Start the node's sampler (its own session, so a stop of the run's session leaves it sampling the stop);
     None, with the reason written as the record, when it cannot start."""
     try:
-        return subprocess.Popen([sys.executable, "-m", "utils.telemetry", "--out", str(out_path), "--platform",
-                                 platform, "--interval-ms", str(interval_ms)], cwd=Path(__file__).resolve().parents[1],
+        return subprocess.Popen([sys.executable, "-m", "utils.machine.telemetry", "--out", str(out_path), "--platform",
+                                 platform, "--interval-ms", str(interval_ms)], cwd=ROOT,
                                 env=env, stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_sampler_process)
     except OSError as err:
@@ -225,7 +226,7 @@ def read(path: Path) -> Record:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python3 -m utils.telemetry", description=__doc__,
+    parser = Parser(prog="python3 -m utils.machine.telemetry", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="the JSON-lines file to append to")
     parser.add_argument("--platform", required=True, choices=("amd", "nvd", "cpu"))
@@ -237,4 +238,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run(main, "utils.telemetry")
+    run(main, "utils.machine.telemetry")

@@ -3,9 +3,9 @@
     python3 -m train.plan        # each run's predicted peak memory and step-time bound on the target device
 
 The device a plan is made for: TARGET_DEVICE (h100 | h200 | b200 | mi300x | mi325x | mi355x: the device table of
-utils/hardware.py), else the detected GPUs (nvidia-smi, rocm-smi / amd-smi through utils.vendor_tools), else, on the
+utils/machine/hardware.py), else the detected GPUs (nvidia-smi, rocm-smi / amd-smi through utils.machine.vendor_tools), else, on the
 CPU platform, the host's memory shared by its worker processes (no time bound: a CPU has no dense peak in the table).
-Memory per part: utils/predict_memory.py; the time bound: utils/predict_time.py. After a run the judge records the
+Memory per part: utils/predict/memory.py; the time bound: utils/predict/step_time.py. After a run the judge records the
 prediction with the measured step time's efficiency against the bound and the measured peak memory beside the
 predicted one (result_section).
 """
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from utils import vendor_tools
-from utils.hardware import TARGET_DEVICES, DeviceSpec, lookup_device
-from utils.metrics import figure_text
-from utils.models import ModelSpec, by_variant
-from utils.predict_memory import GIB, Layout, Memory, memory
-from utils.predict_time import TimeBound, bound, links
-from utils.request import Request
+from utils.machine import vendor_tools
+from utils.machine.hardware import TARGET_DEVICES, DeviceSpec, lookup_device
+from utils.spec.metrics import figure_text
+from utils.spec.models import ModelSpec, by_variant
+from utils.predict.memory import GIB, Layout, Memory, memory
+from utils.predict.step_time import TimeBound, bound, links
+from utils.spec.request import Request
 
 MEMINFO = Path("/proc/meminfo")
 NO_DEVICE = "no device to plan for: set TARGET_DEVICE (h100|h200|b200|mi300x|mi325x|mi355x)"

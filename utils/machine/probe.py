@@ -2,7 +2,7 @@
 
     python3 -m evaluate.probe -o system.json     # or without -o: print it
 
-Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers; utils.vendor_tools reads
+Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers; utils.machine.vendor_tools reads
 them), else from torch when it sees a device; software versions from the installed distributions; host facts from /proc, /etc and
 /sys. Whatever cannot be read stays null: on a CPU-only machine the GPU fields are empty, never
 invented.
@@ -39,7 +39,7 @@ from typing import Mapping
 
 from utils import ROOT
 from utils.files import atomic_open
-from utils.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
+from utils.machine.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
 
 PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
 DISTRIBUTIONS = {"torch": ("torch",), "megatron_core": ("megatron-core", "megatron_core"),
@@ -254,7 +254,7 @@ def stack_problem(platform: str, frameworks: list[str], python: str, primus_path
         wanted = dict.fromkeys(name for framework in frameworks for name in FRAMEWORK_MODULES[framework])
         missing += [f"no {name}" for name in wanted if not facts["modules"].get(name)]
     if "prim" in frameworks:
-        from utils.platform_env import DEFAULT_PRIMUS_PATH
+        from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
 
         primus = Path(primus_path or DEFAULT_PRIMUS_PATH)
         if not (primus / "examples" / "run_pretrain.sh").is_file():

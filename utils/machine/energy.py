@@ -1,6 +1,6 @@
 """The result's telemetry section: what the node's devices drew, clocked and throttled over the steady steps.
 
-Input: each node's telemetry record (utils/telemetry.py) and the steps on the same clock (each step's end,
+Input: each node's telemetry record (utils/machine/telemetry.py) and the steps on the same clock (each step's end,
 time.time() seconds, and its duration). Energy comes from the device's cumulative counter where every
 device of the run has one (interpolated at the window's edges), else from the sampled power integrated over
 time (trapezoids), and the section says which. A figure no device reported is absent, never zero.
@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from utils.telemetry import Record
+from utils.machine.telemetry import Record
 
 # clock-event reasons that are not a slowdown of the run: the GPU idled, or the user set its clocks.
 NOT_THROTTLE = frozenset({"applications_clocks", "display_clock"})

@@ -1,0 +1,5 @@
+"""The machine behind a number: `hardware` (device specs and the peak table), `vendor_tools` (the vendors' command
+line tools, the platform), `probe` (what the machine is), `node_health` + `health_readers` (the checks before the
+first run), `telemetry` + `telemetry_backends` + `telemetry_tools` (the node's sampler), `energy` (samples over
+the steady state), `energy_cost` (energy per token, cost), `stragglers`, and the environment a run starts with
+(`platform_env`, `netenv`)."""

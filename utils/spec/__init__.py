@@ -1,0 +1,3 @@
+"""The specification of a run, the facts every stage shares: `models` (architecture numbers), `strategies` (named
+layouts), `fairness` (profiles and workload conventions), `request` (one run's typed request), `result` (+
+`result.schema.json`: the one result shape) and `metrics` (the FLOPs formula and every figure)."""
