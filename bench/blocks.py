@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from train.common import cli as trainer_cli
-from train.mega.data import locate
+from train.common.megatron_data import locate
 from train.native import trainer as native_trainer
 from train.native.fsdp import FsdpEngine
 from utils.machine import platform_env

@@ -41,8 +41,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from bench.blocks import alternating, block_lines, block_parser, paired_difference, parse_blocks
-from train.mega import cpu_compat
-from train.mega.data import locate
+from train.common import cpu_compat
+from train.common.megatron_data import locate
 from train.common.step_log import StepLog
 from train.mega.trainer import Trainer, init_distributed
 from train.train_mega import planned_request

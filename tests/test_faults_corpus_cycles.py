@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy
 
-from train.mega.data import DataSource, build_dataset, corpus_reads
+from train.common.megatron_data import DataSource, build_dataset, corpus_reads
 
 CORPUS = Path(__file__).parent / "fixtures" / "data" / "megatron" / "llama_text_document"  # 27 documents, 7,510 tokens
 SEQ_LEN = 64

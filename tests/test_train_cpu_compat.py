@@ -1,4 +1,4 @@
-"""train.mega.cpu_compat.quiet: megatron-core's warnings that Transformer Engine and Apex are missing are ignored on the
+"""train.common.cpu_compat.quiet: megatron-core's warnings that Transformer Engine and Apex are missing are ignored on the
 CPU platform only, where train.matrix says it once; on a GPU platform the process still prints them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from tests.shell_harness import HANG_TIMEOUT_S, REPO
 
-IMPORT = "import sys; from train.mega import cpu_compat; cpu_compat.quiet(sys.argv[1]); import megatron.core.optimizer"
+IMPORT = "import sys; from train.common import cpu_compat; cpu_compat.quiet(sys.argv[1]); import megatron.core.optimizer"
 
 
 @pytest.mark.parametrize("platform, printed", [("cpu", False), ("nvd", True), ("amd", True)])

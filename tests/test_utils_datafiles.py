@@ -27,7 +27,7 @@ from data.verify import verify
 from utils.fingerprint import dataset_fingerprint
 from tests.fixtures.train_matrix.requests import node, run_request
 from tests.test_data_tokenizer import offline_tokenizer
-from train.mega.data import DataError, DatasetTokenizer, locate
+from train.common.megatron_data import DataError, DatasetTokenizer, locate
 from train.plan import data_problems
 from utils.spec.models import get_model
 from utils.spec.request import Data

@@ -20,7 +20,7 @@ exit status is then non-zero.
 The command line is train/common/cli.py's, shared by every TPrimat trainer.
 
 Exit status: 0 trained every step; 1 the training failed; 2 bad input (request, configuration, missing data);
-128+signal stopped. On a machine without an accelerator train/mega/cpu_compat.py adapts megatron-core (gloo, the
+128+signal stopped. On a machine without an accelerator train/common/cpu_compat.py adapts megatron-core (gloo, the
 CPU as device).
 """
 
@@ -34,9 +34,9 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
     TRAIN_DIR = Path(__file__).resolve().parent
     sys.path[:] = [str(TRAIN_DIR.parent), *(p for p in sys.path if Path(p or ".").resolve() != TRAIN_DIR)]
 
-from train.mega import cpu_compat  # noqa: E402 - after the path, as every import of the project's packages
+from train.common import cpu_compat  # noqa: E402 - after the path, as every import of the project's packages
 from train.common import cli as trainer_cli  # noqa: E402
-from train.mega.data import DataSource  # noqa: E402
+from train.common.megatron_data import DataSource  # noqa: E402
 from utils.spec.request import Request  # noqa: E402
 
 FRAMEWORK = "mega"
@@ -44,14 +44,14 @@ TOOL = "train_mega"
 
 
 def start(req: Request, source: DataSource, run_dir: Path, inject_nan_step: int | None):
-    """megatron-core made ready (on the CPU through train/mega/cpu_compat.py), distributed started, the trainer."""
+    """megatron-core made ready (on the CPU through train/common/cpu_compat.py), distributed started, the trainer."""
     from train.mega.trainer import Trainer, init_distributed
 
     cpu_compat.apply()
     init_distributed(req)
     trainer = Trainer(req, source, run_dir, inject_nan_step)
     if cpu_compat.needed():
-        trainer.notes.append("no accelerator: megatron-core ran on the CPU through train/mega/cpu_compat.py (gloo)")
+        trainer.notes.append("no accelerator: megatron-core ran on the CPU through train/common/cpu_compat.py (gloo)")
     return trainer
 
 

@@ -10,7 +10,7 @@ model's data, so one preparation serves both.
 
 The one check every consumer makes before it trusts a prefix: the plan check and the launcher
 (train.plan.data_problems, once per run, whatever the framework), the Megatron trainer on each rank
-(train.mega.data.locate) and the results' dataset fingerprint (evaluate.fingerprint). It proves:
+(train.common.megatron_data.locate) and the results' dataset fingerprint (evaluate.fingerprint). It proves:
 the manifest is one data.verify wrote and says verified; each file has the size and the sha256 the
 manifest records (so a flipped byte, a truncated file, an .idx swapped with another pair's all fail);
 with a tokenizer directory and a model, the tokenizer files are those that encoded the pair, and

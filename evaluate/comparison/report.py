@@ -128,7 +128,7 @@ NEMO_VS_MEGATRON = [
 # What the torch-native frameworks (fsdp, autotp) share with Megatron and what they cannot.
 NATIVE_VS_MEGATRON = [
     "Torch-native (fsdp, autotp) and Megatron: equal by construction are the model's architecture (utils/spec/models.py), "
-    "layout, batch, data and its sample order (megatron-core's dataset, train/mega/data.py), seed and "
+    "layout, batch, data and its sample order (megatron-core's dataset, train/common/megatron_data.py), seed and "
     "Megatron-LM's LR schedule and warm-up convention. They cannot be equal: the model is Hugging Face's "
     "implementation, without Megatron's fused kernels, and the torch-native settings (DP implementation, "
     "torch.compile, SAC, attention, ZeRO stage; see Frameworks on the same layout) trade memory, time and rounding "

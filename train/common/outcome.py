@@ -30,8 +30,8 @@ import torch
 from typing import Any, Callable
 
 from train.common.step_log import RankSteps, StepLog, is_last_rank
-from train.mega import cpu_compat
-from train.mega.data import DataError, DataSource, locate
+from train.common import cpu_compat
+from train.common.megatron_data import DataError, DataSource, locate
 from utils.machine import platform_env
 from utils.cli import now_iso
 from utils.files import DiskError, atomic_open

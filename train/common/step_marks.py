@@ -3,7 +3,7 @@
 On a GPU a mark is a CUDA event with timing, recorded on the current stream: recording queues it and returns at
 once, so the step runs as it would without it (no synchronisation is added); the times between marks are read
 after the step's own closing torch.cuda.synchronize(), when every event has completed. On the CPU
-(train/mega/cpu_compat.py) the work runs synchronously as it is issued, so the host clock at a mark is the time the
+(train/common/cpu_compat.py) the work runs synchronously as it is issued, so the host clock at a mark is the time the
 work reached it. Either way the marks time the device's timeline, not the host's issuing of it.
 """
 

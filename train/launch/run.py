@@ -102,7 +102,7 @@ def resolve(args) -> tuple[Request, Path]:
     if missing:
         warn(f"dry run: data not prepared: {missing}; a real run stops here until {PREPARE_COMMAND} prepared it")
     if not cfg["DRY_RUN"] and cfg.platform != "cpu" and TABLE[args.framework].in_this_python:
-        # A torch that sees no GPU would train on the CPU (train/mega/cpu_compat.py) a run labelled amd or nvd.
+        # A torch that sees no GPU would train on the CPU (train/common/cpu_compat.py) a run labelled amd or nvd.
         problem = probe.stack_problem(cfg.platform, [args.framework], sys.executable)
         if problem:
             raise UsageError(f"PLATFORM={cfg.platform}: {problem}")

@@ -37,7 +37,7 @@ import torch
 
 from train.mega import readback as mega_readback
 from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
-from train.mega.data import DataSource, build_dataset, microbatches
+from train.common.megatron_data import DataSource, build_dataset, microbatches
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
 from utils.spec.models import ModelSpec, by_variant

@@ -1,7 +1,7 @@
 """The seam between the torch-native trainer's loop and one parallel implementation of it.
 
 train/native/trainer.py owns everything the torch-native frameworks share: the request, the data (megatron-core's
-GPTDataset in Megatron-LM's sample order, train/mega/data.py), the Hugging Face model built from the spec
+GPTDataset in Megatron-LM's sample order, train/common/megatron_data.py), the Hugging Face model built from the spec
 (train/native/model.py), Megatron-LM's LR schedule, the step loop, its timing and forward/backward/optimizer
 breakdown, the step records and the result. An Engine is what differs: how the model is spread over the ranks and
 how a gradient becomes an update. fsdp's engine is FSDP2 + DTensor TP or DDP (train/native/fsdp.py), autotp's

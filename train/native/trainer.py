@@ -1,7 +1,7 @@
 """The torch-native trainer's loop, shared by fsdp and autotp: distributed start-up, the built run (Hugging Face
 model, an Engine, Megatron-LM's LR schedule, the data) and its steps.
 
-The workload is mega's: the same samples in the same order (train/mega/data.py), the same loss (mean token
+The workload is mega's: the same samples in the same order (train/common/megatron_data.py), the same loss (mean token
 cross-entropy over the loss mask, on the dataset's already shifted labels), AdamW with Megatron-LM's parameter
 groups (no weight decay on biases and 1-D weights) and its schedule (megatron-core's OptimizerParamScheduler
 driving the torch optimizer: step k runs at LR x (k-1)/W during the warm-up, then cosine to MIN_LR). What differs
@@ -27,7 +27,7 @@ import torch
 from train.native import model as native_model
 from train.native import readback as native_readback
 from train.common import step_marks
-from train.mega.data import DataSource, build_dataset, microbatches
+from train.common.megatron_data import DataSource, build_dataset, microbatches
 from train.native.engine import Engine
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
@@ -65,7 +65,7 @@ def init_distributed(req: Request) -> torch.device:
 
 
 def masked_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean token cross-entropy over the loss mask, in fp32 (the labels are already shifted: train.mega.data)."""
+    """Mean token cross-entropy over the loss mask, in fp32 (the labels are already shifted: train.common.megatron_data)."""
     losses = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), batch["labels"].view(-1),
                                                reduction="none")
     mask = batch["loss_mask"].view(-1).float()
