@@ -19,6 +19,7 @@ class Framework:
     warmup_convention: str  # its LR warm-up (utils.spec.fairness.WORKLOAD's lr_warmup_convention)
     writes_result: bool  # its trainer writes result.json itself; otherwise evaluate.judge extracts it from the log
     in_this_python: bool  # its trainer runs under this Python's torchrun, so the launcher checks that stack here
+    memory_model: str = "megatron"  # how it lays memory out: a key of utils.predict.memory.MEMORY_MODELS
 
 
 TABLE = {spec.name: spec for spec in (
@@ -27,8 +28,10 @@ TABLE = {spec.name: spec for spec in (
     Framework("nemo", ("nvd",), "nemo-cosine-annealing", writes_result=False, in_this_python=True),
     # Torch-native: Hugging Face models on plain PyTorch (FSDP2 + DTensor TP, or DDP) and DeepSpeed AutoTP, with
     # Megatron-LM's LR schedule implemented by TPrimat (train/native/trainer.py); both run unchanged everywhere.
-    Framework("fsdp", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True),
-    Framework("autotp", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True),
+    Framework("fsdp", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True,
+              memory_model="fsdp"),
+    Framework("autotp", ("amd", "nvd", "cpu"), "megatron", writes_result=True, in_this_python=True,
+              memory_model="autotp"),
 )}
 NAMES = tuple(TABLE)
 NATIVE = ("fsdp", "autotp")  # no pipeline parallelism: a PP > 1 layout skips them (train.plan)

@@ -46,6 +46,7 @@ class ModelSpec:
     rope_theta: float
     norm_eps: float
     qkv_bias: bool
+    tied_embeddings: bool = False  # the LM head reuses the input embedding's matrix (Llama 3.2 1B and 3B)
     rope_scaling: dict = field(default_factory=dict)  # Llama 3 frequency scaling, empty if none
     gated: bool = False  # the Hub repository needs HF_TOKEN and an accepted licence
     sliding_window: int | None = None  # attention sees at most this many earlier tokens (Mistral 7B v0.1); None: all
@@ -72,14 +73,15 @@ class ModelSpec:
         return None if self.sliding_window is None else (self.sliding_window - 1, 0)
 
     def param_count(self) -> int:
-        """Total parameters: untied embedding and LM head, attention, SwiGLU MLP, RMSNorms, biases."""
+        """Total parameters: the embedding and, when untied, the LM head; attention, SwiGLU MLP, RMSNorms, biases."""
         h, d = self.hidden_size, self.head_dim
         q_width, kv_width = self.num_attention_heads * d, self.num_kv_heads * d
         attention = h * (q_width + 2 * kv_width) + q_width * h
         bias = (q_width + 2 * kv_width) if self.qkv_bias else 0
         mlp = 3 * h * self.ffn_hidden_size
         per_layer = attention + bias + mlp + 2 * h
-        return self.num_layers * per_layer + 2 * self.vocab_size * h + h
+        embeddings = (1 if self.tied_embeddings else 2) * self.vocab_size * h
+        return self.num_layers * per_layer + embeddings + h
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward + backward), Megatron-LM's formula, causal attention.
