@@ -7,15 +7,28 @@ top-level files (config.env, secrets.env.example, amd.Dockerfile, nvd.Dockerfile
 not files of the repository, by one rule: a path holding `<`, `*`, `{`, `$` or `...`, an absolute or home path, a
 path under a knob's folder (spelt in capitals: DATA_DIR/, RUN_DIR/) or under output/ (what runs write), and
 another project's file (Megatron-LM's tools/, Primus's examples/ and primus/).
+
+The source's prose keeps its word too: every repository path (one that starts with a folder of the repository,
+`train/launch/run.py`, `utils/spec/`, `train/nemo/recipe`, or is a top-level file) and every project module
+(`utils.spec.models`, or a name it defines: `train.plan.skip_reason`, `train/plan.request`) named in a comment or
+docstring of bench/, data/, evaluate/, train/ and utils/, in a comment of the shell scripts, config.env and the
+Dockerfiles, or on any line of a Markdown page, exists. A name followed by a placeholder or glob
+(`bench/<name>.py`, `train/train_{platform}`), an elision, a path inside another (RUN_DIR/..., output/...,
+megatron/core/...), a file name (`train.log`), a module spelt in capitals (`bench.NAME`) and the few paths of
+other projects that start like ours (NOT_OURS) are not names.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
+import io
 import os
 import re
 import subprocess
 import sys
+import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -149,3 +162,145 @@ def test_the_readme_is_a_short_front_door():
 def test_the_readme_links_every_docs_page():
     linked = {(ROOT / target.partition("#")[0]).resolve() for target in links(README)}
     assert sorted(page.name for page in (ROOT / "docs").glob("*.md") if page.resolve() not in linked) == []
+
+
+# --- Names the source and the docs give: every repository path and project module they name exists -------------
+
+REPOSITORY_FOLDERS = ("bench", "data", "docs", "evaluate", "requirements", "shell", "tests", "train", "utils")
+PACKAGES = ("bench", "data", "evaluate", "train", "utils")
+SHELL_LIKE = [*sorted(ROOT.glob("shell/**/*.sh")), *sorted(ROOT.glob("train/*.sh")), ROOT / "config.env",
+              ROOT / "secrets.env.example", *sorted(ROOT.glob("*.Dockerfile"))]
+MARKDOWN = [*PAGES, *sorted(page for folder in (*PACKAGES, "tests") for page in (ROOT / folder).rglob("*.md")
+                            if page not in PAGES)]
+NOT_OURS = ("docs/source/", "tests/testdata")  # Megatron-LM's docs/source/, the Brotli release's tests/testdata
+FILE_SUFFIXES = {"py", "sh", "md", "log", "json", "jsonl", "txt", "env", "yaml", "yml", "csv", "png", "zip", "gz",
+                 "bin", "idx"}
+NAME = re.compile(r"(?<![\w./$-])(?:\./)?(?:(?P<path>(?:{folders})/[\w./-]*)|(?P<module>(?:{packages})(?:\.\w+)+)"
+                  r"|(?P<top>[\w-]+\.Dockerfile|Dockerfile\.\w+|[\w-]+\.env\.example))"
+                  .format(folders="|".join(REPOSITORY_FOLDERS), packages="|".join(PACKAGES)))
+PLACEHOLDER_FOLLOWS = tuple("<>*{}$")
+
+
+def python_prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of a Python file's comments and of the lines of its docstrings (every bare string statement)."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    comments = [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(source).readline)
+                if token.type == tokenize.COMMENT]
+    strings = [(number, lines[number - 1]) for node in ast.walk(ast.parse(source, str(path)))
+               if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+               and isinstance(node.value.value, str) for number in range(node.lineno, node.end_lineno + 1)]
+    return comments + strings
+
+
+def shell_comments(path: Path) -> list[tuple[int, str]]:
+    return [(number, found.group(1)) for number, line in enumerate(text(path).splitlines(), 1)
+            if (found := re.search(r"(?:^|\s)(#.*)$", line))]
+
+
+def prose() -> list[tuple[Path, int, str]]:
+    """Every line of text that names things: the Python sources' comments and docstrings, the shell scripts' (and
+    the configuration's and Dockerfiles') comments, and every line of the Markdown docs."""
+    python = [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))]
+    return ([(path, number, line) for path in python for number, line in python_prose(path)]
+            + [(path, number, line) for path in SHELL_LIKE if path.is_file() for number, line in shell_comments(path)]
+            + [(path, number, line) for path in MARKDOWN for number, line in enumerate(text(path).splitlines(), 1)])
+
+
+def names(line: str) -> list[tuple[str, str]]:
+    """The (kind, name) of each repository path, project module and top-level file a line names ("path",
+    "module" or "top"); placeholders, globs, elisions and other projects' paths are not names."""
+    found = []
+    for match in NAME.finditer(line):
+        name = match.group(match.lastgroup).rstrip(".")
+        if line[match.end():].startswith(PLACEHOLDER_FOLLOWS) or "..." in match.group(0):
+            continue
+        if match.lastgroup == "path" and name.startswith(NOT_OURS):
+            continue
+        if match.lastgroup == "module":
+            *prefix, last = name.split(".")
+            if last in FILE_SUFFIXES or (last.isupper() and ROOT.joinpath(*prefix).is_dir()):
+                continue  # a file (train.log, data.md), or a module's name spelt as a placeholder (bench.NAME)
+        found.append((match.lastgroup, name))
+    return found
+
+
+@functools.cache
+def defined(source: Path) -> dict[str, ast.AST | None]:
+    """The names a module defines at its top level (under if/try too), each with its class body when it is one."""
+    found: dict[str, ast.AST | None] = {}
+
+    def visit(statements):
+        for node in statements:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found[node.name] = node if isinstance(node, ast.ClassDef) else None
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                found.update((name.id, None) for target in targets for name in ast.walk(target)
+                             if isinstance(name, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.update(((alias.asname or alias.name).split(".")[0], None) for alias in node.names)
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    visit(getattr(node, field, []))
+
+    visit(ast.parse(source.read_text(encoding="utf-8"), str(source)).body)
+    return found
+
+
+def has_attributes(source: Path, attributes: list[str]) -> bool:
+    """A module defines attributes[0]; when that is a class, the class defines attributes[1] (deeper is not
+    checked)."""
+    if not attributes:
+        return True
+    if attributes[0] not in defined(source):
+        return False
+    body = defined(source)[attributes[0]]
+    if body is None or len(attributes) == 1:
+        return True
+    members = {node.name for node in body.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    members |= {name.id for node in body.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                for name in ast.walk(target) if isinstance(name, ast.Name)}
+    return attributes[1] in members
+
+
+def module_source(parts: list[str]) -> Path | None:
+    base = ROOT.joinpath(*parts)
+    for source in (base.parent / f"{base.name}.py", base / "__init__.py"):
+        if source.is_file():
+            return source
+    return None
+
+
+def exists(kind: str, name: str) -> bool:
+    """A path or top-level file exists as named or as a module (train/nemo/recipe), or is a module's attribute
+    (train/plan.request); a module's longest prefix that is one defines the rest (utils.spec.models.get_model)."""
+    if kind != "module":
+        if (ROOT / name).exists() or (ROOT / f"{name}.py").is_file():
+            return True
+        folder, _, last = name.rpartition("/")
+        stem, dot, attributes = last.partition(".")
+        source = ROOT / folder / f"{stem}.py"
+        return bool(dot) and source.is_file() and has_attributes(source, attributes.split("."))
+    parts = name.split(".")
+    for size in range(len(parts), 0, -1):
+        if (source := module_source(parts[:size])) is not None:
+            return has_attributes(source, parts[size:])
+    return False
+
+
+def test_every_path_and_module_the_source_and_docs_name_exists():
+    missing = [f"{path.relative_to(ROOT)}:{number} names {name}" for path, number, line in prose()
+               for kind, name in names(line) if not exists(kind, name)]
+    assert not missing, "\n".join(missing)
+
+
+def test_names_are_told_from_placeholders_and_other_projects():
+    line = ("train/nemo_recipe.RECIPES, train.plan.skip_reason, `./shell/lib.sh`, train/train_<platform>_x.sh, "
+            "bench/<name>.py, RUN_DIR/train.log, megatron/core/utils.py, torch.utils.data, bench.NAME, train.log, "
+            "utils/.../x.py, Megatron-LM docs/source/api-guide/, utils.spec.models.ModelSpec.nothing")
+    found = names(line)
+    assert found == [("path", "train/nemo_recipe.RECIPES"), ("module", "train.plan.skip_reason"),
+                     ("path", "shell/lib.sh"), ("module", "utils.spec.models.ModelSpec.nothing")]
+    assert [exists(*name) for name in found] == [False, True, True, False]

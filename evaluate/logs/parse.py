@@ -26,7 +26,7 @@ The reading is split by job: evaluate/logs/files.py reads the files (block by bl
 evaluate/logs/stream.py follows the runs line by line, evaluate/logs/records.py parses a step's line and
 evaluate/logs/settings.py the settings, in TPrimat's names.
 
-Public: parse_logs, missing_steps, step_ranges, collective_network (and log_settings.complete_batch).
+Public: parse_logs, missing_steps, step_ranges, collective_network (and evaluate.logs.settings.complete_batch).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def read_back(trainer, model, parameters: int, dataset) -> dict:
         "init_method_std": config.init_method_std,
         "padded_vocab_size": model.vocab_size,
         "eod_mask_loss": bool(dataset.config.eod_mask_loss),
-        "dataloader_type": "single",  # train/megatron_data.microbatches: Megatron-LM's sequential sample order
+        "dataloader_type": "single",  # train/common/megatron_data.microbatches: Megatron-LM's sequential sample order
         "lr_warmup_convention": "megatron",  # Trainer.run_step: the schedule advances after the optimizer step
     }
 

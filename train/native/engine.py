@@ -28,8 +28,8 @@ class Engine(Protocol):
     dp_size: int
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One microbatch (train/megatron_data.BATCH_KEYS) through the model: the mean loss over the unmasked
-        tokens of this rank's samples, a float32 scalar that backward() accepts (native_trainer.masked_loss)."""
+        """One microbatch (train/common/megatron_data.BATCH_KEYS) through the model: the mean loss over the unmasked
+        tokens of this rank's samples, a float32 scalar that backward() accepts (train.native.trainer.masked_loss)."""
 
     def backward(self, loss: torch.Tensor, last_microbatch: bool) -> None:
         """Gradients of one microbatch's loss, divided by GA; gradient synchronisation may wait for the last."""

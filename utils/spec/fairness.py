@@ -76,7 +76,7 @@ WORKLOAD: dict[str, object] = {
 # make_vocab_size_divisible_by x TP, which changes the model with the layout (Qwen 151680 at TP1,
 # 151808 at TP2); Primus is given make_vocab_size_divisible_by = vocab_size / TP, so its padding
 # lands exactly on the published size.
-# The LR warm-up (each framework's convention is named in utils/frameworks.py): Megatron-LM's scheduler
+# The LR warm-up (each framework's convention is named in utils/frameworks): Megatron-LM's scheduler
 # steps after the optimizer, so step k, 1-based, runs at LR x (k-1)/W (step 1 at 0). NeMo 2.3's
 # CosineAnnealingScheduler warms as (i+1)/(W+1) for its 0-based step i (step k at k/(W+1)) and has no
 # Megatron-style warm-up: it cannot be made equal.

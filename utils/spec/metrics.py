@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 from utils.spec.models import ModelSpec
 
-# A step's parts, each timed by its framework's trainer (train/native_steps.py, train/mega/trainer.py); "other" is
+# A step's parts, each timed by its framework's trainer (train/native/trainer.py, train/mega/trainer.py); "other" is
 # the rest of the step (data loading, gradient clipping and synchronisation outside the three).
 BREAKDOWN_KEYS = ("forward_s", "backward_s", "optimizer_s")
 

@@ -2,7 +2,8 @@
 
 Llama 3.1 8B and Qwen 2.5 7B are benchmarked; Llama 3.1 70B is there for proxies (MODEL_LAYERS: its
 first N layers at full width), Mistral 7B v0.1 for sliding-window attention. Adding a model is one entry
-here plus each framework's name for it (train/nemo_recipe.RECIPES, train/primus_config.SHIPPED_NAMES).
+here plus its name in each framework that has names of its own (NeMo's recipe, Primus's shipped experiment
+file); a framework without one skips the model (train.plan.skip_reason).
 
 Standard library only: utils.config imports it to validate TP/PP before any environment exists.
 The FLOPs formula lives here too (Megatron's convention, causal attention halved), so every

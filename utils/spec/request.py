@@ -34,7 +34,7 @@ class Identity:
 
     run_id: str  # its directory name inside the run set, e.g. "mega-llama" or "prim-qwen-balanced-r2"
     platform: str  # amd | nvd | cpu
-    framework: str  # utils/frameworks.py: mega | nemo | prim | fsdp | autotp
+    framework: str  # utils/frameworks: mega | nemo | prim | fsdp | autotp
     model: str  # the registry key (utils/spec/models.py): llama | qwen | llama70b | mistral
     variant: str  # the model variant trained, e.g. "llama3.1-8b" or "qwen2.5-tiny"
     repeat: int  # 1-based
