@@ -37,7 +37,7 @@ from evaluate import extract, native_settings
 from evaluate.logs import worker_failure
 from evaluate.collect import Loaded
 from evaluate.logs.files import step_end_times
-from evaluate.logs.parse import FRAMEWORKS as LOG_FORMATS, collective_network
+from evaluate.logs.parse import collective_network
 from evaluate.validate import check_result
 from utils.machine import energy, stragglers, telemetry
 from utils import predict
@@ -125,15 +125,15 @@ def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str
 
 def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Path]) -> dict:
     """result.json of the run: its trainer's own (utils.frameworks: writes_result), else extracted from the nodes'
-    logs."""
+    logs by the framework's log reader (its entry's log_format)."""
     path = run_dir / "result.json"
-    framework = request.identity.framework
-    if TABLE[framework].writes_result and not path.exists() and framework not in LOG_FORMATS:
+    framework, entry = request.identity.framework, TABLE[request.identity.framework]
+    if entry.writes_result and not path.exists() and entry.log_format is None:
         why = (f"exit code {ended.exit_code}; " if ended.exit_code else "") + \
               f"the {framework} trainer wrote no result.json and its log is no format evaluate.extract reads"
         write_result(path, start_failure_result(request, run_dir, ended, why))
-    elif not TABLE[framework].writes_result or not path.exists():
-        code = extract.main([*map(str, logs), "--framework", framework, "--run-dir", str(run_dir),
+    elif not entry.writes_result or not path.exists():
+        code = extract.main([*map(str, logs), "--framework", entry.log_format, "--run-dir", str(run_dir),
                              "--exit-code", str(ended.exit_code), "--started-at", ended.started_at,
                              "--ended-at", ended.ended_at, "-o", str(path)])
         if code != 0:

@@ -16,7 +16,7 @@ from tests.fixtures.train_matrix.requests import run_request
 from train.launch import run as launch
 from train.launch import command as launch_command
 from utils.cli import UsageError
-from utils.config import FRAMEWORKS, ROOT
+from utils.config import ROOT
 from utils.machine.platform_env import platform_env
 
 
@@ -118,6 +118,3 @@ def test_nemo_on_mock_data_needs_the_models_tokenizer_for_its_vocabulary(tmp_pat
                                          r"prepare it first: ./shell/run_data.sh"):
         launch_command.prepare(req, tmp_path / "run", tmp_path)
 
-
-def test_every_framework_of_the_configuration_has_its_command():
-    assert set(launch_command.COMMANDS) == set(FRAMEWORKS)

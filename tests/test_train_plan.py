@@ -96,7 +96,7 @@ def test_a_torch_native_framework_skips_a_pipeline_layout_and_the_run_list_says_
 
 
 @pytest.mark.parametrize("knobs, reason", [
-    ({"PRECISION": "fp8"}, "autotp has no FP8 path (DeepSpeed AutoTP trains bf16 or fp32); the other frameworks run fp8"),
+    ({"PRECISION": "fp8"}, "autotp has no FP8 path (it trains bf16 or fp32); the other frameworks run fp8"),
     ({"COMPILE": "1"}, "autotp has no torch.compile (COMPILE=1 applies to fsdp)"),
     ({"SAC_FREQ": "1/2"}, "autotp has no activation checkpointing (SAC_FREQ=1/2 applies to fsdp)"),
 ])
@@ -109,23 +109,24 @@ def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are
     cfg = node("amd", FRAMEWORK="prim,fsdp", MODELS="mistral,llama70b", MODEL_LAYERS="8")
     runs = build_plan(cfg)
     assert [(r.name, r.skipped) for r in runs] == [
-        ("prim-mistral", "prim has no name for mistral (train/prim/config.py's SHIPPED_NAMES has none)"),
+        ("prim-mistral", "prim has no name for mistral (utils/frameworks/prim.py's model_names has none)"),
         ("prim-llama70b", ""), ("fsdp-mistral", ""), ("fsdp-llama70b", "")]
     assert any(line.split()[1:2] == ["prim-mistral"] and "mistral-7b-v0.1-L8 " in line
-               and line.endswith("skipped: prim has no name for mistral (train/prim/config.py's SHIPPED_NAMES "
-                                 "has none)") for line in table(cfg, runs))
+               and line.endswith("skipped: prim has no name for mistral (utils/frameworks/prim.py's "
+                                 "model_names has none)") for line in table(cfg, runs))
 
 
 def test_every_framework_with_names_has_one_for_each_benchmarked_model():
-    from train.plan import MODEL_NAMES
-    assert {name: sorted(set(table_) & {"llama", "qwen"}) for name, (table_, _) in MODEL_NAMES.items()} == \
-        {"nemo": ["llama", "qwen"], "prim": ["llama", "qwen"]}
+    from utils.frameworks import TABLE
+    assert {name: sorted(set(entry.model_names) & {"llama", "qwen"}) for name, entry in TABLE.items()
+            if entry.model_names is not None} == {"nemo": ["llama", "qwen"], "prim": ["llama", "qwen"]}
     assert all(not run.skipped for run in build_plan(node("nvd", MODELS="llama,qwen,llama70b,mistral",
                                                           MODEL_LAYERS="8")))
 
 
-def test_request_holds_identity_layout_workload_data_and_every_knob():
-    cfg = node("amd", STRATEGY="balanced", MODELS="qwen", FRAMEWORK="prim")
+def test_request_holds_identity_model_layout_workload_data_and_the_settings_typed():
+    cfg = node("amd", STRATEGY="balanced", MODELS="qwen", FRAMEWORK="prim", NET_SOCKET_IFNAME="ens1f0",
+               NET_LINK_GBPS="200", TARGET_DEVICE="mi300x")
     req = request(cfg, build_plan(cfg)[0])
     who, lay = req.identity, req.parallelism
     assert {"run_id": who.run_id, "platform": who.platform, "framework": who.framework, "model": who.model,
@@ -138,8 +139,11 @@ def test_request_holds_identity_layout_workload_data_and_every_knob():
     assert req.fairness.workload == {"init_method_std": 0.02, "eod_mask_loss": False, "dataloader_type": "single",
                                      "padded_vocab_size": 152064, "lr_warmup_convention": "megatron"}
     assert req.data.prefix == "/data/bc_qwen_text_document" and req.data.tokenizer_dir == "/data/tokenizers/qwen"
-    assert set(cfg.values) <= set(req.knobs) and req.knobs["GBS"] == 64
-    assert Request.from_json(json.loads(json.dumps(req.to_json()))) == req
+    assert req.model == get_model("qwen") and req.model.variant == who.variant
+    assert req.network == Network(socket_ifname="ens1f0", link_gbps=200.0) and req.environment.target_device == "mi300x"
+    written = json.loads(json.dumps(req.to_json()))
+    assert "knobs" not in written and written["model"]["num_layers"] == 28  # the spec's fields, no untyped copy
+    assert Request.from_json(written) == req
 
 
 def prepare(data_dir: Path, model: str, *, verified: bool = True) -> None:
@@ -198,9 +202,12 @@ def test_a_bad_configuration_exits_2_naming_it(tmp_path):
 
 
 def test_request_config_is_the_loaded_configuration():
-    cfg = load_config({"TPRIMAT_DETECTED_PLATFORM": "cpu", "TPRIMAT_DETECTED_GPUS": "0", "HOME": "/h"})
-    req = request(cfg, build_plan(cfg)[0])
-    assert req.knobs["TRAIN_ITERS"] == cfg["TRAIN_ITERS"] and req.identity.variant == "llama3.1-8b-tiny"
+    cfg = load_config({"TPRIMAT_DETECTED_PLATFORM": "cpu", "TPRIMAT_DETECTED_GPUS": "0", "HOME": "/h",
+                       "MODEL_LAYERS": "1"})
+    req = request(cfg, build_plan(cfg)[0], commit="abc123")
+    assert req.training.steps == cfg["TRAIN_ITERS"] and req.identity.variant == "llama3.1-8b-tiny-L1"
+    assert req.model == cfg.model("llama") and req.model.num_layers == 1 and req.identity.commit == "abc123"
+    assert Request.from_json(json.loads(json.dumps(req.to_json()))).model == req.model  # a proxy's spec travels
 
 
 

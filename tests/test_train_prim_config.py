@@ -15,7 +15,8 @@ from evaluate.logs import settings as log_settings
 from tests.fixtures.train_matrix import primus_v25_11
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
 from utils.spec.fairness import profile
-from train.prim.config import (RENAMED_KEYS, SHIPPED_NAMES, ShippedConfigMissing, command, experiment, overrides,
+from utils.frameworks import TABLE
+from train.prim.config import (RENAMED_KEYS, ShippedConfigMissing, command, experiment, overrides,
                                  render, shipped_config, write_experiment)
 
 PRIMUS = FIXTURES / "primus"
@@ -196,7 +197,7 @@ def test_a_key_the_experiment_leaves_out_takes_primus_v25_11_s_default(tmp_path)
 
 
 def test_llama70b_has_primus_shipped_names_and_a_proxy_overrides_its_layers():
-    assert SHIPPED_NAMES["llama70b"] == ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml")
+    assert TABLE["prim"].model_name("llama70b") == ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml")
     o = overrides(run_request("amd", "prim", "llama70b", MODELS="llama70b", MODEL_LAYERS="8"))
     assert (o["num_layers"], o["hidden_size"], o["ffn_hidden_size"], o["num_attention_heads"],
             o["num_query_groups"]) == (8, 8192, 28672, 64, 8)
@@ -204,6 +205,6 @@ def test_llama70b_has_primus_shipped_names_and_a_proxy_overrides_its_layers():
 
 def test_primus_ships_no_mistral_so_the_table_lacks_it_and_asking_is_one_line():
     """Primus's MI300X configs have Mixtral's MoE models but no Mistral 7B: the planner skips prim for it."""
-    assert "mistral" not in SHIPPED_NAMES
+    assert TABLE["prim"].model_name("mistral") is None
     with pytest.raises(ShippedConfigMissing, match="^Primus ships no experiment config for mistral"):
         shipped_config(PRIMUS, "mistral", "bf16")

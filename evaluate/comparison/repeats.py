@@ -14,12 +14,12 @@ from typing import Callable, Sequence
 
 from evaluate import native_settings
 from evaluate.collect import Loaded
+from utils.frameworks import TABLE
 from utils.machine.hardware import lookup_device
 from utils.spec.metrics import figure_text
 from utils.spec.models import by_variant
 
-FRAMEWORK_NAMES = {"mega": "Megatron", "prim": "Primus", "nemo": "NeMo", "fsdp": "torch FSDP",
-                   "autotp": "DeepSpeed AutoTP"}
+FRAMEWORK_NAMES = {name: entry.display_name for name, entry in TABLE.items()}
 PLATFORM_NAMES = {"amd": "AMD", "nvd": "NVIDIA", "cpu": "CPU"}
 
 

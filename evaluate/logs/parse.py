@@ -39,8 +39,9 @@ from typing import Iterable, Sequence
 from evaluate.logs.files import clean_tail, read_lines
 from evaluate.logs.settings import effective
 from evaluate.logs.stream import Stream
+from utils.frameworks import LOG_FORMATS
 
-FRAMEWORKS = ("mega", "prim", "nemo")
+FRAMEWORKS = LOG_FORMATS  # whose logs these parsers read: Megatron-LM's, Primus's and NeMo's
 
 
 @dataclass

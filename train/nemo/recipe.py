@@ -8,13 +8,13 @@ builds (data module, DDP config, precision plugin, callbacks).
 
 from __future__ import annotations
 
+from utils.frameworks import TABLE
 from utils.spec.models import by_variant
 from utils.spec.request import Request
 
 # nemo.collections.llm.<recipe> (NeMo 2.3): each model's own recipe, whose architecture TPrimat then sets from its
 # spec (a MODEL_LAYERS proxy's layer count included). mistral_7b's MistralConfig7B attends through a sliding
 # window (window_size [4096, 0]), which megatron-core hands to Transformer Engine's attention.
-RECIPES = {"llama": "llama31_8b", "qwen": "qwen25_7b", "llama70b": "llama31_70b", "mistral": "mistral_7b"}
 PRECISION_PLUGINS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_mixed"}  # ...recipes.precision.mixed_precision
 
 # TPrimat's fairness names -> NeMo's attribute paths on the recipe.
@@ -104,7 +104,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
     for name, path in FAIRNESS_PATHS.items():
         settings[path] = fairness[name]
     return {
-        "recipe": RECIPES[who.model],
+        "recipe": TABLE["nemo"].model_name(who.model),
         "name": who.run_id,
         "num_nodes": lay.nnodes,
         "num_gpus_per_node": lay.gpus_per_node,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from utils.cli import Parser, UsageError, run
 from utils.files import atomic_open
+from utils.frameworks import TABLE
 from utils.spec.models import by_variant
 from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
 from utils.spec.request import Request, RequestError
@@ -26,11 +27,6 @@ CONFIG_DIR = "examples/megatron/configs/MI300X"
 # Shipped experiment files per model, newest naming first (Primus renamed them to -BF16-/-FP8- in
 # late 2025; older images ship the single -pretrain.yaml). {precision} is BF16 or FP8. Primus ships none
 # for Mistral 7B (only Mixtral's MoE models), so mistral is absent: the planner skips prim for it.
-SHIPPED_NAMES = {
-    "llama": ("llama3.1_8B-{precision}-pretrain.yaml", "llama3.1_8B-pretrain.yaml"),
-    "qwen": ("qwen2.5_7B-{precision}-pretrain.yaml", "qwen2.5_7B-pretrain.yaml"),
-    "llama70b": ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml"),
-}
 # Fairness-table names Megatron (and so Primus) spells the same way.
 FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_grad_reduce",
                  "overlap_param_gather", "bias_swiglu_fusion", "apply_rope_fusion", "bias_dropout_fusion",
@@ -50,10 +46,11 @@ class ShippedConfigMissing(FileNotFoundError):
 def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
     """The shipped experiment YAML this run derives from (the first of the known names present)."""
     directory = Path(primus_path) / CONFIG_DIR
-    if model not in SHIPPED_NAMES:
-        raise ShippedConfigMissing(f"Primus ships no experiment config for {model} (train/prim/config.py's "
-                                   "SHIPPED_NAMES has none); run it with another framework")
-    tried = [directory / name.format(precision=precision.upper()) for name in SHIPPED_NAMES[model]]
+    names = TABLE["prim"].model_name(model)
+    if names is None:
+        raise ShippedConfigMissing(f"Primus ships no experiment config for {model} (utils/frameworks/prim.py's "
+                                   "model_names has none); run it with another framework")
+    tried = [directory / name.format(precision=precision.upper()) for name in names]
     for path in tried:
         if path.is_file():
             return path

@@ -35,6 +35,8 @@ KNOBS = {
     "ATTN_IMPL": Knob("enum", ATTENTION),
     "ZERO_STAGE": Knob("int", high=2, rule="DeepSpeed's ZeRO stage under AutoTP (3 shards what TP already splits)"),
 }
+# The knobs that switch on a feature some torch-native framework lacks: its runs are skipped (train.plan).
+FEATURE_KNOBS = {"COMPILE": "torch.compile", "SAC_FREQ": "activation checkpointing"}
 
 
 def sac_every(text: str) -> int:

@@ -24,6 +24,7 @@ import sys
 from typing import MutableMapping
 
 from utils.config import ConfigError, load_config
+from utils.frameworks import TABLE
 
 DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where rocm/primus images hold their checkout (PRIMUS_PATH overrides)
 
@@ -60,19 +61,6 @@ PLATFORM_ENV: dict[str, dict[str, str]] = {
         "OMP_NUM_THREADS": "1",
     },
 }
-# What a framework's stack needs on top of its platform's variables: framework -> platform -> variables.
-FRAMEWORK_ENV: dict[str, dict[str, dict[str, str]]] = {
-    # The torch-native frameworks' GEMMs go through torch itself: on ROCm torch's addmm takes hipBLASLt only
-    # while DISABLE_ADDMM_HIP_LT is 0 (the torch-native benchmark TPrimat follows needed it set so on MI300X).
-    "fsdp": {"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},
-    "autotp": {
-        "amd": {"DISABLE_ADDMM_HIP_LT": "0", "DS_ACCELERATOR": "cuda"},  # ROCm torch reports itself as cuda
-        "nvd": {"DS_ACCELERATOR": "cuda"},
-        # DeepSpeed picks its accelerator by probing, and without a GPU it would look for Intel's extension
-        # first: the CPU accelerator (gloo) is named, so a run never depends on what happens to be installed.
-        "cpu": {"DS_ACCELERATOR": "cpu"},
-    },
-}
 # Read once when a process starts: only an environment exported before the launch can set these.
 AT_PROCESS_START = frozenset({"GLIBC_TUNABLES", "OMP_NUM_THREADS"})
 
@@ -81,7 +69,7 @@ def platform_env(platform: str, framework: str = "") -> dict[str, str]:
     """The variables a platform's training processes need (a copy), with those of the framework's stack when one
     is named."""
     try:
-        return {**PLATFORM_ENV[platform], **FRAMEWORK_ENV.get(framework, {}).get(platform, {})}
+        return {**PLATFORM_ENV[platform], **(TABLE[framework].env.get(platform, {}) if framework else {})}
     except KeyError:
         raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORM_ENV)}") from None
 

@@ -39,6 +39,7 @@ from typing import Mapping
 
 from utils import ROOT
 from utils.files import atomic_open
+from utils.frameworks import TABLE
 from utils.machine.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
 
 PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
@@ -206,11 +207,7 @@ def probe(env: Mapping[str, str] | None = None) -> dict:
 # --- The GPU stack a training Python must have ----------------------------------------------------
 
 VENDOR_STACK = {"amd": ("hip", "ROCm", "AMD"), "nvd": ("cuda", "CUDA", "NVIDIA")}  # torch.version.<attr>, names
-# What each framework's trainer imports besides torch (prim: Primus's launcher, inside its checkout).
-# What each framework's trainer imports beyond torch (the torch-native ones read data through megatron.core too).
-FRAMEWORK_MODULES = {"mega": ("transformer_engine", "megatron.core"),
-                     "nemo": ("transformer_engine", "megatron.core", "nemo"), "prim": ("transformer_engine",),
-                     "fsdp": ("transformers", "megatron.core"), "autotp": ("transformers", "deepspeed", "megatron.core")}
+FRAMEWORK_MODULES = {name: entry.probe_modules for name, entry in TABLE.items()}  # each beyond torch
 
 
 def stack_facts() -> dict:

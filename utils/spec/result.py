@@ -19,9 +19,10 @@ import jsonschema
 
 from utils.spec import metrics
 from utils.spec.fairness import IDENTITY_KEYS
+from utils import frameworks
 from utils.files import atomic_open
 from utils.machine.hardware import peak_tflops
-from utils.spec.models import by_variant
+from utils.spec.models import MODEL_KEYS, by_variant
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
 SCHEMA_VERSION = "1.4"
@@ -46,8 +47,12 @@ class ResultError(ValueError):
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
-    """The result JSON Schema (loaded once)."""
-    return json.loads(SCHEMA_PATH.read_text())
+    """The result JSON Schema (loaded once), with the registries' names as the enums of framework and model key, so
+    that a new framework or model is an entry, not an edit of the schema too."""
+    loaded = json.loads(SCHEMA_PATH.read_text())
+    loaded["properties"]["framework"]["enum"] = list(frameworks.NAMES)
+    loaded["properties"]["model"]["properties"]["key"]["enum"] = list(MODEL_KEYS)
+    return loaded
 
 
 def schema_errors(result: Any) -> list[str]:
@@ -142,7 +147,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
       run: {"id": str, "started_at": ISO str|None, "ended_at": ISO str|None,
             "status": "ok"|"failed"|"incomplete", "exit_code": int|None, "error_excerpt": str|None,
             "commit": str|None} plus optionally "source" ("trainer"|"extract") and "log_files" [str].
-      platform: "amd" | "nvd" | "cpu".   framework: "mega" | "prim" | "nemo".
+      platform: "amd" | "nvd" | "cpu".   framework: a name of the registry (utils.frameworks.NAMES).
       variant: exact model variant (utils.spec.models.by_variant), e.g. "llama3.1-8b-tiny"; fills the
             parameter count and architecture numbers.
       system: the probe's system.json as a dict ({} when there is none, e.g. a failed start).

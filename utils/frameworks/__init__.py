@@ -1,0 +1,118 @@
+"""The framework registry: each framework TPrimat runs is one entry, and every table about frameworks comes from it.
+
+An entry (a `Framework` in a module of this package, named for the framework) declares what the rest of TPrimat
+asks of it: its names, where it runs, the modules its image must import, how its command is built (TPrimat's own
+trainer under torchrun, or a function of its package under train/ that builds the command and generated files),
+which log reader reads it when its trainer writes no result, its memory model, the layouts and precisions it can
+run, the framework-specific knobs it honours and its own name for each model it has a recipe for. The
+configuration (FRAMEWORK=, all), the plan's skips, the launcher, the judge, the probe, the platform environment,
+the result schema's enum, the prediction and the report's labels all read it.
+
+A new framework is a module here with its `FRAMEWORK` entry, one line in ENTRY_MODULES, and its package under
+train/ (docs/ARCHITECTURE.md, "Where new things go"). A framework kept outside the repository registers by naming
+its entry module in TPRIMAT_FRAMEWORKS (comma list of importable modules, each with a `FRAMEWORK` entry); every
+process of a run set inherits it. Standard library only: utils.config reads it before any environment exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+ENTRY_MODULES = ("mega", "prim", "nemo", "fsdp", "autotp")  # this package's entries, in the run list's order
+EXTRA_ENV = "TPRIMAT_FRAMEWORKS"  # entry modules of frameworks kept outside the repository
+PARALLELISMS = ("tp", "pp")  # what a layout splits a model by (sequence parallelism follows TP: utils.spec.fairness)
+LOG_FORMATS = ("mega", "prim", "nemo")  # the logs evaluate.logs reads: Megatron-LM's, Primus's, NeMo's
+MEMORY_MODELS = ("megatron", "fsdp", "autotp")  # the layouts of memory utils.predict.memory models
+PRECISIONS = ("bf16", "fp8", "fp32")
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str  # FRAMEWORK's value and the run directory's first word
+    display_name: str  # in reports and figures
+    platforms: tuple[str, ...]  # where it runs (amd, nvd, cpu)
+    warmup_convention: str  # its LR warm-up (utils.spec.fairness.WORKLOAD's lr_warmup_convention)
+    probe_modules: tuple[str, ...]  # what its trainer imports beyond torch, checked in the image by the probe
+    # How its command is built: `trainer`, a script of TPrimat's own run under torchrun with the run's config.json
+    # (it writes result.json itself), or `command`, "package.module:function" under train/ building the Launch and
+    # generated files of a framework with its own launcher (the judge then extracts the result from its log).
+    trainer: str | None = None
+    command: str | None = None
+    log_format: str | None = None  # which of LOG_FORMATS its log is, read when its trainer wrote no result (a
+    # framework with its own launcher writes none); None: no reader, a trainer that wrote nothing fails its run
+    in_this_python: bool = True  # its trainer runs under this Python's torchrun, so the launcher checks that stack
+    memory_model: str = "megatron"  # one of MEMORY_MODELS
+    parallelisms: frozenset[str] = frozenset(PARALLELISMS)  # what it can split a model by; a layout using
+    # another one skips it (train.plan.skip_reason)
+    precisions: tuple[str, ...] = PRECISIONS  # what it can train in; another precision skips it
+    knobs: tuple[str, ...] = ()  # the framework-specific knobs it honours (utils/config/native.py's section)
+    # Its own name for each model it trains from a shipped recipe or config (utils.spec.models' key -> that name);
+    # None: it builds any model of utils.spec.models from the spec. A model missing from the table skips it.
+    model_names: Mapping[str, object] | None = None
+    env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # platform -> its stack's variables
+
+    def __post_init__(self) -> None:
+        problems = []
+        if (self.trainer is None) == (self.command is None):
+            problems.append(f"exactly one of trainer and command (got {self.trainer!r}, {self.command!r})")
+        if self.log_format not in (None, *LOG_FORMATS):
+            problems.append(f"log_format {self.log_format!r} is not one of {', '.join(LOG_FORMATS)}")
+        if self.command and self.log_format is None:
+            problems.append("a framework with its own launcher writes no result: name its log_format")
+        if self.memory_model not in MEMORY_MODELS:
+            problems.append(f"memory_model {self.memory_model!r} is not one of {', '.join(MEMORY_MODELS)}")
+        problems += [f"unknown parallelism {name!r}" for name in sorted(self.parallelisms - set(PARALLELISMS))]
+        problems += [f"unknown precision {name!r}" for name in self.precisions if name not in PRECISIONS]
+        if problems:
+            raise ValueError(f"framework entry {self.name!r}: " + "; ".join(problems))
+        object.__setattr__(self, "env", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.env.items()}))
+
+    @property
+    def writes_result(self) -> bool:
+        """Its trainer writes result.json itself; otherwise evaluate.judge extracts it from the log."""
+        return self.trainer is not None
+
+    @property
+    def torch_native(self) -> bool:
+        """It honours the torch-native section's knobs (COMPILE, SAC_FREQ, ...), and results record them."""
+        return bool(self.knobs)
+
+    def model_name(self, model: str) -> object | None:
+        """Its own name for a model key; the key itself when it builds any model from the spec; None: none."""
+        return model if self.model_names is None else self.model_names.get(model)
+
+
+def _collect() -> dict[str, Framework]:
+    names = [f"{__name__}.{name}" for name in ENTRY_MODULES]
+    names += [name.strip() for name in os.environ.get(EXTRA_ENV, "").split(",") if name.strip()]
+    table: dict[str, Framework] = {}
+    for module in names:
+        entry = importlib.import_module(module).FRAMEWORK
+        if entry.name in table:
+            raise ValueError(f"framework {entry.name!r} is registered twice ({module})")
+        table[entry.name] = entry
+    return table
+
+
+TABLE = _collect()
+NAMES = tuple(TABLE)
+NATIVE = tuple(name for name, entry in TABLE.items() if entry.torch_native)
+
+
+def on(platform: str) -> tuple[str, ...]:
+    """The frameworks one platform runs, in the table's order."""
+    return tuple(name for name, entry in TABLE.items() if platform in entry.platforms)
+
+
+def torch_native(name: str) -> bool:
+    """Whether a framework honours the torch-native knobs (COMPILE, SAC_FREQ, ...)."""
+    return TABLE[name].torch_native
+
+
+def vendor_framework(platform: str) -> str | None:
+    """The framework only this platform's vendor ships (nemo on nvd, prim on amd), or None."""
+    return next((name for name, entry in TABLE.items() if entry.platforms == (platform,)), None)

@@ -1,0 +1,14 @@
+"""fsdp: Hugging Face models on plain PyTorch, FSDP2 + DTensor tensor parallelism or DDP (train/train_fsdp.py,
+train/native/), with Megatron-LM's LR schedule implemented by TPrimat; runs unchanged on both vendors and the CPU."""
+
+from utils.frameworks import Framework
+
+FRAMEWORK = Framework(
+    name="fsdp", display_name="torch FSDP", platforms=("amd", "nvd", "cpu"), warmup_convention="megatron",
+    probe_modules=("transformers", "megatron.core"),  # the torch-native trainers read data through megatron.core
+    trainer="train/train_fsdp.py", memory_model="fsdp", parallelisms=frozenset({"tp"}),
+    knobs=("DATA_PARALLEL", "COMPILE", "COMPILE_MODE", "SAC_FREQ", "ATTN_IMPL"),
+    # torch's addmm takes hipBLASLt on ROCm only while DISABLE_ADDMM_HIP_LT is 0 (the torch-native benchmark
+    # TPrimat follows needed it set so on MI300X).
+    env={"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},
+)

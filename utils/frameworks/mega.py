@@ -1,0 +1,9 @@
+"""mega: megatron-core driven by TPrimat's own trainer (train/train_mega.py, train/mega/), on both vendors and the CPU."""
+
+from utils.frameworks import Framework
+
+FRAMEWORK = Framework(
+    name="mega", display_name="Megatron", platforms=("amd", "nvd", "cpu"), warmup_convention="megatron",
+    probe_modules=("transformer_engine", "megatron.core"), trainer="train/train_mega.py",
+    log_format="mega",  # its trainer prints Megatron-LM's iteration lines
+)

@@ -1,0 +1,14 @@
+"""nemo: NVIDIA's NeMo 2.0 recipes (train/nemo/: the recipe mapping, its launch and step timer), NVIDIA only.
+
+Its LR warm-up is NeMo's own cosine annealing (it cannot be changed: utils/spec/fairness.py); its result is extracted
+from its log. Each model it trains is one of NeMo's recipes (nemo.collections.llm.recipes.<name>).
+"""
+
+from utils.frameworks import Framework
+
+FRAMEWORK = Framework(
+    name="nemo", display_name="NeMo", platforms=("nvd",), warmup_convention="nemo-cosine-annealing",
+    probe_modules=("transformer_engine", "megatron.core", "nemo"), command="train.nemo.launch:command",
+    log_format="nemo", precisions=("bf16", "fp8"),
+    model_names={"llama": "llama31_8b", "qwen": "qwen25_7b", "llama70b": "llama31_70b", "mistral": "mistral_7b"},
+)
