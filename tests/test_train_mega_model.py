@@ -38,7 +38,13 @@ def test_megatron_builds_the_published_parameter_count(full_models, key, billion
 
 def test_only_mistral_is_built_with_a_sliding_window(full_models):
     assert {key: built["window_size"] for key, built in full_models.items()} == {
-        "llama": None, "qwen": None, "llama70b": None, "mistral": [4095, 0]}
+        "llama": None, "qwen": None, "llama70b": None, "mistral": [4095, 0], "llama+tied": None}
+
+
+def test_a_tied_lm_head_is_the_embedding_and_counted_once(full_models):
+    tied = dataclasses.replace(get_model("llama"), tied_embeddings=True)
+    assert full_models["llama+tied"]["parameters"] == tied.param_count() \
+        == full_models["llama"]["parameters"] - tied.vocab_size * tied.hidden_size
 
 
 def test_the_window_really_cuts_attention_short_on_the_cpu():

@@ -3,6 +3,8 @@ built without distributed and without downloading anything."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -28,6 +30,15 @@ def test_the_tiny_models_have_the_specs_numbers_and_parameter_count(key, cls):
     assert native_model.count_parameters(model) == spec.param_count()
     attention = model.model.layers[0].self_attn
     assert (attention.q_proj.bias is not None) is spec.qkv_bias and attention.o_proj.bias is None
+
+
+def test_a_tied_model_computes_its_logits_with_the_embedding_and_counts_it_once():
+    spec = dataclasses.replace(get_model("llama", "tiny"), tied_embeddings=True)
+    model = native_model.build(spec, "eager", seed=3, device=torch.device("cpu"))
+    assert model.config.tie_word_embeddings is True
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert native_model.count_parameters(model) == spec.param_count() \
+        == get_model("llama", "tiny").param_count() - spec.vocab_size * spec.hidden_size
 
 
 def test_llama_keeps_its_llama3_frequency_scaling_and_qwen_has_none():

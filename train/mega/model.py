@@ -188,7 +188,8 @@ def _check_rope_scaling(spec: ModelSpec) -> None:
 
 
 def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len: int) -> GPTModel:
-    """This pipeline stage's part of the model (untied embeddings, RoPE with the spec's base and scaling)."""
+    """This pipeline stage's part of the model (the LM head tied to the embedding where the spec ties them, RoPE with
+    the spec's base and scaling)."""
     _check_rope_scaling(spec)
     if stack.transformer_engine:
         layer_spec = get_gpt_layer_with_transformer_engine_spec(num_experts=None, moe_grouped_gemm=False,
@@ -204,7 +205,7 @@ def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len:
         pre_process=parallel_state.is_pipeline_first_stage(),
         post_process=parallel_state.is_pipeline_last_stage(),
         parallel_output=True,
-        share_embeddings_and_output_weights=False,
+        share_embeddings_and_output_weights=spec.tied_embeddings,
         position_embedding_type="rope",
         rotary_percent=1.0,
         rotary_base=int(spec.rope_theta),
@@ -214,7 +215,10 @@ def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len:
 
 
 def _logical_name(model: GPTModel, name: str) -> str:
-    """The parameter's name in the whole (TP=1, PP=1) model: local layer indices become global ones."""
+    """The parameter's name in the whole (TP=1, PP=1) model: local layer indices become global ones, and a tied LM
+    head on the last pipeline stage (its own copy of the embedding, kept equal by megatron-core) is the embedding."""
+    if name == "output_layer.weight" and model.share_embeddings_and_output_weights:
+        return "embedding.word_embeddings.weight"
     match = LAYER_INDEX.match(name)
     if not match:
         return name

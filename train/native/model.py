@@ -21,10 +21,10 @@ ATTENTION = ("sdpa", "eager", "flash_attention_2")
 
 
 def config_classes() -> dict:
-    """Each model key's Hugging Face config class: adding a model is one line here."""
+    """Each Hugging Face family's config class (utils.spec.models' hf_family): a new family is one line here."""
     from transformers import LlamaConfig, MistralConfig, Qwen2Config
 
-    return {"llama": LlamaConfig, "qwen": Qwen2Config, "llama70b": LlamaConfig, "mistral": MistralConfig}
+    return {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}
 
 
 def rope_arguments(spec: ModelSpec) -> dict:
@@ -35,12 +35,13 @@ def rope_arguments(spec: ModelSpec) -> dict:
 
 
 def hf_config(spec: ModelSpec, attn_impl: str):
-    """The spec as its family's Hugging Face config (untied embeddings, no dropout, no KV cache)."""
+    """The spec as its family's Hugging Face config (the spec's tied or untied embeddings, no dropout, no KV
+    cache)."""
     try:
-        cls = config_classes()[spec.key]
+        cls = config_classes()[spec.hf_family]
     except KeyError:
-        raise SettingsError(f"model {spec.key} has no Hugging Face config class in train/native/model.py; "
-                            "add it to config_classes()") from None
+        raise SettingsError(f"model {spec.key}'s family {spec.hf_family} has no Hugging Face config class in "
+                            "train/native/model.py; add it to config_classes()") from None
     # A family that can window its attention gets the spec's window, None included (Qwen2's config defaults to one)
     extra = {"sliding_window": spec.sliding_window} \
         if "sliding_window" in inspect.signature(cls.__init__).parameters else {}
@@ -49,7 +50,7 @@ def hf_config(spec: ModelSpec, attn_impl: str):
     config = cls(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.ffn_hidden_size,
                  num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_attention_heads,
                  num_key_value_heads=spec.num_kv_heads, max_position_embeddings=spec.max_position_embeddings,
-                 rms_norm_eps=spec.norm_eps, **rope_arguments(spec), tie_word_embeddings=False,
+                 rms_norm_eps=spec.norm_eps, **rope_arguments(spec), tie_word_embeddings=spec.tied_embeddings,
                  initializer_range=float(WORKLOAD["init_method_std"]), attention_dropout=0.0, use_cache=False,
                  **extra)
     config._attn_implementation = attn_impl

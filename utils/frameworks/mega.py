@@ -1,4 +1,5 @@
-"""mega: megatron-core driven by TPrimat's own trainer (train/train_mega.py, train/mega/), on both vendors and the CPU."""
+"""mega: megatron-core driven by TPrimat's own trainer (train/train_mega.py, train/mega/), on both vendors and the
+CPU."""
 
 from utils.frameworks import Framework
 

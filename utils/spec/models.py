@@ -1,9 +1,10 @@
 """The benchmarked models, their tiny CPU variants and their fewer-layer proxies: the one source of every model number.
 
 Llama 3.1 8B and Qwen 2.5 7B are benchmarked; Llama 3.1 70B is there for proxies (MODEL_LAYERS: its
-first N layers at full width), Mistral 7B v0.1 for sliding-window attention. Adding a model is one entry
-here plus its name in each framework that has names of its own (NeMo's recipe, Primus's shipped experiment
-file); a framework without one skips the model (train.plan.skip_reason).
+first N layers at full width), Mistral 7B v0.1 for sliding-window attention. A model is one entry of ENTRIES: its
+spec (every number the trainers, the FLOPs formula and the predictions need, tied embeddings and the Hugging Face
+family included) and the changes that make its tiny CPU variant; a framework that trains from shipped recipes names
+it in its registry entry (utils/frameworks/), and one without a name for it skips it.
 
 Standard library only: utils.config imports it to validate TP/PP before any environment exists.
 The FLOPs formula lives here too (Megatron's convention, causal attention halved), so every
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field, replace
 
 from utils.cli import Parser
 
-MODEL_KEYS = ("llama", "qwen", "llama70b", "mistral")
 MODEL_SIZES = ("full", "tiny")
 
 
@@ -34,6 +34,7 @@ class ModelSpec:
     """Architecture numbers of one model variant (names follow Hugging Face's config.json)."""
 
     key: str  # one of MODEL_KEYS: the name used in configuration, file names and scripts
+    hf_family: str  # its Hugging Face architecture (config.json's model_type): llama | qwen2 | mistral
     variant: str  # exact variant recorded in results, e.g. "llama3.1-8b" or "llama3.1-8b-tiny"
     display_name: str
     hf_id: str  # Hub repository of the model (its tokenizer files are what TPrimat downloads)
@@ -111,7 +112,8 @@ class ModelSpec:
 
 
 LLAMA_31_8B = ModelSpec(
-    key="llama", variant="llama3.1-8b", display_name="Llama 3.1 8B", hf_id="meta-llama/Llama-3.1-8B",
+    key="llama", hf_family="llama", variant="llama3.1-8b", display_name="Llama 3.1 8B",
+    hf_id="meta-llama/Llama-3.1-8B",
     num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8,
     vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0, norm_eps=1e-5,
     qkv_bias=False, gated=True,
@@ -120,7 +122,7 @@ LLAMA_31_8B = ModelSpec(
 )
 
 QWEN_25_7B = ModelSpec(
-    key="qwen", variant="qwen2.5-7b", display_name="Qwen 2.5 7B", hf_id="Qwen/Qwen2.5-7B",
+    key="qwen", hf_family="qwen2", variant="qwen2.5-7b", display_name="Qwen 2.5 7B", hf_id="Qwen/Qwen2.5-7B",
     num_layers=28, hidden_size=3584, ffn_hidden_size=18944, num_attention_heads=28, num_kv_heads=4,
     vocab_size=152064, max_position_embeddings=131072, rope_theta=1000000.0, norm_eps=1e-6,
     qkv_bias=True,
@@ -134,32 +136,33 @@ LLAMA_31_70B = replace(
 )
 
 MISTRAL_7B = ModelSpec(
-    key="mistral", variant="mistral-7b-v0.1", display_name="Mistral 7B v0.1", hf_id="mistralai/Mistral-7B-v0.1",
+    key="mistral", hf_family="mistral", variant="mistral-7b-v0.1", display_name="Mistral 7B v0.1",
+    hf_id="mistralai/Mistral-7B-v0.1",
     num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8,
     vocab_size=32000, max_position_embeddings=32768, rope_theta=10000.0, norm_eps=1e-5,
     qkv_bias=False, gated=True, sliding_window=4096,
 )
 
 
-def _tiny(spec: ModelSpec, ffn_hidden_size: int, **changes) -> ModelSpec:
+def _tiny(spec: ModelSpec, **changes) -> ModelSpec:
     """Same family features and real vocabulary; 2 narrow layers so the CPU can train it in seconds."""
     return replace(spec, **{"variant": spec.variant + "-tiny", "display_name": spec.display_name + " (tiny)",
-                             "num_layers": 2, "hidden_size": 128, "ffn_hidden_size": ffn_hidden_size,
+                             "num_layers": 2, "hidden_size": 128,
                              "num_attention_heads": 4, "num_kv_heads": 2, "max_position_embeddings": 4096,
                              **changes})
 
 
-MODELS: dict[tuple[str, str], ModelSpec] = {
-    ("llama", "full"): LLAMA_31_8B,
-    ("llama", "tiny"): _tiny(LLAMA_31_8B, ffn_hidden_size=448),   # keeps Llama's 3.5x FFN ratio
-    ("qwen", "full"): QWEN_25_7B,
-    ("qwen", "tiny"): _tiny(QWEN_25_7B, ffn_hidden_size=672),     # keeps Qwen's ~5.3x FFN ratio
-    ("llama70b", "full"): LLAMA_31_70B,
-    ("llama70b", "tiny"): _tiny(LLAMA_31_70B, ffn_hidden_size=448, num_attention_heads=8),  # 2x the 8B's heads, as at full size
-    ("mistral", "full"): MISTRAL_7B,
+# Every model: its full spec and the changes that make its tiny variant (2 narrow layers: _tiny).
+ENTRIES: tuple[tuple[ModelSpec, dict], ...] = (
+    (LLAMA_31_8B, {"ffn_hidden_size": 448}),  # keeps Llama's 3.5x FFN ratio
+    (QWEN_25_7B, {"ffn_hidden_size": 672}),  # keeps Qwen's ~5.3x FFN ratio
+    (LLAMA_31_70B, {"ffn_hidden_size": 448, "num_attention_heads": 8}),  # 2x the 8B's heads, as at full size
     # 3.5x FFN; a window of 64 < the CPU's SL 128, so that it really cuts attention short there
-    ("mistral", "tiny"): _tiny(MISTRAL_7B, ffn_hidden_size=448, sliding_window=64),
-}
+    (MISTRAL_7B, {"ffn_hidden_size": 448, "sliding_window": 64}),
+)
+MODELS: dict[tuple[str, str], ModelSpec] = {(spec.key, size): variant for spec, tiny in ENTRIES
+                                             for size, variant in (("full", spec), ("tiny", _tiny(spec, **tiny)))}
+MODEL_KEYS = tuple(spec.key for spec, _ in ENTRIES)
 PROXY = re.compile(r"(?P<variant>.+)-L(?P<layers>[1-9][0-9]*)")  # "<variant>-L<N>": a proxy's variant
 
 
