@@ -1,8 +1,21 @@
-"""utils.frameworks: the one table of the frameworks, which the configuration, the workload and the judge read."""
+"""utils.frameworks: the framework registry, from which every table about frameworks comes (the configuration, the
+workload, the judge, the probe, the platform environment, the schema's enum, the report's names)."""
 
-from utils import frameworks
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from evaluate.comparison.repeats import FRAMEWORK_NAMES
+from evaluate.logs.parse import FRAMEWORKS as LOG_FORMATS
+from utils import ROOT, frameworks
 from utils.config import FRAMEWORKS
+from utils.machine import platform_env, probe
 from utils.spec.fairness import workload
+from utils.spec.models import MODEL_KEYS
+from utils.spec.result import schema
 
 
 def test_each_platform_runs_megatron_its_vendors_framework_and_the_torch_native_ones():
@@ -28,3 +41,46 @@ def test_the_workload_records_each_frameworks_warm_up_convention():
 
 def test_tprimats_own_trainers_write_their_result_and_the_vendors_logs_are_extracted():
     assert [name for name, spec in frameworks.TABLE.items() if spec.writes_result] == ["mega", "fsdp", "autotp"]
+
+
+# --- Every table about frameworks comes from the registry ----------------------------------------------------------
+
+def test_each_entry_names_a_trainer_that_exists_or_a_command_builder_that_imports():
+    for entry in frameworks.TABLE.values():
+        if entry.trainer:
+            assert (ROOT / entry.trainer).is_file(), entry
+        else:
+            module, _, function = entry.command.partition(":")
+            assert callable(getattr(importlib.import_module(module), function)), entry
+
+
+def test_the_tables_of_other_modules_are_the_registrys():
+    assert probe.FRAMEWORK_MODULES == {name: entry.probe_modules for name, entry in frameworks.TABLE.items()}
+    assert FRAMEWORK_NAMES == {name: entry.display_name for name, entry in frameworks.TABLE.items()}
+    assert LOG_FORMATS == frameworks.LOG_FORMATS
+    assert {entry.log_format for entry in frameworks.TABLE.values()} - {None} <= set(LOG_FORMATS)
+    loaded = schema()
+    assert loaded["properties"]["framework"]["enum"] == list(frameworks.NAMES)
+    assert loaded["properties"]["model"]["properties"]["key"]["enum"] == list(MODEL_KEYS)
+    assert all(set(entry.model_names or ()) <= set(MODEL_KEYS) for entry in frameworks.TABLE.values())
+    assert platform_env.platform_env("cpu", "autotp")["DS_ACCELERATOR"] == "cpu"  # the entry's env
+
+
+def test_a_bad_entry_is_refused_when_it_is_declared():
+    with pytest.raises(ValueError, match="exactly one of trainer and command"):
+        frameworks.Framework("x", "X", ("cpu",), "megatron", (), trainer="a.py", command="m:f")
+    with pytest.raises(ValueError, match="writes no result: name its log_format"):
+        frameworks.Framework("x", "X", ("cpu",), "megatron", (), command="m:f")
+    with pytest.raises(ValueError, match="memory_model 'zero' is not one of"):
+        frameworks.Framework("x", "X", ("cpu",), "megatron", (), trainer="a.py", memory_model="zero")
+
+
+def test_a_framework_kept_outside_registers_by_naming_its_entry_module(tmp_path):
+    (tmp_path / "outside.py").write_text(
+        "from utils.frameworks import Framework\n"
+        "FRAMEWORK = Framework('outside', 'Outside', ('cpu',), 'megatron', (), trainer='outside.py')\n")
+    probe_code = "from utils import frameworks; print(frameworks.NAMES, frameworks.on('cpu'))"
+    out = subprocess.run([sys.executable, "-c", probe_code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}", frameworks.EXTRA_ENV: "outside"})
+    assert out.stdout.strip() == ("('mega', 'prim', 'nemo', 'fsdp', 'autotp', 'outside') "
+                                  "('mega', 'fsdp', 'autotp', 'outside')"), out.stderr
