@@ -17,7 +17,7 @@ from train.common.megatron_data import locate
 from train.native import trainer as native_trainer
 from train.native.fsdp import FsdpEngine
 from utils.machine import platform_env
-from utils.spec.models import MODEL_KEYS, by_variant
+from utils.spec.models import MODEL_KEYS
 from utils.spec.request import Request
 
 
@@ -53,7 +53,7 @@ def fsdp_trainer(model: str, steps: int, scratch: Path) -> tuple[Request, native
     req = replace(planned, training=replace(planned.training, steps=steps, warmup_steps=min(
         planned.training.warmup_steps, steps - 1)), data=replace(planned.data, mock_data=True))
     platform_env.apply(req.identity.platform)
-    trainer = native_trainer.starter(FsdpEngine)(req, locate(req.data, by_variant(req.identity.variant)), scratch,
+    trainer = native_trainer.starter(FsdpEngine)(req, locate(req.data, req.model), scratch,
                                                  None)
     trainer.build()
     return req, trainer

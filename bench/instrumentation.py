@@ -47,7 +47,6 @@ from train.common.step_log import StepLog
 from train.mega.trainer import Trainer, init_distributed
 from train.train_mega import planned_request
 from utils.machine import platform_env
-from utils.spec.models import by_variant
 
 BUDGET = 0.01  # the limit: 1% of step time
 
@@ -92,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu_compat.apply()
         init_distributed(req)
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        source = locate(req.data, by_variant(req.identity.variant))
+        source = locate(req.data, req.model)
         trainer = Trainer(req, source, Path(scratch))
         trainer.build()
         if rank == world - 1:

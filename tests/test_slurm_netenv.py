@@ -12,51 +12,52 @@ import pytest
 from tests.shell_harness import FakeMachine
 from utils.config import ROOT
 from utils.machine.netenv import network_env
+from utils.spec.request import Network
 
 
 def test_amd_gets_the_roce_settings_amds_own_launcher_uses():
-    assert network_env("amd", {}, {}) == {"NCCL_CROSS_NIC": "0", "NCCL_DEBUG": "INFO", "NCCL_IB_GID_INDEX": "3"}
+    assert network_env("amd", Network(), {}) == {"NCCL_CROSS_NIC": "0", "NCCL_DEBUG": "INFO", "NCCL_IB_GID_INDEX": "3"}
 
 
 def test_nvidia_leaves_the_network_to_the_library_and_both_vendors_log_the_transport_it_chose():
-    assert network_env("nvd", {}, {}) == {"NCCL_DEBUG": "INFO"}
-    assert network_env("cpu", {}, {}) == {}
+    assert network_env("nvd", Network(), {}) == {"NCCL_DEBUG": "INFO"}
+    assert network_env("cpu", Network(), {}) == {}
 
 
 @pytest.mark.parametrize("platform", ["amd", "nvd"])
 def test_a_users_nccl_debug_or_the_net_debug_knob_replaces_the_transport_log(platform):
-    assert network_env(platform, {}, {"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"
-    assert network_env(platform, {"NET_DEBUG": "TRACE"}, {"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "TRACE"
+    assert network_env(platform, Network(), {"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"
+    assert network_env(platform, Network(debug="TRACE"), {"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "TRACE"
 
 
 def test_socket_interface_knob_sets_the_bootstrap_and_gloo_interface():
-    assert network_env("nvd", {"NET_SOCKET_IFNAME": "ens1f0"}, {}) == {
+    assert network_env("nvd", Network(socket_ifname="ens1f0"), {}) == {
         "NCCL_SOCKET_IFNAME": "ens1f0", "GLOO_SOCKET_IFNAME": "ens1f0", "NCCL_DEBUG": "INFO"}
 
 
 def test_cpu_runs_only_need_gloos_interface():
-    assert network_env("cpu", {"NET_SOCKET_IFNAME": "eth1", "NET_IB_HCA": "mlx5_0"}, {}) == {
+    assert network_env("cpu", Network(socket_ifname="eth1", ib_hca="mlx5_0"), {}) == {
         "GLOO_SOCKET_IFNAME": "eth1"}
 
 
 def test_a_variable_already_exported_beats_the_vendor_default():
-    assert network_env("amd", {}, {"NCCL_IB_GID_INDEX": "1"})["NCCL_IB_GID_INDEX"] == "1"
+    assert network_env("amd", Network(), {"NCCL_IB_GID_INDEX": "1"})["NCCL_IB_GID_INDEX"] == "1"
 
 
 def test_a_knob_beats_what_is_exported():
-    env = network_env("amd", {"NET_IB_GID_INDEX": "5"}, {"NCCL_IB_GID_INDEX": "1"})
+    env = network_env("amd", Network(ib_gid_index="5"), {"NCCL_IB_GID_INDEX": "1"})
     assert env["NCCL_IB_GID_INDEX"] == "5"
 
 
 def test_empty_knobs_and_variables_set_nothing():
     """An empty NCCL_IB_GID_INDEX reads as index 0 in NCCL, so empty never reaches the environment."""
-    env = network_env("nvd", {"NET_SOCKET_IFNAME": " ", "NET_IB_GID_INDEX": ""}, {"NCCL_IB_HCA": ""})
+    env = network_env("nvd", Network(socket_ifname=" ", ib_gid_index=""), {"NCCL_IB_HCA": ""})
     assert env == {"NCCL_DEBUG": "INFO"}
 
 
 def test_unknown_platform_is_an_error():
     with pytest.raises(ValueError, match="valid: nvd, amd, cpu"):
-        network_env("tpu", {}, {})
+        network_env("tpu", Network(), {})
 
 
 def test_command_line_prints_shell_exports_from_the_environment():

@@ -16,7 +16,8 @@ from tests.fixtures.train_matrix.requests import node
 from utils.spec.fairness import profile
 from train.plan import build_plan, data_problems, estimate_s, request, table
 from utils.config import ROOT, load_config
-from utils.spec.request import Request
+from utils.spec.models import get_model
+from utils.spec.request import Network, Request
 
 
 def names(platform: str, **env: str) -> list[str]:

@@ -9,7 +9,9 @@ the CPU's host memory per worker) and whether it fits, and a lower bound on its 
 run predicted not to fit is flagged; SKIP_WONT_FIT=1 skips it, with the reason.
 
 A run's request (`request()`, a utils.spec.request.Request written as config.json into its directory) is what
-every launcher, trainer and the judge of the run read: the layout and workload of that one run, plus every knob.
+every launcher, trainer and the judge of the run read: the model, layout and workload of that one run, and every
+setting they need, typed. The matrix builds each run's request here and hands it to the launcher
+(train/matrix.py); a run started by hand (train/launch.sh) builds its own the same way.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from utils.machine.hardware import cpu_precision
 from utils.config.native import sac_every
 from utils.frameworks import torch_native
 from utils.predict import NO_DEVICE, Prediction, Target, plan_target, predict
-from utils.spec.request import Data, Environment, Fairness, Identity, Native, Parallelism, Request, RequestError, Training
+from utils.spec.request import (Data, Environment, Fairness, Identity, Native, Network, Parallelism, Request,
+                                RequestError, Training)
 from utils.spec.strategies import CUSTOM, Layout
 
 
@@ -109,16 +112,18 @@ def _runs(cfg: Config) -> list[Run]:
             for layout in [cfg.layout(spec.key, strategy)]]
 
 
-def request(cfg: Config, run: Run) -> Request:
-    """The run's request (config.json): identity, layout, workload, data, fairness profile, environment, and
-    every knob as resolved."""
+def request(cfg: Config, run: Run, commit: str | None = None) -> Request:
+    """The run's request (config.json): identity (with the project's commit, utils.fingerprint.project_commit, when
+    given), the model's spec, layout, workload, data, fairness profile, the torch-native and network settings, and
+    this node's environment, each knob a typed field."""
     v = cfg.values
     spec = cfg.model(run.model)
     lay = run.layout
     table = profile(v["FAIRNESS"])
     return Request(
         identity=Identity(run_id=run.name, platform=cfg.platform, framework=run.framework, model=run.model,
-                          variant=spec.variant, repeat=run.repeat),
+                          variant=spec.variant, repeat=run.repeat, commit=commit),
+        model=spec,
         parallelism=Parallelism(strategy=run.strategy, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga,
                                 sequence_parallel=sequence_parallel(lay.tp),
                                 distributed_optimizer=table["use_distributed_optimizer"],
@@ -134,12 +139,13 @@ def request(cfg: Config, run: Run) -> Request:
                           workload=workload(run.framework, spec.vocab_size, lay.tp)),
         native=Native(data_parallel=v["DATA_PARALLEL"], compile=v["COMPILE"], compile_mode=v["COMPILE_MODE"],
                       sac_every=sac_every(v["SAC_FREQ"]), attn_impl=v["ATTN_IMPL"], zero_stage=v["ZERO_STAGE"]),
+        network=Network.from_knobs(v),
         environment=Environment(node_rank=v["NODE_RANK"], master_addr=v["MASTER_ADDR"],
                                 master_port=v["MASTER_PORT"], hf_home=v["HF_HOME"], dry_run=v["DRY_RUN"],
                                 warmup_skip=v["WARMUP_SKIP"], profiling=v["PROFILING"],
                                 profile_start_step=v["PROFILE_START_STEP"], profile_end_step=v["PROFILE_END_STEP"],
-                                telemetry=v["TELEMETRY"], telemetry_interval_ms=v["TELEMETRY_INTERVAL_MS"]),
-        knobs=cfg.as_dict(),
+                                telemetry=v["TELEMETRY"], telemetry_interval_ms=v["TELEMETRY_INTERVAL_MS"],
+                                target_device=v["TARGET_DEVICE"]),
     )
 
 
@@ -153,8 +159,8 @@ def predictions(cfg: Config, runs: list[Run]) -> dict[str, Prediction]:
     """Each run's prediction on the target device (utils.predict), by run name; runs skipped for another reason
     have none."""
     target = _target(cfg.platform, cfg["TARGET_DEVICE"], cfg["GPUS_PER_NODE"])
-    return {run.name: predict(request(cfg, run), target, cfg["NET_LINK_GBPS"], cfg.model(run.model))
-            for run in runs if not run.skipped}
+    return {run.name: predict(req, target, req.network.link_gbps)
+            for run in runs if not run.skipped for req in [request(cfg, run)]}
 
 
 def prediction_lines(cfg: Config, runs: list[Run]) -> tuple[list[str], dict[str, str]]:

@@ -36,7 +36,6 @@ from utils.machine import platform_env
 from utils.cli import now_iso
 from utils.files import DiskError, atomic_open
 from utils.fingerprint import project_commit
-from utils.spec.models import by_variant
 from utils.spec.request import Request
 from utils.spec.result import build_result, write_result
 from utils.runset import system_path
@@ -148,7 +147,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
     try:
         env = platform_env.apply(req.identity.platform, framework=req.identity.framework)
         check_device(req.identity.platform)
-        source = locate(req.data, by_variant(req.identity.variant))
+        source = locate(req.data, req.model)
         trainer = start(req, source, run_dir, inject_nan_step)
         trainer.build()
         trainer.effective["environment"] = env

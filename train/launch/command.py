@@ -60,11 +60,11 @@ def torchrun(req: Request) -> list[str]:
 
 def vendor_env(req: Request) -> dict[str, str]:
     """utils/machine/platform_env's variables for the platform and framework where the user has not set them otherwise
-    (theirs win), the multi-node network settings of utils/machine/netenv (NET_* knobs beat what is exported, which
-    beats the vendor's defaults), and unbuffered Python so that the console streams into train.log and the
-    terminal as it happens."""
+    (theirs win), the multi-node network settings of utils/machine/netenv (the request's network section, its NET_*
+    knobs, beats what is exported, which beats the vendor's defaults), and unbuffered Python so that the console
+    streams into train.log and the terminal as it happens."""
     platform = req.identity.platform
-    network = network_env(platform, req.knobs) if req.parallelism.nnodes > 1 else {}
+    network = network_env(platform, req.network) if req.parallelism.nnodes > 1 else {}
     wanted = platform_env(platform, req.identity.framework)
     return {**{key: os.environ.get(key, value) for key, value in wanted.items()}, **network,
             "PYTHONUNBUFFERED": "1"}

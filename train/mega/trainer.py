@@ -40,7 +40,7 @@ from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER
 from train.common.megatron_data import DataSource, build_dataset, microbatches
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
-from utils.spec.models import ModelSpec, by_variant
+from utils.spec.models import ModelSpec
 from utils.spec.request import Request
 
 # Deprecation notices of megatron-core's configuration and of torch's collectives (each call) that would bury the
@@ -143,10 +143,10 @@ class Trainer:
     recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench.instrumentation's figure
     breakdown_method: str = field(init=False)  # the result's performance.breakdown.method
     marks: StepMarks = field(init=False)  # the breakdown's marks, reused step after step
-    spec: ModelSpec = field(init=False)  # the variant the request names (utils.spec.models)
+    spec: ModelSpec = field(init=False)  # the model the request names (its ModelSpec)
 
     def __post_init__(self) -> None:
-        self.spec = by_variant(self.request.identity.variant)
+        self.spec = self.request.model
         self.marks = StepMarks(on_device=torch.cuda.is_available())
         self.breakdown_method = breakdown_method(self.marks.on_device)
 

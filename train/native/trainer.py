@@ -32,7 +32,7 @@ from train.native.engine import Engine
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
 from utils.machine.hardware import cpu_native_bf16
-from utils.spec.models import ModelSpec, by_variant
+from utils.spec.models import ModelSpec
 from utils.spec.request import Request
 
 MakeEngine = Callable[[torch.nn.Module, Request, torch.device], Engine]
@@ -110,7 +110,7 @@ class NativeTrainer:
     marks: step_marks.StepMarks = field(init=False)
 
     def __post_init__(self) -> None:
-        self.spec = by_variant(self.request.identity.variant)
+        self.spec = self.request.model
         self.marks = step_marks.StepMarks(on_device=self.device.type == "cuda")
 
     def _mark(self, name: str) -> None:

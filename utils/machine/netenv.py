@@ -34,47 +34,49 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from utils.config import ConfigError, load_config
+from utils.spec.request import Network
 
 
 @dataclass(frozen=True)
 class Vendor:
-    """One vendor's collective library: what each knob sets, and the defaults it needs."""
+    """One vendor's collective library: what each network setting sets, and the defaults it needs."""
 
     library: str
-    knobs: dict[str, tuple[str, ...]]  # NET_* knob -> the variables it sets
+    settings: dict[str, tuple[str, ...]]  # a field of the request's Network (NET_<NAME>) -> the variables it sets
     defaults: dict[str, str] = field(default_factory=dict)
 
 
 _SOCKET = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-_GPU_KNOBS = {
-    "NET_SOCKET_IFNAME": _SOCKET,  # bootstrap and TCP fallback (NCCL/RCCL) and gloo: e.g. eth0, ^docker,lo
-    "NET_IB_HCA": ("NCCL_IB_HCA",),  # InfiniBand/RoCE adapters to use: e.g. mlx5_0,mlx5_1 or ^mlx5_4
-    "NET_IB_GID_INDEX": ("NCCL_IB_GID_INDEX",),  # RoCE GID index (3 = RoCE v2 over IPv4 on most fabrics)
-    "NET_DEBUG": ("NCCL_DEBUG",),  # WARN | INFO (INFO prints the transport chosen: NET/IB or NET/Socket)
+_GPU_SETTINGS = {
+    "socket_ifname": _SOCKET,  # bootstrap and TCP fallback (NCCL/RCCL) and gloo: e.g. eth0, ^docker,lo
+    "ib_hca": ("NCCL_IB_HCA",),  # InfiniBand/RoCE adapters to use: e.g. mlx5_0,mlx5_1 or ^mlx5_4
+    "ib_gid_index": ("NCCL_IB_GID_INDEX",),  # RoCE GID index (3 = RoCE v2 over IPv4 on most fabrics)
+    "debug": ("NCCL_DEBUG",),  # WARN | INFO (INFO prints the transport chosen: NET/IB or NET/Socket)
 }
 
 _TRANSPORT_LOG = {"NCCL_DEBUG": "INFO"}
 VENDORS: dict[str, Vendor] = {
-    "nvd": Vendor("NCCL", _GPU_KNOBS, _TRANSPORT_LOG),
+    "nvd": Vendor("NCCL", _GPU_SETTINGS, _TRANSPORT_LOG),
     # AMD's own launcher (Primus examples/run_pretrain.sh) sets these for every multi-node run on its
     # RoCE fabrics; TPrimat's Megatron runs on AMD get the same, so mega and prim see one network.
-    "amd": Vendor("RCCL", _GPU_KNOBS, {"NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0", **_TRANSPORT_LOG}),
-    "cpu": Vendor("gloo", {"NET_SOCKET_IFNAME": ("GLOO_SOCKET_IFNAME",)}),
+    "amd": Vendor("RCCL", _GPU_SETTINGS, {"NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0", **_TRANSPORT_LOG}),
+    "cpu": Vendor("gloo", {"socket_ifname": ("GLOO_SOCKET_IFNAME",)}),
 }
 
 
-def network_env(platform: str, knobs: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables a multi-node run of the platform gets (only those with a value)."""
+def network_env(platform: str, network: Network, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a multi-node run of the platform gets (only those with a value), from the request's network
+    section."""
     try:
         vendor = VENDORS[platform]
     except KeyError:
         raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(VENDORS)}") from None
     environ = os.environ if environ is None else environ
     settings = dict(vendor.defaults)
-    names = set(settings).union(*vendor.knobs.values())
+    names = set(settings).union(*vendor.settings.values())
     settings.update({name: environ[name] for name in names if environ.get(name)})
-    for knob, variables in vendor.knobs.items():
-        value = (knobs.get(knob) or "").strip()
+    for setting, variables in vendor.settings.items():
+        value = (getattr(network, setting) or "").strip()
         if value:
             settings.update(dict.fromkeys(variables, value))
     return dict(sorted(settings.items()))
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         err.report("utils.machine.netenv")
         return 2
-    for key, value in network_env(cfg.platform, cfg.values).items():
+    for key, value in network_env(cfg.platform, Network.from_knobs(cfg.values)).items():
         print(f"export {key}={shlex.quote(value)}")
     return 0
 

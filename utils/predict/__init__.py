@@ -21,7 +21,6 @@ from typing import Callable
 from utils.machine import vendor_tools
 from utils.machine.hardware import TARGET_DEVICES, DeviceSpec, lookup_device
 from utils.spec.metrics import figure_text
-from utils.spec.models import ModelSpec, by_variant
 from utils.predict.memory import GIB, Layout, Memory, memory
 from utils.predict.step_time import TimeBound, bound, links
 from utils.spec.request import Request
@@ -130,21 +129,15 @@ class Prediction:
                 f"DP {figure_text(b.dp_exposed_s)}{hidden}, bubble {figure_text(b.bubble_s)})")
 
 
-def predict(req: Request, target: Target, link_gbps: float | None = None,
-            spec: ModelSpec | None = None) -> Prediction:
+def predict(req: Request, target: Target, link_gbps: float | None = None) -> Prediction:
     """The request's prediction on a target device (link_gbps: NET_LINK_GBPS, the inter-node link per GPU)."""
-    spec = spec or by_variant(req.identity.variant)
+    spec = req.model
     lay = layout(req, on_gpu=target.spec is not None)
     time = None
     if target.spec is not None:
         net = links(target.spec, req.parallelism.gpus_per_node, req.parallelism.nnodes, link_gbps)
         time = bound(spec, lay, target.spec, net)
     return Prediction(target, memory(spec, lay), time)
-
-
-def knob_link(req: Request) -> float | None:
-    value = req.knobs.get("NET_LINK_GBPS")
-    return float(value) if value not in (None, "") else None
 
 
 def measured_peak_gib(result: dict) -> tuple[float | None, str]:
@@ -165,12 +158,12 @@ def result_section(request: Request, result: dict) -> dict:
         target = host_target(request.parallelism.gpus_per_node)
     elif gpu.get("name"):
         target = gpu_target(gpu["name"], gpu.get("memory_gib"), "detected")
-    elif request.knobs.get("TARGET_DEVICE"):
-        key = str(request.knobs["TARGET_DEVICE"])
+    elif request.environment.target_device:
+        key = request.environment.target_device
         target = gpu_target(TARGET_DEVICES[key], None, f"TARGET_DEVICE={key}")
     else:
         target = Target(None, None, None, "none")
-    found = predict(request, target, knob_link(request))
+    found = predict(request, target, request.network.link_gbps)
     mem = found.memory
     step = ((result.get("performance") or {}).get("step_time_s") or {}).get("median")
     bound_s = found.time.step_s if found.time else None

@@ -6,21 +6,23 @@ the run's config.json; every launcher, trainer and generated framework file read
 `result_training`). Its field names are the result schema's (utils/spec/result.schema.json), so no layer renames
 a setting: seq_len is seq_len from config.json to result.json.
 
-config.json holds one object per section below (identity, parallelism, training, data, fairness, native,
-environment), plus `knobs`: every configuration knob as resolved for the run (the record that reproduces it;
-code reads the typed sections, and the knobs only where it hands them on as they are: the NET_* network
-settings, utils/machine/netenv.py).
+config.json holds one object per section below (identity, model, parallelism, training, data, fairness, native,
+network, environment), each typed, and nothing else: the model as its utils.spec.models.ModelSpec (its fields; a
+MODEL_LAYERS proxy's fewer layers included), so that no reader looks it up again from the variant's name, and every
+knob a reader needs as a field of a section (the NET_* network settings in `network`, under the knob's name less its
+NET_ prefix), so that no untyped copy of the configuration rides along.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 from utils.spec.fairness import identity
+from utils.spec.models import ModelSpec
 from utils.files import write_json
 
 
@@ -124,6 +126,24 @@ class Environment:
     profile_end_step: int
     telemetry: bool = True  # sample the node's GPUs (or CPU) around the trainer (utils/machine/telemetry.py)
     telemetry_interval_ms: int = 1000
+    target_device: str = ""  # TARGET_DEVICE: the device predicted for when the run's own is unknown; "": none
+
+
+@dataclass(frozen=True)
+class Network:
+    """The multi-node network settings, config.env's NET_<NAME> knobs as <name> (utils.machine.netenv turns them into
+    each vendor's variables); "" leaves a setting to the vendor's default or what is exported."""
+
+    socket_ifname: str = ""  # NET_SOCKET_IFNAME: the bootstrap's and gloo's interface, e.g. eth0 or ^docker,lo
+    ib_hca: str = ""  # NET_IB_HCA: the InfiniBand/RoCE adapters, e.g. mlx5_0,mlx5_1
+    ib_gid_index: str = ""  # NET_IB_GID_INDEX: the RoCE GID index
+    debug: str = ""  # NET_DEBUG: WARN | INFO | ...
+    link_gbps: float | None = None  # NET_LINK_GBPS: the inter-node link per GPU in Gb/s (prediction); None: the default
+
+    @classmethod
+    def from_knobs(cls, knobs: Mapping[str, Any]) -> "Network":
+        """The section from the configuration's NET_* knobs (a knob the mapping lacks keeps its default)."""
+        return cls(**{f.name: knobs[f"NET_{f.name.upper()}"] for f in fields(cls) if f"NET_{f.name.upper()}" in knobs})
 
 
 @dataclass(frozen=True)
@@ -131,13 +151,14 @@ class Request:
     """One run's request (config.json)."""
 
     identity: Identity
+    model: ModelSpec  # the variant trained (identity.variant), with every architecture number
     parallelism: Parallelism
     training: Training
     data: Data
     fairness: Fairness
     native: Native
+    network: Network
     environment: Environment
-    knobs: dict = field(default_factory=dict)  # every knob as resolved (utils.config), the record that reproduces it
 
     # --- config.json ---------------------------------------------------------------------------------
 
@@ -151,8 +172,6 @@ class Request:
             raise RequestError(f"{where}: not a run request (a JSON object is expected); rerun the launcher")
         sections = {}
         for section in fields(cls):
-            if section.name == "knobs":
-                continue
             kind = globals()[section.type] if isinstance(section.type, str) else section.type
             given = data.get(section.name)
             if not isinstance(given, Mapping):
@@ -168,7 +187,7 @@ class Request:
                                       f"has unknown {', '.join(unknown)}" if unknown else "") if part)
                     + "; rerun the launcher to write the request again")
             sections[section.name] = kind(**given)
-        return cls(**sections, knobs=dict(data.get("knobs") or {}))
+        return cls(**sections)
 
     @classmethod
     def read(cls, path: Path) -> "Request":
