@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # usage: bash train/launch.sh PLATFORM FRAMEWORK MODEL [--run-dir DIR] [--repeat N]
-# One training run, by the one launcher behind every train/train_<platform>_<framework>_<model>.sh
-# (python3 -m train.launch.run): the configuration is validated, the data checked, the run's request,
-# command and generated configuration written into its directory, the framework run with its console
-# in train.log, and result.json written and checked against the request.
+# One training run by hand, by the one launcher behind every train/train_<platform>_<framework>_<model>.sh
+# (python3 -m train.launch.run, which the matrix of ./shell/run_train.sh starts on each request it planned):
+# the configuration is loaded and validated once, the data checked, the run's request planned, its command
+# and generated configuration written into its directory, the framework run with its console in train.log,
+# and result.json written and checked against the request.
 #   --run-dir DIR   the run's directory (default: a new one under RUN_SET_DIR, or a new run set in OUTPUT_DIR)
 #   --repeat N      the repeat number of this run (1-based), as ./shell/run_train.sh counts them
 # Every setting comes from config.env and the environment; for one run these matter most:
@@ -37,7 +38,9 @@ main() {
   local platform="$1" framework="$2" model="$3"
   shift 3
   tp_args "--run-dir= --repeat=" "$@"
-  PLATFORM="${platform}" FRAMEWORK="${framework}" MODELS="${model}" tp_load_config --quiet
+  # The launcher loads and validates the configuration itself, once, and exports it to what it starts. The
+  # detection is asked afresh: an exported one may come from another machine (a Slurm login node's environment).
+  unset TPRIMAT_DETECTED_PLATFORM TPRIMAT_DETECTED_GPUS
   # A stop signal reaches the launcher too (one process group): this shell waits for it to record the stop.
   trap : "${TP_STOP_SIGNALS[@]}"
   tp_python -m train.launch.run --platform "${platform}" --framework "${framework}" --model "${model}" "$@"

@@ -5,9 +5,11 @@
 Prints the run list (on the CPU, with one line for the GPU kernel libraries it lacks: utils/missing_stacks.py),
 checks the data (on the CPU with the bundled sample corpus it prepares it), probes
 the system into system.json, checks the node's health (evaluate.health, as HEALTH says: warn records, strict
-refuses an unhealthy node, off skips), runs each run through train/launch.sh PLATFORM FRAMEWORK MODEL in a
-process group of its own (a run its framework cannot do is listed as skipped, with the reason, and not started),
-then prints the summary table and runs evaluate.validate and evaluate.compare (as commands: train/ does
+refuses an unhealthy node, off skips), then for each run writes the request it planned (train.plan.request) where
+the launcher reads it (the run's config.json; node<N>/request.json on node N) and starts the launcher on it,
+`python3 -m train.launch.run --request FILE`, in a process group of its own (a run its framework cannot do is
+listed as skipped, with the reason, and not started): the configuration is loaded once for the whole run set,
+here. Then it prints the summary table and runs evaluate.validate and evaluate.compare (as commands: train/ does
 not import evaluate/). DRY_RUN=1: every run's command and generated
 configuration, nothing trained. Multi-node: every node walks the same matrix; node 0 probes, prepares
 the sample data when it is missing (the others wait for it) and writes the summary and report.
@@ -27,17 +29,19 @@ from pathlib import Path
 from typing import NoReturn
 
 from train import plan
+from train.launch import run as launcher
 from train.launch import summary
 from utils import ROOT, missing_stacks
 from utils.cli import STOP_SIGNALS, Parser, UsageError, say, warn
 from utils.config import ConfigError, Config
 from utils.datafiles import PREPARE
+from utils.files import DiskError
+from utils.fingerprint import project_commit
 from utils.runset import SYSTEM_FILE, make_run_set
-from utils.spec.strategies import CUSTOM
 
 DATA_WAIT_S = 1800  # how long a node other than 0 waits for node 0's sample data (TPRIMAT_DATA_WAIT_S)
 DATA_POLL_S = 5
-LAUNCHER = "train/launch.sh"  # every run's: PLATFORM FRAMEWORK MODEL (the train_*.sh wrappers are the user's shortcuts)
+LAUNCHER = "train/launch.sh"  # one run by hand: PLATFORM FRAMEWORK MODEL (the train_*.sh wrappers are its shortcuts)
 
 
 def log(message: str) -> None:
@@ -176,9 +180,25 @@ def check_health(cfg: Config, run_set: Path, stop: Stop) -> None:
         warn(f"the node health check failed (exit code {code}): results will not say whether the node was healthy")
 
 
+def hand_over(cfg: Config, run: plan.Run, run_set: Path, commit: str | None) -> list[str] | None:
+    """The run's request (train.plan.request) written where its launcher reads it, and the launcher's command on
+    it; None, with the line said, when the run directory already holds a run or the disk refuses the request."""
+    req = plan.request(cfg, run, commit=commit)
+    run_dir, node = run_set / run.name, req.environment.node_rank
+    try:
+        launcher.claim(run_dir, node, instead="choose a new RUN_SET_DIR")
+        path = launcher.request_path(run_dir, node)
+        req.write(path)
+    except (UsageError, DiskError) as err:
+        say(f"[tprimat] error: {err}")
+        return None
+    return [python(), "-m", "train.launch.run", "--request", str(path)]
+
+
 def run_matrix(cfg: Config, runs: list[plan.Run], run_set: Path, stop: Stop) -> tuple[list[str], bool]:
     """Each run into its own directory of the run set, until a stop; the names started and whether one failed."""
     names, failed = [], False
+    commit = project_commit()  # the checkout's, once for the run set
     for index, run in enumerate(runs, 1):
         if stop.signal is not None:
             break
@@ -186,14 +206,13 @@ def run_matrix(cfg: Config, runs: list[plan.Run], run_set: Path, stop: Stop) -> 
             log(f"run {index}/{len(runs)}: {run.name} skipped: {run.skipped}")
             continue
         names.append(run.name)
-        args = [cfg.platform, run.framework, run.model, "--run-dir", str(run_set / run.name),
-                "--repeat", str(run.repeat)]
         log(f"run {index}/{len(runs)}: {run.name}")
         if cfg["DRY_RUN"] and os.environ.get("TPRIMAT_RUNTIME") == "docker":
-            log(f"from the host: {container_command(cfg.platform, LAUNCHER, args)}")
-        strategy = "" if run.strategy == CUSTOM else run.strategy
-        env = {**os.environ, "STRATEGY": strategy}
-        if stop.run_in_group(run.name, ["bash", str(ROOT / LAUNCHER), *args], env) != 0:
+            by_hand = [cfg.platform, run.framework, run.model, "--run-dir", str(run_set / run.name),
+                       "--repeat", str(run.repeat)]
+            log(f"from the host: {container_command(cfg.platform, LAUNCHER, by_hand)}")
+        command = hand_over(cfg, run, run_set, commit)
+        if command is None or stop.run_in_group(run.name, command, dict(os.environ)) != 0:
             failed = True
     return names, failed
 

@@ -1,15 +1,21 @@
-"""Run one training run: the single launcher behind every train/train_<platform>_<framework>_<model>.sh.
+"""Run one training run: the one launcher behind the matrix and every train/train_<platform>_<framework>_<model>.sh.
 
+    python3 -m train.launch.run --request RUN_DIR/config.json       (the matrix: a request it planned)
     python3 -m train.launch.run --platform amd --framework prim --model llama [--run-dir DIR] [--repeat N]
+                                                                       (train/launch.sh: one run by hand)
 
-The configuration comes from config.env and the environment (utils.config); the run's identity
-from the flags. Into the run directory go: config.json (the request, train/plan.py), the
-framework's generated configuration (nemo_settings.json or primus_experiment.yaml), launch.json
-(the exact command, then its outcome), train.log (the whole console, also shown on the terminal)
+With --request the run is the request train.matrix planned (train.plan.request) and wrote where the launcher reads
+it: config.json in the run directory on node 0, node<N>/request.json on node N; nothing is loaded or planned again
+(the matrix checked the configuration, the data and the run directory once for the run set). Otherwise the
+configuration comes from config.env and the environment (utils.config, loaded once), the run's identity from the
+flags, and the launcher plans the run's request itself (train.plan.request) and goes on the same way; the
+configuration is exported to what it starts, as the shell exports it to the matrix. Into the run directory go:
+config.json (the request), the framework's generated configuration (nemo_settings.json or primus_experiment.yaml),
+launch.json (the exact command, then its outcome), train.log (the whole console, also shown on the terminal)
 and result.json. After the run, `python3 -m evaluate.judge RUN_DIR` compares the settings the
 framework reports in its log with the request; a mismatch, or synthetic data where real data was
 requested, fails the run.
-The model's data must be prepared and verified (./shell/run_data.sh; train.plan.data_problems) unless
+By hand, the model's data must be prepared and verified (./shell/run_data.sh; train.plan.data_problems) unless
 MOCK_DATA=1: otherwise the run is refused before its directory is created.
 DRY_RUN=1 writes the files and prints the command without training; missing data, or a Primus
 checkout missing here (the AMD image has it), is then a warning.
@@ -21,14 +27,13 @@ Frameworks (train/launch/command.py): mega, fsdp and autotp run torchrun on trai
 torchrun on train/train_nemo.py with the recipe settings of train/nemo/recipe.py; prim runs Primus's
 examples/run_pretrain.sh from PRIMUS_PATH (default /workspace/Primus) with the experiment of
 train/prim/config.py. Multi-node: every node runs this with its NODE_RANK; nodes other than 0 keep
-their log and command in node<N>/ of the run directory, and node 0's judge extracts the result from
-every node's log. A multi-node
-run gets the network settings of utils/machine/netenv.py (NET_* knobs, the vendor's defaults), also when
-started by hand; each node's launch.json records its host name (and Slurm's name for it) and the
-collective libraries' variables the run was started with. Every result records, under "effective",
-the platform's environment (utils/machine/platform_env) the run was started with, whatever its framework,
-and the network NCCL/RCCL used where the log names it (collective_transport, collective_rdma); a
-multi-node run whose collectives fell back to TCP sockets says so in its warnings.
+their request, log and command in node<N>/ of the run directory, and node 0's judge extracts the result from
+every node's log. A multi-node run gets the network settings of utils/machine/netenv.py (the request's network
+section: NET_* knobs, the vendor's defaults), also when started by hand; each node's launch.json records its host
+name (and Slurm's name for it) and the collective libraries' variables the run was started with. Every result
+records, under "effective", the platform's environment (utils/machine/platform_env) the run was started with,
+whatever its framework, and the network NCCL/RCCL used where the log names it (collective_transport,
+collective_rdma); a multi-node run whose collectives fell back to TCP sockets says so in its warnings.
 
 A write the disk refuses (full, the file-size limit, read-only: utils.files.disk_problem) ends the launcher in that
 one line, exit 1: before the run, nothing is started; a train.log cut short mid-run fails the run with the line
@@ -46,25 +51,28 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from train.launch.command import REQUEST_FILE, Launch, node_identity, prepare, run_environment
 from train.launch.process import hold_stops, judge, run_supervised
 from train.plan import Run, data_problems, request, run_name, skip_reason
 from utils.machine import probe
 from utils.cli import Parser, UsageError, warn
-from utils.config import FRAMEWORKS, PLATFORMS, ConfigError, load_config
+from utils.config import FRAMEWORKS, PLATFORMS, Config, ConfigError, load_config
+from utils.config.show import exports
 from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.files import DiskError, write_json, writing
 from utils.fingerprint import project_commit
 from utils.frameworks import TABLE
 from utils.spec.models import MODEL_KEYS
-from utils.spec.request import Request
+from utils.spec.request import Request, RequestError
 from utils.runset import SYSTEM_FILE, make_run_set
 from utils.spec.strategies import CUSTOM
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+NODE_REQUEST_FILE = "request.json"  # a node's own request on nodes other than 0, in node<N>/
 
 
 def probe_system(path: Path) -> None:
@@ -78,14 +86,44 @@ def node_dir(run_dir: Path, node_rank: int) -> Path:
     return run_dir if node_rank == 0 else run_dir / f"node{node_rank}"
 
 
-def resolve(args) -> tuple[Request, Path]:
-    """The run's request and directory (created) from the configuration and the flags; UsageError when the
-    run cannot be started as asked."""
-    env = {**os.environ, "PLATFORM": args.platform, "FRAMEWORK": args.framework, "MODELS": args.model}
-    try:
-        cfg = load_config(env)
-    except ConfigError as err:
-        raise UsageError("; ".join(err.problems)) from None
+def request_path(run_dir: Path, node_rank: int) -> Path:
+    """Where a node's request lies: the run's config.json on node 0 (what the trainers and the judge read),
+    node<N>/request.json on node N."""
+    return run_dir / REQUEST_FILE if node_rank == 0 else node_dir(run_dir, node_rank) / NODE_REQUEST_FILE
+
+
+def run_dir_of(path: Path, node_rank: int) -> Path:
+    """The run directory of a node's request file (request_path's inverse)."""
+    path = Path(path).resolve()
+    return path.parent if node_rank == 0 else path.parent.parent
+
+
+def claim(run_dir: Path, node_rank: int, instead: str = "choose a new --run-dir") -> Path:
+    """The node's directory of the run, created; UsageError when it already holds a run (node 0: a request, node N:
+    a launch record), so that nothing is overwritten. `instead`: what to do then."""
+    marker = run_dir / REQUEST_FILE if node_rank == 0 else node_dir(run_dir, node_rank) / "launch.json"
+    if marker.exists():
+        raise UsageError(f"{marker.parent} already holds a run; nothing is overwritten: {instead}")
+    work_dir = node_dir(run_dir, node_rank)
+    with writing(work_dir):
+        work_dir.mkdir(parents=True, exist_ok=True)
+    return work_dir
+
+
+def stack_refusal(req: Request) -> str | None:
+    """Why this Python cannot train the request's GPU run (utils.machine.probe.stack_problem), or None: a torch that
+    sees no GPU would train on the CPU (train/common/cpu_compat.py) a run labelled amd or nvd. A dry run, the CPU
+    and a framework that brings its own Python (Primus) are not asked."""
+    who = req.identity
+    if req.environment.dry_run or who.platform == "cpu" or not TABLE[who.framework].in_this_python:
+        return None
+    problem = probe.stack_problem(who.platform, [who.framework], sys.executable)
+    return f"PLATFORM={who.platform}: {problem}" if problem else None
+
+
+def planned(args: argparse.Namespace, cfg: Config) -> tuple[Request, Path]:
+    """A run by hand: its request (train.plan.request, the checkout's commit in its identity) and its directory
+    (created), from the configuration and the flags; UsageError when the run cannot be started as asked."""
     if cfg.frameworks != [args.framework]:
         raise UsageError(f"{args.framework} does not run on {args.platform} "
                          f"({'; '.join(cfg.notes)}); use train/train_{args.platform}_<framework>_{args.model}.sh")
@@ -93,7 +131,8 @@ def resolve(args) -> tuple[Request, Path]:
         raise UsageError(f"STRATEGY={cfg['STRATEGY']} names {len(cfg.strategies)} strategies; one run takes one "
                          "(a sweep is ./shell/run_train.sh)")
     strategy = cfg.strategies[0]
-    skipped = skip_reason(args.framework, args.model, cfg.layout(args.model, strategy), cfg.values)
+    layout = cfg.layout(args.model, strategy)
+    skipped = skip_reason(args.framework, args.model, layout, cfg.values)
     if skipped:
         raise UsageError(f"{skipped}; choose another STRATEGY (or TP, PP, DP, GA) or FRAMEWORK")
     missing = "; ".join(data_problems(cfg))
@@ -101,51 +140,87 @@ def resolve(args) -> tuple[Request, Path]:
         raise UsageError(f"data not prepared: {missing} (or MOCK_DATA=1 for synthetic tokens)")
     if missing:
         warn(f"dry run: data not prepared: {missing}; a real run stops here until {PREPARE_COMMAND} prepared it")
-    if not cfg["DRY_RUN"] and cfg.platform != "cpu" and TABLE[args.framework].in_this_python:
-        # A torch that sees no GPU would train on the CPU (train/common/cpu_compat.py) a run labelled amd or nvd.
-        problem = probe.stack_problem(cfg.platform, [args.framework], sys.executable)
-        if problem:
-            raise UsageError(f"PLATFORM={cfg.platform}: {problem}")
-    if args.run_dir:
-        run_dir = Path(args.run_dir).resolve()
-    else:
-        name = run_name(args.framework, args.model, strategy, args.repeat, named_strategy=strategy != CUSTOM,
-                        repeats=1)
-        run_dir = make_run_set(cfg["OUTPUT_DIR"], cfg.platform, os.environ.get("RUN_SET_DIR")) / name
-    node_rank = cfg["NODE_RANK"]
-    marker = run_dir / REQUEST_FILE if node_rank == 0 else node_dir(run_dir, node_rank) / "launch.json"
-    if marker.exists():
-        raise UsageError(f"{marker.parent} already holds a run; nothing is overwritten: choose a new --run-dir")
-    with writing(node_dir(run_dir, node_rank)):
-        node_dir(run_dir, node_rank).mkdir(parents=True, exist_ok=True)
-    req = request(cfg, Run(run_dir.name, args.framework, args.model, strategy, args.repeat,
-                           cfg.layout(args.model, strategy)))
-    return replace(req, identity=replace(req.identity, commit=project_commit())), run_dir
+    given = Path(args.run_dir).resolve() if args.run_dir else None
+    name = given.name if given else run_name(args.framework, args.model, strategy, args.repeat,
+                                             named_strategy=strategy != CUSTOM, repeats=1)
+    req = request(cfg, Run(name, args.framework, args.model, strategy, args.repeat, layout), commit=project_commit())
+    refusal = stack_refusal(req)
+    if refusal:
+        raise UsageError(refusal)
+    run_dir = given or make_run_set(cfg["OUTPUT_DIR"], cfg.platform, os.environ.get("RUN_SET_DIR")) / name
+    claim(run_dir, req.environment.node_rank)
+    return req, run_dir
+
+
+@contextmanager
+def exported(cfg: Config) -> Iterator[None]:
+    """The configuration in the environment of what the run starts, as `python3 -m utils.config env` exports it to
+    the matrix (the environment as it was afterwards)."""
+    saved = dict(os.environ)
+    os.environ.update(exports(cfg))
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m train.launch.run", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--platform", required=True, choices=PLATFORMS)
-    parser.add_argument("--framework", required=True, choices=FRAMEWORKS)
-    parser.add_argument("--model", required=True, choices=MODEL_KEYS)
+    parser.add_argument("--request", type=Path, help="the run's request as train.matrix wrote it (config.json, or "
+                        "node<N>/request.json); instead of --platform, --framework and --model")
+    parser.add_argument("--platform", choices=PLATFORMS)
+    parser.add_argument("--framework", choices=FRAMEWORKS)
+    parser.add_argument("--model", choices=MODEL_KEYS)
     parser.add_argument("--run-dir", help="directory of this run (default: a new one under OUTPUT_DIR or RUN_SET_DIR)")
     parser.add_argument("--repeat", type=int, default=1, help="repeat number of this run (1-based)")
     args = parser.parse_args(argv)
+    by_hand = (args.platform, args.framework, args.model)
+    if args.request is not None and any(by_hand) or args.request is None and not all(by_hand):
+        parser.error("give --request FILE, or --platform, --framework and --model")
     try:
-        return run_node(args)
+        return from_request(args.request) if args.request is not None else by_hand_run(args)
     except DiskError as err:
         print(f"[tprimat] error: {err}", file=sys.stderr, flush=True)
         return EXIT_FAILED
 
 
-def run_node(args: argparse.Namespace) -> int:
-    """Resolve, prepare, run and record one node's run; its exit status. DiskError when a write is refused."""
+def refused(err: Exception) -> int:
+    print(f"[tprimat] error: {err}", file=sys.stderr)
+    return EXIT_INPUT
+
+
+def by_hand_run(args: argparse.Namespace) -> int:
+    """One run by hand: the configuration loaded once, the run planned from it, then run_node."""
+    env = {**os.environ, "PLATFORM": args.platform, "FRAMEWORK": args.framework, "MODELS": args.model}
     try:
-        req, run_dir = resolve(args)
+        cfg = load_config(env)
+    except ConfigError as err:
+        return refused("; ".join(err.problems))
+    try:
+        req, run_dir = planned(args, cfg)
     except UsageError as err:
-        print(f"[tprimat] error: {err}", file=sys.stderr)
-        return EXIT_INPUT
+        return refused(err)
+    with exported(cfg):
+        return run_node(req, run_dir, written=False)
+
+
+def from_request(path: Path) -> int:
+    """The run of a request the matrix planned and wrote (request_path), as it asks."""
+    try:
+        req = Request.read(path)
+    except RequestError as err:
+        return refused(err)
+    refusal = stack_refusal(req)
+    if refusal:
+        return refused(refusal)
+    return run_node(req, run_dir_of(path, req.environment.node_rank), written=True)
+
+
+def run_node(req: Request, run_dir: Path, *, written: bool) -> int:
+    """Prepare, run and record one node's run of the request (`written`: its request file is there already); its
+    exit status. DiskError when a write is refused."""
     who, lay, node_rank = req.identity, req.parallelism, req.environment.node_rank
     work_dir = node_dir(run_dir, node_rank)
     try:
@@ -153,18 +228,17 @@ def run_node(args: argparse.Namespace) -> int:
     except UsageError as err:
         if not any(work_dir.iterdir()):
             work_dir.rmdir()
-        print(f"[tprimat] error: {err}", file=sys.stderr)
-        return EXIT_INPUT
-    if node_rank == 0:
-        req.write(run_dir / REQUEST_FILE)
+        return refused(err)
+    if not written:
+        req.write(request_path(run_dir, node_rank))
     record = started_record(req, launch)
     write_json(work_dir / "launch.json", record)
     print(f"[tprimat] {who.run_id}: {who.framework} {who.variant} {lay.strategy} "
           f"TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga} node {node_rank}/{lay.nnodes} -> {work_dir}", flush=True)
     print(f"[tprimat] command: {launch.shell()}", flush=True)
     if req.environment.dry_run:
-        print(f"[tprimat] dry run: wrote {', '.join([REQUEST_FILE, 'launch.json'] + launch.generated)}; "
-              "nothing trained", flush=True)
+        wrote = [request_path(run_dir, node_rank).name, "launch.json", *launch.generated]
+        print(f"[tprimat] dry run: wrote {', '.join(wrote)}; nothing trained", flush=True)
         return EXIT_OK
     if node_rank == 0 and not (run_dir.parent / SYSTEM_FILE).exists():
         probe_system(run_dir.parent / SYSTEM_FILE)

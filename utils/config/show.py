@@ -8,9 +8,9 @@ from utils.config.parse import shell_value
 from utils.config.resolved import Config
 
 
-def shell_exports(config: Config) -> list[str]:
-    """`export KEY=value` lines: every knob resolved, plus the derived values the scripts need and the
-    detection, so that the tools the scripts start do not ask the vendor tools again."""
+def exports(config: Config) -> dict[str, str]:
+    """Every knob resolved as the shell's text, plus the derived values the scripts need and the detection, so that
+    the tools the scripts start do not ask the vendor tools again."""
     exported = {key: shell_value(value) for key, value in config.values.items()}
     exported.update({
         "FRAMEWORKS": ",".join(config.frameworks),
@@ -20,7 +20,12 @@ def shell_exports(config: Config) -> list[str]:
         "TPRIMAT_DETECTED_PLATFORM": config.detected_platform,
         "TPRIMAT_DETECTED_GPUS": str(config.detected_gpus),
     })
-    return [f"export {key}={shlex.quote(value)}" for key, value in exported.items()]
+    return exported
+
+
+def shell_exports(config: Config) -> list[str]:
+    """`export KEY=value` lines of exports()."""
+    return [f"export {key}={shlex.quote(value)}" for key, value in exports(config).items()]
 
 
 def describe(config: Config, secrets: dict[str, str]) -> list[str]:
