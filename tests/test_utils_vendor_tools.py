@@ -1,4 +1,4 @@
-"""utils.machine.vendor_tools: the one reader of nvidia-smi, rocm-smi and amd-smi, against the fakes in tests/fakebin."""
+"""utils.machine.vendor_tools: the one reader of nvidia-smi, rocm-smi and amd-smi, against the fakes (tests/fakebin)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,22 @@ def test_a_bad_question_is_one_line_and_exit_2():
     run = subprocess.run([sys.executable, "-m", "utils.machine.vendor_tools", "platform", "nvd"], cwd=REPO,
                          capture_output=True, text=True)
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "Traceback" not in run.stderr
+
+
+def test_a_tool_that_does_not_answer_is_unavailable_naming_why(machine, tmp_path):
+    with pytest.raises(vendor_tools.Unavailable, match="^nvidia-smi exited 9: NVIDIA-SMI has failed"):
+        vendor_tools.tool_output("nvidia-smi", "-L")
+    machine.setenv("PATH", str(tmp_path))
+    with pytest.raises(vendor_tools.Unavailable, match="^amd-smi metric: amd-smi is not on PATH$"):
+        vendor_tools.tool_output("amd-smi", "metric", "--json", name="amd-smi metric")
+    assert vendor_tools.run_tool("amd-smi", "list") is None
+
+
+def test_the_tools_values_are_read_in_one_place():
+    assert vendor_tools.smi_rows(" 0, 412.50 , [N/A]\n\n1, 1, [Not Supported]\n") == \
+        [["0", "412.50", "[N/A]"], ["1", "1", "[Not Supported]"]]
+    assert [vendor_tools.smi_number(text) for text in ("412.50", " 7 ", "[N/A]", "[Not Supported]")] == \
+        [412.5, 7.0, None, None]
+    assert [vendor_tools.amd_smi_value(v) for v in ({"value": 71, "unit": "C"}, 32, "N/A", True, None)] == \
+        [71.0, 32.0, None, None, None]
+    assert vendor_tools.amd_smi_gpus('{"gpu_data": [{"gpu": 0}]}') == vendor_tools.amd_smi_gpus('[{"gpu": 0}]')

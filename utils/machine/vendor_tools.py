@@ -1,9 +1,13 @@
 """The one reader of the GPU vendors' tools (nvidia-smi, rocm-smi, amd-smi): which GPUs a machine has,
 what they are, and how much of their memory is in use.
 
-Detection (the configuration, shell/platform.sh), the system description (utils.machine.probe) and the
-settling between runs (train.launch.settle) all ask here, so that a tool's output is parsed in one place.
-A tool that is missing, fails or hangs answers nothing: no GPU of that vendor, never a guess.
+Detection (the configuration, shell/platform.sh), the system description (utils.machine.probe), the settling
+between runs (train.launch.settle), node health's and telemetry's fallbacks where the vendor's library is missing
+(utils/machine/health_readers.py, utils/machine/telemetry_tools.py) all ask here, so that a tool is run and its
+output parsed in one place: `run_tool` (nothing when the tool is missing, fails or hangs: no GPU of that vendor,
+never a guess) or `tool_output` (Unavailable naming why), `smi_rows`/`smi_number` (nvidia-smi's CSV),
+`amd_smi_gpus`/`amd_smi_value` (amd-smi's JSON). `Unavailable` is every way of reading the GPUs' "not on this node":
+a tool here, a library in utils/machine/gpu_libraries.py; the caller tries its next way.
 Standard library only: the configuration detects the platform before any environment exists.
 
     python3 -m utils.machine.vendor_tools platform           # nvd, amd or cpu: what this machine has
@@ -20,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from utils.cli import Parser
 
@@ -32,15 +36,32 @@ NVIDIA_FIELDS = ("name", "memory.total", "driver_version", "clocks.sm", "clocks.
 ROCM_VERSION_FILE = "/opt/rocm/.info/version"
 
 
-def run_tool(*command: str, timeout: float = TIMEOUT_S) -> str | None:
-    """stdout of a tool, or None when it is missing, fails or hangs."""
+class Unavailable(Exception):
+    """A way of reading the GPUs that cannot read them on this node (no tool, no binding, no driver, no answer): the
+    caller tries its next way."""
+
+
+def tool_output(*command: str, timeout: float = TIMEOUT_S, name: str | None = None) -> str:
+    """stdout of a tool; Unavailable naming why ("NAME exited 9: <its stderr>") when it is missing, fails or hangs.
+    NAME (default the tool) is how the reason names the command."""
+    name = name or command[0]
     if shutil.which(command[0]) is None:
-        return None
+        raise Unavailable(f"{name}: {command[0]} is not on PATH")
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise Unavailable(f"{name}: {err}") from None
+    if out.returncode != 0:
+        raise Unavailable(f"{name} exited {out.returncode}: {out.stderr.strip()[:200]}")
+    return out.stdout
+
+
+def run_tool(*command: str, timeout: float = TIMEOUT_S) -> str | None:
+    """stdout of a tool, or None when it is missing, fails or hangs."""
+    try:
+        return tool_output(*command, timeout=timeout)
+    except Unavailable:
         return None
-    return out.stdout if out.returncode == 0 else None
 
 
 def number_in(text: str | None) -> float | None:
@@ -54,6 +75,38 @@ def read_text(path: str) -> str | None:
     try:
         return Path(path).read_text()
     except OSError:
+        return None
+
+
+def smi_rows(text: str) -> list[list[str]]:
+    """nvidia-smi's CSV answer (--format=csv,noheader[,nounits]): each non-blank line's fields, stripped."""
+    return [[item.strip() for item in line.split(",")] for line in text.splitlines() if line.strip()]
+
+
+def smi_number(text: str) -> float | None:
+    """A number in nvidia-smi's CSV (nounits); None for [N/A], [Not Supported] and anything else."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+def amd_smi_gpus(text: str) -> list:
+    """`amd-smi static|metric --json`'s GPUs (ROCm 6.x: a list, one object per GPU; or {"gpu_data": [...]});
+    ValueError when the text is not JSON."""
+    data = json.loads(text)
+    return data.get("gpu_data", []) if isinstance(data, dict) else data
+
+
+def amd_smi_value(entry: Any) -> float | None:
+    """A figure in amd-smi's JSON: {"value": v, "unit": u}, a bare number, or "N/A" (None)."""
+    if isinstance(entry, dict):
+        entry = entry.get("value")
+    if isinstance(entry, bool) or entry is None:
+        return None
+    try:
+        return float(entry)
+    except (TypeError, ValueError):
         return None
 
 
@@ -123,14 +176,14 @@ def nvidia_gpus() -> dict | None:
     if not out or not out.strip():
         return None
     devices, drivers = [], []
-    for index, line in enumerate(line for line in out.splitlines() if line.strip()):
-        values = [value.strip() for value in line.split(",")]
+    for index, values in enumerate(smi_rows(out)):
         row = dict(zip(NVIDIA_FIELDS, values + [""] * (len(NVIDIA_FIELDS) - len(values))))
         memory = number_in(row["memory.total"])
         drivers.append(row["driver_version"] or None)
         devices.append({"index": index, "name": row["name"] or None,
                         "memory_gib": round(memory / 1024, 2) if memory else None,
-                        "clock_sm_mhz": number_in(row["clocks.sm"]), "clock_sm_max_mhz": number_in(row["clocks.max.sm"]),
+                        "clock_sm_mhz": number_in(row["clocks.sm"]),
+                        "clock_sm_max_mhz": number_in(row["clocks.max.sm"]),
                         "power_cap_w": number_in(row["power.limit"])})
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", run_tool("nvidia-smi") or "")
     return {**empty_gpu(), "vendor": "nvidia", "name": devices[0]["name"], "count": len(devices),
