@@ -1,21 +1,23 @@
 """What each GPU reports for the node-health checks (utils/machine/node_health.py), read four ways.
 
 NVIDIA through NVML (nvidia-ml-py), else `nvidia-smi`'s queries; AMD through amdsmi (ROCm's binding), else
-`amd-smi static --json` and `amd-smi metric --json`. Each reader answers a Gpu per device, with None for every
-query the device or the way of reading does not support (nothing is checked then), or raises NoLibrary so that
-the next way is tried. `NOT_SHOWN` names what a way of reading cannot see, so the record can say so.
+`amd-smi static --json` and `amd-smi metric --json`. The libraries are opened by utils/machine/gpu_libraries.py (in
+a tolerant session: a query that fails is not checked, a GPU the driver has lost is a problem), the tools run and
+their output parsed by utils/machine/vendor_tools.py; what is here is which queries node health asks and how their
+answers become a Gpu. Each reader answers a Gpu per device, with None for every query the device or the way of
+reading does not support (nothing is checked then), or raises Unavailable so that the next way is tried.
+`NOT_SHOWN` names what a way of reading cannot see, so the record can say so.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from utils.machine.telemetry_backends import NVML_REASONS
-from utils.machine.telemetry_tools import _amd_value as amd_value
-from utils.machine.vendor_tools import run_tool
+from utils.machine.gpu_libraries import Amdsmi, Nvml, amd_field
+from utils.machine.vendor_tools import Unavailable, amd_smi_gpus, amd_smi_value, run_tool, smi_number, smi_rows, \
+    tool_output
 
 NVLINK_MAX_LINKS = 18  # H100 SXM has 18 NVLink 4 links; a GPU with fewer answers NotSupported past its last
 PCIE_GEN_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # amdsmi: MT/s (32000), amd-smi: GT/s (32)
@@ -45,10 +47,6 @@ class Gpu:
     lost: bool = False  # the driver has lost the GPU or cannot open it (its other fields are then unread)
 
 
-class NoLibrary(Exception):
-    """The binding, its driver or the tool is missing: the next way of reading is tried."""
-
-
 def _pcie_gen(rate: Any, scale: float) -> int | None:
     """A link's generation from its transfer rate (amdsmi in MT/s: scale 1000; amd-smi in GT/s: scale 1)."""
     return PCIE_GEN_OF_GTS.get(rate / scale) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
@@ -60,115 +58,72 @@ def _link(values: list[Any]) -> tuple[int, int, int, int] | None:
 
 
 def read_nvml() -> list[Gpu]:
-    try:
-        import pynvml
-    except ImportError:
-        raise NoLibrary("nvidia-ml-py (pynvml) is not installed") from None
-    try:
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-    except pynvml.NVMLError as err:
-        raise NoLibrary(f"NVML: {err}") from None
-
-    lost = [False]  # whether NVML has lost the GPU being read: a problem, not a set of unsupported queries
-
-    def ask(name: str, *args: Any) -> Any:
-        query = getattr(pynvml, name, None)
-        if query is None:  # this nvidia-ml-py predates the call
-            return None
-        try:
-            return query(*args)
-        except pynvml.NVMLError as err:  # NotSupported, or a field this driver lacks: nothing to check
-            if getattr(err, "value", None) == getattr(pynvml, "NVML_ERROR_GPU_IS_LOST", 15):
-                lost[0] = True
-            return None
-
-    reasons = "nvmlDeviceGetCurrentClocksEventReasons" if hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons") \
-        else "nvmlDeviceGetCurrentClocksThrottleReasons"  # the name before nvidia-ml-py 12.535
+    nv = Nvml.open(tolerant=True)  # an error is a query not checked, a lost GPU a problem (nv.lost)
     gpus = []
     try:
-        for index in range(count):
-            lost[0] = False
-            h = ask("nvmlDeviceGetHandleByIndex", index)
+        ecc = [(nv.lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)
+               for counter in (nv.lib.NVML_VOLATILE_ECC, nv.lib.NVML_AGGREGATE_ECC)]
+        for index in range(nv.count):
+            nv.lost = False
+            h = nv.ask("nvmlDeviceGetHandleByIndex", index)
             if h is None:
                 gpus.append(Gpu(index=index, vendor="nvd", lost=True))
                 continue
-            bus = getattr(ask("nvmlDeviceGetPciInfo", h), "busId", None)
-            rows = ask("nvmlDeviceGetRemappedRows", h)  # (corrected, uncorrected, pending, failure)
-            limit, default = (ask(q, h) for q in ("nvmlDeviceGetPowerManagementLimit",
-                                                  "nvmlDeviceGetPowerManagementDefaultLimit"))
-            pcie = [ask(q, h) for q in ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
-                                        "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth")]
-            links = [ask("nvmlDeviceGetNvLinkState", h, link) for link in range(NVLINK_MAX_LINKS)]
-            memory = ask("nvmlDeviceGetMemoryInfo", h)
-            processes = ask("nvmlDeviceGetComputeRunningProcesses", h)
-            mask = ask(reasons, h)
-            ecc = [ask("nvmlDeviceGetTotalEccErrors", h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)
-                   for counter in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)]
+            rows = nv.ask("nvmlDeviceGetRemappedRows", h)  # (corrected, uncorrected, pending, failure)
+            limit, default = (nv.ask(q, h) for q in ("nvmlDeviceGetPowerManagementLimit",
+                                                     "nvmlDeviceGetPowerManagementDefaultLimit"))
+            pcie = [nv.ask(q, h) for q in ("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
+                                           "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth")]
+            links = [nv.ask("nvmlDeviceGetNvLinkState", h, link) for link in range(NVLINK_MAX_LINKS)]
+            processes = nv.ask("nvmlDeviceGetComputeRunningProcesses", h)
+            errors = [nv.ask("nvmlDeviceGetTotalEccErrors", h, *kind) for kind in ecc]
             gpus.append(Gpu(
-                index=index, vendor="nvd", bus_id=bus.decode() if isinstance(bus, bytes) else bus,
-                ecc_uncorrected_volatile=ecc[0], ecc_uncorrected_aggregate=ecc[1],
+                index=index, vendor="nvd", bus_id=nv.bus_id(h),
+                ecc_uncorrected_volatile=errors[0], ecc_uncorrected_aggregate=errors[1],
                 rows_pending=bool(rows[2]) if rows else None, rows_failed=bool(rows[3]) if rows else None,
                 power_limit_w=limit / 1000 if limit is not None else None,
                 power_default_w=default / 1000 if default is not None else None,
                 pcie=_link(pcie),
-                links_down=[n for n, state in enumerate(links) if state == pynvml.NVML_FEATURE_DISABLED]
+                links_down=[n for n, state in enumerate(links) if state == nv.lib.NVML_FEATURE_DISABLED]
                 if any(s is not None for s in links) else None,
-                memory_used_mib=memory.used / 2**20 if memory is not None else None,
+                memory_used_mib=nv.memory_used_mib(h),
                 processes=[f"pid {p.pid} ({(p.usedGpuMemory or 0) / 2**20:.0f} MiB)" for p in processes]
                 if processes is not None else None,
-                temp_c=ask("nvmlDeviceGetTemperature", h, pynvml.NVML_TEMPERATURE_GPU),
-                reasons=[name for bit, name in NVML_REASONS.items() if mask & bit] if mask is not None else None,
-                lost=lost[0]))
+                temp_c=nv.temp_c(h), reasons=nv.reasons(h), lost=nv.lost))
     finally:
-        ask("nvmlShutdown")
+        nv.close()
     return gpus
 
 
 def read_amdsmi() -> list[Gpu]:
-    try:
-        import amdsmi
-    except ImportError:
-        raise NoLibrary("amdsmi (ROCm's Python binding) is not importable") from None
-    try:
-        amdsmi.amdsmi_init()
-        handles = amdsmi.amdsmi_get_processor_handles()
-    except amdsmi.AmdSmiException as err:
-        raise NoLibrary(f"amdsmi: {err}") from None
-
-    def ask(query: Callable, *args: Any) -> Any:
-        try:
-            return query(*args)
-        except amdsmi.AmdSmiException:
-            return None
-
+    amd = Amdsmi.open(tolerant=True)  # an error is a query not checked
     gpus = []
     try:
-        for index, h in enumerate(handles):
-            ecc = ask(amdsmi.amdsmi_get_gpu_total_ecc_count, h) or {}
-            pages = ask(amdsmi.amdsmi_get_gpu_bad_page_info, h)  # a list, or "No bad pages found."
-            cap = ask(amdsmi.amdsmi_get_power_cap_info, h) or {}
-            pcie = ask(amdsmi.amdsmi_get_pcie_info, h) or {}
-            metric, static = pcie.get("pcie_metric") or {}, pcie.get("pcie_static") or {}
-            xgmi = ask(amdsmi.amdsmi_gpu_xgmi_error_status, h)
-            vram = ask(amdsmi.amdsmi_get_gpu_vram_usage, h)
-            processes = ask(amdsmi.amdsmi_get_gpu_process_list, h)
+        for index, h in enumerate(amd.handles):
+            ecc = amd.ask("amdsmi_get_gpu_total_ecc_count", h)
+            pages = amd.ask("amdsmi_get_gpu_bad_page_info", h)  # a list, or "No bad pages found."
+            cap = amd.ask("amdsmi_get_power_cap_info", h)
+            pcie = amd.ask("amdsmi_get_pcie_info", h) or {}
+            metric, static = pcie.get("pcie_metric"), pcie.get("pcie_static")
+            xgmi = amd.ask("amdsmi_gpu_xgmi_error_status", h)
+            processes = amd.ask("amdsmi_get_gpu_process_list", h)
             gpus.append(Gpu(
-                index=index, vendor="amd", bus_id=ask(amdsmi.amdsmi_get_gpu_device_bdf, h),
-                ecc_uncorrected_aggregate=ecc.get("uncorrectable_count"),
+                index=index, vendor="amd", bus_id=amd.bus_id(h),
+                ecc_uncorrected_aggregate=amd_field(ecc, "uncorrectable_count"),
                 rows_pending=any(p.get("status") == "PENDING" for p in pages) if isinstance(pages, list)
                 else (False if isinstance(pages, str) else None),
-                power_limit_w=_watts(cap.get("power_cap")), power_default_w=_watts(cap.get("default_power_cap")),
-                pcie=_link([_pcie_gen(metric.get("pcie_speed"), 1000), _pcie_gen(static.get("max_pcie_speed"), 1000),
-                            metric.get("pcie_width"), static.get("max_pcie_width")]),
+                power_limit_w=_watts(amd_field(cap, "power_cap")),
+                power_default_w=_watts(amd_field(cap, "default_power_cap")),
+                pcie=_link([_pcie_gen(amd_field(metric, "pcie_speed"), 1000),
+                            _pcie_gen(amd_field(static, "max_pcie_speed"), 1000),
+                            amd_field(metric, "pcie_width"), amd_field(static, "max_pcie_width")]),
                 links_down=None if xgmi is None else ([-1] if xgmi else []),
-                memory_used_mib=vram.get("vram_used") if vram else None,
+                memory_used_mib=amd.memory_used_mib(h),
                 processes=[f"pid {p.get('pid')} ({p.get('name', '?')})" for p in processes]
                 if processes is not None else None,
-                temp_c=ask(amdsmi.amdsmi_get_temp_metric, h, amdsmi.AmdSmiTemperatureType.HOTSPOT,
-                           amdsmi.AmdSmiTemperatureMetric.CURRENT)))
+                temp_c=amd.temp_c(h)))
     finally:
-        ask(amdsmi.amdsmi_shut_down)
+        amd.close()
     return gpus
 
 
@@ -185,15 +140,14 @@ SMI_FIELDS = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total", "e
 
 def _smi_rows(*query: str) -> list[list[str]]:
     """nvidia-smi's CSV rows (no header, no units), each split into its fields."""
-    out = run_tool("nvidia-smi", *query, "--format=csv,noheader,nounits", timeout=TOOL_TIMEOUT_S) or ""
-    return [[item.strip() for item in line.split(",")] for line in out.splitlines() if "," in line]
+    return smi_rows(run_tool("nvidia-smi", *query, "--format=csv,noheader,nounits", timeout=TOOL_TIMEOUT_S) or "")
 
 
 def read_nvidia_smi() -> list[Gpu]:
     """nvidia-smi's queries, where NVML's binding is missing; [N/A] / [Not Supported] fields are not checked."""
     rows = [raw for raw in _smi_rows(f"--query-gpu={','.join(SMI_FIELDS)}") if len(raw) == len(SMI_FIELDS)]
     if not rows:
-        raise NoLibrary("nvidia-smi did not answer")
+        raise Unavailable("nvidia-smi did not answer")
     remapped = {raw[0].upper(): raw[1:] for raw in _smi_rows(
         "--query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure") if len(raw) == 3}
     apps: dict[str, list[str]] = {}
@@ -203,7 +157,7 @@ def read_nvidia_smi() -> list[Gpu]:
     links = _nvlinks_down(run_tool("nvidia-smi", "nvlink", "-s", timeout=TOOL_TIMEOUT_S) or "")
     gpus = []
     for raw in rows:
-        v = {name: _number(item) for name, item in zip(SMI_FIELDS, raw)}
+        v = {name: smi_number(item) for name, item in zip(SMI_FIELDS, raw)}
         index, bus = int(v["index"] or 0), raw[1]
         rows_state = [_yes(item) for item in remapped.get(bus.upper(), [None, None])]
         app_clocks = raw[-1].strip().lower()
@@ -235,13 +189,6 @@ def _nvlinks_down(text: str) -> dict[int, list[int]]:
     return found
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:  # [N/A], [Not Supported]
-        return None
-
-
 def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
 
@@ -253,15 +200,12 @@ def _yes(text: str | None) -> bool | None:
 
 
 def _amd_smi_json(command: str) -> dict[int, dict]:
-    """`amd-smi COMMAND --json` by GPU index (ROCm 6.x: a list of GPUs, or {"gpu_data": [...]})."""
-    out = run_tool("amd-smi", command, "--json", timeout=TOOL_TIMEOUT_S)
-    if not out:
-        raise NoLibrary(f"amd-smi {command} did not answer")
+    """`amd-smi COMMAND --json` by GPU index; Unavailable naming why it did not answer."""
+    out = tool_output("amd-smi", command, "--json", timeout=TOOL_TIMEOUT_S, name=f"amd-smi {command}")
     try:
-        data = json.loads(out)
+        gpus = amd_smi_gpus(out)
     except ValueError:
-        raise NoLibrary(f"amd-smi {command} --json: unreadable output") from None
-    gpus = data.get("gpu_data", []) if isinstance(data, dict) else data
+        raise Unavailable(f"amd-smi {command} --json: unreadable output") from None
     return {int(gpu["gpu"]): gpu for gpu in gpus if isinstance(gpu, dict) and "gpu" in gpu}
 
 
@@ -272,15 +216,16 @@ def read_amd_smi() -> list[Gpu]:
     for index in sorted(metric):
         bus, now = static.get(index, {}).get("bus") or {}, metric[index]
         pcie, xgmi = now.get("pcie") or {}, now.get("xgmi_err")
-        ecc = amd_value((now.get("ecc") or {}).get("total_uncorrectable_count"))
+        ecc = amd_smi_value((now.get("ecc") or {}).get("total_uncorrectable_count"))
         gpus.append(Gpu(
             index=index, vendor="amd", bus_id=bus.get("bdf") if bus.get("bdf") != "N/A" else None,
             ecc_uncorrected_aggregate=_int(ecc),
-            pcie=_link([_pcie_gen(amd_value(pcie.get("speed")), 1), _pcie_gen(amd_value(bus.get("max_pcie_speed")), 1),
-                        amd_value(pcie.get("width")), amd_value(bus.get("max_pcie_width"))]),
+            pcie=_link([_pcie_gen(amd_smi_value(pcie.get("speed")), 1),
+                        _pcie_gen(amd_smi_value(bus.get("max_pcie_speed")), 1),
+                        amd_smi_value(pcie.get("width")), amd_smi_value(bus.get("max_pcie_width"))]),
             links_down=None if not isinstance(xgmi, str) or xgmi == "N/A" else ([] if xgmi == XGMI_FINE else [-1]),
-            memory_used_mib=amd_value((now.get("mem_usage") or {}).get("used_vram")),
-            temp_c=amd_value((now.get("temperature") or {}).get("hotspot"))))
+            memory_used_mib=amd_smi_value((now.get("mem_usage") or {}).get("used_vram")),
+            temp_c=amd_smi_value((now.get("temperature") or {}).get("hotspot"))))
     return gpus
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from utils.cli import now_iso
-from utils.machine.health_readers import NOT_SHOWN, READERS, Gpu, NoLibrary
+from utils.machine.health_readers import NOT_SHOWN, READERS, Gpu
+from utils.machine.vendor_tools import Unavailable
 
 SYSFS_ENV = "TPRIMAT_SYSFS_ROOT"
 IDLE_MEMORY_MIB = 1024  # more than this in use before the first run: another job or a stale process holds the GPU
@@ -165,7 +166,7 @@ def check(platform: str, env: dict[str, str] | None = None) -> Health:
             if name in NOT_SHOWN:
                 notes.append(NOT_SHOWN[name])
             break
-        except NoLibrary as err:
+        except Unavailable as err:
             notes.append(f"{name}: {err}")
     else:
         if platform in READERS:

@@ -8,8 +8,9 @@ launcher). The sampler is started outside the run's session, so it samples until
 (SIGTERM), also after a failed or interrupted run; it dies with the launcher (PR_SET_PDEATHSIG).
 
 How the node is read (NVML or amdsmi, else the vendors' tools; RAPL and psutil on the CPU), and what a device
-that does not support a query records (nothing): utils/machine/telemetry_backends.py. The file's first line names the
-method; without a readable power sensor it says so and no power is recorded.
+that does not support a query records (nothing): utils/machine/telemetry_backends.py (the libraries opened by
+utils/machine/gpu_libraries.py, as for node health). The file's first line names the method; without a readable
+power sensor it says so and no power is recorded.
 
 telemetry.jsonl, one JSON object a line, flushed as written, time_s on time.time()'s clock (steps.jsonl's):
   {"kind": "start", "time_s", "host", "method", "interval_ms", "power_sensor", "note",
@@ -39,8 +40,10 @@ from typing import Any, Callable, Iterator, TextIO
 
 from utils import ROOT
 from utils.cli import Parser, run
-from utils.machine.telemetry_backends import Backend, SamplerError, Unavailable, amdsmi_lib, cpu, nvml
+from utils.machine.gpu_libraries import GpuError
+from utils.machine.telemetry_backends import Backend, SamplerError, amdsmi_lib, cpu, nvml
 from utils.machine.telemetry_tools import amd_smi, nvidia_smi
+from utils.machine.vendor_tools import Unavailable
 
 FILE = "telemetry.jsonl"
 STOP_WAIT_S = 10.0  # the launcher waits this long for the sampler's clean stop, then kills it
@@ -120,7 +123,7 @@ def sample(out_path: Path, platform: str, interval_ms: int) -> int:
                     stopping.wait(due - time.monotonic())
             _write(out, {"kind": "end", "time_s": time.time(), "samples": count})
             return 0
-        except SamplerError as err:
+        except (SamplerError, GpuError) as err:
             _write(out, {"kind": "error", "time_s": time.time(), "message": str(err)})
             return 1
         except Exception as err:  # noqa: BLE001 - whatever broke, the record says so and the run goes on

@@ -4,9 +4,12 @@
   amd: `amdsmi` (ROCm's binding), else `amd-smi` (utils/machine/telemetry_tools.py);
   cpu: RAPL package energy (POWERCAP_ROOT, default /sys/class/powercap; unwrapped at max_energy_range_uj) where
        readable, and psutil's CPU frequency and utilization.
-A query the device does not support (NVMLError_NotSupported, amdsmi's AMDSMI_STATUS_NOT_SUPPORTED, the tools'
-[N/A]) leaves that field out of the sample, never a zero; any other error stops the sampler (SamplerError).
-Throttle reasons are decoded to names (NVML_REASONS, AMD_VIOLATIONS); a GPU idling is not a throttle.
+The libraries are opened, and their errors sorted, by utils/machine/gpu_libraries.py; what is here is which queries
+the sampler asks and how their answers become a sample. A backend that cannot read this node raises Unavailable
+(utils/machine/vendor_tools.py). A query the device does not support (NVMLError_NotSupported, amdsmi's
+AMDSMI_STATUS_NOT_SUPPORTED, the tools' [N/A]) leaves that field out of the sample, never a zero; any other error
+stops the sampler (GpuError, SamplerError). Throttle reasons are decoded to names (gpu_libraries' NVML_REASONS,
+AMD_VIOLATIONS); a GPU idling is not a throttle.
 """
 
 from __future__ import annotations
@@ -18,29 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from utils.machine.gpu_libraries import AMD_VIOLATIONS, Amdsmi, Nvml, amd_field
+
 POWERCAP_ENV = "POWERCAP_ROOT"  # tests point it at a fake sysfs tree
 POWERCAP_ROOT = "/sys/class/powercap"
 NO_POWER_SENSOR = ("no power sensor readable: {root} has no readable RAPL energy_uj (absent, or root-only, as in most "
                    "VMs and containers); CPU frequency and utilization only")
 
-# NVML's clock-event (throttle) reason bits, by the names results use; GPU idle is not a throttle.
-NVML_REASONS = {
-    0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal",
-    0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clock",
-}
-# amdsmi_get_violation_status's active_<reason> flags (MI300 series), by the names results use.
-AMD_VIOLATIONS = {
-    "ppt_pwr": "ppt_power_cap", "socket_thrm": "socket_thermal", "prochot_thrm": "prochot_thermal",
-    "vr_thrm": "vr_thermal", "hbm_thrm": "hbm_thermal", "gfx_clk_below_host_limit": "clock_below_host_limit",
-}
-
-
-class Unavailable(Exception):
-    """A backend that cannot sample on this node (no library, no driver, no tool): the next one is tried."""
-
 
 class SamplerError(Exception):
-    """An error the sampler cannot sample past (a GPU lost mid-run): it records it and stops."""
+    """An error the sampler cannot sample past (a tool that stopped, a RAPL counter gone unreadable; a GPU library's
+    own is a GpuError): it records it and stops."""
 
 
 def kept(fields: dict[str, Any]) -> dict[str, Any]:
@@ -64,142 +55,92 @@ class Backend:
 # --- NVML -------------------------------------------------------------------------------------------------
 
 def nvml() -> Backend:
-    try:
-        import pynvml
-    except ImportError:
-        raise Unavailable("nvidia-ml-py (pynvml) is not installed") from None
-    try:
-        pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-    except pynvml.NVMLError as err:
-        raise Unavailable(f"NVML: {err}") from None
-
-    def ask(query: Callable, *args: Any) -> Any:
-        try:
-            return query(*args)
-        except pynvml.NVMLError_NotSupported:
-            return None
-        except pynvml.NVMLError as err:
-            raise SamplerError(f"NVML: {type(err).__name__}: {err}") from None
+    nv = Nvml.open()
+    handles, lib = nv.handles(), nv.lib
 
     def memory_temp(handle: Any) -> int | None:
-        values = ask(pynvml.nvmlDeviceGetFieldValues, handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP])
-        if not values or values[0].nvmlReturn != pynvml.NVML_SUCCESS:
+        values = nv.ask("nvmlDeviceGetFieldValues", handle, [lib.NVML_FI_DEV_MEMORY_TEMP])
+        if not values or values[0].nvmlReturn != lib.NVML_SUCCESS:
             return None
         return int(values[0].value.uiVal)
 
-    def reasons(mask: int | None) -> list[str] | None:
-        return None if mask is None else [name for bit, name in NVML_REASONS.items() if mask & bit]
+    def watts(milli: int | None) -> float | None:  # NVML's power in mW, its energy in mJ
+        return None if milli is None else milli / 1000.0
 
-    # nvidia-ml-py before 12.535 (an image's own) names the clock-event reasons throttle reasons.
-    event_reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    devices = []
-    for index, handle in enumerate(handles):
-        pci = ask(pynvml.nvmlDeviceGetPciInfo, handle)
-        bus = getattr(pci, "busId", None)
-        devices.append(kept({
-            "index": index, "name": ask(pynvml.nvmlDeviceGetName, handle),
-            "bus_id": bus.decode() if isinstance(bus, bytes) else bus,
-            "sm_clock_max_mhz": ask(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
-            "mem_clock_max_mhz": ask(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_MEM)}))
+    devices = [kept({"index": index, "name": nv.ask("nvmlDeviceGetName", handle), "bus_id": nv.bus_id(handle),
+                     "sm_clock_max_mhz": nv.ask("nvmlDeviceGetMaxClockInfo", handle, lib.NVML_CLOCK_SM),
+                     "mem_clock_max_mhz": nv.ask("nvmlDeviceGetMaxClockInfo", handle, lib.NVML_CLOCK_MEM)})
+               for index, handle in enumerate(handles)]
 
     def read() -> list[dict[str, Any]]:
         out = []
         for index, handle in enumerate(handles):
-            power, energy = ask(pynvml.nvmlDeviceGetPowerUsage, handle), \
-                ask(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
-            util = ask(pynvml.nvmlDeviceGetUtilizationRates, handle)
-            memory = ask(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            util = nv.ask("nvmlDeviceGetUtilizationRates", handle)
+            memory = nv.memory_used_mib(handle)
             out.append(kept({
-                "index": index, "power_w": None if power is None else power / 1000.0,
-                "energy_j": None if energy is None else energy / 1000.0,
-                "sm_clock_mhz": ask(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
-                "mem_clock_mhz": ask(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
-                "temp_gpu_c": ask(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
-                "temp_mem_c": memory_temp(handle),
+                "index": index, "power_w": watts(nv.ask("nvmlDeviceGetPowerUsage", handle)),
+                "energy_j": watts(nv.ask("nvmlDeviceGetTotalEnergyConsumption", handle)),
+                "sm_clock_mhz": nv.ask("nvmlDeviceGetClockInfo", handle, lib.NVML_CLOCK_SM),
+                "mem_clock_mhz": nv.ask("nvmlDeviceGetClockInfo", handle, lib.NVML_CLOCK_MEM),
+                "temp_gpu_c": nv.temp_c(handle), "temp_mem_c": memory_temp(handle),
                 "util_gpu_pct": None if util is None else util.gpu,
                 "util_mem_pct": None if util is None else util.memory,
-                "memory_used_mib": None if memory is None else round(memory.used / (1 << 20), 1),
-                "throttle": reasons(ask(event_reasons, handle))}))
+                "memory_used_mib": None if memory is None else round(memory, 1),
+                "throttle": nv.reasons(handle)}))
         return out
 
-    return Backend("nvml", devices, read, close=pynvml.nvmlShutdown)
+    return Backend("nvml", devices, read, close=nv.close)
 
 
 # --- amdsmi -----------------------------------------------------------------------------------------------
 
 def amdsmi_lib() -> Backend:
-    try:
-        import amdsmi
-    except ImportError:
-        raise Unavailable("amdsmi is not importable (ROCm's /opt/rocm/share/amd_smi binding)") from None
-    try:
-        amdsmi.amdsmi_init()
-        handles = amdsmi.amdsmi_get_processor_handles()
-    except amdsmi.AmdSmiException as err:
-        raise Unavailable(f"amdsmi: {err}") from None
-    not_supported = getattr(amdsmi, "AMDSMI_STATUS_NOT_SUPPORTED", 2)
-
-    def ask(query: Callable, *args: Any) -> Any:
-        try:
-            value = query(*args)
-        except amdsmi.AmdSmiLibraryException as err:
-            if err.err_code == not_supported:
-                return None
-            raise SamplerError(f"amdsmi: {query.__name__}: error code {err.err_code}") from None
-        return None if value == "N/A" else value
-
-    def item(data: dict | None, key: str) -> Any:
-        value = (data or {}).get(key)
-        return None if value in ("N/A", None) else value
+    amd = Amdsmi.open()
+    lib = amd.lib
 
     def energy_j(handle: Any) -> float | None:
-        data = ask(amdsmi.amdsmi_get_energy_count, handle)
-        ticks = item(data, "energy_accumulator")
-        ticks = item(data, "power") if ticks is None else ticks  # ROCm before 6.4 named it power
-        resolution = item(data, "counter_resolution")
+        data = amd.ask("amdsmi_get_energy_count", handle)
+        ticks = amd_field(data, "energy_accumulator")
+        ticks = amd_field(data, "power") if ticks is None else ticks  # ROCm before 6.4 named it power
+        resolution = amd_field(data, "counter_resolution")
         return None if ticks is None or resolution is None else ticks * resolution / 1e6
 
     def violations(handle: Any) -> list[str] | None:
-        if not hasattr(amdsmi, "amdsmi_get_violation_status"):  # before ROCm 6.3: throttled or not, no reason
-            metrics = ask(amdsmi.amdsmi_get_gpu_metrics_info, handle)
-            flag = item(metrics, "throttle_status")
+        if not hasattr(lib, "amdsmi_get_violation_status"):  # before ROCm 6.3: throttled or not, no reason
+            flag = amd_field(amd.ask("amdsmi_get_gpu_metrics_info", handle), "throttle_status")
             return None if flag is None else (["throttled"] if flag else [])
-        status = ask(amdsmi.amdsmi_get_violation_status, handle)
+        status = amd.ask("amdsmi_get_violation_status", handle)
         if status is None:
             return None
-        return [name for key, name in AMD_VIOLATIONS.items() if item(status, f"active_{key}") not in (None, False, 0)]
+        return [name for key, name in AMD_VIOLATIONS.items()
+                if amd_field(status, f"active_{key}") not in (None, False, 0)]
 
-    gfx, mem = amdsmi.AmdSmiClkType.GFX, amdsmi.AmdSmiClkType.MEM
-    current = amdsmi.AmdSmiTemperatureMetric.CURRENT
-    devices = []
-    for index, handle in enumerate(handles):
-        asic = ask(amdsmi.amdsmi_get_gpu_asic_info, handle)
-        devices.append(kept({
-            "index": index, "name": item(asic, "market_name"), "bus_id": ask(amdsmi.amdsmi_get_gpu_device_bdf, handle),
-            "sm_clock_max_mhz": item(ask(amdsmi.amdsmi_get_clock_info, handle, gfx), "max_clk"),
-            "mem_clock_max_mhz": item(ask(amdsmi.amdsmi_get_clock_info, handle, mem), "max_clk")}))
+    def clock(handle: Any, kind: Any, key: str) -> Any:
+        return amd_field(amd.ask("amdsmi_get_clock_info", handle, kind), key)
+
+    gfx, mem = lib.AmdSmiClkType.GFX, lib.AmdSmiClkType.MEM
+    devices = [kept({"index": index, "name": amd_field(amd.ask("amdsmi_get_gpu_asic_info", handle), "market_name"),
+                     "bus_id": amd.bus_id(handle), "sm_clock_max_mhz": clock(handle, gfx, "max_clk"),
+                     "mem_clock_max_mhz": clock(handle, mem, "max_clk")})
+               for index, handle in enumerate(amd.handles)]
 
     def read() -> list[dict[str, Any]]:
         out = []
-        for index, handle in enumerate(handles):
-            power = ask(amdsmi.amdsmi_get_power_info, handle)
-            activity = ask(amdsmi.amdsmi_get_gpu_activity, handle)
-            vram = ask(amdsmi.amdsmi_get_gpu_vram_usage, handle)
-            watts = item(power, "current_socket_power")
+        for index, handle in enumerate(amd.handles):
+            power = amd.ask("amdsmi_get_power_info", handle)
+            activity = amd.ask("amdsmi_get_gpu_activity", handle)
+            watts = amd_field(power, "current_socket_power")
             out.append(kept({
-                "index": index, "power_w": item(power, "average_socket_power") if watts is None else watts,
+                "index": index, "power_w": amd_field(power, "average_socket_power") if watts is None else watts,
                 "energy_j": energy_j(handle),
-                "sm_clock_mhz": item(ask(amdsmi.amdsmi_get_clock_info, handle, gfx), "clk"),
-                "mem_clock_mhz": item(ask(amdsmi.amdsmi_get_clock_info, handle, mem), "clk"),
-                "temp_gpu_c": ask(amdsmi.amdsmi_get_temp_metric, handle, amdsmi.AmdSmiTemperatureType.HOTSPOT, current),
-                "temp_mem_c": ask(amdsmi.amdsmi_get_temp_metric, handle, amdsmi.AmdSmiTemperatureType.VRAM, current),
-                "util_gpu_pct": item(activity, "gfx_activity"), "util_mem_pct": item(activity, "umc_activity"),
-                "memory_used_mib": item(vram, "vram_used"), "throttle": violations(handle)}))
+                "sm_clock_mhz": clock(handle, gfx, "clk"), "mem_clock_mhz": clock(handle, mem, "clk"),
+                "temp_gpu_c": amd.temp_c(handle, "HOTSPOT"), "temp_mem_c": amd.temp_c(handle, "VRAM"),
+                "util_gpu_pct": amd_field(activity, "gfx_activity"),
+                "util_mem_pct": amd_field(activity, "umc_activity"),
+                "memory_used_mib": amd.memory_used_mib(handle), "throttle": violations(handle)}))
         return out
 
-    return Backend("amdsmi", devices, read, close=amdsmi.amdsmi_shut_down)
+    return Backend("amdsmi", devices, read, close=amd.close)
 
 
 # --- the CPU ----------------------------------------------------------------------------------------------

@@ -3,15 +3,19 @@
   nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits --loop-ms=N (-lms): one line per GPU
       per interval, read as it streams ([N/A] and [Not Supported] leave the field out);
   amd-smi metric --json, once per interval (ROCm 6.x: {"value", "unit"} per figure, "N/A" where unsupported).
+The tools are run, and their CSV and JSON values read, by utils/machine/vendor_tools.py (the one reader of the
+vendors' tools; nvidia-smi's streaming run is this module's own); what is here is which fields the sampler asks for
+and how they become a sample. nvidia-smi's throttle mask is NVML's (utils/machine/gpu_libraries.py decodes it).
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 from typing import Any
 
-from utils.machine.telemetry_backends import NVML_REASONS, Backend, SamplerError, Unavailable, kept
+from utils.machine.gpu_libraries import nvml_reasons
+from utils.machine.telemetry_backends import Backend, SamplerError, kept
+from utils.machine.vendor_tools import Unavailable, amd_smi_gpus, amd_smi_value, smi_number, smi_rows, tool_output
 
 NVIDIA_SMI_FIELDS = ("index", "power.draw", "clocks.sm", "clocks.mem", "temperature.gpu", "temperature.memory",
                      "utilization.gpu", "utilization.memory", "memory.used", "clocks_throttle_reasons.active")
@@ -19,18 +23,10 @@ NVIDIA_SMI_KEYS = (None, "power_w", "sm_clock_mhz", "mem_clock_mhz", "temp_gpu_c
                    "util_mem_pct", "memory_used_mib", "throttle")
 
 
-def _csv_value(text: str) -> float | None:
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        return None  # [N/A], [Not Supported]
-
-
 def parse_nvidia_smi_line(line: str) -> dict[str, Any] | None:
     """One line of `nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits`; None if it is not one."""
     parts = [part.strip() for part in line.split(",")]
-    if len(parts) != len(NVIDIA_SMI_FIELDS) or _csv_value(parts[0]) is None:
+    if len(parts) != len(NVIDIA_SMI_FIELDS) or smi_number(parts[0]) is None:
         return None
     sample: dict[str, Any] = {"index": int(float(parts[0]))}
     for key, text in zip(NVIDIA_SMI_KEYS[1:], parts[1:]):
@@ -39,27 +35,18 @@ def parse_nvidia_smi_line(line: str) -> dict[str, Any] | None:
                 mask = int(text, 16)
             except ValueError:
                 continue
-            sample[key] = [name for bit, name in NVML_REASONS.items() if mask & bit]
-        elif (value := _csv_value(text)) is not None:
+            sample[key] = nvml_reasons(mask)
+        elif (value := smi_number(text)) is not None:
             sample[key] = value
     return sample
 
 
 def nvidia_smi(interval_ms: int) -> Backend:
     query = ["nvidia-smi", "--format=csv,noheader,nounits"]
-    try:
-        listing = subprocess.run([*query, "--query-gpu=index,name,pci.bus_id,clocks.max.sm,clocks.max.mem"],
-                                 capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise Unavailable(f"nvidia-smi: {err}") from None
-    if listing.returncode != 0:
-        raise Unavailable(f"nvidia-smi exited {listing.returncode}: {listing.stderr.strip()[:200]}")
-    devices = []
-    for line in listing.stdout.splitlines():
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) == 5 and _csv_value(parts[0]) is not None:
-            devices.append(kept({"index": int(float(parts[0])), "name": parts[1], "bus_id": parts[2],
-                                  "sm_clock_max_mhz": _csv_value(parts[3]), "mem_clock_max_mhz": _csv_value(parts[4])}))
+    listing = tool_output(*query, "--query-gpu=index,name,pci.bus_id,clocks.max.sm,clocks.max.mem", timeout=20)
+    devices = [kept({"index": int(float(parts[0])), "name": parts[1], "bus_id": parts[2],
+                     "sm_clock_max_mhz": smi_number(parts[3]), "mem_clock_max_mhz": smi_number(parts[4])})
+               for parts in smi_rows(listing) if len(parts) == 5 and smi_number(parts[0]) is not None]
     stream = subprocess.Popen([*query, f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}", f"--loop-ms={interval_ms}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines = iter(stream.stdout.readline, "")  # type: ignore[union-attr]
@@ -81,39 +68,25 @@ def nvidia_smi(interval_ms: int) -> Backend:
     return Backend("nvidia-smi", devices, read, close=close, paced=True)
 
 
-def _amd_value(entry: Any) -> float | None:
-    """amd-smi's JSON value: {"value": v, "unit": u}, a bare number, or "N/A"."""
-    if isinstance(entry, dict):
-        entry = entry.get("value")
-    if isinstance(entry, bool) or entry is None:
-        return None
-    try:
-        return float(entry)
-    except (TypeError, ValueError):
-        return None
-
-
 def parse_amd_smi_metric(text: str) -> list[dict[str, Any]]:
     """`amd-smi metric --json`'s GPUs as samples (ROCm 6.x: a list, one object per GPU; or {"gpu_data": [...]})."""
-    data = json.loads(text)
-    gpus = data.get("gpu_data", []) if isinstance(data, dict) else data
     out = []
-    for gpu in gpus:
+    for gpu in amd_smi_gpus(text):
         clock = gpu.get("clock") or {}
         fields = {
             "index": int(gpu["gpu"]),
-            "power_w": _amd_value((gpu.get("power") or {}).get("socket_power")),
-            "energy_j": _amd_value((gpu.get("energy") or {}).get("total_energy_consumption")),
-            "sm_clock_mhz": _amd_value((clock.get("gfx_0") or {}).get("clk")),
-            "mem_clock_mhz": _amd_value((clock.get("mem_0") or {}).get("clk")),
-            "temp_gpu_c": _amd_value((gpu.get("temperature") or {}).get("hotspot")),
-            "temp_mem_c": _amd_value((gpu.get("temperature") or {}).get("mem")),
-            "util_gpu_pct": _amd_value((gpu.get("usage") or {}).get("gfx_activity")),
-            "util_mem_pct": _amd_value((gpu.get("usage") or {}).get("umc_activity")),
-            "memory_used_mib": _amd_value((gpu.get("mem_usage") or {}).get("used_vram")),
+            "power_w": amd_smi_value((gpu.get("power") or {}).get("socket_power")),
+            "energy_j": amd_smi_value((gpu.get("energy") or {}).get("total_energy_consumption")),
+            "sm_clock_mhz": amd_smi_value((clock.get("gfx_0") or {}).get("clk")),
+            "mem_clock_mhz": amd_smi_value((clock.get("mem_0") or {}).get("clk")),
+            "temp_gpu_c": amd_smi_value((gpu.get("temperature") or {}).get("hotspot")),
+            "temp_mem_c": amd_smi_value((gpu.get("temperature") or {}).get("mem")),
+            "util_gpu_pct": amd_smi_value((gpu.get("usage") or {}).get("gfx_activity")),
+            "util_mem_pct": amd_smi_value((gpu.get("usage") or {}).get("umc_activity")),
+            "memory_used_mib": amd_smi_value((gpu.get("mem_usage") or {}).get("used_vram")),
         }
-        maxima = {"sm_clock_max_mhz": _amd_value((clock.get("gfx_0") or {}).get("max_clk")),
-                  "mem_clock_max_mhz": _amd_value((clock.get("mem_0") or {}).get("max_clk"))}
+        maxima = {"sm_clock_max_mhz": amd_smi_value((clock.get("gfx_0") or {}).get("max_clk")),
+                  "mem_clock_max_mhz": amd_smi_value((clock.get("mem_0") or {}).get("max_clk"))}
         out.append({**kept(fields), "_maxima": kept(maxima)})
     return out
 
@@ -121,13 +94,11 @@ def parse_amd_smi_metric(text: str) -> list[dict[str, Any]]:
 def amd_smi() -> Backend:
     def metric() -> list[dict[str, Any]]:
         try:
-            done = subprocess.run(["amd-smi", "metric", "--json"], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise SamplerError(f"amd-smi metric: {err}") from None
-        if done.returncode != 0:
-            raise SamplerError(f"amd-smi metric exited {done.returncode}: {done.stderr.strip()[:200]}")
+            text = tool_output("amd-smi", "metric", "--json", timeout=30, name="amd-smi metric")
+        except Unavailable as err:  # it answered before: a tool that stops answering mid-run stops the sampler
+            raise SamplerError(str(err)) from None
         try:
-            return parse_amd_smi_metric(done.stdout)
+            return parse_amd_smi_metric(text)
         except (ValueError, KeyError, TypeError) as err:
             raise SamplerError(f"amd-smi metric --json: unreadable output ({err})") from None
 
