@@ -2,10 +2,10 @@
 
     python3 -m evaluate.probe -o system.json     # or without -o: print it
 
-Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers; utils.machine.vendor_tools reads
-them), else from torch when it sees a device; software versions from the installed distributions; host facts from /proc, /etc and
-/sys. Whatever cannot be read stays null: on a CPU-only machine the GPU fields are empty, never
-invented.
+Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers; utils.machine.vendor_tools runs and
+reads them, as for node health's and telemetry's fallbacks), else from torch when it sees a device; software
+versions from the installed distributions; host facts from /proc, /etc and /sys. Whatever cannot be read stays
+null: on a CPU-only machine the GPU fields are empty, never invented.
 
 Nodes: the node count (NNODES) and the nodes' names in node-rank order, from the Slurm allocation
 (RUN_SET_DIR/slurm.json written by the job, else SLURM_JOB_NODELIST expanded by scontrol), else
