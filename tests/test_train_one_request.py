@@ -112,8 +112,9 @@ def test_a_run_directory_that_holds_a_run_is_not_handed_over(tmp_path, cpu_node,
 
 
 def test_the_launcher_takes_a_request_or_a_run_to_plan_not_both(capsys):
-    for argv in (["--request", "x.json", "--platform", "cpu"], ["--platform", "cpu", "--framework", "mega"]):
+    for argv in (["--request", "x.json", "--platform", "cpu"], ["--request", "x.json", "--run-dir", "elsewhere"],
+                 ["--platform", "cpu", "--framework", "mega"]):
         with pytest.raises(SystemExit) as stopped:
             launch.main(argv)
         assert stopped.value.code == 2
-    assert "give --request FILE, or --platform, --framework and --model" in capsys.readouterr().err
+    assert capsys.readouterr().err.count("give --request FILE (the run directory is its own), or --platform") == 3

@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="repeat number of this run (1-based)")
     args = parser.parse_args(argv)
     by_hand = (args.platform, args.framework, args.model)
-    if args.request is not None and any(by_hand) or args.request is None and not all(by_hand):
-        parser.error("give --request FILE, or --platform, --framework and --model")
+    if (args.request is not None and (any(by_hand) or args.run_dir)) or (args.request is None and not all(by_hand)):
+        parser.error("give --request FILE (the run directory is its own), or --platform, --framework and --model")
     try:
         return from_request(args.request) if args.request is not None else by_hand_run(args)
     except DiskError as err:
@@ -186,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def refused(err: Exception) -> int:
-    print(f"[tprimat] error: {err}", file=sys.stderr)
+def refused(why: object) -> int:
+    """A run refused before it started: one line, exit 2."""
+    print(f"[tprimat] error: {why}", file=sys.stderr)
     return EXIT_INPUT
 
 
