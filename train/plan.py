@@ -24,8 +24,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from train.nemo.recipe import RECIPES
-from train.prim.config import SHIPPED_NAMES
 from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
 from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
 from utils.cli import Parser
@@ -33,8 +31,8 @@ from utils.config import ConfigError, Config, load_config
 from utils.spec.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
 from utils.machine.hardware import cpu_precision
-from utils.config.native import sac_every
-from utils.frameworks import torch_native
+from utils.config.native import FEATURE_KNOBS, sac_every
+from utils.frameworks import TABLE
 from utils.predict import NO_DEVICE, Prediction, Target, plan_target, predict
 from utils.spec.request import (Data, Environment, Fairness, Identity, Native, Network, Parallelism, Request,
                                 RequestError, Training)
@@ -54,26 +52,26 @@ class Run:
     skipped: str = ""  # why this framework cannot run this run (listed, never started); empty: it runs
 
 
-# The frameworks that train a model under a name of their own (a shipped recipe or experiment file): a model missing
-# from one of these tables is skipped for that framework. mega, fsdp and autotp build any model from utils.spec.models.
-MODEL_NAMES = {"nemo": (RECIPES, "train/nemo/recipe.py's RECIPES"),
-               "prim": (SHIPPED_NAMES, "train/prim/config.py's SHIPPED_NAMES")}
-
-
 def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, object]) -> str:
-    """Why a framework cannot run a model in a layout, with knobs the configuration accepts, or "" when it can:
-    such a run is skipped (another framework can still run it), not an error."""
-    if torch_native(framework) and layout.pp > 1:
+    """Why a framework cannot run a model in a layout, with knobs the configuration accepts, or "" when it can: such
+    a run is skipped (another framework can still run it), not an error. Everything asked comes from the framework's
+    registry entry (utils/frameworks/): the layouts, precisions and knobs it has, and its name for the model."""
+    entry = TABLE[framework]
+    if layout.pp > 1 and "pp" not in entry.parallelisms:
         return f"{framework} has no pipeline parallelism (PP={layout.pp}); the other frameworks run this layout"
-    if framework == "autotp" and knobs["PRECISION"] == "fp8":
-        return "autotp has no FP8 path (DeepSpeed AutoTP trains bf16 or fp32); the other frameworks run fp8"
-    if framework == "autotp" and knobs["COMPILE"]:
-        return "autotp has no torch.compile (COMPILE=1 applies to fsdp)"
-    if framework == "autotp" and knobs["SAC_FREQ"]:
-        return f"autotp has no activation checkpointing (SAC_FREQ={knobs['SAC_FREQ']} applies to fsdp)"
-    names, where = MODEL_NAMES.get(framework, (None, ""))
-    if names is not None and model not in names:
-        return f"{framework} has no name for {model} ({where} has none)"
+    if layout.tp > 1 and "tp" not in entry.parallelisms:
+        return f"{framework} has no tensor parallelism (TP={layout.tp}); the other frameworks run this layout"
+    precision = knobs["PRECISION"]
+    if precision not in entry.precisions:
+        return (f"{framework} has no {str(precision).upper()} path (it trains {' or '.join(entry.precisions)}); "
+                f"the other frameworks run {precision}")
+    for knob, feature in FEATURE_KNOBS.items():
+        if knobs[knob] and entry.torch_native and knob not in entry.knobs:  # the others have none of these
+            honoured = ", ".join(name for name, other in TABLE.items() if knob in other.knobs)
+            value = "1" if knobs[knob] is True else knobs[knob]  # as config.env spells it
+            return f"{framework} has no {feature} ({knob}={value} applies to {honoured})"
+    if entry.model_name(model) is None:
+        return f"{framework} has no name for {model} (utils/frameworks/{framework}.py's model_names has none)"
     return ""
 
 

@@ -1,15 +1,17 @@
 """The command of one run per framework, and the files generated for it, from the run's request.
 
-Each framework (utils.config's FRAMEWORKS) is one function of COMMANDS: mega, fsdp and autotp run torchrun
-on their trainer (train/train_mega.py, train_fsdp.py, train_autotp.py) with the run's config.json; nemo runs
-torchrun on train/train_nemo.py with the recipe settings of train/nemo/recipe.py; prim runs Primus's
-examples/run_pretrain.sh from PRIMUS_PATH with the experiment of train/prim/config.py.
+Each framework's registry entry (utils/frameworks/) says how its command is built: TPrimat's own trainers (mega,
+fsdp, autotp) are torchrun on the entry's `trainer` script with the run's config.json (own_trainer); a framework
+with its own launcher names the function of its package that builds its command and generated files (nemo:
+train.nemo.launch, torchrun on train/train_nemo.py with the recipe settings; prim: train.prim.launch, Primus's
+examples/run_pretrain.sh from PRIMUS_PATH with the run's experiment).
 Every command gets the platform's environment with its framework's (utils/machine/platform_env), and a multi-node one
 the network settings of utils/machine/netenv.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import socket
@@ -17,15 +19,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from train.nemo.recipe import recipe_settings
-from train.prim.config import ShippedConfigMissing, command as primus_command
-from train.prim.config import write_experiment
-from utils.cli import UsageError, warn
 from utils.config import ROOT
-from utils.datafiles import PREPARE as PREPARE_COMMAND
-from utils.files import write_json
+from utils.frameworks import TABLE
 from utils.machine.netenv import network_env
-from utils.machine.platform_env import DEFAULT_PRIMUS_PATH, platform_env
+from utils.machine.platform_env import platform_env
 from utils.spec.request import Request
 
 # Variables of the collective libraries (NCCL, RCCL, gloo) recorded in launch.json as the run is started with them.
@@ -85,51 +82,20 @@ def run_environment(launch: Launch, platform: str, framework: str = "") -> dict[
     return {key: env[key] for key in platform_env(platform, framework) if key in env}
 
 
-def _own_trainer(script: str):
-    """A TPrimat trainer that reads everything from the run's config.json (on every node: the nodes share the
-    run directory, and node 0 writes it before its torchrun lets any worker start)."""
-    def command(req: Request, run_dir: Path, work_dir: Path) -> Launch:
-        argv = torchrun(req) + [script, "--request", str(run_dir / REQUEST_FILE), "--run-dir", str(run_dir)]
-        return Launch(argv, vendor_env(req), str(ROOT))
-    command.__doc__ = f"torchrun on {script} with the run's config.json."
-    return command
-
-
-def _nemo(req: Request, run_dir: Path, work_dir: Path) -> Launch:
-    """NeMo 2.0's recipe with the settings of train/nemo/recipe.py, applied by train/train_nemo.py."""
-    tokenizer = Path(req.data.tokenizer_dir) / "tokenizer.json"
-    if req.data.mock_data and not tokenizer.exists() and not req.environment.dry_run:
-        raise UsageError(f"NeMo's mock data takes its vocabulary from the model's tokenizer, and {tokenizer.parent} "
-                         f"has none; prepare it first: {PREPARE_COMMAND} (or python3 -m data.fetch tokenizer)")
-    settings = recipe_settings(req, str(run_dir))
-    path = work_dir / "nemo_settings.json"
-    write_json(path, settings)
-    argv = torchrun(req) + ["--module", "train.train_nemo", "--settings", str(path)]
-    return Launch(argv, {**vendor_env(req), **settings["env"]}, str(ROOT), [path.name])
-
-
-def _prim(req: Request, run_dir: Path, work_dir: Path) -> Launch:
-    """Primus's own launcher with the experiment of train/prim/config.py."""
-    primus = Path(os.environ.get("PRIMUS_PATH") or DEFAULT_PRIMUS_PATH)
-    exp_path = work_dir / "primus_experiment.yaml"
-    cmd = primus_command(req, primus, exp_path, str(work_dir))
-    try:
-        base = write_experiment(req, primus, exp_path, str(run_dir))
-    except ShippedConfigMissing as err:
-        if not req.environment.dry_run:
-            raise UsageError(str(err)) from None
-        # A dry run of the docker runtime plans on the host, where the image's Primus is not.
-        warn(f"dry run: {exp_path.name} not written: {err}")
-        return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd)
-    print(f"[tprimat] Primus experiment {exp_path} derived from {base}", flush=True)
-    return Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd, [exp_path.name])
-
-
-COMMANDS = {"mega": _own_trainer("train/train_mega.py"), "nemo": _nemo, "prim": _prim,
-            "fsdp": _own_trainer("train/train_fsdp.py"), "autotp": _own_trainer("train/train_autotp.py")}
+def own_trainer(req: Request, run_dir: Path) -> Launch:
+    """torchrun on the framework's own trainer (its registry entry's `trainer`), which reads everything from the
+    run's config.json (on every node: the nodes share the run directory, and node 0 writes it before its torchrun
+    lets any worker start)."""
+    script = TABLE[req.identity.framework].trainer
+    argv = torchrun(req) + [script, "--request", str(run_dir / REQUEST_FILE), "--run-dir", str(run_dir)]
+    return Launch(argv, vendor_env(req), str(ROOT))
 
 
 def prepare(req: Request, run_dir: Path, work_dir: Path) -> Launch:
     """The framework's command and generated configuration (written into work_dir) for the run;
     UsageError when the run cannot be started as asked."""
-    return COMMANDS[req.identity.framework](req, run_dir, work_dir)
+    entry = TABLE[req.identity.framework]
+    if entry.trainer:
+        return own_trainer(req, run_dir)
+    module, _, function = entry.command.partition(":")
+    return getattr(importlib.import_module(module), function)(req, run_dir, work_dir)
