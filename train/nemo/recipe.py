@@ -9,7 +9,7 @@ builds (data module, DDP config, precision plugin, callbacks).
 from __future__ import annotations
 
 from utils.frameworks import TABLE
-from utils.spec.models import by_variant
+from utils.spec.models import ModelSpec
 from utils.spec.request import Request
 
 # nemo.collections.llm.<recipe> (NeMo 2.3): each model's own recipe, whose architecture TPrimat then sets from its
@@ -39,11 +39,10 @@ FP8_PLUGIN_KEYS = {"fp8_format": "fp8", "fp8_recipe": "fp8_recipe", "fp8_margin"
                    "fp8_amax_history_len": "fp8_amax_history_len", "fp8_amax_compute_algo": "fp8_amax_compute_algo"}
 
 
-def _architecture(variant: str, padded_vocab_size: int) -> dict[str, object]:
+def _architecture(spec: ModelSpec, padded_vocab_size: int) -> dict[str, object]:
     """The model's numbers from TPrimat's spec, so NeMo builds exactly the variant requested (a proxy's fewer layers
     too). A sliding window is set as TPrimat's spec means it, the sliding_window tokens Hugging Face's Mistral sees
     (megatron_window); NeMo's own MistralConfig7B says [4096, 0], one token more."""
-    spec = by_variant(variant)
     window = {"model.config.window_size": list(spec.megatron_window)} if spec.megatron_window else {}
     return {
         "model.config.num_layers": spec.num_layers,
@@ -99,7 +98,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         # model
         "model.config.seq_length": train.seq_len,
         "model.config.init_method_std": applied["init_method_std"],
-        **_architecture(who.variant, applied["padded_vocab_size"]),
+        **_architecture(req.model, applied["padded_vocab_size"]),
     }
     for name, path in FAIRNESS_PATHS.items():
         settings[path] = fairness[name]

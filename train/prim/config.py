@@ -19,7 +19,6 @@ from pathlib import Path
 from utils.cli import Parser, UsageError, run
 from utils.files import atomic_open
 from utils.frameworks import TABLE
-from utils.spec.models import by_variant
 from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
 from utils.spec.request import Request, RequestError
 
@@ -62,9 +61,9 @@ def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
 
 def overrides(req: Request) -> dict:
     """Every setting the run requests, in Megatron's argument names."""
-    who, lay, train, data, env = req.identity, req.parallelism, req.training, req.data, req.environment
+    lay, train, data, env = req.parallelism, req.training, req.data, req.environment
     fairness = req.fairness.table
-    spec = by_variant(who.variant)  # a MODEL_LAYERS proxy's num_layers too
+    spec = req.model  # a MODEL_LAYERS proxy's num_layers too
     steps = train.steps
     settings: dict[str, object] = {
         # parallelism
