@@ -7,9 +7,9 @@ Tolerances (also in README, "Will it fit, and how fast could it be"):
   has not yet flattened when its first group steps);
 - fsdp's whole step, full-size Llama 3.1 8B, Qwen 2.5 7B and Llama 3.1 70B at SL 8192 on 8 ranks under
   FakeTensorMode: weights and optimizer state to the byte, each layer's activations to the byte, the peak within
-  0.01%; fsdp's measured CPU peak (MemTracker on real tensors) within 1%;
-- mega's and autotp's measured CPU peaks: within 35% and 50% (the loss's and the weight gradients' temporaries of
-  Megatron's fused cross-entropy and DeepSpeed's reduction buffers are not modelled tensor by tensor).
+  0.01%;
+- every memory model's peak against every live tensor of a real CPU step, at two sizes: within 10% (the issue's
+  bound) and each phase within 1% (tests/test_utils_predict_measured.py).
 """
 
 from __future__ import annotations
@@ -18,17 +18,20 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.train_matrix.requests import node, run_request
 from train.plan import build_plan, table
+from utils import frameworks
 from utils.machine.hardware import TARGET_DEVICES
 from utils.spec.models import get_model
-from utils.predict import NO_DEVICE, gpu_target, predict
-from utils.predict.memory import Layout, autotp_states, hf_shapes, memory
-from utils.predict.step_time import bound, links
+from utils.predict import NO_DEVICE, gpu_target, host_target, layout, predict, result_section
+from utils.predict.memory import (GPU_WORKSPACE_BYTES, MEMORY_MODELS, Layout, hf_shapes, megatron_buffer,
+                                  megatron_numels, megatron_stage, memory)
+from utils.predict.step_time import bound, links, stage_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = gpu_target(TARGET_DEVICES["h100"], None, "TARGET_DEVICE=h100")
@@ -56,8 +59,8 @@ def test_weights_gradients_and_optimizer_state_are_what_the_framework_allocates(
         assert 0 <= found["gradients"] - predicted["gradients"] <= vectors
     else:
         assert found["gradients"] == predicted["gradients"]
-    tolerance = {"fsdp": 0.01, "mega": 0.35, "autotp": 0.50}[framework]
-    assert abs(found["peak"] - predicted["peak"]) <= tolerance * found["peak"], found
+    # the step's peak: against every live tensor in tests/test_utils_predict_measured.py (the census's MemTracker
+    # delta counts the optimizer states megatron-core updates in place as new allocations)
 
 
 def tracked(model: str, layers: int) -> dict:
@@ -69,8 +72,8 @@ def tracked(model: str, layers: int) -> dict:
 
 
 def fsdp_layout() -> Layout:
-    return Layout("fsdp", tp=1, pp=1, dp=8, ga=1, mbs=1, seq_len=8192, precision="bf16", grad_fp32=False,
-                  distributed_optimizer=True, overlap_grad_reduce=False, on_gpu=False)
+    return Layout(memory_model="fsdp", tp=1, pp=1, dp=8, ga=1, mbs=1, seq_len=8192, precision="bf16",
+                  grad_fp32=False, distributed_optimizer=True, overlap_grad_reduce=False, on_gpu=False)
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen", "llama70b"])
@@ -139,8 +142,8 @@ def test_compute_is_the_flops_formula_at_the_dense_peak():
 
 def test_the_bubble_is_pp_minus_one_over_ga_of_the_busy_time_and_tp_crosses_the_intra_node_link():
     spec = get_model("llama")
-    lay = Layout("mega", tp=2, pp=4, dp=1, ga=8, mbs=1, seq_len=4096, precision="bf16", grad_fp32=False,
-                 distributed_optimizer=True, overlap_grad_reduce=False)
+    lay = Layout(memory_model="megatron", tp=2, pp=4, dp=1, ga=8, mbs=1, seq_len=4096, precision="bf16",
+                 grad_fp32=False, distributed_optimizer=True, overlap_grad_reduce=False)
     found = bound(spec, lay, H100.spec, links(H100.spec, 8, 1, None))
     assert found.bubble_s == pytest.approx((found.compute_s + found.tp_s) * 3 / 8)
     per_gpu = 4 * 2 * 1 * 4096 * 4096 * 2 * (32 // 4) * 8 * (1 / 2)  # 4 all-reduces x layers x GA, (t-1)/t of 2x
@@ -150,8 +153,8 @@ def test_the_bubble_is_pp_minus_one_over_ga_of_the_busy_time_and_tp_crosses_the_
 
 def test_data_parallel_time_uses_the_inter_node_link_and_net_link_gbps_overrides_it():
     spec = get_model("llama")
-    lay = Layout("mega", tp=1, pp=1, dp=16, ga=1, mbs=1, seq_len=4096, precision="bf16", grad_fp32=False,
-                 distributed_optimizer=True, overlap_grad_reduce=False)
+    lay = Layout(memory_model="megatron", tp=1, pp=1, dp=16, ga=1, mbs=1, seq_len=4096, precision="bf16",
+                 grad_fp32=False, distributed_optimizer=True, overlap_grad_reduce=False)
     default, slower = (bound(spec, lay, H100.spec, links(H100.spec, 8, 2, gbps)) for gbps in (None, 100.0))
     assert slower.dp_s > default.dp_s > 0
     n = spec.param_count()
@@ -159,9 +162,86 @@ def test_data_parallel_time_uses_the_inter_node_link_and_net_link_gbps_overrides
     assert default.dp_s == pytest.approx(within + across)
 
 
+def cpu_layout(memory_model: str, **changes) -> Layout:
+    settings = dict(memory_model=memory_model, tp=1, pp=1, dp=1, ga=1, mbs=2, seq_len=128, precision="bf16",
+                    grad_fp32=False, distributed_optimizer=True, overlap_grad_reduce=False, on_gpu=False)
+    return Layout(**{**settings, **changes})
+
+
 def test_zero_shards_optimizer_state_over_data_parallel_ranks():
     spec = get_model("llama", "tiny")
-    base = dict(framework="autotp", tp=1, pp=1, ga=1, mbs=1, seq_len=128, precision="bf16", grad_fp32=False,
-                distributed_optimizer=True, overlap_grad_reduce=False)
-    one, four = (autotp_states(spec, Layout(dp=dp, zero_stage=1, **base)) for dp in (1, 4))
+    one, four = (memory(spec, cpu_layout("autotp", dp=dp, zero_stage=1)) for dp in (1, 4))
     assert four.optimizer == pytest.approx(one.optimizer / 4, rel=1e-4) and four.weights == one.weights
+
+
+def test_each_framework_takes_its_memory_model_from_the_registry():
+    assert set(MEMORY_MODELS) == set(frameworks.MEMORY_MODELS)
+    for framework in ("mega", "fsdp", "autotp"):
+        req = run_request("cpu", framework, "llama", FRAMEWORK=framework)
+        assert layout(req, on_gpu=False).memory_model == frameworks.TABLE[framework].memory_model
+    assert Layout(framework="nemo", **{k: v for k, v in vars(cpu_layout("fsdp")).items()
+                                       if k not in ("memory_model", "framework")}).memory_model == "megatron"
+    with pytest.raises(ValueError, match="memory model 'zero' is not one of"):
+        cpu_layout("zero")
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_a_tied_head_is_counted_once_except_on_a_later_pipeline_stage(model):
+    spec = get_model(model, "tiny")
+    tied = replace(spec, tied_embeddings=True)
+    head = spec.vocab_size * spec.hidden_size
+    assert tied.param_count() == spec.param_count() - head
+    for each in (spec, tied):  # every memory model holds what param_count counts
+        assert sum(megatron_numels(each, 1, each.num_layers, True, True)) == each.param_count()
+        assert sum(r * c for r, c in hf_shapes(each, 1, False)) == each.param_count()
+    # PP > 1: the last stage keeps its own copy of the tied head (megatron-core's shared embedding)
+    assert megatron_numels(tied, 1, 1, False, True) == megatron_numels(spec, 1, 1, False, True)
+    assert megatron_numels(tied, 1, 1, True, False) == megatron_numels(spec, 1, 1, True, False)
+    # weights, gradients and optimizer state lose the head once, as each framework holds them
+    fsdp, fsdp_tied = (memory(each, cpu_layout("fsdp")) for each in (spec, tied))
+    assert (fsdp.weights - fsdp_tied.weights, fsdp.optimizer - fsdp_tied.optimizer) == (4 * head, 8 * head + 4)
+    autotp, autotp_tied = (memory(each, cpu_layout("autotp")) for each in (spec, tied))
+    assert autotp.weights - autotp_tied.weights == pytest.approx(2 * head, abs=4)
+    assert autotp.optimizer - autotp_tied.optimizer == pytest.approx(12 * head, abs=24)
+    mega, mega_tied = (memory(each, cpu_layout("megatron")) for each in (spec, tied))
+    buffers = [megatron_buffer(megatron_numels(each, 1, each.num_layers, True, True), 1, None, True).numel
+               for each in (spec, tied)]
+    assert buffers[0] - buffers[1] == pytest.approx(head, abs=128)
+    assert mega.weights - mega_tied.weights == 2 * (buffers[0] - buffers[1])
+    assert mega.optimizer - mega_tied.optimizer == 12 * head + 4
+    at_step = [megatron_stage(each, cpu_layout("megatron"), True, True)[-1].parts["gradients"] for each in (spec, tied)]
+    assert at_step[0] - at_step[1] == 2 * (buffers[0] - buffers[1]) + 4 * head  # the buffer and its fp32 copy
+
+
+def test_the_step_time_reads_the_parameters_each_memory_model_holds():
+    spec = get_model("qwen", "tiny")
+    assert stage_parameters(spec, cpu_layout("megatron")) == spec.param_count()
+    assert stage_parameters(spec, cpu_layout("fsdp", tp=2)) < spec.param_count()
+    whole_head = stage_parameters(spec, cpu_layout("fsdp", tp=2))
+    assert stage_parameters(spec, cpu_layout("autotp", tp=2)) == whole_head - spec.vocab_size // 2 * spec.hidden_size
+
+
+def test_the_optimizer_temporaries_are_torch_adamws_on_the_cpu_and_none_under_megatrons_fused_adam():
+    spec = get_model("qwen", "tiny")
+    embedding = spec.vocab_size * spec.hidden_size
+    cpu, gpu = (megatron_stage(spec, cpu_layout("megatron", on_gpu=on_gpu), True, True)[-1].parts["temporaries"]
+                for on_gpu in (False, True))
+    assert cpu == 2 * 4 * embedding and gpu == 0  # sqrt and its quotient of the largest tensor; FusedAdam: none
+    foreach = memory(spec, cpu_layout("fsdp", on_gpu=True))  # one sqrt of every decayed tensor at once
+    assert foreach.temporaries == 4 * sum(r * c for r, c in hf_shapes(spec, 1, False) if c > 1)
+
+
+def test_the_prediction_says_which_parts_it_models_and_which_are_an_allowance():
+    cfg = node("nvd", TARGET_DEVICE="h100", FRAMEWORK="mega,fsdp,autotp", MODELS="llama")
+    rows = [line for line in table(cfg, build_plan(cfg)) if "predicted peak" in line]
+    assert any("[megatron model: weights, gradients, optimizer, activations, logits, temporaries; + 1.5 GiB "
+               "workspace allowance]" in row for row in rows)
+    assert any("[autotp model: weights, gradients, optimizer, activations, logits, buffers, temporaries; + 1.5 GiB "
+               "workspace allowance]" in row for row in rows)
+    req = run_request("nvd", "mega", "llama", TARGET_DEVICE="h100")
+    section = result_section(req, {"system": {}, "performance": {}})["memory"]
+    assert section["memory_model"] == "megatron" and section["allowance"] == "workspace"
+    assert section["modelled"] == ["weights", "gradients", "optimizer", "activations", "logits", "temporaries"]
+    assert section["workspace_gib"] == GPU_WORKSPACE_BYTES / 2 ** 30 and section["not_modelled"]
+    cpu = predict(run_request("cpu", "fsdp", "llama", FRAMEWORK="fsdp"), host_target(2)).memory
+    assert cpu.workspace == 0 and "allowance" not in cpu.describe()

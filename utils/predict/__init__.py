@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from utils import frameworks
 from utils.machine import vendor_tools
 from utils.machine.hardware import TARGET_DEVICES, DeviceSpec, lookup_device
 from utils.spec.metrics import figure_text
@@ -84,14 +85,18 @@ def plan_target(platform: str, target_device: str, workers_per_node: int) -> Tar
 
 
 def layout(req: Request, on_gpu: bool) -> Layout:
-    """The memory and time model's view of a request."""
+    """The memory and time model's view of a request: the framework's memory model from its registry entry
+    (utils.frameworks); on a GPU Megatron's fused SwiGLU where the profile asks for it (train/mega/model.py's
+    choose_fusions: the CPU has none)."""
     lay, t, table, native = req.parallelism, req.training, req.fairness.table, req.native
-    return Layout(framework=req.identity.framework, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga, mbs=t.mbs,
-                  seq_len=t.seq_len, precision=t.precision,
+    framework = req.identity.framework
+    return Layout(memory_model=frameworks.TABLE[framework].memory_model, framework=framework, tp=lay.tp, pp=lay.pp,
+                  dp=lay.dp, ga=lay.ga, mbs=t.mbs, seq_len=t.seq_len, precision=t.precision,
                   grad_fp32=bool(table["grad_reduce_in_fp32"]) or t.precision == "fp32",
                   distributed_optimizer=bool(table["use_distributed_optimizer"]),
                   overlap_grad_reduce=bool(table["overlap_grad_reduce"]), data_parallel=native.data_parallel,
-                  sac_every=native.sac_every, zero_stage=native.zero_stage, on_gpu=on_gpu)
+                  sac_every=native.sac_every, zero_stage=native.zero_stage,
+                  fused_swiglu=on_gpu and bool(table["bias_swiglu_fusion"]), on_gpu=on_gpu)
 
 
 @dataclass(frozen=True)
@@ -109,15 +114,17 @@ class Prediction:
         return self.memory.peak <= self.target.memory_bytes
 
     def memory_line(self) -> str:
-        """"predicted peak X GiB of Y GiB: fits (Z GiB free)", or "... will not fit (Z GiB over)"."""
+        """"predicted peak X GiB of Y GiB: fits (Z GiB free)", or "... will not fit (Z GiB over)", then what the
+        prediction is made of: "[megatron model: weights, gradients, ...; + 1.5 GiB workspace allowance]"."""
         peak = self.memory.peak / GIB
         said = f"predicted peak {figure_text(peak)} GiB"
+        made_of = f" [{self.memory.describe()}]"
         if self.target.memory_bytes is None:
-            return said
+            return said + made_of
         size = self.target.memory_bytes / GIB
         if self.fits:
-            return f"{said} of {figure_text(size)} GiB: fits ({figure_text(size - peak)} GiB free)"
-        return f"{said} of {figure_text(size)} GiB: will not fit ({figure_text(peak - size)} GiB over)"
+            return f"{said} of {figure_text(size)} GiB: fits ({figure_text(size - peak)} GiB free){made_of}"
+        return f"{said} of {figure_text(size)} GiB: will not fit ({figure_text(peak - size)} GiB over){made_of}"
 
     def time_line(self) -> str:
         """"step >= 1.23 s (compute 1.1, TP 0.05, DP 0.0841, bubble 0)", or why there is no bound."""
@@ -173,7 +180,9 @@ def result_section(request: Request, result: dict) -> dict:
         "device": target.name, "device_source": target.source,
         "memory": {**{f"{part}_gib": value / GIB for part, value in mem.parts().items()}, "peak_gib": predicted,
                    "phase": mem.phase,
-                   "device_gib": target.memory_bytes / GIB if target.memory_bytes else None, "fits": found.fits},
+                   "device_gib": target.memory_bytes / GIB if target.memory_bytes else None, "fits": found.fits,
+                   "memory_model": mem.memory_model, "modelled": list(mem.modelled),
+                   "allowance": "workspace" if mem.workspace else None, "not_modelled": list(mem.not_modelled)},
         "time_bound": {"step_s": bound_s, **({key: value for key, value in found.time.parts().items()}
                                              if found.time else {}),
                        "dp_total_s": found.time.dp_s if found.time else None,

@@ -1,20 +1,31 @@
 """Memory per GPU of one planned run, by part: weights, gradients, optimizer state, activations, logits and loss
-buffers, and a workspace allowance; each formula with its source, each framework as it really lays memory out.
+buffers, the framework's gradient-reduction buffers, the optimizer step's temporaries, and a workspace allowance;
+each formula with its source, each framework's memory model (MEMORY_MODELS, keyed by the framework registry's
+Framework.memory_model: mega, nemo and prim lay memory out as megatron-core does, fsdp as FSDP2 or DDP, autotp as
+DeepSpeed AutoTP + ZeRO) as it really lays memory out.
 
-The parts are for the most loaded rank (TP shards, the first pipeline stage for activations and the embedding, the
-last for the LM head and logits; rank 0 of its data-parallel group). Weights, gradients and optimizer state are
-what the frameworks allocate, to the byte, for the tiny models on the CPU (tests/test_utils_predict.py counts the
-real tensors); activations come from the tensors each layer keeps for backward, checked against PyTorch's
-MemTracker. Standard library only: the plan runs it before any environment exists.
+The peak is the largest of the moments a step passes through: the start of backward (the loss: every activation and
+the logits' buffers alive), the end of backward (the gradients complete, with the buffers that reduce them) and the
+optimizer step (gradients, the optimizer's fp32 copies and its temporaries). The parts a Memory reports are each the
+largest over those moments; the peak is the largest moment's sum. The parts are for the most loaded rank (TP shards,
+the first pipeline stage for activations and the embedding, the last for the LM head and logits; rank 0 of its
+data-parallel group). Weights, gradients and optimizer state are what the frameworks allocate, to the byte, for the
+tiny models on the CPU (tests/test_utils_predict.py counts the real tensors); activations and the logits' buffers
+are the tensors each layer and loss keep for backward, and the peaks of each moment are held against every live
+tensor of a real CPU step (tests/test_utils_predict_measured.py: every phase within 1% for every memory model at two
+sizes). What a model leaves out is named in its MemoryModel entry (not_modelled) and travels with every prediction;
+the GPU workspace is an allowance, not a model. The parameters' layouts are in utils/predict/parameters.py, the
+activations and logits in utils/predict/activations.py, Layout and Moment in utils/predict/layout.py. Standard
+library only: the plan runs it before any environment exists.
 
-Megatron (mega, nemo, prim; megatron-core's DistributedDataParallel + DistributedOptimizer, which NeMo and Primus
-run): every parameter and its gradient live in one contiguous buffer per dtype (megatron/core/distributed/
-param_and_grad_buffer.py: parameter starts aligned to 64 elements, each bucket padded to lcm(DP, 128) elements under
-the distributed optimizer; one bucket unless overlap_grad_reduce, then about max(40M, 1M x DP) elements each). The
-distributed optimizer keeps fp32 master weights and Adam's two moments for this rank's 1/DP of each bucket, and an
-fp32 copy of that shard of the gradient when gradients are 16-bit (Megatron-LM docs/source/api-guide/
-dist_optimizer.md: bytes per parameter 4 + 16/d for 16-bit parameters and gradients, 6 + 12/d for bf16 parameters
-with fp32 gradients, 8 + 8/d for fp32 both).
+megatron (megatron-core's DistributedDataParallel + DistributedOptimizer, which NeMo and Primus run): every parameter
+and its gradient live in one contiguous buffer per dtype (megatron/core/distributed/param_and_grad_buffer.py:
+parameter starts aligned to 64 elements, each bucket padded to lcm(DP, 128) elements under the distributed optimizer;
+one bucket unless overlap_grad_reduce, then about max(40M, 1M x DP) elements each). The distributed optimizer keeps
+fp32 master weights and Adam's two moments for this rank's 1/DP of each bucket, and at the step an fp32 copy of that
+shard of the gradient when gradients are 16-bit (Megatron-LM docs/source/api-guide/dist_optimizer.md: bytes per
+parameter 4 + 16/d for 16-bit parameters and gradients, 6 + 12/d for bf16 parameters with fp32 gradients, 8 + 8/d for
+fp32 both; megatron/core/optimizer/distrib_optimizer.py _copy_model_grads_to_main_grads: shard_model_grad.float()).
 fsdp (FSDP2 fully_shard per layer and on the root): fp32 parameters, gradients and both moments sharded over DP on
 dimension 0, padded to a multiple of DP rows (torch/distributed/fsdp/_fully_shard/_fsdp_param.py); DDP instead
 keeps the whole fp32 model, its gradients and a flat bucket copy of them (gradient_as_bucket_view=False).
@@ -22,295 +33,261 @@ autotp (DeepSpeed AutoTP + ZeRO): the model in the training dtype; ZeRO 1 and 2 
 moments and an fp32 gradient for this rank's 1/DP of each flattened parameter group (deepspeed/runtime/zero/
 stage_1_and_2.py); stage 0 keeps them for the whole model (bf16: deepspeed/runtime/bf16_optimizer.py).
 torch's AdamW keeps one float32 step counter per parameter tensor it updates (4 bytes each).
+A tied LM head (ModelSpec.tied_embeddings) is one tensor with the embedding: counted once in weights, gradients and
+optimizer state, except on the last pipeline stage of a Megatron model with PP > 1, which holds its own copy
+(megatron-core's share_embeddings_and_output_weights: the last stage's output layer, kept equal to the first stage's
+embedding by an all-reduce of their gradients).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Callable
 
+from utils.predict.activations import activations, logits
+from utils.predict.layout import DTYPE_BYTES, GIB, PHASES, Layout, Moment
+from utils.predict.parameters import (Buffer, adamw_temporaries, hf_shapes, layer_shapes, megatron_bucket_size,
+                                      megatron_buffer, megatron_numels, param_groups, tied_contributions)
 from utils.spec.models import ModelSpec
 
-GIB = 2 ** 30
-DTYPE_BYTES = {"bf16": 2, "fp8": 2, "fp32": 4}  # FP8 trains from bf16 weights: its activations are counted as bf16
-MEGATRON = ("mega", "nemo", "prim")
+__all__ = ["DTYPE_BYTES", "GIB", "PHASES", "Buffer", "Layout", "Memory", "MEMORY_MODELS", "Moment", "hf_shapes",
+           "layer_shapes", "megatron_buffer", "megatron_numels", "memory"]
+
 # Not tensors: the CUDA/HIP context, cuBLAS/hipBLASLt workspaces, NCCL/RCCL buffers and the caching allocator's
 # fragmentation. A stated allowance per GPU (PyTorch's own context is 0.5-1 GiB on H100 and MI300X; NCCL's buffers
 # a few hundred MiB per communicator), not a measurement; on the CPU nothing is reserved outside tensors.
 GPU_WORKSPACE_BYTES = 3 * GIB // 2
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What the memory of one rank depends on, read from a run's request."""
-
-    framework: str
-    tp: int
-    pp: int
-    dp: int
-    ga: int
-    mbs: int
-    seq_len: int
-    precision: str  # bf16 | fp8 | fp32
-    grad_fp32: bool  # gradients reduced (and kept) in fp32: the profile's grad_reduce_in_fp32, or fp32 training
-    distributed_optimizer: bool
-    overlap_grad_reduce: bool
-    data_parallel: str = "fsdp"  # fsdp's: fsdp | ddp
-    sac_every: int = 0  # fsdp: every N-th layer checkpointed (full recomputation of that layer); 0: none
-    zero_stage: int = 1  # autotp's ZeRO stage
-    on_gpu: bool = True
-
-    @property
-    def width(self) -> int:
-        """Bytes of one element of the compute dtype."""
-        return DTYPE_BYTES[self.precision]
+# DeepSpeed's ZeRO 1/2 reduction bucket, in elements: deepspeed/runtime/zero/config.py's reduce_bucket_size default
+# (TPrimat's ds_config sets none); contiguous_gradients (default True) allocates one bucket of this size in the
+# gradient dtype, two with overlap_comm (default off below stage 3).
+DEEPSPEED_REDUCE_BUCKET = 500_000_000
 
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes per GPU by part, the peak and the phase that sets it."""
+    """Bytes per GPU by part (each the largest over the step's moments), the peak (the largest moment, plus the
+    workspace allowance on a GPU) and the phase that sets it; which memory model made it, the parts it models tensor
+    by tensor and what it leaves out."""
 
     weights: int
     gradients: int
     optimizer: int
     activations: int
     logits: int
-    workspace: int
+    buffers: int  # the framework's own: DeepSpeed's reduction bucket and gradient partition, FSDP2's gathered root
+    # and its reduce-scatter
+    temporaries: int  # transient tensors: AdamW's at the step; a weight gradient before it joins its buffer,
+    # autograd's sum of a tied head's two, at the end of backward
+    workspace: int  # an allowance on a GPU, not a model (GPU_WORKSPACE_BYTES); 0 on the CPU
     peak: int
-    phase: str  # "forward-backward" or "optimizer step"
+    phase: str  # one of PHASES
+    memory_model: str = ""
+    moments: tuple[tuple[str, int], ...] = ()  # (phase, bytes without the workspace) of the largest moment of each
+    modelled: tuple[str, ...] = ()  # the parts this memory model models tensor by tensor
+    not_modelled: tuple[str, ...] = ()  # what it leaves out, in words
+
+    PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "temporaries", "workspace")
 
     def parts(self) -> dict[str, int]:
-        return {"weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
-                "activations": self.activations, "logits": self.logits, "workspace": self.workspace}
+        return {part: getattr(self, part) for part in self.PARTS}
+
+    def phase_peak(self, phase: str) -> int:
+        """The largest moment of one phase, without the workspace."""
+        return max((size for name, size in self.moments if name == phase), default=0)
+
+    def describe(self) -> str:
+        """What the prediction is made of, in one clause: "megatron model: weights, gradients, ...; + 1.5 GiB
+        workspace allowance" (the allowance on a GPU only)."""
+        allowance = f"; + {self.workspace / GIB:g} GiB workspace allowance" if self.workspace else ""
+        return f"{self.memory_model} model: {', '.join(self.modelled)}{allowance}"
 
 
-# --- Parameters as each framework holds them ------------------------------------------------------------------------
+# --- Each memory model: the moments of its step --------------------------------------------------------------------
 
-def layer_shapes(spec: ModelSpec, tp: int) -> list[tuple[int, int]]:
-    """One decoder layer's parameter tensors on one TP rank as (rows, columns) in Hugging Face's order; a vector is
-    (n, 1). Column-parallel q, k, v (+ biases), gate and up split their rows by TP, row-parallel o and down their
-    columns (Megatron-LM's and the torch-native TP plans alike); the norms stay whole."""
-    h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
-    q, kv = spec.num_attention_heads * d // tp, spec.num_kv_heads * d // tp
-    shapes = [(h, 1), (q, h), (kv, h), (kv, h)]
-    if spec.qkv_bias:
-        shapes += [(q, 1), (kv, 1), (kv, 1)]
-    return shapes + [(h, q), (h, 1), (f // tp, h), (f // tp, h), (h, f // tp)]
-
-
-def megatron_numels(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[int]:
-    """A Megatron stage's parameters in megatron-core's order (embedding, per layer: norm, fused QKV (+ bias), output
-    projection, norm, fused gate+up, down; final norm, output layer); the vocabulary split over TP."""
-    h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
-    qkv = (spec.num_attention_heads + 2 * spec.num_kv_heads) * d // tp
-    layer = [h, qkv * h] + ([qkv] if spec.qkv_bias else []) + [h * spec.num_attention_heads * d // tp,
-                                                                h, 2 * f // tp * h, h * f // tp]
-    numels = [spec.vocab_size // tp * h] if first else []
-    numels += layer * layers
-    return numels + ([h, spec.vocab_size // tp * h] if last else [])
-
-
-def hf_shapes(spec: ModelSpec, tp: int, vocab_parallel_head: bool) -> list[tuple[int, int]]:
-    """The Hugging Face model's parameters on one TP rank: embedding (whole), layers, final norm, LM head (whole, or
-    split over the vocabulary: autotp's vocab_parallel_lm_head)."""
-    h, v = spec.hidden_size, spec.vocab_size
-    head = (v // tp if vocab_parallel_head else v, h)
-    return [(v, h)] + layer_shapes(spec, tp) * spec.num_layers + [(h, 1), head]
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """megatron-core's contiguous parameter-and-gradient buffer of one stage, and rank 0's shard of it."""
-
-    numel: int  # with padding
-    shard_numel: int  # rank 0's elements that are parameters (the distributed optimizer's master weights)
-    shard_tensors: int  # parameters with elements in rank 0's shard (one Adam step counter each)
-
-
-def megatron_buffer(numels: list[int], dp: int, bucket_size: int | None, distributed: bool) -> Buffer:
-    """The buffer megatron-core builds (param_and_grad_buffer.py: parameters in reverse order, starts aligned to
-    64 elements and buckets padded to lcm(DP, 128) under the distributed optimizer), and rank 0's 1/DP of each
-    bucket."""
-    if not distributed:
-        return Buffer(sum(numels), sum(numels), len(numels))
-    divisor = math.lcm(dp, 128)
-    buckets: list[tuple[int, int, list[tuple[int, int]]]] = []  # start, end (padded), parameters' ranges
-    start = cursor = 0
-    params: list[tuple[int, int]] = []
-    for numel in reversed(numels):
-        cursor = -(-cursor // 64) * 64
-        params.append((cursor, cursor + numel))
-        cursor += numel
-        if bucket_size is not None and cursor - start >= bucket_size:
-            end = -(-cursor // divisor) * divisor
-            buckets.append((start, end, params))
-            start = cursor = end
-            params = []
-    if params:
-        buckets.append((start, -(-cursor // divisor) * divisor, params))
-    shard = tensors = 0
-    for begin, end, ranges in buckets:
-        own_end = begin + (end - begin) // dp
-        overlaps = [min(stop, own_end) - max(first, begin) for first, stop in ranges]
-        shard += sum(n for n in overlaps if n > 0)
-        tensors += sum(n > 0 for n in overlaps)
-    return Buffer(buckets[-1][1] if buckets else 0, shard, tensors)
-
-
-def megatron_bucket_size(lay: Layout) -> int | None:
-    """megatron-core's DDP bucket: none (one bucket) without overlap_grad_reduce, else max(40M, 1M x DP) elements
-    (distributed_data_parallel.py); later pipeline stages never split (their reduction is off the critical path)."""
-    return max(40_000_000, 1_000_000 * lay.dp) if lay.overlap_grad_reduce else None
-
-
-# --- Activations -----------------------------------------------------------------------------------------------------
-
-def hf_layer_bytes_per_token(spec: ModelSpec, tp: int, width: int) -> int:
-    """What one Hugging Face Llama/Qwen decoder layer keeps for backward, per token (torch's autograd saves, counted
-    tensor by tensor with saved_tensors_hooks and held against MemTracker in tests/test_utils_predict.py):
-    each RMSNorm its input cast to fp32 (4h), 1/rms (4), the normalised value cast back (w h) and its output
-    (w h); attention q and k after RoPE, v (w (a d + 2 g d)), the flash/SDPA output (w a d) and its log-sum-exp
-    (4 a, fp32); the SwiGLU MLP gate, SiLU, up and their product (4 w f). Flash attention keeps no a x s x s scores;
-    grouped-query attention keeps g KV heads (SDPA's enable_gqa, taken when there is no explicit mask). Under TP
-    the heads and the FFN split; the norms stay whole (the torch-native TP plans have no sequence parallelism)."""
-    h, d, f, a, g = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size, spec.num_attention_heads, spec.num_kv_heads
-    norms = 2 * (4 * h + 4 + 2 * width * h)
-    attention = width * (2 * a * d + 2 * g * d) + 4 * a
-    return norms + (attention + 4 * width * f) // tp
-
-
-def megatron_layer_bytes_per_token(spec: ModelSpec, tp: int, width: int) -> float:
-    """What one megatron-core decoder layer keeps for backward, per token: Korthikanti et al. 2022 (arXiv 2205.05198,
-    Table 2; Megatron-LM's theoretical_memory_usage.py uses it) redone for RMSNorm, grouped-query attention, flash
-    attention and SwiGLU, without dropout (both models train without it). Per token, in the compute dtype w: each
-    norm's input and rstd (w h + 4), the QKV projection's input (w h), q, k, v after RoPE (w (a d + 2 g d)), the
-    flash output and log-sum-exp (w a d + 4 a), the MLP's input (w h), fc1's gate-and-up output (2 w f, the fused
-    SwiGLU's input) and fc2's input (w f). The paper's 34 s b h (h-wide MLP of 4h, multi-head, with dropout masks)
-    becomes this; with sequence parallelism (TP > 1) the h-wide tensors are split over TP too, as the rest is."""
-    h, d, f, a, g = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size, spec.num_attention_heads, spec.num_kv_heads
-    wide = 2 * (width * h + 4) + 2 * width * h
-    attention = width * (2 * a * d + 2 * g * d) + 4 * a
-    return (wide + attention + 3 * width * f) / tp
-
-
-def activations(spec: ModelSpec, lay: Layout, in_flight: int = 1) -> int:
-    """Activations of one stage at the start of backward: its layers' saved tensors for every microbatch in flight
-    (1F1B: stage k of PP holds min(PP - k, GA) microbatches, the first stage the most; PP = 1: one, each microbatch's
-    backward runs before the next forward), plus the model-level ones (token ids, RoPE's cos and sin, the final
-    norm)."""
-    tokens = lay.mbs * lay.seq_len
-    w = lay.width
-    if lay.framework in MEGATRON:
-        per_layer = megatron_layer_bytes_per_token(spec, lay.tp, w)
-        return math.ceil((per_layer * (spec.num_layers // lay.pp) + 8) * tokens * in_flight)
-    full = hf_layer_bytes_per_token(spec, lay.tp, w)
-    checkpointed = spec.num_layers // lay.sac_every if lay.sac_every else 0
-    stored = (spec.num_layers - checkpointed) * full + checkpointed * w * spec.hidden_size  # a checkpoint keeps its input
-    model_level = 8 + 2 * w * spec.head_dim + 4 * spec.hidden_size + 4 + 2 * w * spec.hidden_size
-    return (stored + model_level) * tokens
-
-
-def logits(spec: ModelSpec, lay: Layout) -> int:
-    """The LM head's logits and the loss's buffers at the start of backward, one microbatch on the last stage: the
-    fp32 log-softmax output kept for backward (4 V) and the two fp32 gradients that meet at its backward (8 V);
-    Megatron's vocabulary-parallel cross-entropy keeps its fp32 softmax (4 V) and the w V logits and gradient of the
-    same width (its fused kernel works in place), over V/TP; autotp's vocabulary-parallel head splits V over TP."""
-    tokens = lay.mbs * lay.seq_len
-    vocab = spec.vocab_size
-    if lay.framework in MEGATRON:
-        return tokens * (vocab // lay.tp) * (4 + 2 * lay.width)
-    split = lay.tp if lay.framework == "autotp" and lay.tp > 1 else 1
-    return tokens * (vocab // split) * 12
-
-
-# --- Weights, gradients and optimizer state, per framework ----------------------------------------------------------
-
-@dataclass(frozen=True)
-class States:
-    """Persistent bytes: weights, gradients (as held between backward and the optimizer step), optimizer state;
-    and which of the gradients stay allocated through the next forward and backward."""
-
-    weights: int
-    gradients: int
-    optimizer: int
-    gradients_in_backward: int
-
-
-def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> States:
+def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> list[Moment]:
     """One pipeline stage (the first holds the embedding, the last the final norm and LM head): megatron-core's
-    buffer and the distributed optimizer's shard (module docstring)."""
+    buffer and the distributed optimizer's shard (module docstring). The fp32 copy of the gradient shard lives from
+    the step's start (_copy_model_grads_to_main_grads) to the next step's zero_grad, which frees it before the
+    forward. The optimizer's temporaries: none on a GPU (megatron-core takes Transformer Engine's or Apex's
+    FusedAdam, multi-tensor kernels that update in place: megatron/core/optimizer/__init__.py), torch's AdamW on the
+    CPU, over the fp32 main parameters (one per parameter's piece of the shard)."""
     numels = megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, first, last)
     buf = megatron_buffer(numels, lay.dp, megatron_bucket_size(lay) if first else None, lay.distributed_optimizer)
     w, g = lay.width, 4 if lay.grad_fp32 else lay.width
-    grad_buffer = buf.numel * g
+    weights, grad_buffer = buf.numel * w, buf.numel * g
     master = 0 if lay.precision == "fp32" else 4 * buf.shard_numel  # fp32 weights are their own master copy
     main_grads = 4 * buf.shard_numel if g < 4 else 0  # the step's fp32 copy of the shard's 16-bit gradients
-    return States(buf.numel * w, grad_buffer + main_grads, master + 8 * buf.shard_numel + 4 * buf.shard_tensors,
-                  grad_buffer)
+    optimizer = master + 8 * buf.shard_numel + 4 * buf.shard_tensors
+    temporaries = 0 if lay.on_gpu else adamw_temporaries(False, [[buf.largest_piece]])
+    in_flight = min(lay.pp, lay.ga) if first and not last else 1
+    held = {"weights": weights, "optimizer": optimizer}
+    embedding_grads = (tied_contributions(spec) if last else 1) * w * spec.vocab_size // lay.tp * spec.hidden_size
+    return [Moment("forward-backward", {**held, "gradients": grad_buffer,
+                                        "activations": activations(spec, lay, in_flight),
+                                        "logits": logits(spec, lay) if last else 0}),
+            Moment("forward-backward", {**held, "gradients": grad_buffer,
+                                        "temporaries": embedding_grads if first else 0}),
+            Moment("optimizer step", {**held, "gradients": grad_buffer + main_grads, "temporaries": temporaries})]
 
 
-def fsdp_states(spec: ModelSpec, lay: Layout) -> States:
-    """FSDP2: fp32 shards of ceil(rows / DP) rows of every tensor, its fp32 gradient and two moments; with GA > 1
-    the unsynchronised microbatches accumulate unsharded gradients in the compute dtype. DDP: whole fp32 model,
-    gradients twice (.grad and the bucket)."""
+def megatron_stages(spec: ModelSpec, lay: Layout) -> list[list[Moment]]:
+    """The first stage (with the most microbatches in flight) and, under pipeline parallelism, the last (with the
+    LM head and the logits of one microbatch)."""
+    if lay.pp == 1:
+        return [megatron_stage(spec, lay, True, True)]
+    return [megatron_stage(spec, lay, True, False), megatron_stage(spec, lay, False, True)]
+
+
+def fsdp_moments(spec: ModelSpec, lay: Layout) -> list[Moment]:
+    """FSDP2 (train/native/fsdp.py: fully_shard per layer and on the root, reshard_after_forward, parameters in the
+    compute dtype w, gradients reduced in g: fp32 under grad_reduce_in_fp32): fp32 shards of ceil(rows / DP) rows of
+    every tensor, its fp32 gradient and two moments; with GA > 1 the unsynchronised microbatches accumulate
+    unsharded gradients in w through the last backward. Beyond the loss, two moments of backward are FSDP2's own
+    (torch/distributed/fsdp/_fully_shard/: _fsdp_param_group.py, _fsdp_collectives.py):
+    - the LM head's backward: the root (embedding, final norm, head) was resharded after forward and is gathered
+      again in w for its backward (w x its elements), while the logits' gradient (w T V; fp32, 4 T V, in fp32 runs)
+      meets the head's weight gradient (w V h) and the input gradient (w T h), every activation still alive;
+    - the root's reduce-scatter at the end of backward, every layer's fp32 gradient shard already made: its
+      unsharded gradients copied into the reduce-scatter input (w + g, x its elements: foreach_reduce_scatter_copy_in),
+      then the input, the output (g x its shard) and, when g is 16-bit, the output cast to the fp32 shard.
+    DDP: whole fp32 model; its gradients twice (.grad and the bucket, which persists across steps). At the step,
+    torch's AdamW over the (sharded) fp32 parameters (adamw_temporaries)."""
     shapes = hf_shapes(spec, lay.tp, vocab_parallel_head=False)
     steps = 4 * len(shapes)
+    acts, lgts = activations(spec, lay), logits(spec, lay)
     if lay.data_parallel == "ddp":
         n = sum(r * c for r, c in shapes)
-        return States(4 * n, 8 * n, 8 * n + steps, 8 * n)
-    shard = sum(-(-r // lay.dp) * c for r, c in shapes)
-    accumulated = sum(r * c for r, c in shapes) * lay.width if lay.ga > 1 else 0
-    return States(4 * shard, 4 * shard, 8 * shard + steps, accumulated)
+        held = {"weights": 4 * n, "optimizer": 8 * n + steps}
+        temporaries = adamw_temporaries(lay.on_gpu, param_groups(shapes))
+        return [Moment("forward-backward", {**held, "gradients": 4 * n, "activations": acts, "logits": lgts}),
+                Moment("forward-backward", {**held, "gradients": 8 * n}),
+                Moment("optimizer step", {**held, "gradients": 8 * n, "temporaries": temporaries})]
+    w, g, h, v, tokens = lay.width, 4 if lay.grad_fp32 else lay.width, spec.hidden_size, spec.vocab_size, lay.tokens
+    sharded = [(-(-r // lay.dp), c) for r, c in shapes]
+    shard = sum(r * c for r, c in sharded)
+    tied = spec.tied_embeddings
+    root = [0, -1] if tied else [0, -2, -1]  # embedding, final norm (and the untied head): hf_shapes' order
+    root_numel = sum(shapes[i][0] * shapes[i][1] for i in root)
+    root_shard = sum(sharded[i][0] * sharded[i][1] for i in root)
+    accumulated = sum(r * c for r, c in shapes) * w if lay.ga > 1 else 0
+    held = {"weights": 4 * shard, "optimizer": 8 * shard + steps}
+    temporaries = adamw_temporaries(lay.on_gpu, param_groups(sharded))
+    head_backward = {**held, "gradients": accumulated + w * v * h, "activations": acts,
+                     "logits": tokens * v * (w if w < 4 else 4) + tokens * h * w, "buffers": w * root_numel}
+    reduced = 4 * (shard - root_shard)  # every layer's fp32 gradient shard
+    after = g * root_numel + (g * root_shard if g < 4 else 0) + 4 * root_shard
+    reduce_scatter = {**held, "gradients": reduced, "buffers": max((w + g) * root_numel, after)}
+    # the embedding's backward: the root still gathered, its unsharded gradients (a tied one twice and their sum)
+    embedding = {**held, "gradients": reduced + w * root_numel, "buffers": w * root_numel,
+                 "temporaries": (tied_contributions(spec) - 1) * w * v * h}
+    return [Moment("forward-backward", {**held, "gradients": accumulated, "activations": acts, "logits": lgts}),
+            Moment("forward-backward", head_backward),
+            Moment("forward-backward", embedding),
+            Moment("forward-backward", reduce_scatter),
+            Moment("optimizer step", {**held, "gradients": 4 * shard, "temporaries": temporaries})]
 
 
-def autotp_states(spec: ModelSpec, lay: Layout) -> States:
-    """DeepSpeed: the model in the training dtype; ZeRO 1/2: per parameter group (decayed matrices, undecayed
-    vectors: native_trainer.adamw) a flat copy padded to a multiple of 2 x DP elements, and for this rank's 1/DP of
-    it fp32 master weights, an fp32 gradient and two moments (one step counter per group). Through backward stage 2
-    keeps only its shard of the reduced 16-bit gradients, stage 1 all of them; at the step they have become the
-    fp32 shard's gradient (stage_1_and_2.py's step flattens, converts and frees them group by group). Stage 0 in bf16: the BF16 optimizer's fp32 master
-    weights and gradients for the whole model; in fp32: torch's AdamW on the model."""
+def autotp_moments(spec: ModelSpec, lay: Layout) -> list[Moment]:
+    """DeepSpeed: the model in the training dtype, flattened per parameter group (decayed matrices, undecayed vectors:
+    native_trainer.adamw) and padded to a multiple of 2 x DP elements.
+    ZeRO 1/2 (stage_1_and_2.py), for this rank's 1/DP of each group: fp32 master weights and two moments (one step
+    counter per group). Through backward the 16-bit gradients fill param.grad (stage 1: all of them; stage 2 reduces
+    them bucket by bucket and keeps its shard), and from the first gradient on the reduction bucket is allocated
+    (setup_buckets: DEEPSPEED_REDUCE_BUCKET elements of the gradient dtype, released at the boundary's epilogue).
+    At the step the reduced gradients of the shard sit in one contiguous partition in the gradient dtype
+    (copy_grads_in_partition, freed with the last group), and group by group step() flattens that group's into a new
+    tensor and converts it to an fp32 gradient (flatten(averaged_gradients[i]).to(fp32): in fp32 the flat copy
+    itself), runs torch's AdamW on the group's one flat tensor and frees the fp32 gradient.
+    Stage 0 in bf16: the BF16 optimizer's fp32 master weights and gradients for the whole model; in fp32: torch's
+    AdamW on the model."""
     shapes = hf_shapes(spec, lay.tp, vocab_parallel_head=lay.tp > 1)
     w = lay.width
-    groups = [sum(r * c for r, c in shapes if c > 1), sum(r for r, c in shapes if c == 1)]
+    groups = [sum(group) for group in param_groups(shapes)]
     n = sum(groups)
+    acts, lgts = activations(spec, lay), logits(spec, lay)
     if lay.zero_stage == 0:
         if w == 4:
-            return States(4 * n, 4 * n, 8 * n + 4 * len(shapes), 4 * n)
-        return States(w * n, w * n + 4 * n, 12 * n + 4 * len(groups), w * n + 4 * n)
+            held = {"weights": 4 * n, "optimizer": 8 * n + 4 * len(shapes)}
+            temporaries = adamw_temporaries(lay.on_gpu, param_groups(shapes))
+            kept = 4 * n if lay.ga > 1 else 0
+            return [Moment("forward-backward", {**held, "gradients": kept, "activations": acts, "logits": lgts}),
+                    Moment("optimizer step", {**held, "gradients": 4 * n, "temporaries": temporaries})]
+        held = {"weights": w * n, "optimizer": 12 * n + 4 * len(groups)}
+        temporaries = adamw_temporaries(lay.on_gpu, [[g] for g in groups])
+        return [Moment("forward-backward", {**held, "gradients": w * n + 4 * n, "activations": acts,
+                                            "logits": lgts}),
+                Moment("optimizer step", {**held, "gradients": w * n + 4 * n, "temporaries": temporaries})]
     align = 2 * lay.dp
-    padded = [-(-g // align) * align for g in groups]
-    shard = sum(p // lay.dp for p in padded)
-    held = w * n if lay.zero_stage == 1 else w * sum(padded) // lay.dp  # through backward, before the step
-    return States(w * sum(padded), 4 * shard, 12 * shard + 4 * len(groups), held)
+    parts = [-(-g // align) * align // lay.dp for g in groups]  # this rank's elements of each group
+    shard = sum(parts)
+    held = {"weights": w * sum(parts) * lay.dp, "optimizer": 12 * shard + 4 * len(groups)}
+    grads = w * n if lay.zero_stage == 1 else w * shard  # the 16-bit gradients at the end of backward
+    kept = grads if lay.ga > 1 else 0  # accumulated over the earlier microbatches
+    bucket = w * DEEPSPEED_REDUCE_BUCKET
+    tied = (tied_contributions(spec) - 1) * w * shapes[0][0] * shapes[0][1]  # beyond the gradient itself
+    moments = [Moment("forward-backward", {**held, "gradients": kept, "buffers": bucket if lay.ga > 1 else 0,
+                                           "activations": acts, "logits": lgts}),
+               Moment("forward-backward", {**held, "gradients": grads, "buffers": bucket, "temporaries": tied})]
+    for part in parts:  # the partition and this group's fp32 gradient, with AdamW's temporaries over it
+        moments.append(Moment("optimizer step", {**held, "gradients": 4 * part, "buffers": w * shard,
+                                                 "temporaries": adamw_temporaries(lay.on_gpu, [[part]])}))
+    return moments
 
 
-STATES = {"fsdp": fsdp_states, "autotp": autotp_states}
+@dataclass(frozen=True)
+class MemoryModel:
+    """How one family of frameworks lays memory out: each distinct stage's moments, the parameters one TP rank of its
+    first stage holds (what its data-parallel group reduces: utils/predict/step_time.py), the parts it models and
+    what it leaves out."""
+
+    name: str
+    stages: Callable[[ModelSpec, Layout], list[list[Moment]]]
+    parameters: Callable[[ModelSpec, Layout], int]
+    modelled: tuple[str, ...]
+    not_modelled: tuple[str, ...]
 
 
-def stages(spec: ModelSpec, lay: Layout) -> list[tuple[States, int, int]]:
-    """Each distinct stage's states, activations and logits: the first stage (with the most microbatches in flight)
-    and, under pipeline parallelism, the last (with the LM head and the logits of one microbatch)."""
-    if lay.framework not in MEGATRON:
-        return [(STATES[lay.framework](spec, lay), activations(spec, lay), logits(spec, lay))]
-    if lay.pp == 1:
-        return [(megatron_stage(spec, lay, True, True), activations(spec, lay), logits(spec, lay))]
-    return [(megatron_stage(spec, lay, True, False), activations(spec, lay, min(lay.pp, lay.ga)), 0),
-            (megatron_stage(spec, lay, False, True), activations(spec, lay), logits(spec, lay))]
+COMMON_NOT_MODELLED = ("the batch's token ids, labels and masks and the loss's index tensors (under 100 bytes a "
+                       "token)",
+                       "on a GPU: the CUDA/HIP context, library workspaces, NCCL/RCCL buffers and the caching "
+                       "allocator's fragmentation (the workspace allowance stands for them)")
+
+MODELLED = ("weights", "gradients", "optimizer", "activations", "logits", "temporaries")
+WITH_BUFFERS = ("weights", "gradients", "optimizer", "activations", "logits", "buffers", "temporaries")
+
+MEMORY_MODELS: dict[str, MemoryModel] = {
+    "megatron": MemoryModel(
+        "megatron", megatron_stages,
+        lambda spec, lay: sum(megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, True, lay.pp == 1)),
+        MODELLED,
+        COMMON_NOT_MODELLED + ("pipeline send and receive buffers (PP > 1)",
+                               "Transformer Engine's FP8 scaling state and casts (PRECISION=fp8)")),
+    "fsdp": MemoryModel(
+        "fsdp", lambda spec, lay: [fsdp_moments(spec, lay)],
+        lambda spec, lay: sum(r * c for r, c in hf_shapes(spec, lay.tp, vocab_parallel_head=False)),
+        WITH_BUFFERS,
+        COMMON_NOT_MODELLED + ("FSDP2's gathered parameters and reduce-scatter buffers of the decoder layers (one or "
+                               "two layers' at a time; the root's are modelled)",
+                               "DDP's reduction buckets beyond its flat gradient copy",
+                               "torch.compile's buffers (COMPILE=1)")),
+    "autotp": MemoryModel(
+        "autotp", lambda spec, lay: [autotp_moments(spec, lay)],
+        lambda spec, lay: sum(r * c for r, c in hf_shapes(spec, lay.tp, vocab_parallel_head=lay.tp > 1)),
+        WITH_BUFFERS,
+        COMMON_NOT_MODELLED + ("DeepSpeed's all-gather buffers after the step (allgather_bucket_size)",)),
+}
 
 
 def memory(spec: ModelSpec, lay: Layout) -> Memory:
-    """Every part of the stage with the highest peak, and that peak: the larger of the start of backward (weights,
-    optimizer state, the gradients kept through backward, activations, logits) and the optimizer step (weights,
-    gradients, optimizer state), plus the workspace allowance on a GPU."""
+    """Every part at its largest over the step's moments (on the stage with the highest peak), and the peak: the
+    largest moment, plus the workspace allowance on a GPU."""
+    model = MEMORY_MODELS[lay.memory_model]
+    found = max(model.stages(spec, lay), key=lambda moments: max(m.total for m in moments))
+    top = max(found, key=lambda moment: moment.total)
     workspace = GPU_WORKSPACE_BYTES if lay.on_gpu else 0
-    best: Memory | None = None
-    for states, acts, lgts in stages(spec, lay):
-        backward = states.weights + states.optimizer + states.gradients_in_backward + acts + lgts
-        step = states.weights + states.gradients + states.optimizer
-        found = Memory(states.weights, states.gradients, states.optimizer, acts, lgts, workspace,
-                       max(backward, step) + workspace, "forward-backward" if backward >= step else "optimizer step")
-        if best is None or found.peak > best.peak:
-            best = found
-    assert best is not None
-    return best
+    largest = {part: max(m.parts.get(part, 0) for m in found) for part in Memory.PARTS[:-1]}
+    by_phase = tuple((phase, max(m.total for m in found if m.phase == phase))
+                     for phase in PHASES if any(m.phase == phase for m in found))
+    return Memory(**largest, workspace=workspace, peak=top.total + workspace, phase=top.phase,
+                  memory_model=model.name, moments=by_phase, modelled=model.modelled,
+                  not_modelled=model.not_modelled)

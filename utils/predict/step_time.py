@@ -25,10 +25,11 @@ prediction.efficiency) says how far the run is from what the device and its link
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from utils.machine.hardware import INTER_NODE_GBPS, DeviceSpec
 from utils.spec.models import ModelSpec
-from utils.predict.memory import MEGATRON, Layout, hf_shapes, megatron_numels
+from utils.predict.memory import MEMORY_MODELS, Layout
 
 
 @dataclass(frozen=True)
@@ -77,26 +78,40 @@ def collective_s(volume: float, group: int, inside: int, net: Links) -> float:
 
 
 def stage_parameters(spec: ModelSpec, lay: Layout) -> int:
-    """Parameters one TP rank of the first stage holds (what its data-parallel group reduces and gathers)."""
-    if lay.framework in MEGATRON:
-        return sum(megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, True, lay.pp == 1))
-    return sum(r * c for r, c in hf_shapes(spec, lay.tp, vocab_parallel_head=lay.framework == "autotp"
-                                           and lay.tp > 1))
+    """Parameters one TP rank of the first stage holds (what its data-parallel group reduces and gathers), as its
+    memory model holds them (utils.predict.memory.MEMORY_MODELS)."""
+    return MEMORY_MODELS[lay.memory_model].parameters(spec, lay)
+
+
+def megatron_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:
+    """The distributed optimizer's reduce-scatter of gradients and all-gather of parameters, else DDP's all-reduce;
+    overlapped where the profile's overlap_grad_reduce says."""
+    return (n * (g + w) if lay.distributed_optimizer else 2 * n * g), lay.overlap_grad_reduce
+
+
+def fsdp_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:
+    """DDP's all-reduce; FSDP2's all-gathers for every microbatch's forward and backward and one reduce-scatter;
+    both overlapped."""
+    if lay.data_parallel == "ddp":
+        return 2 * n * g, True
+    return n * (2 * lay.ga * w + g), True
+
+
+def autotp_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:
+    """ZeRO 1/2: reduce-scatter and all-gather; ZeRO 0: an all-reduce; 16-bit, not overlapped."""
+    return 2 * n * w, False
+
+
+# Each memory model's data-parallel traffic, keyed as utils.predict.memory.MEMORY_MODELS
+DP_VOLUME: dict[str, Callable[[int, Layout, int, int], tuple[float, bool]]] = {
+    "megatron": megatron_dp, "fsdp": fsdp_dp, "autotp": autotp_dp}
 
 
 def dp_volume(spec: ModelSpec, lay: Layout) -> tuple[float, bool]:
     """Bytes per GPU the step's data-parallel collectives move, in reduce-scatter/all-gather units (an all-reduce
     counts twice), and whether the framework overlaps them with compute."""
-    n, w = stage_parameters(spec, lay), lay.width
-    g = 4 if lay.grad_fp32 else w
-    if lay.framework in MEGATRON:
-        sharded = lay.distributed_optimizer
-        return (n * (g + w) if sharded else 2 * n * g), lay.overlap_grad_reduce
-    if lay.framework == "fsdp":
-        if lay.data_parallel == "ddp":
-            return 2 * n * g, True
-        return n * (2 * lay.ga * w + g), True
-    return 2 * n * w, False  # ZeRO 1/2: reduce-scatter and all-gather; ZeRO 0: an all-reduce; 16-bit, not overlapped
+    w = lay.width
+    return DP_VOLUME[lay.memory_model](stage_parameters(spec, lay), lay, w, 4 if lay.grad_fp32 else w)
 
 
 def bound(spec: ModelSpec, lay: Layout, device: DeviceSpec, net: Links) -> TimeBound | None:

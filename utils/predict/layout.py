@@ -1,0 +1,70 @@
+"""What the memory and time models read of one planned run (Layout: a request's layout, precision and framework
+settings, and the framework's memory model), and a moment of a step (Moment: the bytes of each part alive then).
+Standard library only, as all of utils/predict/ (the plan runs it before any environment exists)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from utils import frameworks
+
+GIB = 2 ** 30
+DTYPE_BYTES = {"bf16": 2, "fp8": 2, "fp32": 4}  # FP8 trains from bf16 weights: its activations are counted as bf16
+PHASES = ("forward-backward", "optimizer step")  # a moment's phase: before the optimizer step, or in it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """What the memory of one rank depends on, read from a run's request.
+
+    memory_model is a key of utils.predict.memory.MEMORY_MODELS (the framework registry's Framework.memory_model);
+    a Layout given only the framework's name takes its registry entry's."""
+
+    memory_model: str = ""
+    framework: str = ""  # the framework's name, when known (messages only)
+    tp: int
+    pp: int
+    dp: int
+    ga: int
+    mbs: int
+    seq_len: int
+    precision: str  # bf16 | fp8 | fp32
+    grad_fp32: bool  # gradients reduced (and kept) in fp32: the profile's grad_reduce_in_fp32, or fp32 training
+    distributed_optimizer: bool
+    overlap_grad_reduce: bool
+    data_parallel: str = "fsdp"  # fsdp's: fsdp | ddp
+    sac_every: int = 0  # fsdp: every N-th layer checkpointed (full recomputation of that layer); 0: none
+    zero_stage: int = 1  # autotp's ZeRO stage
+    fused_swiglu: bool = True  # megatron on a GPU: the profile's bias_swiglu_fusion (none on the CPU)
+    on_gpu: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.memory_model:
+            if not self.framework:
+                raise ValueError("Layout needs memory_model (or the framework whose registry entry names it)")
+            object.__setattr__(self, "memory_model", frameworks.TABLE[self.framework].memory_model)
+        if self.memory_model not in frameworks.MEMORY_MODELS:
+            raise ValueError(f"memory model {self.memory_model!r} is not one of "
+                             f"{', '.join(frameworks.MEMORY_MODELS)}")
+
+    @property
+    def width(self) -> int:
+        """Bytes of one element of the compute dtype."""
+        return DTYPE_BYTES[self.precision]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one microbatch."""
+        return self.mbs * self.seq_len
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One moment of a step on one stage: its phase and the bytes of each part alive then."""
+
+    phase: str
+    parts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())

@@ -1,0 +1,122 @@
+"""Parameters as each framework holds them, per TP rank (Hugging Face's tensors for fsdp and autotp, megatron-core's
+for mega, nemo and prim, with megatron-core's contiguous buffer), their optimizer groups, and the optimizer step's
+temporaries (torch's AdamW). Sources in each docstring; the layouts themselves in utils/predict/memory.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from utils.predict.layout import Layout
+from utils.spec.models import ModelSpec
+
+
+def layer_shapes(spec: ModelSpec, tp: int) -> list[tuple[int, int]]:
+    """One decoder layer's parameter tensors on one TP rank as (rows, columns) in Hugging Face's order; a vector is
+    (n, 1). Column-parallel q, k, v (+ biases), gate and up split their rows by TP, row-parallel o and down their
+    columns (Megatron-LM's and the torch-native TP plans alike); the norms stay whole."""
+    h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
+    q, kv = spec.num_attention_heads * d // tp, spec.num_kv_heads * d // tp
+    shapes = [(h, 1), (q, h), (kv, h), (kv, h)]
+    if spec.qkv_bias:
+        shapes += [(q, 1), (kv, 1), (kv, 1)]
+    return shapes + [(h, q), (h, 1), (f // tp, h), (f // tp, h), (h, f // tp)]
+
+
+def megatron_numels(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[int]:
+    """A Megatron stage's parameters in megatron-core's order (embedding, per layer: norm, fused QKV (+ bias), output
+    projection, norm, fused gate+up, down; final norm, output layer); the vocabulary split over TP. A tied head is
+    the embedding itself where one stage holds both (PP = 1); the last of several stages holds its own copy."""
+    h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
+    qkv = (spec.num_attention_heads + 2 * spec.num_kv_heads) * d // tp
+    layer = [h, qkv * h] + ([qkv] if spec.qkv_bias else []) + [h * spec.num_attention_heads * d // tp,
+                                                                h, 2 * f // tp * h, h * f // tp]
+    numels = [spec.vocab_size // tp * h] if first else []
+    numels += layer * layers
+    if not last:
+        return numels
+    head = [] if spec.tied_embeddings and first else [spec.vocab_size // tp * h]
+    return numels + [h] + head
+
+
+def hf_shapes(spec: ModelSpec, tp: int, vocab_parallel_head: bool) -> list[tuple[int, int]]:
+    """The Hugging Face model's parameters on one TP rank: embedding (whole), layers, final norm, LM head (whole, or
+    split over the vocabulary: autotp's vocab_parallel_lm_head). A tied head is the embedding's own tensor
+    (transformers' tie_word_embeddings: model.parameters() yields it once), split over the vocabulary with it when
+    the head is (DeepSpeed shards a tied embedding as the head)."""
+    h, v = spec.hidden_size, spec.vocab_size
+    head = (v // tp if vocab_parallel_head else v, h)
+    if spec.tied_embeddings:
+        return [head] + layer_shapes(spec, tp) * spec.num_layers + [(h, 1)]
+    return [(v, h)] + layer_shapes(spec, tp) * spec.num_layers + [(h, 1), head]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """megatron-core's contiguous parameter-and-gradient buffer of one stage, and rank 0's shard of it."""
+
+    numel: int  # with padding
+    shard_numel: int  # rank 0's elements that are parameters (the distributed optimizer's master weights)
+    shard_tensors: int  # parameters with elements in rank 0's shard (one Adam step counter each)
+    largest_piece: int = 0  # the largest part of one parameter in rank 0's shard (one fp32 main parameter)
+
+
+def megatron_buffer(numels: list[int], dp: int, bucket_size: int | None, distributed: bool) -> Buffer:
+    """The buffer megatron-core builds (param_and_grad_buffer.py: parameters in reverse order, starts aligned to
+    64 elements and buckets padded to lcm(DP, 128) under the distributed optimizer), and rank 0's 1/DP of each
+    bucket."""
+    if not distributed:
+        return Buffer(sum(numels), sum(numels), len(numels), max(numels, default=0))
+    divisor = math.lcm(dp, 128)
+    buckets: list[tuple[int, int, list[tuple[int, int]]]] = []  # start, end (padded), parameters' ranges
+    start = cursor = 0
+    params: list[tuple[int, int]] = []
+    for numel in reversed(numels):
+        cursor = -(-cursor // 64) * 64
+        params.append((cursor, cursor + numel))
+        cursor += numel
+        if bucket_size is not None and cursor - start >= bucket_size:
+            end = -(-cursor // divisor) * divisor
+            buckets.append((start, end, params))
+            start = cursor = end
+            params = []
+    if params:
+        buckets.append((start, -(-cursor // divisor) * divisor, params))
+    shard = tensors = largest = 0
+    for begin, end, ranges in buckets:
+        own_end = begin + (end - begin) // dp
+        overlaps = [min(stop, own_end) - max(first, begin) for first, stop in ranges]
+        shard += sum(n for n in overlaps if n > 0)
+        tensors += sum(n > 0 for n in overlaps)
+        largest = max([largest] + overlaps)
+    return Buffer(buckets[-1][1] if buckets else 0, shard, tensors, largest)
+
+
+def megatron_bucket_size(lay: Layout) -> int | None:
+    """megatron-core's DDP bucket: none (one bucket) without overlap_grad_reduce, else max(40M, 1M x DP) elements
+    (distributed_data_parallel.py); later pipeline stages never split (their reduction is off the critical path)."""
+    return max(40_000_000, 1_000_000 * lay.dp) if lay.overlap_grad_reduce else None
+
+
+def param_groups(shapes: list[tuple[int, int]]) -> list[list[int]]:
+    """native_trainer.adamw's groups: matrices decayed, vectors (norms, biases) not."""
+    return [[r * c for r, c in shapes if c > 1], [r for r, c in shapes if c == 1]]
+
+
+def adamw_temporaries(on_gpu: bool, groups: list[list[int]]) -> int:
+    """torch's AdamW (torch/optim/adam.py) at the step, over fp32 tensors given as their element counts per param
+    group: on a GPU its default foreach path takes one sqrt of every second moment of a group at once
+    (_multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(...), then divided and added to in place), 4 bytes x
+    the largest group; on the CPU (foreach needs CUDA tensors) the single-tensor path, one tensor at a time:
+    exp_avg_sq.sqrt() and its quotient by the bias correction live together, 2 x 4 bytes x the largest tensor."""
+    if on_gpu:
+        return 4 * max((sum(group) for group in groups), default=0)
+    return 8 * max((n for group in groups for n in group), default=0)
+
+
+def tied_contributions(spec: ModelSpec) -> int:
+    """Embedding-sized weight gradients alive at once at the embedding's backward: its own (not yet added to the
+    parameter's gradient or megatron-core's buffer); with a tied head also the head's, and autograd's sum of the two
+    (torch/csrc/autograd/input_buffer.cpp accumulates a leaf's incoming gradients, out of place when one is still
+    referenced)."""
+    return 3 if spec.tied_embeddings else 1
