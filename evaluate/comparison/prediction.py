@@ -41,7 +41,8 @@ def memory_row(item: Loaded, found: dict) -> str:
     size = figure_text(mem["device_gib"]) if mem.get("device_gib") else "-"
     fits = {True: "fits", False: "WILL NOT FIT", None: "-"}[mem.get("fits")]
     parts = ", ".join(f"{key.removesuffix('_gib')} {figure_text(mem[key])}" for key in (
-        "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "workspace_gib"))
+        "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "buffers_gib",
+        "temporaries_gib", "workspace_gib") if mem.get(key) is not None)  # buffers and temporaries: newer results only
     measured = found.get("measured_peak_gib")
     seen = f"{figure_text(measured)} ({found['measured_kind']})" if measured is not None else "-"
     error = f"{100 * found['memory_error']:+.0f}%" if found.get("memory_error") is not None else "-"
