@@ -22,7 +22,8 @@ def settings_for(model: str, **env: str) -> dict:
 
 
 @pytest.mark.parametrize("model, recipe", [("llama", "llama31_8b"), ("qwen", "qwen25_7b"),
-                                           ("llama70b", "llama31_70b"), ("mistral", "mistral_7b")])
+                                           ("llama70b", "llama31_70b"), ("mistral", "mistral_7b"),
+                                           ("llama32", "llama32_3b")])
 def test_each_model_uses_nemos_own_recipe(model, recipe):
     s = settings_for(model, MODELS=model)
     assert (s["recipe"], s["num_nodes"], s["num_gpus_per_node"]) == (recipe, 1, 8)

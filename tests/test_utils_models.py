@@ -45,9 +45,11 @@ def test_mistral_numbers_match_mistral_7b_v0_1_config_json():
 
 
 @pytest.mark.parametrize("key, parameters", [("llama", 8_030_261_248), ("qwen", 7_615_616_512),
-                                             ("llama70b", 70_553_706_496), ("mistral", 7_241_732_096)])
+                                             ("llama70b", 70_553_706_496), ("mistral", 7_241_732_096),
+                                             ("llama32", 3_212_749_824)])
 def test_parameter_count(key, parameters):
-    """The published sizes: 8.03B, 7.62B, 70.55B and 7.24B (untied embeddings and LM head)."""
+    """The published sizes: 8.03B, 7.62B, 70.55B and 7.24B (untied embeddings and LM head), and 3.21B (Llama 3.2
+    3B, its LM head tied to the embedding)."""
     assert get_model(key).param_count() == parameters
 
 
@@ -133,7 +135,7 @@ def test_by_variant_refuses_what_no_proxy_is(variant):
 
 def test_llama70b_shares_llamas_tokenizer_and_data_and_the_others_keep_their_own():
     assert {key: get_model(key).data_key for key in MODEL_KEYS} == {
-        "llama": "llama", "qwen": "qwen", "llama70b": "llama", "mistral": "mistral"}
+        "llama": "llama", "qwen": "qwen", "llama70b": "llama", "mistral": "mistral", "llama32": "llama"}
     assert data_keys(["llama70b", "qwen", "llama", "mistral"]) == ["llama", "qwen", "mistral"]
 
 

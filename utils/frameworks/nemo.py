@@ -10,5 +10,6 @@ FRAMEWORK = Framework(
     name="nemo", display_name="NeMo", platforms=("nvd",), warmup_convention="nemo-cosine-annealing",
     probe_modules=("transformer_engine", "megatron.core", "nemo"), command="train.nemo.launch:command",
     log_format="nemo", precisions=("bf16", "fp8"),
-    model_names={"llama": "llama31_8b", "qwen": "qwen25_7b", "llama70b": "llama31_70b", "mistral": "mistral_7b"},
+    model_names={"llama": "llama31_8b", "qwen": "qwen25_7b", "llama70b": "llama31_70b", "mistral": "mistral_7b",
+                 "llama32": "llama32_3b"},
 )

@@ -135,6 +135,13 @@ LLAMA_31_70B = replace(
     num_attention_heads=64, num_kv_heads=8, data_of="llama",  # Llama 3.1's one tokenizer
 )
 
+LLAMA_32_3B = replace(
+    LLAMA_31_8B, key="llama32", variant="llama3.2-3b", display_name="Llama 3.2 3B", hf_id="meta-llama/Llama-3.2-3B",
+    num_layers=28, hidden_size=3072, ffn_hidden_size=8192, num_attention_heads=24, num_kv_heads=8,
+    tied_embeddings=True, rope_scaling={**LLAMA_31_8B.rope_scaling, "factor": 32.0},
+    data_of="llama",  # Llama 3's one tokenizer
+)
+
 MISTRAL_7B = ModelSpec(
     key="mistral", hf_family="mistral", variant="mistral-7b-v0.1", display_name="Mistral 7B v0.1",
     hf_id="mistralai/Mistral-7B-v0.1",
@@ -159,6 +166,7 @@ ENTRIES: tuple[tuple[ModelSpec, dict], ...] = (
     (LLAMA_31_70B, {"ffn_hidden_size": 448, "num_attention_heads": 8}),  # 2x the 8B's heads, as at full size
     # 3.5x FFN; a window of 64 < the CPU's SL 128, so that it really cuts attention short there
     (MISTRAL_7B, {"ffn_hidden_size": 448, "sliding_window": 64}),
+    (LLAMA_32_3B, {"ffn_hidden_size": 344}),  # keeps the 3B's 2.67x FFN ratio
 )
 MODELS: dict[tuple[str, str], ModelSpec] = {(spec.key, size): variant for spec, tiny in ENTRIES
                                              for size, variant in (("full", spec), ("tiny", _tiny(spec, **tiny)))}
