@@ -242,3 +242,18 @@ def test_the_request_carries_the_torch_native_knobs():
     native = request(cfg, build_plan(cfg)[0]).native
     assert (native.data_parallel, native.compile, native.compile_mode, native.sac_every, native.attn_impl,
             native.zero_stage) == ("fsdp", True, "max-autotune", 4, "eager", 2)
+
+
+def test_llama32_plans_at_full_size_on_gpu_nodes_with_its_memory_predicted():
+    """A new model is one entry: Llama 3.2 3B plans on both vendors' nodes in every framework with a name for it."""
+    from train.plan import predictions
+    for platform, device in (("nvd", "h100"), ("amd", "mi300x")):
+        cfg = node(platform, FRAMEWORK="all", MODELS="llama32", TARGET_DEVICE=device)
+        runs = build_plan(cfg)
+        found = predictions(cfg, runs)
+        assert {run.name: run.skipped for run in runs if run.skipped} == (
+            {"prim-llama32": "prim has no name for llama32 (utils/frameworks/prim.py's model_names has none)"}
+            if platform == "amd" else {})
+        assert all(request(cfg, run).model.variant == "llama3.2-3b" for run in runs)
+        assert all(15 < found[run.name].memory.peak / 2 ** 30 < 40 and found[run.name].fits for run in runs
+                   if not run.skipped), {name: p.memory_line() for name, p in found.items()}
