@@ -17,7 +17,6 @@ a setting autotp refuses: PP > 1, FP8, COMPILE or SAC_FREQ, a DS_ACCELERATOR for
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -39,10 +38,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # DeepSpeed's native threads can abort the interpreter's teardown after a finished run ("terminate called
-    # without an active exception", seen once in CI after all 6 steps and result.json): the result is written and
-    # the process group destroyed, so leave without that teardown, keeping the exit status.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    trainer_cli.leave(main())
