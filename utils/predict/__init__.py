@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from utils import frameworks
 from utils.machine import vendor_tools
 from utils.machine.hardware import TARGET_DEVICES, DeviceSpec, lookup_device
 from utils.spec.metrics import figure_text
@@ -89,9 +88,8 @@ def layout(req: Request, on_gpu: bool) -> Layout:
     (utils.frameworks); on a GPU Megatron's fused SwiGLU where the profile asks for it (train/mega/model.py's
     choose_fusions: the CPU has none)."""
     lay, t, table, native = req.parallelism, req.training, req.fairness.table, req.native
-    framework = req.identity.framework
-    return Layout(memory_model=frameworks.TABLE[framework].memory_model, framework=framework, tp=lay.tp, pp=lay.pp,
-                  dp=lay.dp, ga=lay.ga, mbs=t.mbs, seq_len=t.seq_len, precision=t.precision,
+    return Layout(framework=req.identity.framework, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga, mbs=t.mbs,
+                  seq_len=t.seq_len, precision=t.precision,
                   grad_fp32=bool(table["grad_reduce_in_fp32"]) or t.precision == "fp32",
                   distributed_optimizer=bool(table["use_distributed_optimizer"]),
                   overlap_grad_reduce=bool(table["overlap_grad_reduce"]), data_parallel=native.data_parallel,
