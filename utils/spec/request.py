@@ -21,8 +21,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from utils.spec import stacks
 from utils.spec.fairness import identity
 from utils.spec.models import ModelSpec
+from utils.spec.stacks import Stack
 from utils.files import write_json
 
 
@@ -127,6 +129,7 @@ class Environment:
     telemetry: bool = True  # sample the node's GPUs (or CPU) around the trainer (utils/machine/telemetry.py)
     telemetry_interval_ms: int = 1000
     target_device: str = ""  # TARGET_DEVICE: the device predicted for when the run's own is unknown; "": none
+    stack: str = ""  # the utils.spec.stacks row it runs on (STACK); "": the platform's default
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,11 @@ class Request:
     native: Native
     network: Network
     environment: Environment
+
+    @property
+    def stack(self) -> Stack:
+        """The stack this run runs on (utils/spec/stacks.py): the request's, else its platform's default."""
+        return stacks.get(self.environment.stack) if self.environment.stack else stacks.default(self.identity.platform)
 
     # --- config.json ---------------------------------------------------------------------------------
 
