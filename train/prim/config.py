@@ -5,21 +5,26 @@ is silently ignored) and trains on `MockGPTDataset` unless `mock_data: false` is
 experiment keeps the shipped file's structure and writes every requested setting, real data
 included, under the overrides. `experiment()` is pure; the launch glue is `command()`.
 
-    python3 -m train.prim.config --request RUN_DIR/config.json --primus /workspace/Primus \
+    python3 -m train.prim.config --request RUN_DIR/config.json [--primus CHECKOUT] \
         -o RUN_DIR/primus_experiment.yaml
+
+The Primus release (the run's stack's `primus`) decides the checkout and the launch (train/prim/releases.py), and
+every override key must be one the checkout's presets hold (train/prim/presets.py): v26.5 would ignore any other
+silently.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from train.prim import presets, releases
 from utils.cli import Parser, UsageError, run
 from utils.files import atomic_open
 from utils.frameworks import TABLE
-from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
 from utils.spec.request import Request, RequestError
 
 CONFIG_DIR = "examples/megatron/configs/MI300X"
@@ -42,6 +47,23 @@ class ShippedConfigMissing(FileNotFoundError):
     """Primus's shipped experiment file for the model is not where Primus keeps it."""
 
 
+class UnknownKeys(ValueError):
+    """The experiment sets a key the release's presets do not hold."""
+
+
+def checkout(req: Request) -> Path:
+    """The Primus checkout the run's release runs from: PRIMUS_PATH, else the release's own (train/prim/releases.py)."""
+    return Path(os.environ.get("PRIMUS_PATH") or releases.of(req.stack.primus).checkout)
+
+
+def require_checkout(req: Request, primus_path: Path) -> None:
+    """One line saying how to get the release's checkout when there is none at primus_path."""
+    if not Path(primus_path).is_dir():
+        release = releases.of(req.stack.primus)
+        raise ShippedConfigMissing(f"no Primus {release.name} checkout at {primus_path}: {release.get_checkout} "
+                                   "(or set PRIMUS_PATH to one)")
+
+
 def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
     """The shipped experiment YAML this run derives from (the first of the known names present)."""
     directory = Path(primus_path) / CONFIG_DIR
@@ -55,8 +77,7 @@ def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
             return path
     raise ShippedConfigMissing(
         f"no shipped Primus config for {model} in {directory} (looked for "
-        + ", ".join(p.name for p in tried) + "); set PRIMUS_PATH to a Primus checkout "
-        f"(the AMD image has it at {DEFAULT_PRIMUS_PATH})")
+        + ", ".join(p.name for p in tried) + "); set PRIMUS_PATH to a Primus checkout")
 
 
 def overrides(req: Request) -> dict:
@@ -175,11 +196,14 @@ class Command:
 
 
 def command(req: Request, primus_path: Path, exp_path: Path, log_dir: str) -> Command:
-    """Primus's examples/run_pretrain.sh with the experiment and this node's rendezvous settings
-    (run_pretrain.sh tees its own copy of the console into log_dir)."""
+    """The release's pretrain launcher (train/prim/releases.py) with the experiment and this node's rendezvous
+    settings, which both releases' launchers read from the environment; the launcher tees its own copy of the
+    console into log_dir."""
     lay, node = req.parallelism, req.environment
+    release = releases.of(req.stack.primus)
+    fill = {"exp": str(exp_path), "log": f"{log_dir}/primus_launcher.log"}
     env = {
-        "EXP": str(exp_path),
+        **{key: value.format(**fill) for key, value in release.env.items()},
         "NNODES": str(lay.nnodes),
         "NODE_RANK": str(node.node_rank),
         "GPUS_PER_NODE": str(lay.gpus_per_node),
@@ -187,19 +211,31 @@ def command(req: Request, primus_path: Path, exp_path: Path, log_dir: str) -> Co
         "MASTER_PORT": str(node.master_port),
         "DATA_PATH": req.data.data_dir,
         "HF_HOME": node.hf_home,
-        "TRAIN_LOG": f"{log_dir}/run_pretrain.log",
         "HF_HUB_OFFLINE": "1",
     }
-    return Command(["bash", "./examples/run_pretrain.sh"], env, str(primus_path))
+    return Command([word.format(**fill) for word in release.launcher], env, str(primus_path))
+
+
+def check_keys(req: Request, primus_path: Path, exp: dict) -> None:
+    """Refuse an override key the checkout's presets do not hold (v25.11 would stop on it, v26.5 ignore it)."""
+    module = exp["modules"]["pre_trainer"]
+    unknown = presets.unknown_keys(primus_path, module)
+    if unknown:
+        files = " + ".join(str(path.relative_to(primus_path)) for path in presets.preset_files(primus_path, module))
+        raise UnknownKeys(f"Primus {req.stack.primus} has no key {', '.join(unknown)} in its presets ({files} "
+                          f"in {primus_path}); name it as that release does in train/prim/config.py")
 
 
 def write_experiment(req: Request, primus_path: Path, out: Path, run_dir: str) -> Path:
-    """Read the shipped file, write the run's experiment atomically; returns the base it came from."""
+    """Read the shipped file, check the run's experiment against the checkout's presets and write it atomically;
+    returns the base it came from."""
+    require_checkout(req, primus_path)
     base = shipped_config(primus_path, req.identity.model, req.training.precision)
     import yaml  # as in render()
 
-    shipped = yaml.safe_load(base.read_text())
-    text = render(experiment(req, shipped, run_dir), base)
+    exp = experiment(req, yaml.safe_load(base.read_text()), run_dir)
+    check_keys(req, primus_path, exp)
+    text = render(exp, base)
     with atomic_open(out) as handle:
         handle.write(text)
     return base
@@ -209,13 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m train.prim.config", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--request", type=Path, required=True, help="the run's config.json")
-    parser.add_argument("--primus", type=Path, default=Path(DEFAULT_PRIMUS_PATH), help="Primus checkout")
+    parser.add_argument("--primus", type=Path, help="Primus checkout (default: PRIMUS_PATH, else the release's own)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="experiment YAML to write")
     args = parser.parse_args(argv)
     try:
         req = Request.read(args.request)
-        base = write_experiment(req, args.primus, args.output, str(args.request.parent))
-    except (OSError, RequestError, ValueError) as err:  # ShippedConfigMissing included
+        base = write_experiment(req, args.primus or checkout(req), args.output, str(args.request.parent))
+    except (OSError, RequestError, ValueError) as err:  # ShippedConfigMissing, PresetsMissing, UnknownKeys included
         raise UsageError(str(err)) from None
     print(f"wrote {args.output} from {base}")
     return 0

@@ -1,0 +1,64 @@
+"""What differs between the Primus releases TPrimat runs (a stack's `primus`, utils/spec/stacks.py): one row each.
+
+The experiment's keys are the same in both releases (every key TPrimat writes is in both releases' presets:
+tests/test_train_prim_config.py); what differs is where the checkout comes from and how a pretrain starts.
+
+- v25.11 (rocm/primus:v25.11): the image's own checkout, started with `examples/run_pretrain.sh` and EXP.
+- v26.5 (rocm/primus:v26.5): its release notes say to run a `release/v26.5` checkout, not the image's
+  /workspace/Primus (built from the branch's v26.5.0 commit b511d1b6, behind its tip ca7ddda3), and to start a
+  pretrain with Primus CLI 1.0, `primus-cli direct -- train pretrain --config EXP` inside the container.
+  Nothing in it may pip-install: PRIMUS_SKIP_PIP=1 is Primus's switch (examples/run_pretrain.sh reads it from
+  v26.5.1 on), and the release's primus-cli has none, while its Megatron pretrain hook pip-installs
+  flash-linear-attention and causal-conv1d at every launch; PIP_NO_INDEX=1 lets those pip calls only confirm what
+  the image holds, so a package the image lacks stops the run before training instead of being downloaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from utils.config import ROOT
+from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
+
+REPOSITORY = "https://github.com/AMD-AGI/Primus.git"
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str  # a stack's `primus`, e.g. "v26.5"
+    checkout: str  # the checkout used when PRIMUS_PATH is unset
+    get_checkout: str  # how to get that checkout, for the line that says it is missing
+    launcher: tuple[str, ...]  # the pretrain command run from the checkout: {exp} the experiment, {log} its log
+    env: Mapping[str, str] = field(default_factory=dict)  # the launcher's own switches ({exp}, {log} as above)
+    source: str = ""  # where these facts were read
+
+
+ROWS = (
+    Release(name="v26.5", checkout=str(ROOT / "third_party" / "primus-release-v26.5"),
+            get_checkout=f"git clone --branch release/v26.5 --recurse-submodules {REPOSITORY} "
+                         f"{ROOT / 'third_party' / 'primus-release-v26.5'}",
+            launcher=("bash", "./primus-cli", "direct", "--log_file", "{log}", "--",
+                      "train", "pretrain", "--config", "{exp}"),
+            env=MappingProxyType({"PRIMUS_SKIP_PIP": "1", "PIP_NO_INDEX": "1"}),
+            source="Primus release/v26.5 at ca7ddda3 (runner/primus-cli-direct.sh, runner/helpers/hooks/train/pretrain/"
+                   "megatron/00_install_requirements.sh); docs/01-getting-started/release-notes.md at main 0c279c53; "
+                   "examples/run_pretrain.sh at v26.5.1 (9a86ba8c)"),
+    Release(name="v25.11", checkout=DEFAULT_PRIMUS_PATH,
+            get_checkout=f"use the rocm/primus:v25.11 image, whose checkout is {DEFAULT_PRIMUS_PATH}",
+            launcher=("bash", "./examples/run_pretrain.sh"),
+            env=MappingProxyType({"EXP": "{exp}", "TRAIN_LOG": "{log}"}),
+            source="Primus clairlee/release/v25.11 at 66bed3ce (examples/run_pretrain.sh)"),
+)
+
+TABLE: Mapping[str, Release] = MappingProxyType({row.name: row for row in ROWS})
+
+
+def of(primus: str | None) -> Release:
+    """The row of a stack's Primus release; a stack without one (not AMD) has no Primus to run."""
+    try:
+        return TABLE[primus or ""]
+    except KeyError:
+        raise ValueError(f"no Primus release {primus!r} in train/prim/releases.py (known: {', '.join(TABLE)}); "
+                         "choose an AMD stack with STACK") from None
