@@ -1,7 +1,9 @@
-"""train.prim.config: the Primus experiment YAML derived from the shipped one, every setting under overrides."""
+"""train.prim.config: the Primus experiment YAML derived from the shipped one, every setting under overrides,
+checked against the release's presets, and started the way the run's Primus release starts a pretrain."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -12,19 +14,27 @@ import pytest
 import yaml
 
 from evaluate.logs import settings as log_settings
-from tests.fixtures.train_matrix import primus_v25_11
+from tests.fixtures.train_matrix import primus_v25_11, primus_v26_5
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
 from utils.spec.fairness import profile
 from utils.frameworks import TABLE
-from train.prim.config import (RENAMED_KEYS, ShippedConfigMissing, command, experiment, overrides,
-                                 render, shipped_config, write_experiment)
+from train.prim.config import (RENAMED_KEYS, ShippedConfigMissing, UnknownKeys, command, experiment, overrides,
+                               render, shipped_config, write_experiment)
 
-PRIMUS = FIXTURES / "primus"
+PRIMUS = FIXTURES / "primus"  # a release/v26.5 checkout's stand-in (the AMD default stack's)
+SHIPPED = {"v26.5": PRIMUS, "v25.11": FIXTURES / "primus_v25.11"}  # each release's shipped MI300X files
+FACTS = {"v26.5": primus_v26_5, "v25.11": primus_v25_11}
+STACKS = {"v26.5": "primus-v26.5", "v25.11": "primus-v25.11"}
 RUN_DIR = "/out/set/prim-llama"
 
 
-def shipped(model: str) -> dict:
-    return yaml.safe_load(shipped_config(PRIMUS, model, "bf16").read_text())
+def shipped(model: str, release: str = "v26.5", precision: str = "bf16") -> dict:
+    return yaml.safe_load(shipped_config(SHIPPED[release], model, precision).read_text())
+
+
+def on(req, release: str):
+    """The request on the AMD stack of a Primus release (STACK)."""
+    return dataclasses.replace(req, environment=dataclasses.replace(req.environment, stack=STACKS[release]))
 
 
 def overrides_of(exp: dict) -> dict:
@@ -95,11 +105,14 @@ def test_shipped_placeholders_for_requested_settings_are_replaced_by_values():
     assert o["auto_continue_train"] == "${CONTI_PARAMS:0}"  # not a TPrimat setting: left to Primus
 
 
-def test_turbo_switches_stay_as_shipped():
-    exp = experiment(run_request("amd", "prim", "qwen"), shipped("qwen"), RUN_DIR)
+@pytest.mark.parametrize("release, grouped_gemm", [("v26.5", "use_turbo_grouped_gemm"),
+                                                   ("v25.11", "use_turbo_grouped_mlp")])
+def test_turbo_switches_stay_as_shipped_under_each_releases_names(release, grouped_gemm):
+    """v26.5 renamed use_turbo_grouped_mlp to use_turbo_grouped_gemm; TPrimat writes neither."""
+    exp = experiment(on(run_request("amd", "prim", "qwen"), release), shipped("qwen", release), RUN_DIR)
     turbo = ("enable_primus_turbo", "use_turbo_attention", "use_turbo_grouped_mlp", "use_turbo_grouped_gemm")
     assert {key: overrides_of(exp)[key] for key in turbo if key in overrides_of(exp)} == \
-        {"enable_primus_turbo": True, "use_turbo_attention": True, "use_turbo_grouped_mlp": True}
+        {"enable_primus_turbo": True, "use_turbo_attention": True, grouped_gemm: True}
 
 
 def test_the_architecture_is_the_requested_variant():
@@ -144,56 +157,116 @@ def test_written_yaml_names_its_base_and_reads_back(tmp_path):
     assert render(yaml.safe_load(text), base) == text
 
 
-def test_command_runs_primus_run_pretrain_with_this_nodes_rendezvous():
-    req = run_request("amd", "prim", "llama", NNODES="2", GPUS_PER_NODE="8", NODE_RANK="1",
-                      MASTER_ADDR="10.0.0.1", MASTER_PORT="29600", DP="16", LAUNCHER="slurm")
+def test_a_key_the_releases_presets_lack_is_refused_in_one_line_before_anything_is_written(tmp_path, monkeypatch):
+    """v26.5 would take a misspelt key in and drop it silently; TPrimat names it, the release and the fix."""
+    monkeypatch.setitem(RENAMED_KEYS, "check_for_nan_in_grad", "check_for_nan_in_grad")  # megatron-core's DDP name
+    out = tmp_path / "primus_experiment.yaml"
+    with pytest.raises(UnknownKeys) as refused:
+        write_experiment(run_request("amd", "prim", "llama"), PRIMUS, out, str(tmp_path))
+    assert str(refused.value) == (
+        "Primus v26.5 has no key check_for_nan_in_grad in its presets (primus/configs/modules/megatron/"
+        f"pre_trainer.yaml + primus/configs/models/megatron/llama3.1_8B.yaml in {PRIMUS}); "
+        "name it as that release does in train/prim/config.py")
+    assert not out.exists()
+
+
+def test_a_missing_release_checkout_says_how_to_get_it(tmp_path):
+    with pytest.raises(ShippedConfigMissing, match=r"^no Primus v26.5 checkout at .*/nowhere: git clone --branch "
+                       r"release/v26.5 --recurse-submodules https://github.com/AMD-AGI/Primus.git .* "
+                       r"\(or set PRIMUS_PATH to one\)$"):
+        write_experiment(run_request("amd", "prim", "llama"), tmp_path / "nowhere", tmp_path / "e.yaml", str(tmp_path))
+
+
+RENDEZVOUS = dict(NNODES="2", GPUS_PER_NODE="8", NODE_RANK="1", MASTER_ADDR="10.0.0.1", MASTER_PORT="29600",
+                  DP="16", LAUNCHER="slurm")
+
+
+def test_v26_5_runs_primus_cli_direct_with_no_pip_install_and_this_nodes_rendezvous():
+    cmd = command(run_request("amd", "prim", "llama", **RENDEZVOUS), Path("/primus"), Path("/out/exp.yaml"), "/out/run")
+    assert cmd.argv == ["bash", "./primus-cli", "direct", "--log_file", "/out/run/primus_launcher.log", "--",
+                        "train", "pretrain", "--config", "/out/exp.yaml"] and cmd.cwd == "/primus"
+    assert {k: cmd.env[k] for k in ("PRIMUS_SKIP_PIP", "PIP_NO_INDEX", "NNODES", "NODE_RANK", "GPUS_PER_NODE",
+                                    "MASTER_ADDR", "MASTER_PORT")} == \
+        {"PRIMUS_SKIP_PIP": "1", "PIP_NO_INDEX": "1", "NNODES": "2", "NODE_RANK": "1", "GPUS_PER_NODE": "8",
+         "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600"}
+    assert "EXP" not in cmd.env
+
+
+def test_v25_11_runs_run_pretrain_sh_as_before():
+    req = on(run_request("amd", "prim", "llama", **RENDEZVOUS), "v25.11")
     cmd = command(req, Path("/workspace/Primus"), Path("/out/exp.yaml"), "/out/run")
     assert cmd.argv == ["bash", "./examples/run_pretrain.sh"] and cmd.cwd == "/workspace/Primus"
-    assert {k: cmd.env[k] for k in ("EXP", "NNODES", "NODE_RANK", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT")} == \
-        {"EXP": "/out/exp.yaml", "NNODES": "2", "NODE_RANK": "1", "GPUS_PER_NODE": "8",
-         "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600"}
+    assert {k: cmd.env[k] for k in ("EXP", "TRAIN_LOG", "NNODES", "NODE_RANK", "GPUS_PER_NODE", "MASTER_ADDR",
+                                    "MASTER_PORT")} == \
+        {"EXP": "/out/exp.yaml", "TRAIN_LOG": "/out/run/primus_launcher.log", "NNODES": "2", "NODE_RANK": "1",
+         "GPUS_PER_NODE": "8", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600"}
+    assert "PRIMUS_SKIP_PIP" not in cmd.env
 
 
-# The Primus stand-in (tests/fixtures/train_matrix/primus) mirrors Primus v25.11's configs: primus_v25_11.py.
+# The facts each release's presets are checked against: primus_v25_11.py, primus_v26_5.py.
 
-@pytest.mark.parametrize("model", ["llama", "qwen"])
+@pytest.mark.parametrize("release", ["v26.5", "v25.11"])
+@pytest.mark.parametrize("model", ["llama", "qwen", "llama70b"])
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 @pytest.mark.parametrize("fairness", ["spec", "tuned"])
 @pytest.mark.parametrize("extra", [{}, {"MOCK_DATA": "1", "STRATEGY": "balanced"},
                                    {"PROFILING": "1", "MODEL_SIZE": "tiny", "TRAIN_ITERS": "20", "WARMUP_STEPS": "2",
                                     "WARMUP_SKIP": "2"}])
-def test_every_key_tprimat_writes_is_one_primus_v25_11_accepts(model, precision, fairness, extra):
-    req = run_request("amd", "prim", model, PRECISION=precision, FAIRNESS=fairness, **extra)
-    assert primus_v25_11.unknown_keys(overrides_of(experiment(req, shipped(model), RUN_DIR))) == []
+def test_every_key_tprimat_writes_is_one_the_release_accepts(release, model, precision, fairness, extra):
+    if model == "llama70b":  # an 8-layer proxy: the plan's layouts for 70B need more than one node
+        extra = {"MODELS": model, "MODEL_LAYERS": "1" if "MODEL_SIZE" in extra else "8",
+                 **{k: v for k, v in extra.items() if k != "STRATEGY"}}
+    req = on(run_request("amd", "prim", model, PRECISION=precision, FAIRNESS=fairness, **extra), release)
+    assert FACTS[release].unknown_keys(overrides(req)) == []
 
 
-def run_stand_in(tmp_path, exp: dict) -> subprocess.CompletedProcess:
+@pytest.mark.parametrize("release", ["v26.5", "v25.11"])
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_every_key_of_the_shipped_files_tprimat_keeps_is_one_the_release_accepts(release, model):
+    assert FACTS[release].unknown_keys(overrides_of(shipped(model, release))) == []
+
+
+def run_stand_in(tmp_path, exp: dict, release: str) -> subprocess.CompletedProcess:
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(exp))
-    env = {**os.environ, "EXP": str(path), "GPUS_PER_NODE": "8", "NNODES": "1"}
+    env = {**os.environ, "EXP": str(path), "GPUS_PER_NODE": "8", "NNODES": "1", "FAKE_PRIMUS_RELEASE": release}
     return subprocess.run([sys.executable, str(PRIMUS / "examples" / "fake_primus.py")], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
-def test_the_stand_in_dies_on_an_override_key_primus_does_not_have(tmp_path):
-    exp = shipped("llama")
+def argument_dump(out: subprocess.CompletedProcess) -> dict:
+    return dict(match.groups() for match in map(log_settings.ARGUMENT.search, out.stdout.splitlines()) if match)
+
+
+def test_the_v25_11_stand_in_dies_on_an_override_key_primus_does_not_have(tmp_path):
+    exp = shipped("llama", "v25.11")
     overrides_of(exp)["check_for_nan_in_grad"] = False  # Megatron-core's DDP name; Primus's is ..._in_loss_and_grad
-    out = run_stand_in(tmp_path, exp)
+    out = run_stand_in(tmp_path, exp, "v25.11")
     assert out.returncode != 0
     assert "Override namespace failed: can't find key(check_for_nan_in_grad)" in out.stderr
     assert "iteration" not in out.stdout
 
 
-def test_a_key_the_experiment_leaves_out_takes_primus_v25_11_s_default(tmp_path):
-    exp = shipped("qwen")
+def test_the_v26_5_stand_in_ignores_that_key_silently_which_is_why_tprimat_refuses_it(tmp_path):
+    exp = shipped("llama")
+    overrides_of(exp).update(check_for_nan_in_grad=False, train_iters=2, seq_length=64)
+    out = run_stand_in(tmp_path, exp, "v26.5")
+    assert out.returncode == 0, out.stderr
+    assert argument_dump(out)["check_for_nan_in_loss_and_grad"] == "True"  # the preset's, not what was meant
+
+
+@pytest.mark.parametrize("release", ["v26.5", "v25.11"])
+def test_a_key_the_experiment_leaves_out_takes_the_release_s_default(tmp_path, release):
+    exp = shipped("qwen", release)
     for key in ("init_method_std", "eod_mask_loss", "seed"):
         overrides_of(exp).pop(key, None)
     overrides_of(exp).update(train_iters=2, seq_length=64)
-    out = run_stand_in(tmp_path, exp)
+    out = run_stand_in(tmp_path, exp, release)
     assert out.returncode == 0, out.stderr
-    dump = dict(match.groups() for match in map(log_settings.ARGUMENT.search, out.stdout.splitlines()) if match)
+    dump = argument_dump(out)
     assert (dump["init_method_std"], dump["eod_mask_loss"], dump["seed"], dump["dataloader_type"]) == \
         ("0.008", "False", "1234", "cyclic")  # Qwen 2.5's model default, then the module's
+    assert FACTS[release].defaults("qwen2.5_7B.yaml")["init_method_std"] == 0.008
 
 
 def test_llama70b_has_primus_shipped_names_and_a_proxy_overrides_its_layers():
