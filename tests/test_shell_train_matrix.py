@@ -1,8 +1,8 @@
 """The run matrix from the shell: wrappers, the launcher and shell/train.sh on faked GPU nodes.
 
 GPU training itself cannot run here, so Primus is replaced by a stand-in checkout
-(tests/fixtures/train_matrix/primus: the shipped configs' facts and a run_pretrain.sh that prints
-Primus-style logs); everything of TPrimat's around it runs for real.
+(tests/fixtures/train_matrix/primus: a release/v26.5 checkout's shipped configs and presets, and a primus-cli
+that prints Primus-style logs); everything of TPrimat's around it runs for real.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from utils import frameworks
 from utils.config import PLATFORMS
 
 WRAPPERS = sorted(p.name for p in (REPO / "train").glob("train_*_*_*.sh"))
-FRAMEWORK_COMMAND = {"mega": "train/train_mega.py", "nemo": "train.train_nemo", "prim": "./examples/run_pretrain.sh",
+FRAMEWORK_COMMAND = {"mega": "train/train_mega.py", "nemo": "train.train_nemo", "prim": "./primus-cli",
                      "fsdp": "train/train_fsdp.py", "autotp": "train/train_autotp.py"}
 SHORT_RUN = {"TRAIN_ITERS": "6", "WARMUP_STEPS": "1", "WARMUP_SKIP": "2"}
 WRAPPED_MODELS = ("llama", "qwen")  # the benchmarked pair; a further model runs through train/launch.sh alone

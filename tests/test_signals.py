@@ -139,7 +139,7 @@ def stubborn_primus(tmp_path: Path) -> Path:
     """The Primus stand-in with SIGTERM ignored by its launcher script and everything it starts."""
     copy = tmp_path / "stubborn"
     shutil.copytree(PRIMUS.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    script = copy / "primus" / "examples" / "run_pretrain.sh"
+    script = copy / "primus" / "primus-cli"  # the v26.5 launcher of the AMD default stack
     shebang, rest = script.read_text().split("\n", 1)
     script.write_text(f"{shebang}\ntrap '' TERM\n{rest}")
     return copy / "primus"
