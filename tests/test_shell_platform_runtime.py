@@ -294,7 +294,7 @@ def test_a_host_python_too_old_for_the_pins_is_named_in_one_line_before_anything
 def test_a_docker_dry_run_plans_on_the_host_with_the_standard_library_and_builds_pulls_and_starts_nothing(
         tmp_path, gpus, platform, vendor):
     fake = machine(tmp_path, engine=True, **gpus)
-    for key in ("TPRIMAT_PYTHON", "PRIMUS_PATH"):  # no project environment; no Primus (it is in the image)
+    for key in ("TPRIMAT_PYTHON", "PRIMUS_PATH"):  # no project environment; no Primus checkout on the host
         del fake.env[key]
     stdlib_only = tmp_path / "bin" / "python3"
     stdlib_only.parent.mkdir()

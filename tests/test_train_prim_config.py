@@ -17,7 +17,9 @@ from evaluate.logs import settings as log_settings
 from tests.fixtures.train_matrix import primus_v25_11, primus_v26_5
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
 from utils.spec.fairness import profile
+from utils.cli import UsageError
 from utils.frameworks import TABLE
+from train.prim import launch
 from train.prim.config import (RENAMED_KEYS, ShippedConfigMissing, UnknownKeys, command, experiment, overrides,
                                render, shipped_config, write_experiment)
 
@@ -168,6 +170,15 @@ def test_a_key_the_releases_presets_lack_is_refused_in_one_line_before_anything_
         f"pre_trainer.yaml + primus/configs/models/megatron/llama3.1_8B.yaml in {PRIMUS}); "
         "name it as that release does in train/prim/config.py")
     assert not out.exists()
+
+
+def test_a_dry_run_refuses_it_too_with_exit_status_2(tmp_path, monkeypatch):
+    monkeypatch.setitem(RENAMED_KEYS, "check_for_nan_in_grad", "check_for_nan_in_grad")
+    monkeypatch.setenv("PRIMUS_PATH", str(PRIMUS))
+    req = run_request("amd", "prim", "llama", DRY_RUN="1")
+    assert req.environment.dry_run
+    with pytest.raises(UsageError, match="^Primus v26.5 has no key check_for_nan_in_grad in its presets"):
+        launch.command(req, tmp_path, tmp_path)
 
 
 def test_a_missing_release_checkout_says_how_to_get_it(tmp_path):

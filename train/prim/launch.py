@@ -24,10 +24,13 @@ def command(req: Request, run_dir: Path, work_dir: Path) -> Launch:
         base = write_experiment(req, primus, exp_path, str(run_dir))
     except UnknownKeys as err:
         raise UsageError(str(err)) from None
-    except (ShippedConfigMissing, PresetsMissing) as err:
+    except (ShippedConfigMissing, PresetsMissing, ModuleNotFoundError) as err:
+        if isinstance(err, ModuleNotFoundError) and err.name != "yaml":
+            raise
         if not req.environment.dry_run:
             raise UsageError(str(err)) from None
-        # A dry run of the docker runtime plans on the host, where the image's Primus is not.
+        # A dry run of the docker runtime plans on the host with the standard library, where the image's Primus
+        # is not (v25.11) and a checkout cloned for v26.5 cannot be read without PyYAML.
         warn(f"dry run: {exp_path.name} not written: {err}")
         return launch
     print(f"[tprimat] Primus experiment {exp_path} derived from {base}", flush=True)
