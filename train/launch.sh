@@ -13,7 +13,7 @@
 #               train nothing
 #   MOCK_DATA=1 synthetic tokens; otherwise the data must be prepared and verified (./shell/run_data.sh)
 #   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT   one node of a multi-node run
-#   PRIMUS_PATH the Primus checkout for prim (default /workspace/Primus, as in the AMD image)
+#   PRIMUS_PATH the Primus checkout for prim (default: the stack's release's, train/prim/releases.py)
 # Exit: 0 ok, 1 the run failed, 2 bad input or data not prepared, 128+signal stopped (129 SIGHUP, 130 Ctrl-C,
 # 131 SIGQUIT, 143 SIGTERM).
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../shell/lib.sh"

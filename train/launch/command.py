@@ -3,8 +3,8 @@
 Each framework's registry entry (utils/frameworks/) says how its command is built: TPrimat's own trainers (mega,
 fsdp, autotp) are torchrun on the entry's `trainer` script with the run's config.json (own_trainer); a framework
 with its own launcher names the function of its package that builds its command and generated files (nemo:
-train.nemo.launch, torchrun on train/train_nemo.py with the recipe settings; prim: train.prim.launch, Primus's
-examples/run_pretrain.sh from PRIMUS_PATH with the run's experiment).
+train.nemo.launch, torchrun on train/train_nemo.py with the recipe settings; prim: train.prim.launch, the launcher
+of the stack's Primus release with the run's experiment).
 Every command gets the platform's environment with its framework's (utils/machine/platform_env), and a multi-node one
 the network settings of utils/machine/netenv.
 """

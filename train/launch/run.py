@@ -24,8 +24,8 @@ A run its framework cannot do (train.plan.skip_reason: fsdp or autotp at PP > 1,
 name for, autotp with FP8 or COMPILE=1) is refused in one line, exit 2.
 
 Frameworks (train/launch/command.py): mega, fsdp and autotp run torchrun on train/train_<framework>.py; nemo runs
-torchrun on train/train_nemo.py with the recipe settings of train/nemo/recipe.py; prim runs Primus's
-examples/run_pretrain.sh from PRIMUS_PATH (default /workspace/Primus) with the experiment of
+torchrun on train/train_nemo.py with the recipe settings of train/nemo/recipe.py; prim runs the launcher of the
+stack's Primus release (train/prim/releases.py) from PRIMUS_PATH or the release's checkout with the experiment of
 train/prim/config.py. Multi-node: every node runs this with its NODE_RANK; nodes other than 0 keep
 their request, log and command in node<N>/ of the run directory, and node 0's judge extracts the result from
 every node's log. A multi-node run gets the network settings of utils/machine/netenv.py (the request's network
