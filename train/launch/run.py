@@ -132,7 +132,7 @@ def planned(args: argparse.Namespace, cfg: Config) -> tuple[Request, Path]:
                          "(a sweep is ./shell/run_train.sh)")
     strategy = cfg.strategies[0]
     layout = cfg.layout(args.model, strategy)
-    skipped = skip_reason(args.framework, args.model, layout, cfg.values)
+    skipped = skip_reason(args.framework, args.model, layout, cfg.values, stack=cfg.stack)
     if skipped:
         raise UsageError(f"{skipped}; choose another STRATEGY (or TP, PP, DP, GA) or FRAMEWORK")
     missing = "; ".join(data_problems(cfg))

@@ -51,6 +51,7 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     overlay(settings, platform, env, detected=requested == "auto")
     values = _typed(settings, platform, env, problems)
     table = selection.strategy_table(values["STRATEGIES_FILE"], problems)
+    stack = selection.resolve_stack(values["STACK"], platform, problems)
     if problems or values["PLATFORM"] is None:
         raise ConfigError(problems)
 
@@ -58,11 +59,11 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     unknown: list[str] = []
     config = Config(values=values, sources=settings.sources, launch=launch_mode(values, env),
                     models=[get_model(key, values["MODEL_SIZE"]) for key in values["MODELS"]],
-                    frameworks=selection.resolve_frameworks(values["FRAMEWORK"], platform, notes),
+                    frameworks=selection.resolve_frameworks(values["FRAMEWORK"], platform, notes, stack),
                     strategies=selection.resolve_strategies(values["STRATEGY"], table, unknown),
                     detected_platform=detected, detected_gpus=detected_gpus, notes=notes,
                     warnings=environment_warnings(env, settings.cpu_profile), strategy_table=table,
-                    raw=settings.raw)
+                    raw=settings.raw, stack_name=stack.name)
     problems = selection.problems(config) + workload.problems(config) + layout.node_problems(config)
     if unknown:  # a strategy that is none has no layout to check
         raise ConfigError(problems + unknown)
