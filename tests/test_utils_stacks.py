@@ -76,3 +76,10 @@ def test_a_framework_on_an_older_stack_only_is_found_there():
 def test_the_image_digest_or_why_there_is_none(env, digest, note):
     found, why = stacks.image_digest(env)
     assert found == digest and note in why and bool(why) == (digest is None)
+
+
+def test_docs_tested_stacks_shows_the_table_itself():
+    text = (REPO / "docs" / "frameworks.md").read_text()
+    section = text.split("## Tested stacks", 1)[1]
+    table = section.split("<!-- stack table: python3 -m utils.spec.stacks markdown -->\n", 1)[1]
+    assert table.split("\n<!-- end of stack table -->", 1)[0] == stacks.markdown()

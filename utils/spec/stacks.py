@@ -19,7 +19,6 @@ reads it before any environment exists.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
@@ -141,14 +140,16 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     """`markdown`: the table as docs/frameworks.md shows it, to paste there when a row changes."""
-    if argv == ["markdown"]:
-        print(markdown())
-        return 0
-    print("usage: python3 -m utils.spec.stacks markdown", file=sys.stderr)
-    return 2
+    from utils.cli import Parser
+    parser = Parser(prog="python3 -m utils.spec.stacks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("markdown",), help="markdown: the table as docs/frameworks.md shows it")
+    parser.parse_args(argv)
+    print(markdown())
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from utils.cli import run
+    run(main, "utils.spec.stacks")
