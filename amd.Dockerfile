@@ -1,7 +1,10 @@
-# TPrimat on AMD GPUs: Primus v25.11 (ROCm 7.1, PyTorch, Transformer Engine, hipBLASLt, RCCL,
-# Primus at /workspace/Primus with its own Megatron-LM). The repository is mounted at run time;
-# no secret is ever copied in (HF_TOKEN arrives with --env-file at run time).
-FROM rocm/primus:v25.11
+# TPrimat on AMD GPUs, FROM the chosen stack's Primus image (utils/spec/stacks.py: ROCm, PyTorch,
+# Transformer Engine, hipBLASLt, RCCL, Primus at /workspace/Primus with its own Megatron-LM).
+# shell/lib/docker.sh passes the STACK row's image as BASE_IMAGE; the default is the newest AMD row
+# (a test keeps them equal). The repository is mounted at run time; no secret is ever copied in
+# (HF_TOKEN arrives with --env-file at run time).
+ARG BASE_IMAGE=rocm/primus:v26.5
+FROM ${BASE_IMAGE}
 
 # Install only what the base lacks, keeping its torch, Transformer Engine and megatron-core.
 COPY requirements/amd.txt /tmp/tprimat-requirements.txt

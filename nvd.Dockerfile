@@ -1,7 +1,10 @@
-# TPrimat on NVIDIA GPUs: NeMo 25.04 (NeMo 2.x, NeMo-Run, megatron-core, Transformer Engine).
-# The repository is mounted at run time; no secret is ever copied in (HF_TOKEN arrives with
+# TPrimat on NVIDIA GPUs, FROM the chosen stack's NeMo Framework image (utils/spec/stacks.py:
+# NeMo 2 on 25.x, Megatron-Bridge on 26.x; megatron-core, Transformer Engine). shell/lib/docker.sh
+# passes the STACK row's image as BASE_IMAGE; the default is the newest NVIDIA row (a test keeps them
+# equal). The repository is mounted at run time; no secret is ever copied in (HF_TOKEN arrives with
 # --env-file at run time).
-FROM nvcr.io/nvidia/nemo:25.04
+ARG BASE_IMAGE=nvcr.io/nvidia/nemo:26.08
+FROM ${BASE_IMAGE}
 
 # Install only what the base lacks, keeping its torch, Transformer Engine, megatron-core and NeMo.
 COPY requirements/nvd.txt /tmp/tprimat-requirements.txt

@@ -42,6 +42,12 @@ class Loaded:
         return f"{self.result.get('platform', '?')}/{run.get('id', '?')}"
 
     @property
+    def stack(self) -> str:
+        """The stack it ran on (utils/spec/stacks.py); "-" when the result records none (extracted from a log
+        without its request, or written before schema 1.5)."""
+        return (self.result.get("stack") or {}).get("name") or "-"
+
+    @property
     def nodes(self) -> int | None:
         """Nodes the run used: its parallelism.nnodes (schema 1.1), else its system's node count; None unknown."""
         return (self.result.get("parallelism") or {}).get("nnodes") or self.system.get("nodes")

@@ -19,7 +19,8 @@ warned of), and results on the same number of nodes the global batch (it grows w
 parallelism across nodes: weak scaling). Every framework is held to these alike, the torch-native ones (fsdp,
 autotp) included; their own settings (evaluate/native_settings.py: DP implementation, compile, SAC, attention,
 ZeRO stage) change the memory/time trade-off or the rounding, not the work, so where they differ between runs
-of the same model a warning names them.
+of the same model a warning names them. Runs of one vendor that differ only in their stack (utils/spec/stacks.py:
+the image and the versions in it) are a stack comparison, said as such, not an unfairness.
 Prints one line per problem naming the result and the check; exit 1 when any check fails.
 """
 
@@ -293,7 +294,29 @@ def fairness(items: Sequence[Loaded]) -> list[Finding]:
                 where = f"{model}{f' on {nodes} node(s)' if field.per_nodes and len(parts) > 1 else ''}"
                 found += _differences(where, field, part)
         found += _native_differences(model, group)
-    return found
+    return found + stack_comparisons(items)
+
+
+def stack_comparisons(items: Sequence[Loaded]) -> list[Finding]:
+    """A note per configuration run on several stacks of its vendor with everything else alike (platform, framework,
+    layout, nodes, the fairness fields, the torch-native settings): what such a set measures is the stack upgrade."""
+    groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    labels: dict[str, str] = {}
+    for item in items:
+        r = item.result
+        if item.stack == "-":
+            continue
+        p = r.get("parallelism", {})
+        same = [r.get("platform"), r.get("framework"), [p.get(k) for k in ("tp", "pp", "dp", "ga")], item.nodes,
+                [r.get(f.section, {}).get(f.key) for f in FAIRNESS_FIELDS], native_settings.described(r)]
+        key = json.dumps(same, sort_keys=True, default=str)
+        groups[key][item.stack].append(item.name)
+        labels[key] = (f"{r.get('model', {}).get('variant', '?')} with {r.get('framework')} on {r.get('platform')}, "
+                       f"TP{p.get('tp')} PP{p.get('pp')} DP{p.get('dp')} GA{p.get('ga')}")
+    return [Finding("set", "stack comparison", f"{labels[key]}: the runs differ only in their stack ("
+                    + "; ".join(f"{stack} in {_names(names)}" for stack, names in sorted(by_stack.items()))
+                    + "): a stack comparison of one vendor, not an unfairness", fatal=False)
+            for key, by_stack in groups.items() if len(by_stack) > 1]
 
 
 def _native_differences(model: str, items: Sequence[Loaded]) -> list[Finding]:

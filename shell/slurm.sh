@@ -54,9 +54,9 @@ tp_slurm_sbatch_options() {
 }
 
 # The image Pyxis starts on every node: SLURM_CONTAINER_IMAGE, else the squashfs file that
-# `enroot import dockerd://tprimat:<platform>` writes into the repository root.
+# `enroot import dockerd://tprimat:<platform>-<stack>` writes into the repository root.
 tp_slurm_image() {
-  echo "${SLURM_CONTAINER_IMAGE:-${TPRIMAT_ROOT}/tprimat+${PLATFORM}.sqsh}"
+  echo "${SLURM_CONTAINER_IMAGE:-${TPRIMAT_ROOT}/tprimat+${PLATFORM}-${STACK_NAME}.sqsh}"
 }
 
 # The srun options that start one task per node, one per line. Each task gets every CPU of its

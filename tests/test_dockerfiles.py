@@ -8,8 +8,7 @@ import pytest
 
 from tests.shell_harness import REPO
 from utils.machine.platform_env import platform_env
-
-BASES = {"amd": "rocm/primus:v25.11", "nvd": "nvcr.io/nvidia/nemo:25.04"}
+from utils.spec import stacks
 
 
 def instructions(platform: str) -> list[str]:
@@ -26,8 +25,15 @@ def env_of(platform: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("platform", ["amd", "nvd"])
-def test_image_builds_on_the_vendor_base(platform):
-    assert instructions(platform)[0] == f"FROM {BASES[platform]}"
+def test_image_builds_on_the_stack_s_base_defaulting_to_the_newest_row(platform):
+    """BASE_IMAGE is the STACK row's image (shell/lib/docker.sh); its default is the platform's default stack."""
+    assert instructions(platform)[:2] == [f"ARG BASE_IMAGE={stacks.default(platform).image}", "FROM ${BASE_IMAGE}"]
+
+
+@pytest.mark.parametrize("platform", ["amd", "nvd"])
+def test_requirements_header_names_no_single_base_image(platform):
+    header = (REPO / "requirements" / f"{platform}.txt").read_text().splitlines()[0]
+    assert "BASE_IMAGE" in header and not any(row.image in header for row in stacks.of(platform))
 
 
 @pytest.mark.parametrize("platform", ["amd", "nvd"])

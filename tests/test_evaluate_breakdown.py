@@ -152,7 +152,7 @@ def test_torch_native_runs_with_other_settings_are_two_configurations_not_repeat
         ("DP fsdp, compile off, SAC off, attention sdpa", 1),
         ("DP fsdp, compile on, compile mode default, SAC off, attention sdpa", 2)]
     table = "\n".join(report.results_table(rows))
-    assert "| NVIDIA H100 SXM | torch FSDP (DP fsdp, compile off, SAC off, attention sdpa) | custom |" in table
+    assert "| NVIDIA H100 SXM | - | torch FSDP (DP fsdp, compile off, SAC off, attention sdpa) | custom |" in table
     assert compare_plot.tick_labels(rows) == [
         "H100 SXM\ntorch FSDP\nLlama\nDP fsdp, compile off,\nSAC off, attention sdpa",
         "H100 SXM\ntorch FSDP\nLlama\nDP fsdp, compile on,\ncompile mode default,\nSAC off, attention sdpa"]

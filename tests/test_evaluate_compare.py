@@ -55,7 +55,7 @@ def test_report_table_numbers_equal_the_fixtures(made):
     values = fixture_tokens("amd", "prim-llama")
     expected = f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
     llama = text.split("### Llama 3.1 8B")[1].split("###")[0]
-    row = next(line for line in llama.splitlines() if line.startswith("| AMD MI300X | Primus"))
+    row = next(line for line in llama.splitlines() if line.startswith("| AMD MI300X | - | Primus"))
     assert f"| {expected} |" in row
     assert row.endswith("| 2 ok |")
 
@@ -94,6 +94,32 @@ def test_a_workload_convention_that_differs_makes_the_comparison_unfair(tmp_path
     text = compare.compare([SETS[0], tmp_path / "amd"], tmp_path / "out")
     assert "**UNFAIR COMPARISON**" in text and "llama: EOD loss masking differs: false in " in text
     assert "; true in amd/prim-llama-r1" in text
+
+
+def two_stacks(tmp_path):
+    """The AMD set's Primus Llama runs, r1 on the older stack and r2 on the newest: otherwise the same work."""
+    amd = tmp_path / "amd"
+    shutil.copytree(SETS[1], amd)
+    for run, stack in (("prim-llama-r1", "primus-v25.11"), ("prim-llama-r2", "primus-v26.5")):
+        path = amd / run / "result.json"
+        data = json.loads(path.read_text())
+        data.update(schema_version="1.5", stack={"name": stack, "image": f"rocm/primus:{stack.split('-')[1]}",
+                                                 "image_digest": None, "image_digest_note": "not pulled"})
+        path.write_text(json.dumps(data))
+    return amd
+
+
+def test_two_stacks_of_one_vendor_are_two_rows_and_a_stack_comparison_not_an_unfairness(tmp_path):
+    text = compare.compare([two_stacks(tmp_path)], tmp_path / "out")
+    llama = text.split("### Llama 3.1 8B")[1].split("###")[0]
+    assert "| Device | Stack | Framework |" in llama
+    rows = [line for line in llama.splitlines() if line.startswith("| AMD MI300X | primus-")]
+    assert [row.split(" | ")[1] for row in rows] == ["primus-v25.11", "primus-v26.5"]
+    assert all(row.endswith("| 1 ok |") for row in rows)  # not repeats of each other
+    assert "UNFAIR" not in text
+    assert ("- note: llama3.1-8b with prim on amd, TP1 PP1 DP8 GA16: the runs differ only in their stack "
+            "(primus-v25.11 in amd/prim-llama-r1; primus-v26.5 in amd/prim-llama-r2): a stack comparison of one "
+            "vendor, not an unfairness") in text
 
 
 def test_reading_a_zip_equals_reading_the_directory(tmp_path, made):
@@ -213,8 +239,8 @@ def test_scaling_reports_efficiency_and_speedup_of_each_workload_from_one_to_two
 def test_one_and_two_node_runs_are_separate_rows_and_systems(tmp_path):
     text = compare.compare([RESULTS / "nvd", two_nodes(tmp_path, 0.95)], tmp_path / "out")
     llama = text.split("### Llama 3.1 8B")[1].split("###")[0]
-    assert llama.count("| NVIDIA H100 SXM | Megatron | custom | 1 | 8 | 1/1/8/16 |") == 1
-    assert llama.count("| NVIDIA H100 SXM | Megatron | custom | 2 | 16 | 1/1/16/16 |") == 1
+    assert llama.count("| NVIDIA H100 SXM | - | Megatron | custom | 1 | 8 | 1/1/8/16 |") == 1
+    assert llama.count("| NVIDIA H100 SXM | - | Megatron | custom | 2 | 16 | 1/1/16/16 |") == 1
     assert "(2 nodes: h100-node, h100-node-2)" in text and "(h100-node, 1 node)" in text
     assert "interconnect: mlx5_0 (400 Gb/sec (4X NDR))" in text
 
@@ -247,7 +273,7 @@ def test_cpu_runs_show_the_peak_host_memory_of_their_workers_labelled_as_host(tm
     drawn = compare_plot.plot(items, repeats_of(items), tmp_path / "compare.png")
     assert drawn["Peak host memory per worker (resident, CPU)"] > 0
     text = compare.compare([cpu], tmp_path / "out")
-    row = next(line for line in text.splitlines() if line.startswith("| CPU | Megatron"))
+    row = next(line for line in text.splitlines() if line.startswith("| CPU | - | Megatron"))
     assert "| 0.75 [0.75-0.75] (host) |" in row  # three significant digits: utils.spec.metrics.figure_text
     assert "host = peak resident host memory of the largest worker process" in text
 
@@ -262,5 +288,5 @@ def test_a_cpu_figure_keeps_its_significant_digits_in_the_report_and_the_console
     assert compare.main([str(cpu), "-o", str(tmp_path / "out")]) == 0
     console = capsys.readouterr().out
     for text in ((tmp_path / "out" / "report.md").read_text(), console):
-        row = next(line for line in text.splitlines() if line.startswith("| CPU | Megatron"))
+        row = next(line for line in text.splitlines() if line.startswith("| CPU | - | Megatron"))
         assert "| 0.0472 [0.0472-0.0472] |" in row  # TFLOP/s/GPU, not 0.0

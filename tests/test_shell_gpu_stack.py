@@ -52,7 +52,7 @@ def test_each_framework_needs_its_own_modules(tmp_path):
     fake = machine(tmp_path, nvidia=8)
     facts = '{"torch": "2.7.0+cu128", "hip": null, "cuda": "12.8", "gpus": 8, "modules": {"transformer_engine": true}}'
     error = the_error(fake.run("shell/run_train.sh", TPRIMAT_PYTHON=str(FAKEBIN / "fake-gpu-python"),
-                               FAKE_REAL_PYTHON=sys.executable, FAKE_STACK_FACTS=facts))
+                               FAKE_REAL_PYTHON=sys.executable, FAKE_STACK_FACTS=facts, STACK="nemo-25.04"))
     assert ("cannot train mega,nemo,fsdp,autotp on NVIDIA GPUs: no megatron.core, no nemo, no transformers, "
             "no deepspeed;") in error
 
@@ -100,7 +100,7 @@ def test_the_launcher_refuses_a_gpu_run_its_python_would_do_on_the_cpu(tmp_path,
     """One run started by hand (no shell/run_train.sh): the trainer would run in this CPU-only Python."""
     platform = script.split("_")[1]
     fake = machine(tmp_path, **GPUS[platform])
-    error = the_error(fake.run(script, MOCK_DATA="1"))
+    error = the_error(fake.run(script, MOCK_DATA="1", STACK="nemo-25.04"))  # NeMo 2's stack
     assert error.startswith(f"[tprimat] error: PLATFORM={platform}: {sys.executable} cannot train")
     assert not (tmp_path / "output").exists()
 

@@ -16,6 +16,9 @@ from packaging.version import Version
 
 from tests.fixtures.train_matrix.shell import machine, run_dirs
 from tests.shell_harness import HANG_TIMEOUT_S, REPO, SECRET_VALUE, FakeMachine
+from utils.spec import stacks
+
+NVD = stacks.default("nvd")
 
 
 def nvidia_node(tmp_path, **kw):
@@ -77,7 +80,8 @@ def test_nvidia_node_with_engine_builds_image_and_runs_stage_in_container(tmp_pa
     assert result.returncode == 0, result.output
     assert "runtime: docker" in result.stderr
     build = result.calls_of("docker", "build")[0]
-    assert build[build.index("--tag") + 1] == "tprimat:nvd"
+    assert build[build.index("--tag") + 1] == f"tprimat:nvd-{NVD.name}"
+    assert build[build.index("--build-arg") + 1] == f"BASE_IMAGE={NVD.image}"
     assert build[build.index("--file") + 1] == str(node.root / "nvd.Dockerfile")
     assert any(arg.startswith("tprimat.hash=") for arg in build)
     run = docker_run_call(result)
@@ -88,7 +92,7 @@ def test_nvidia_node_with_engine_builds_image_and_runs_stage_in_container(tmp_pa
     volumes = [run[i + 1] for i, arg in enumerate(run) if arg == "--volume"]
     for path in (node.root, tmp_path / "data", tmp_path / "output", tmp_path / "hf"):
         assert f"{path}:{path}" in volumes
-    assert run[-3:] == ["tprimat:nvd", "bash", "shell/train.sh"]
+    assert run[-3:] == [f"tprimat:nvd-{NVD.name}", "bash", "shell/train.sh"]
     assert "--env" in run and "PLATFORM=nvd" in run and "TPRIMAT_RUNTIME=docker" in run
 
 
@@ -102,7 +106,7 @@ def test_amd_node_gets_amd_device_flags(tmp_path):
         assert flag in run
     assert run[run.index("--group-add") + 1] == "video"
     assert "--gpus" not in run
-    assert run[-3:] == ["tprimat:amd", "bash", "shell/data.sh"]
+    assert run[-3:] == [f"tprimat:amd-{stacks.default('amd').name}", "bash", "shell/data.sh"]
 
 
 def test_amd_containers_may_lock_memory_as_rdma_registration_needs(tmp_path):
@@ -290,9 +294,10 @@ def test_a_host_python_too_old_for_the_pins_is_named_in_one_line_before_anything
 
 # --- DRY_RUN with the docker runtime ---------------------------------------------------------------
 
-@pytest.mark.parametrize("gpus, platform, vendor", [({"nvidia": 8}, "nvd", "nemo"), ({"amd": 8}, "amd", "prim")])
+@pytest.mark.parametrize("gpus, platform, vendor, stack", [({"nvidia": 8}, "nvd", "nemo", "nemo-25.04"),
+                                                           ({"amd": 8}, "amd", "prim", "primus-v26.5")])
 def test_a_docker_dry_run_plans_on_the_host_with_the_standard_library_and_builds_pulls_and_starts_nothing(
-        tmp_path, gpus, platform, vendor):
+        tmp_path, gpus, platform, vendor, stack):
     fake = machine(tmp_path, engine=True, **gpus)
     for key in ("TPRIMAT_PYTHON", "PRIMUS_PATH"):  # no project environment; no Primus checkout on the host
         del fake.env[key]
@@ -301,18 +306,19 @@ def test_a_docker_dry_run_plans_on_the_host_with_the_standard_library_and_builds
     stdlib_only.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # -S: no site-packages
     stdlib_only.chmod(0o755)
     result = fake.run("shell/run_train.sh", DRY_RUN="1", PATH=f"{stdlib_only.parent}:{fake.env['PATH']}",
-                      TPRIMAT_VENV=str(tmp_path / "no-venv"), FRAMEWORK=f"mega,{vendor}")
+                      TPRIMAT_VENV=str(tmp_path / "no-venv"), FRAMEWORK=f"mega,{vendor}", STACK=stack)
     assert result.returncode == 0, result.output
     assert {call[1] for call in result.calls_of("docker")} <= {"info", "image"}  # never build, pull or run
     assert not (tmp_path / "no-venv").exists()
-    assert re.search(rf"a real run would start: docker run .*tprimat:{platform} bash shell/train\.sh", result.stderr)
+    assert re.search(rf"a real run would start: docker run .*tprimat:{platform}-{stack} bash shell/train\.sh",
+                     result.stderr)
     dirs = run_dirs(tmp_path / "output")
     assert sorted(d.name for d in dirs) == sorted(f"{f}-{m}" for f in ("mega", vendor) for m in ("llama", "qwen"))
     for run_dir in dirs:
         framework, model = run_dir.name.split("-")
         assert f"{run_dir.name}  " in result.stdout  # the run list
         assert re.search(rf"command: .*{re.escape(str(run_dir))}", result.stdout)  # the run's own command
-        assert re.search(rf"from the host: docker run .*tprimat:{platform} bash "
+        assert re.search(rf"from the host: docker run .*tprimat:{platform}-{stack} bash "
                          rf"train/launch\.sh {platform} {framework} {model} --run-dir {re.escape(str(run_dir))} ",
                          result.stderr)  # and the container that would wrap it
     assert result.stdout.count("command: ") == 4
@@ -332,7 +338,7 @@ def test_a_dry_run_of_a_multi_node_gpu_node_shows_rdma_devices_memlock_and_the_r
     devices.mkdir()
     result = fake.run("shell/run_train.sh", DRY_RUN="1", NNODES="2", DP="16", GA="4", LAUNCHER="local",
                       MASTER_ADDR="10.0.0.1", TPRIMAT_INFINIBAND=str(devices),
-                      FRAMEWORK="mega,nemo" if platform == "nvd" else "mega,prim")
+                      FRAMEWORK="mega,nemo" if platform == "nvd" else "mega,prim", STACK="nemo-25.04")
     assert result.returncode == 0, result.output
     (container,) = [line for line in result.stderr.splitlines() if "a real run would start: docker run" in line]
     assert f"--device={devices}:/dev/infiniband" in container and "--ulimit memlock=-1" in container

@@ -42,13 +42,16 @@ def test_each_wrapper_hands_its_platform_framework_and_model_to_the_launcher(scr
     assert lines[-1] == f'exec bash "$(dirname "${{BASH_SOURCE[0]}}")/launch.sh" {platform} {framework} {model} "$@"'
 
 
+NEMO_STACK = {"nemo": {"STACK": "nemo-25.04"}}  # NeMo 2's recipes run on the 25.x image only (utils/spec/stacks.py)
+
+
 # One wrapper per framework runs for real (its dry run): the rest differ from these only in the words checked above.
 @pytest.mark.parametrize("script", ["train_cpu_mega_llama.sh", "train_nvd_nemo_qwen.sh", "train_amd_prim_llama.sh",
                                     "train_nvd_fsdp_qwen.sh", "train_amd_autotp_llama.sh"])
 def test_each_wrapper_launches_its_platform_framework_and_model(tmp_path, script):
     platform, framework, model = script.removesuffix(".sh").split("_")[1:]
     fake = machine(tmp_path)
-    result = fake.run(f"train/{script}", DRY_RUN="1")
+    result = fake.run(f"train/{script}", DRY_RUN="1", **NEMO_STACK.get(framework, {}))
     assert result.returncode == 0, result.output
     (run_dir,) = run_dirs(tmp_path / "output")
     identity = request(run_dir).identity
@@ -89,7 +92,7 @@ def test_a_single_run_refuses_data_without_a_verified_manifest_and_leaves_nothin
     if data:
         data(tmp_path / "data", "bc", [model])
     run_dir = tmp_path / "output" / "set" / f"{framework}-{model}"
-    result = fake.run(f"train/{script}", "--run-dir", str(run_dir))
+    result = fake.run(f"train/{script}", "--run-dir", str(run_dir), **NEMO_STACK.get(framework, {}))
     assert result.returncode == 2, result.output
     (error,) = result.stderr.splitlines()
     assert error.startswith("[tprimat] error: data not prepared: ") and "./shell/run_data.sh" in error
@@ -117,7 +120,8 @@ def test_mock_data_needs_no_prepared_data(tmp_path):
 def test_dry_run_sweep_lists_every_run_and_writes_its_configuration(tmp_path, platform, vendor_file):
     fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})
     counterpart = "nemo" if platform == "nvd" else "prim"
-    result = fake.run("shell/train.sh", DRY_RUN="1", STRATEGY="all", FRAMEWORK=f"mega,{counterpart}")
+    result = fake.run("shell/train.sh", DRY_RUN="1", STRATEGY="all", FRAMEWORK=f"mega,{counterpart}",
+                      STACK="nemo-25.04")
     assert result.returncode == 0, result.output
     dirs = run_dirs(tmp_path / "output")
     assert len(dirs) == 20 and len({d.parent for d in dirs}) == 1
@@ -138,7 +142,8 @@ def test_a_dry_run_writes_the_fairness_profile_and_the_workload_into_every_frame
     import yaml
 
     fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})
-    result = fake.run("shell/train.sh", DRY_RUN="1", MODELS="llama", FAIRNESS=fairness, PRECISION=precision)
+    result = fake.run("shell/train.sh", DRY_RUN="1", MODELS="llama", FAIRNESS=fairness, PRECISION=precision,
+                      STACK="primus-v25.11,nemo-25.04")  # the stacks whose frameworks are all registered
     assert result.returncode == 0, result.output
     runs = {request(d).identity.framework: d for d in run_dirs(tmp_path / "output")}
     native = {"fsdp"} if precision == "fp8" else {"fsdp", "autotp"}  # DeepSpeed AutoTP has no FP8: skipped
@@ -172,10 +177,11 @@ def test_a_dry_run_writes_the_fairness_profile_and_the_workload_into_every_frame
 
 def test_dry_run_in_the_container_prints_the_docker_invocation(tmp_path):
     fake = machine(tmp_path, nvidia=8)
-    result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="nemo", MODELS="qwen", TPRIMAT_RUNTIME="docker")
+    result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="nemo", MODELS="qwen", TPRIMAT_RUNTIME="docker",
+                      STACK="nemo-25.04")
     assert result.returncode == 0, result.output
     line = next(l for l in result.stderr.splitlines() if "from the host:" in l)
-    assert "docker run" in line and "--gpus all" in line and "tprimat:nvd" in line
+    assert "docker run" in line and "--gpus all" in line and "tprimat:nvd-nemo-25.04" in line
     assert "bash train/launch.sh nvd nemo qwen --run-dir " in line
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.shell_harness import FakeMachine
+from utils.spec import stacks
 
 SLURM_KNOBS = {"SLURM_PARTITION": "", "SLURM_ACCOUNT": "", "SLURM_QOS": "", "SLURM_TIME": "01:30:00",
                "SLURM_CONTAINER": "none", "SLURM_CONTAINER_IMAGE": "", "SLURM_PENDING_TIMEOUT": "600"}
@@ -126,7 +127,8 @@ def test_pyxis_without_its_squashfs_image_stops_and_says_how_to_import_it(tmp_pa
     result = node.run("shell/slurm.sh", **{**SLURM_KNOBS, "DRY_RUN": "1", "PLATFORM": "nvd",
                                            "SLURM_CONTAINER": "pyxis", **TWO_GPU_NODES})
     assert result.returncode == 2
-    assert f"enroot import -o {node.root}/tprimat+nvd.sqsh dockerd://tprimat:nvd" in result.stderr
+    image = f"tprimat:nvd-{stacks.default('nvd').name}"  # the default stack's image, named after its row
+    assert f"enroot import -o {node.root}/tprimat+{image.split(':')[1]}.sqsh dockerd://{image}" in result.stderr
     assert not list(Path(node.env["OUTPUT_DIR"]).glob("*/job.sbatch"))
 
 

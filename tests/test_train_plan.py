@@ -16,6 +16,8 @@ from tests.fixtures.train_matrix.requests import node
 from utils.spec.fairness import profile
 from train.plan import build_plan, data_problems, estimate_s, request, table
 from utils.config import ROOT, load_config
+from utils.frameworks import TABLE
+from utils.spec import stacks
 from utils.spec.models import get_model
 from utils.spec.request import Network, Request
 
@@ -25,6 +27,7 @@ def names(platform: str, **env: str) -> list[str]:
 
 
 NATIVE_RUNS = ["fsdp-llama", "fsdp-qwen", "autotp-llama", "autotp-qwen"]
+PREVIOUS = "primus-v25.11,nemo-25.04"  # the older stacks, whose frameworks are all registered
 
 
 @pytest.mark.parametrize("platform, framework, expected", [
@@ -38,7 +41,32 @@ NATIVE_RUNS = ["fsdp-llama", "fsdp-qwen", "autotp-llama", "autotp-qwen"]
     ("amd", "prim,mega", ["prim-llama", "prim-qwen", "mega-llama", "mega-qwen"]),
 ])
 def test_run_list_per_gpu_platform_and_framework(platform, framework, expected):
-    assert names(platform, FRAMEWORK=framework) == expected
+    assert names(platform, FRAMEWORK=framework, STACK=PREVIOUS) == expected
+
+
+@pytest.mark.parametrize("platform", ["amd", "nvd"])
+def test_all_runs_the_default_stack_s_registered_frameworks_in_its_order(platform):
+    """FRAMEWORK=all is the stack's row, filtered to the registry (a row may name a framework not registered yet)."""
+    row = stacks.default(platform)
+    ran = list(dict.fromkeys(run.framework for run in build_plan(node(platform, FRAMEWORK="all"))))
+    assert ran == [name for name in row.frameworks if name in TABLE]
+    assert {"mega", "fsdp", "autotp"} <= set(ran)
+
+
+def test_the_newest_nvidia_stack_skips_nemo_and_names_the_stack_that_has_it():
+    runs = build_plan(node("nvd", FRAMEWORK="mega,nemo", MODELS="llama"))
+    assert [(r.name, r.skipped) for r in runs] == [
+        ("mega-llama", ""),
+        ("nemo-llama", "nemo (NeMo) is not on stack nemo-26.08; it runs on nemo-25.04: STACK=nemo-25.04")]
+
+
+def test_a_stack_list_picks_each_platform_s_own_row_and_the_request_names_it():
+    for platform, expected in (("amd", "primus-v25.11"), ("nvd", "nemo-25.04")):
+        cfg = node(platform, FRAMEWORK="mega", MODELS="llama", STACK=PREVIOUS)
+        assert cfg.stack.name == expected
+        assert request(cfg, build_plan(cfg)[0]).environment.stack == expected
+        assert f"stack {expected} ({stacks.get(expected).image})" in table(cfg, build_plan(cfg))[0]
+    assert node("nvd", STACK="primus-v25.11").stack == stacks.default("nvd")  # no nvd row named: the newest
 
 
 @pytest.mark.parametrize("framework, expected", [
@@ -66,7 +94,7 @@ def test_repeats_are_outermost_and_named():
     ("amd", [(1, 1, 8, 8), (1, 1, 8, 8)]),  # the MI300X holds a whole replica per GPU
 ])
 def test_a_sweep_names_each_strategy_and_keeps_the_global_batch(platform, llama_qwen):
-    runs = build_plan(node(platform, STRATEGY="all"))
+    runs = build_plan(node(platform, STRATEGY="all", STACK=PREVIOUS))
     assert len(runs) == 5 * 4 * 2
     best = [r for r in runs if r.strategy == "maximum_performance" and r.framework == "mega"]
     assert [r.name for r in best] == ["mega-llama-maximum_performance", "mega-qwen-maximum_performance"]
@@ -227,7 +255,7 @@ def test_the_cpu_run_list_shows_the_precision_and_why(monkeypatch, precision, sh
 
 
 def test_the_request_carries_the_chosen_fairness_profile_and_each_framework_s_warm_up():
-    cfg = node("nvd", MODELS="llama", FRAMEWORK="all", FAIRNESS="tuned")
+    cfg = node("nvd", MODELS="llama", FRAMEWORK="all", FAIRNESS="tuned", STACK="nemo-25.04")
     reqs = {run.framework: request(cfg, run) for run in build_plan(cfg)}
     assert {fw: (r.fairness.profile, r.fairness.table["overlap_grad_reduce"]) for fw, r in reqs.items()} == \
         {fw: ("tuned", True) for fw in ("mega", "nemo", "fsdp", "autotp")}

@@ -11,6 +11,7 @@ import pytest
 
 from utils.config import CONFIG_FILE, KNOBS, ROOT, ConfigError, load_config
 from utils.envfile import parse_env_file
+from utils.spec import stacks
 
 GPU_NODE = {"TPRIMAT_DETECTED_PLATFORM": "nvd", "TPRIMAT_DETECTED_GPUS": "8"}
 AMD_NODE = {"TPRIMAT_DETECTED_PLATFORM": "amd", "TPRIMAT_DETECTED_GPUS": "8"}
@@ -46,7 +47,8 @@ def test_gpu_defaults_are_the_fair_comparison_settings():
                 "FAIRNESS": "spec"}
     assert {k: config[k] for k in expected} == expected
     assert config.gbs == 64 and config.num_gpus == 8
-    assert config.frameworks == ["mega", "nemo", "fsdp", "autotp"]
+    assert config.stack == stacks.default("nvd") and "nemo" not in config.frameworks  # NeMo 2 left after 25.x
+    assert load_config({**GPU_NODE, "STACK": "nemo-25.04"}).frameworks == ["mega", "nemo", "fsdp", "autotp"]
     assert [m.variant for m in config.models] == ["llama3.1-8b", "qwen2.5-7b"]
 
 
@@ -222,6 +224,10 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
      "minimal_communication, balanced, truly_identical, memory_optimized, maximum_performance, custom, each once"),
     ("STRATEGY", "all,balanced",
      "STRATEGY=all,balanced: all already names every strategy; write all alone or list names"),
+    ("STACK", "nemo-24.12", "STACK=nemo-24.12: unknown nemo-24.12; valid: a comma list of primus-v26.5, "
+     "primus-v25.11, nemo-26.08, nemo-25.04, host, each once"),
+    ("STACK", "nemo-26.08,nemo-25.04", "STACK=nemo-26.08,nemo-25.04: nemo-26.08 and nemo-25.04 are both nvd "
+     "stacks; name one per platform (valid nvd stacks: nemo-26.08, nemo-25.04)"),
     ("MASTER_ADDR", "", "MASTER_ADDR=: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),
     ("MASTER_ADDR", "１２７.0.0.1",
      "MASTER_ADDR=１２７.0.0.1: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),

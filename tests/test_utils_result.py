@@ -114,7 +114,7 @@ def test_typos_in_input_sections_fail_loudly():
 def test_write_result_validates_and_writes_atomically(tmp_path):
     target = tmp_path / "run" / "result.json"
     write_result(target, build())
-    assert json.loads(target.read_text())["schema_version"] == "1.4"
+    assert json.loads(target.read_text())["schema_version"] == "1.5"
     assert [p.name for p in target.parent.iterdir()] == ["result.json"]
 
     broken = build()
@@ -143,3 +143,19 @@ def test_results_of_schema_1_0_and_1_1_stay_valid():
         assert schema_errors(result) == []
     result["schema_version"] = "0.9"
     assert schema_errors(result)
+
+
+def test_a_requested_run_records_its_stack_and_the_image_digest_or_why_there_is_none(monkeypatch):
+    from tests.fixtures.train_matrix.requests import run_request
+    monkeypatch.setenv("TPRIMAT_RUNTIME", "docker")
+    monkeypatch.setenv("TPRIMAT_IMAGE_DIGEST", "nvcr.io/nvidia/nemo@sha256:" + "a" * 64)
+    sections = run_request("nvd", "nemo", "llama").result_sections()
+    assert sections["stack"] == {"name": "nemo-25.04", "image": "nvcr.io/nvidia/nemo:25.04",
+                                 "image_digest": "nvcr.io/nvidia/nemo@sha256:" + "a" * 64}
+    assert schema_errors(build(stack=sections["stack"])) == []
+    monkeypatch.setenv("TPRIMAT_IMAGE_DIGEST", "unknown")
+    local = run_request("amd", "mega", "llama").result_sections()["stack"]
+    assert local["name"] == "primus-v26.5" and local["image_digest"] is None
+    assert "no registry digest" in local["image_digest_note"]
+    assert schema_errors(build(stack=local)) == []
+    assert "stack" not in build()  # extracted from a log without its request: no stack to record

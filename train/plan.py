@@ -17,6 +17,7 @@ setting they need, typed. The matrix builds each run's request here and hands it
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -32,6 +33,9 @@ from utils.spec.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
 from utils.machine.hardware import cpu_precision
 from utils.config.native import FEATURE_KNOBS, sac_every
+from utils.config.selection import runs_on
+from utils.spec import stacks
+from utils.spec.stacks import Stack
 from utils.frameworks import TABLE
 from utils.predict import NO_DEVICE, Prediction, Target, plan_target, predict
 from utils.spec.request import (Data, Environment, Fairness, Identity, Native, Network, Parallelism, Request,
@@ -52,11 +56,16 @@ class Run:
     skipped: str = ""  # why this framework cannot run this run (listed, never started); empty: it runs
 
 
-def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, object]) -> str:
-    """Why a framework cannot run a model in a layout, with knobs the configuration accepts, or "" when it can: such
-    a run is skipped (another framework can still run it), not an error. Everything asked comes from the framework's
-    registry entry (utils/frameworks/): the layouts, precisions and knobs it has, and its name for the model."""
+def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, object], *, stack: Stack) -> str:
+    """Why a framework cannot run a model in a layout on a stack, with knobs the configuration accepts, or "" when it
+    can: such a run is skipped (another framework can still run it), not an error. Everything asked comes from the
+    framework's registry entry (utils/frameworks/): the layouts, precisions and knobs it has, and its name for the
+    model; and from the stack's row (utils/spec/stacks.py): whether it runs there, else which stack has it."""
     entry = TABLE[framework]
+    if not runs_on(framework, stack):
+        other = stacks.having(framework, stack.platform)
+        return (f"{framework} ({entry.display_name}) is not on stack {stack.name}; it runs on {other.name}: "
+                f"STACK={other.name}")
     if layout.pp > 1 and "pp" not in entry.parallelisms:
         return f"{framework} has no pipeline parallelism (PP={layout.pp}); the other frameworks run this layout"
     if layout.tp > 1 and "tp" not in entry.parallelisms:
@@ -102,7 +111,8 @@ def _runs(cfg: Config) -> list[Run]:
     repeats = cfg["RUNS"]
     named = cfg.strategies != [CUSTOM]
     return [Run(run_name(framework, spec.key, strategy, repeat, named_strategy=named, repeats=repeats),
-                framework, spec.key, strategy, repeat, layout, skip_reason(framework, spec.key, layout, cfg.values))
+                framework, spec.key, strategy, repeat, layout,
+                skip_reason(framework, spec.key, layout, cfg.values, stack=cfg.stack))
             for repeat in range(1, repeats + 1)
             for strategy in cfg.strategies
             for framework in cfg.frameworks
@@ -113,11 +123,13 @@ def _runs(cfg: Config) -> list[Run]:
 def request(cfg: Config, run: Run, commit: str | None = None) -> Request:
     """The run's request (config.json): identity (with the project's commit, utils.fingerprint.project_commit, when
     given), the model's spec, layout, workload, data, fairness profile, the torch-native and network settings, and
-    this node's environment, each knob a typed field."""
+    this node's environment (with the stack it runs on and its image's digest, utils.spec.stacks.image_digest),
+    each knob a typed field."""
     v = cfg.values
     spec = cfg.model(run.model)
     lay = run.layout
     table = profile(v["FAIRNESS"])
+    digest, digest_note = stacks.image_digest(os.environ)
     return Request(
         identity=Identity(run_id=run.name, platform=cfg.platform, framework=run.framework, model=run.model,
                           variant=spec.variant, repeat=run.repeat, commit=commit),
@@ -143,7 +155,8 @@ def request(cfg: Config, run: Run, commit: str | None = None) -> Request:
                                 warmup_skip=v["WARMUP_SKIP"], profiling=v["PROFILING"],
                                 profile_start_step=v["PROFILE_START_STEP"], profile_end_step=v["PROFILE_END_STEP"],
                                 telemetry=v["TELEMETRY"], telemetry_interval_ms=v["TELEMETRY_INTERVAL_MS"],
-                                target_device=v["TARGET_DEVICE"]),
+                                target_device=v["TARGET_DEVICE"], stack=cfg.stack.name, image_digest=digest,
+                                image_digest_note=digest_note),
     )
 
 
@@ -250,7 +263,9 @@ def precision_label(cfg: Config) -> str:
 
 def table(cfg: Config, runs: list[Run]) -> list[str]:
     """The run list as the user reads it before anything starts."""
-    lines = [f"platform {cfg.platform}: frameworks {', '.join(cfg.frameworks)}; models "
+    stack = cfg.stack
+    lines = [f"platform {cfg.platform}: stack {stack.name} ({stack.image or 'the host .venv'}); "
+             f"frameworks {', '.join(cfg.frameworks)}; models "
              + ", ".join(s.variant for s in cfg.models) + f"; strategies {', '.join(cfg.strategies)}; "
              f"{cfg['RUNS']} repeat(s); GBS {cfg.gbs}, SL {cfg['SL']}, {cfg['TRAIN_ITERS']} steps, "
              f"{precision_label(cfg)}, {cfg.num_gpus} {'worker process(es)' if cfg.platform == 'cpu' else 'GPU(s)'}"]

@@ -1,6 +1,6 @@
 """Results grouped into repeats of one configuration, and the figures evaluate.compare shows of them.
 
-Runs of the same platform, device, framework, model, strategy, layout, node count and torch-native settings
+Runs of the same platform, device, stack, framework, model, strategy, layout, node count and torch-native settings
 are repeats: their figures are shown as median [min-max] (`spread`) over the successful ones. `workload` and
 `title` say what the compared runs did, for the report and the plot alike.
 """
@@ -46,6 +46,7 @@ class Repeats:
     layout: tuple[int, int, int, int]
     nodes: int | None  # None: unknown (a result without a node count)
     settings: str = "-"  # the torch-native settings (evaluate/native_settings.py); "-" for the other frameworks
+    stack: str = "-"  # the stack's name (Loaded.stack); two stacks of one vendor are two configurations
     items: list[Loaded] = field(default_factory=list)
 
     @property
@@ -65,7 +66,8 @@ class Repeats:
     def label(self) -> str:
         strategy = "" if self.strategy == "custom" else f" [{self.strategy}]"
         nodes = f", {self.nodes} nodes" if self.nodes and self.nodes > 1 else ""
-        return f"{self.device} + {self.framework_text} - {self.model_name}{strategy}{nodes}"
+        stack = "" if self.stack == "-" else f" on {self.stack}"
+        return f"{self.device} + {self.framework_text}{stack} - {self.model_name}{strategy}{nodes}"
 
     @property
     def framework_text(self) -> str:
@@ -135,16 +137,16 @@ def final_loss(r: dict) -> float | None:
 
 
 def repeats_of(items: Sequence[Loaded]) -> list[Repeats]:
-    """Group repeats; ordered by model, platform, framework, strategy, layout, nodes and torch-native settings
-    (runs with compile on and off are two configurations, not repeats)."""
+    """Group repeats; ordered by model, platform, framework, strategy, layout, nodes, torch-native settings and
+    stack (runs with compile on and off, or on two stacks, are two configurations, not repeats)."""
     found: dict[tuple, Repeats] = {}
     for item in items:
         r, p = item.result, item.result["parallelism"]
         layout = (p["tp"], p["pp"], p["dp"], p["ga"])
         key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], layout,
-               item.nodes or 0, native_settings.described(r))
+               item.nodes or 0, native_settings.described(r), item.stack)
         found.setdefault(key, Repeats(r["platform"], key[2], r["framework"], key[0], p["strategy"], layout,
-                                      item.nodes, key[-1])).items.append(item)
+                                      item.nodes, key[-2], key[-1])).items.append(item)
     return [found[k] for k in sorted(found)]
 
 

@@ -81,14 +81,14 @@ def interconnect_text(interconnect: dict | None) -> str:
 
 
 def results_table(rows: Sequence[Repeats]) -> list[str]:
-    header = ("| Device | Framework | Strategy | Nodes | GPUs | TP/PP/DP/GA | tokens/s/GPU | TFLOP/s/GPU | MFU | "
-              "Peak memory (GiB) | Final loss | Runs |")
+    header = ("| Device | Stack | Framework | Strategy | Nodes | GPUs | TP/PP/DP/GA | tokens/s/GPU | TFLOP/s/GPU | "
+              "MFU | Peak memory (GiB) | Final loss | Runs |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:
         first = row.items[0].result
         kinds = sorted({memory_kind(i.result) for i in row.ok} - {"-"}) or ["-"]
         lines.append(
-            f"| {row.device} | {row.framework_text} | {row.strategy} | {row.nodes or '?'} | "
+            f"| {row.device} | {row.stack} | {row.framework_text} | {row.strategy} | {row.nodes or '?'} | "
             f"{first['parallelism']['num_gpus']} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens))} | "
             f"{spread(row.figures(tflops))} | {spread([100 * v for v in row.figures(mfu)])}"
             f"{'%' if row.figures(mfu) else ''} | {spread(row.figures(memory))} ({'/'.join(kinds)}) | "

@@ -31,14 +31,17 @@ tp_choose_runtime() {
   esac
 }
 
-tp_image() { echo "tprimat:$1"; }
+# tprimat:<platform>-<stack>: one image per stack row (STACK_NAME, exported by tp_load_config from
+# utils/spec/stacks.py), so switching STACK back and forth rebuilds neither.
+tp_image() { echo "tprimat:$1-${STACK_NAME}"; }
 
-# Hash of everything an image is built from: rebuild only when it changes.
+# Hash of everything an image is built from, its base image included: rebuild only when it changes.
 tp_image_hash() {
-  cat "${TPRIMAT_ROOT}/$1.Dockerfile" "${TPRIMAT_ROOT}/requirements/$1.txt" | sha256sum | cut -c1-16
+  { cat "${TPRIMAT_ROOT}/$1.Dockerfile" "${TPRIMAT_ROOT}/requirements/$1.txt"; echo "BASE_IMAGE=${STACK_IMAGE}"; } \
+    | sha256sum | cut -c1-16
 }
 
-# True when tprimat:<platform> exists and was built from the current Dockerfile and requirements.
+# True when tprimat:<platform>-<stack> exists and was built from the current Dockerfile, requirements and base.
 tp_image_current() {
   local current
   current="$(docker image inspect --format '{{ index .Config.Labels "tprimat.hash" }}' "$(tp_image "$1")" \
@@ -46,18 +49,46 @@ tp_image_current() {
   [[ "${current}" == "$(tp_image_hash "$1")" ]]
 }
 
-# Build tprimat:<platform> from <platform>.Dockerfile unless an image of the same inputs exists.
+# The registry digest (repository@sha256:...) of a pulled image, or "unknown" when it has none (built or
+# loaded locally): the result then records image_digest null and says why (utils.spec.stacks.image_digest).
+tp_base_digest() {
+  local digest
+  digest="$(docker image inspect --format '{{index .RepoDigests 0}}' "$1" 2>/dev/null || true)"
+  echo "${digest:-unknown}"
+}
+
+# The base digest tp_build_image labelled tprimat:<platform>-<stack> with; "unknown" before it is built.
+tp_image_digest() {
+  local digest
+  digest="$(docker image inspect --format '{{ index .Config.Labels "tprimat.base_digest" }}' "$(tp_image "$1")" \
+    2>/dev/null || true)"
+  echo "${digest:-unknown}"
+}
+
+# Pull the stack's base image (STACK_IMAGE) and build tprimat:<platform>-<stack> FROM it, labelled with the
+# base's digest, unless an image of the same inputs exists.
 tp_build_image() {
-  local platform="$1" image log
+  local platform="$1" image log digest
   image="$(tp_image "${platform}")"
   if tp_image_current "${platform}"; then
     tp_log "image ${image} is up to date"
     return 0
   fi
-  tp_log "building ${image} from ${platform}.Dockerfile"
   log="$(mktemp)"
+  tp_log "pulling ${STACK_IMAGE} (stack ${STACK_NAME})"
+  if ! docker pull "${STACK_IMAGE}" >"${log}" 2>&1; then
+    tail -n 20 "${log}" >&2
+    rm -f "${log}"
+    tp_die 1 "docker pull ${STACK_IMAGE} failed (last lines above); check the network and the registry login (nvcr.io: docker login nvcr.io), or choose another STACK"
+  fi
+  digest="$(tp_base_digest "${STACK_IMAGE}")"
+  if [[ "${digest}" == unknown ]]; then
+    tp_warn "${STACK_IMAGE} has no registry digest (a local image): results will record image_digest null"
+  fi
+  tp_log "building ${image} from ${platform}.Dockerfile FROM ${STACK_IMAGE} (${digest})"
   if ! docker build --tag "${image}" --label "tprimat.hash=$(tp_image_hash "${platform}")" \
-      --file "${TPRIMAT_ROOT}/${platform}.Dockerfile" \
+      --label "tprimat.stack=${STACK_NAME}" --label "tprimat.base_digest=${digest}" \
+      --build-arg "BASE_IMAGE=${STACK_IMAGE}" --file "${TPRIMAT_ROOT}/${platform}.Dockerfile" \
       "${TPRIMAT_ROOT}" >"${log}" 2>&1; then
     tail -n 20 "${log}" >&2
     rm -f "${log}"
@@ -111,7 +142,8 @@ tp_docker_run_words() {
   for dir in "${TPRIMAT_ROOT}" "${DATA_DIR}" "${OUTPUT_DIR}" "${HF_HOME}"; do
     printf '%s\n' --volume "${dir}:${dir}"
   done
-  printf '%s\n' --workdir "${TPRIMAT_ROOT}" --env TPRIMAT_RUNTIME=docker
+  printf '%s\n' --workdir "${TPRIMAT_ROOT}" --env TPRIMAT_RUNTIME=docker \
+    --env "TPRIMAT_IMAGE_DIGEST=$(tp_image_digest "${platform}")"
   for key in $(tp_config_knobs); do
     [[ -v "${key}" ]] && printf '%s\n' --env "${key}=${!key}"
   done
@@ -176,7 +208,7 @@ tp_docker_dry_run() {
   if tp_image_current "${PLATFORM}"; then
     tp_log "dry run: image ${image} is up to date"
   else
-    tp_log "dry run: a real run would first build ${image} from ${PLATFORM}.Dockerfile (./shell/build.sh)"
+    tp_log "dry run: a real run would first pull ${STACK_IMAGE} (stack ${STACK_NAME}) and build ${image} from ${PLATFORM}.Dockerfile FROM it (./shell/build.sh)"
   fi
   line="$(tp_docker_command_line "${PLATFORM}" "tprimat-${stage}" bash "shell/${stage}.sh" "$@")" || exit 2
   tp_log "dry run: a real run would start: ${line}"

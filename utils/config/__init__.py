@@ -10,6 +10,7 @@ gets a warning line.
     python3 -m utils.config env     # validate and print `export KEY=value` lines for the shell
     python3 -m utils.config json    # validate and print the resolved configuration as JSON
     python3 -m utils.config get KEY # one resolved value
+    python3 -m utils.config stack amd   # STACK's row of one platform as `export` lines, checking STACK alone
 
 The knobs live in sections, each with the rules that concern it, in config.env's order: selection
 (where and what to run), workload (data, training, measurement), layout (parallelism, nodes), native
@@ -37,7 +38,7 @@ from utils.spec.models import get_model
 
 __all__ = ["CONFIG_FILE", "FRAMEWORKS", "KNOBS", "PLATFORMS", "PRECISIONS", "ROOT",
            "Config", "ConfigError", "describe", "detect", "environment_warnings", "launch_mode",
-           "load_config", "near_knob", "shell_exports"]
+           "load_config", "near_knob", "shell_exports", "stack_of"]
 
 
 def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
@@ -51,6 +52,7 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     overlay(settings, platform, env, detected=requested == "auto")
     values = _typed(settings, platform, env, problems)
     table = selection.strategy_table(values["STRATEGIES_FILE"], problems)
+    stack = selection.resolve_stack(values["STACK"], platform, problems)
     if problems or values["PLATFORM"] is None:
         raise ConfigError(problems)
 
@@ -58,11 +60,11 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     unknown: list[str] = []
     config = Config(values=values, sources=settings.sources, launch=launch_mode(values, env),
                     models=[get_model(key, values["MODEL_SIZE"]) for key in values["MODELS"]],
-                    frameworks=selection.resolve_frameworks(values["FRAMEWORK"], platform, notes),
+                    frameworks=selection.resolve_frameworks(values["FRAMEWORK"], platform, notes, stack),
                     strategies=selection.resolve_strategies(values["STRATEGY"], table, unknown),
                     detected_platform=detected, detected_gpus=detected_gpus, notes=notes,
                     warnings=environment_warnings(env, settings.cpu_profile), strategy_table=table,
-                    raw=settings.raw)
+                    raw=settings.raw, stack_name=stack.name)
     problems = selection.problems(config) + workload.problems(config) + layout.node_problems(config)
     if unknown:  # a strategy that is none has no layout to check
         raise ConfigError(problems + unknown)
@@ -72,6 +74,19 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def stack_of(platform: str, env: dict | None = None, path: Path = CONFIG_FILE) -> selection.stacks.Stack:
+    """STACK's row of a platform, from config.env and the environment, checking STACK alone: shell/build.sh builds
+    a platform's image on a machine that may not have that platform's GPUs, where the whole configuration would
+    not validate. ConfigError names a STACK that is none."""
+    env = dict(os.environ if env is None else env)
+    problems: list[str] = []
+    settings = read_file(path, env, [])
+    stack = selection.resolve_stack(env.get("STACK", settings.raw["STACK"]), platform, problems)
+    if problems:
+        raise ConfigError(problems)
+    return stack
 
 
 def _typed(settings: Settings, platform: str, env: dict, problems: list[str]) -> dict:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 
 import utils.config
-from utils.config import CONFIG_FILE, ConfigError, describe, load_config, shell_exports
+from utils.config import CONFIG_FILE, PLATFORMS, ConfigError, describe, load_config, shell_exports, stack_of
 from utils.config.parse import shell_value
 from utils.secrets import load_secrets
 
@@ -15,10 +16,12 @@ from utils.secrets import load_secrets
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m utils.config", description=utils.config.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("check", "env", "json", "get"))
-    parser.add_argument("key", nargs="?", help="with get: the variable to print")
+    parser.add_argument("command", choices=("check", "env", "json", "get", "stack"))
+    parser.add_argument("key", nargs="?", help="with get: the variable to print; with stack: the platform")
     parser.add_argument("--quiet", action="store_true", help="do not print notes or warnings")
     args = parser.parse_args(argv)
+    if args.command == "stack":
+        return _stack(args.key)
     try:
         config = load_config()
     except ConfigError as err:
@@ -43,6 +46,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config: unknown variable {args.key!r}; valid: {', '.join(resolved)}", file=sys.stderr)
             return 2
         print(shell_value(resolved[args.key]))
+    return 0
+
+
+def _stack(platform: str | None) -> int:
+    """STACK_NAME and STACK_IMAGE of one platform's row, as export lines (shell/build.sh)."""
+    if platform not in PLATFORMS:
+        print(f"config: stack needs a platform: one of {', '.join(PLATFORMS)}", file=sys.stderr)
+        return 2
+    try:
+        row = stack_of(platform)
+    except ConfigError as err:
+        err.report()
+        return 2
+    print(f"export STACK_NAME={shlex.quote(row.name)}\nexport STACK_IMAGE={shlex.quote(row.image or '')}")
     return 0
 
 

@@ -22,7 +22,7 @@ KNOBS: dict[str, Knob] = {**selection.KNOBS, **workload.DATA, **workload.TRAININ
                           **layout.NODES, **launch.SLURM, **launch.NETWORK, **workload.MEASUREMENT,
                           **machine.KNOBS, **native.KNOBS, **launch.SWITCHES}
 # Names the scripts themselves export next to the knobs (shell_exports): never a user's typo.
-DERIVED = ("FRAMEWORKS", "STRATEGIES", "GBS", "NUM_GPUS")
+DERIVED = ("FRAMEWORKS", "STRATEGIES", "GBS", "NUM_GPUS", "STACK_NAME", "STACK_IMAGE")
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from utils.config.selection import model_layers
+from utils.spec import stacks
 from utils.spec.models import ModelSpec, get_model
 from utils.spec.strategies import CUSTOM, Layout, lookup
 
@@ -26,6 +27,7 @@ class Config:
     warnings: list[str] = field(default_factory=list)
     strategy_table: dict = field(default_factory=dict)
     raw: dict[str, str] = field(default_factory=dict)  # knob -> its text as written, for problem lines
+    stack_name: str = ""  # the utils.spec.stacks row STACK resolved to for this platform; "": the platform's default
 
     def __post_init__(self) -> None:
         """The models as MODEL_LAYERS makes them, whoever built the list."""
@@ -37,6 +39,11 @@ class Config:
     @property
     def platform(self) -> str:
         return self.values["PLATFORM"]
+
+    @property
+    def stack(self) -> stacks.Stack:
+        """The stack this invocation runs on (STACK's row of this platform, else the platform's newest)."""
+        return stacks.get(self.stack_name) if self.stack_name else stacks.default(self.platform)
 
     @property
     def gbs(self) -> int:
@@ -72,6 +79,8 @@ class Config:
             "GBS": self.gbs,
             "NUM_GPUS": self.num_gpus,
             "LAUNCH_MODE": self.launch,
+            "STACK_NAME": self.stack.name,
+            "STACK_IMAGE": self.stack.image or "",
             "FRAMEWORKS": self.frameworks,
             "STRATEGIES": self.strategies,
             "MODEL_VARIANTS": {m.key: m.variant for m in self.models},

@@ -1,6 +1,6 @@
 """Where and what to run (config.env's first section): the platform and its detection, the runtime,
-the frameworks, the models (with MODEL_LAYERS, their fewer-layer proxies) and the strategies, with the
-rules that concern them."""
+the stack (utils/spec/stacks.py), the frameworks, the models (with MODEL_LAYERS, their fewer-layer proxies) and
+the strategies, with the rules that concern them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from utils import frameworks
 from utils.config.parse import Knob, list_items
+from utils.spec import stacks
 from utils.spec.models import MODEL_KEYS, get_model
 from utils.spec.strategies import CUSTOM, StrategyError, load_table
 from utils.machine.vendor_tools import PLATFORMS, detect_platform, gpu_count
@@ -24,6 +25,7 @@ MISSING_VENDOR = {"amd": "AMD GPU (no /dev/kfd; rocm-smi and amd-smi list none)"
 KNOBS = {
     "PLATFORM": Knob("enum", ("auto",) + PLATFORMS),
     "RUNTIME": Knob("enum", ("auto", "docker", "host")),
+    "STACK": Knob("str"),  # checked against the stack table (resolve_stack)
     "FRAMEWORK": Knob("list", FRAMEWORKS + ("all",)),
     "MODELS": Knob("list", MODEL_KEYS),
     "MODEL_SIZE": Knob("enum", ("auto", "full", "tiny")),
@@ -69,14 +71,46 @@ def resolve_strategies(value: str, table: dict, problems: list[str]) -> list[str
     return list(table) if names == ["all"] else names
 
 
-def resolve_frameworks(requested: list[str], platform: str, notes: list[str]) -> list[str]:
-    """FRAMEWORK (with all) mapped onto what the platform runs (utils.frameworks): prim<->nemo; on the CPU a
-    vendor's framework is left out (the others run there)."""
+def resolve_stack(value: str, platform: str, problems: list[str]) -> stacks.Stack:
+    """STACK: empty -> the platform's newest row; else a comma list of row names, at most one per platform, of
+    which the platform's is used (a platform the list leaves out gets its newest)."""
+    names = list_items("STACK", value, stacks.NAMES, problems) if value.strip() else []
+    by_platform: dict[str, list[str]] = {}
+    for name in names:
+        by_platform.setdefault(stacks.get(name).platform, []).append(name)
+    for other, named in by_platform.items():
+        if len(named) > 1:
+            problems.append(f"STACK={value}: {' and '.join(named)} are both {other} stacks; name one per platform "
+                            f"(valid {other} stacks: {', '.join(row.name for row in stacks.of(other))})")
+    chosen = by_platform.get(platform, [])
+    return stacks.get(chosen[0]) if chosen else stacks.default(platform)
+
+
+def runs_on(framework: str, stack: stacks.Stack) -> bool:
+    """Whether a framework runs on a stack: it is in the stack's row, or no row of that platform lists it (a
+    framework kept outside the repository, TPRIMAT_FRAMEWORKS, runs on whatever stack is chosen)."""
+    return framework in stack.frameworks or not any(framework in row.frameworks for row in stacks.of(stack.platform))
+
+
+def stack_frameworks(stack: stacks.Stack) -> list[str]:
+    """FRAMEWORK=all on a stack: its frameworks that the registry has (a row may name a framework whose entry has
+    not landed yet: it is left out here, at use), then the registered ones no row of the platform lists."""
+    available = frameworks.on(stack.platform)
+    listed = [name for name in stack.frameworks if name in available]
+    return listed + [name for name in available if name not in listed and runs_on(name, stack)]
+
+
+def resolve_frameworks(requested: list[str], platform: str, notes: list[str],
+                       stack: stacks.Stack | None = None) -> list[str]:
+    """FRAMEWORK (with all: the stack's frameworks) mapped onto what the platform runs (utils.frameworks):
+    prim<->nemo; on the CPU a vendor's framework is left out (the others run there). A named framework the stack
+    lacks stays in the list: the plan skips it, naming the stack that has it (train.plan.skip_reason)."""
+    stack = stack or stacks.default(platform)
     available = frameworks.on(platform)
     resolved: list[str] = []
     for name in requested:
         if name == "all":
-            resolved.extend(available)
+            resolved.extend(stack_frameworks(stack))
             continue
         if name in available:
             resolved.append(name)

@@ -13,6 +13,8 @@ def exports(config: Config) -> dict[str, str]:
     the tools the scripts start do not ask the vendor tools again."""
     exported = {key: shell_value(value) for key, value in config.values.items()}
     exported.update({
+        "STACK_NAME": config.stack.name,
+        "STACK_IMAGE": config.stack.image or "",
         "FRAMEWORKS": ",".join(config.frameworks),
         "STRATEGIES": ",".join(config.strategies),
         "GBS": str(config.gbs),
@@ -35,8 +37,9 @@ def describe(config: Config, secrets: dict[str, str]) -> list[str]:
     lines.append(f"{'HF_TOKEN':<26} {'(set, hidden)' if secrets.get('HF_TOKEN') else '(not set)':<34} "
                  "secrets.env or environment")
     lines.append("")
-    lines.append(f"platform {config.platform} ({config.detected_gpus} GPUs detected); "
-                 f"frameworks {', '.join(config.frameworks)}; GBS {config.gbs}; GPUs {config.num_gpus}")
+    stack = config.stack
+    lines.append(f"platform {config.platform} ({config.detected_gpus} GPUs detected); stack {stack.name} "
+                 f"({stack.image or 'the host .venv'}); frameworks {', '.join(config.frameworks)}; GBS {config.gbs}; GPUs {config.num_gpus}")
     for name in config.strategies:
         for spec in config.models:
             lay = config.layout(spec.key, name)

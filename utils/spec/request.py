@@ -130,6 +130,8 @@ class Environment:
     telemetry_interval_ms: int = 1000
     target_device: str = ""  # TARGET_DEVICE: the device predicted for when the run's own is unknown; "": none
     stack: str = ""  # the utils.spec.stacks row it runs on (STACK); "": the platform's default
+    image_digest: str | None = None  # the stack's base image as pulled (repo@sha256:...); None: see the note
+    image_digest_note: str = ""  # why there is no digest (the host runtime, a locally built image, ...)
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,14 @@ class Request:
                 "variant": self.identity.variant, "parallelism": self.result_parallelism(),
                 "training": self.result_training(dataset_fingerprint=dataset_fingerprint,
                                                  tokenizer_fingerprint=tokenizer_fingerprint),
-                "warmup_skip": self.environment.warmup_skip, "num_gpus": self.parallelism.num_gpus}
+                "warmup_skip": self.environment.warmup_skip, "num_gpus": self.parallelism.num_gpus,
+                "stack": self.result_stack()}
+
+    def result_stack(self) -> dict:
+        """The result's stack section: the row's name and image, and the image's digest or why there is none."""
+        env = self.environment
+        return {"name": self.stack.name, "image": self.stack.image, "image_digest": env.image_digest,
+                **({} if env.image_digest else {"image_digest_note": env.image_digest_note or "not recorded"})}
 
     def result_parallelism(self) -> dict:
         """The result's parallelism section."""

@@ -25,7 +25,7 @@ from utils.machine.hardware import peak_tflops
 from utils.spec.models import MODEL_KEYS, by_variant
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
@@ -140,7 +140,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                  num_gpus: int, device_name: str | None, raw_framework: Mapping | None = None,
                  effective: Mapping | None = None, features: Mapping | None = None,
                  host_rss_gib_per_worker: Sequence[float] = (), breakdown_method: str | None = None,
-                 warnings: Sequence[str] = ()) -> dict:
+                 stack: Mapping | None = None, warnings: Sequence[str] = ()) -> dict:
     """Assemble one result from plain data and compute every figure with utils.spec.metrics.
 
     Parameters (all keyword-only; raises ResultError naming the field on unknown or missing keys):
@@ -178,6 +178,9 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
       host_rss_gib_per_worker: each worker's peak resident host memory (GiB), in rank order.
       breakdown_method: how the steps' forward/backward/optimizer times were measured (required with them);
             performance.breakdown then holds their means over the window.
+      stack: {"name": a utils.spec.stacks row, "image": str|None, "image_digest": str|None} plus
+            "image_digest_note" (why there is no digest) where image_digest is None (Request.result_stack); None: a
+            result without a request (evaluate.extract), which records no stack.
       warnings: notes from the caller, kept in the result's warnings.
 
     Statistics cover the steady-state window (steps after warmup_skip with a step time); tokens/s
@@ -262,6 +265,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         "effective": _json_safe(effective or {}),
         "features": _json_safe(features or {}),
         "warnings": notes,
+        **({"stack": dict(stack)} if stack is not None else {}),
     }
 
 

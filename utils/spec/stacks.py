@@ -2,13 +2,19 @@
 
 A stack is what a vendor ships in one image (its ROCm or CUDA, torch, Transformer Engine, megatron-core and its
 own framework: Primus, NeMo or Megatron-Bridge), plus the frameworks TPrimat runs on it. The image is the base that
-<platform>.Dockerfile builds FROM; the result records the stack's name and the image's digest, so two runs of one
-vendor on two stacks compare like two vendors do. The newest row of a platform is its default; the older rows stay
-selectable so that a stack upgrade is measured against the last one. The CPU's stack is the host's .venv
-(requirements/host.txt), not an image.
+<platform>.Dockerfile builds FROM (its `ARG BASE_IMAGE`); the result records the stack's name and the image's
+digest, so two runs of one vendor on two stacks compare like two vendors do. The newest row of a platform comes
+first and is its default; the older rows stay selectable so that a stack upgrade is measured against the last one.
+The CPU's stack is the host's .venv (requirements/host.txt), not an image.
+
+A version is written as the stack's public source states it; None where no public source states it (the probe
+records what the image really holds, in every result's system.software). `frameworks` may name a framework the
+registry (utils/frameworks/) does not have yet: whoever uses the list filters it to registered names
+(utils.config.selection.stack_frameworks), so a row can be written before its framework's entry lands.
 
 Adding a stack is one row here (docs/ARCHITECTURE.md, "Where new things go"). Standard library only: utils.config
 reads it before any environment exists.
+`python3 -m utils.spec.stacks markdown` prints the table as docs/frameworks.md shows it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
+DIGEST_ENV = "TPRIMAT_IMAGE_DIGEST"  # the base image's registry digest, passed into the container by shell/lib/docker.sh
+NO_DIGEST = "unknown"  # what shell/lib/docker.sh passes when the pulled base image has no registry digest
+
 
 @dataclass(frozen=True)
 class Stack:
@@ -24,32 +33,56 @@ class Stack:
     platform: str  # amd | nvd | cpu
     image: str | None  # the base image <platform>.Dockerfile builds FROM; None: the host's .venv (CPU)
     released: str  # the image's date, YYYY-MM (or the host pins' date)
-    runtime: str  # the accelerator runtime it carries, e.g. "ROCm 7.1" or "CUDA 12.9"; "" on the CPU
-    torch: str
-    transformer_engine: str  # "" where it carries none
+    runtime: str | None  # the accelerator runtime it carries, e.g. "ROCm 7.15.0"; "" on the CPU; None: not published
+    torch: str | None
+    transformer_engine: str | None  # "" where it carries none; None: not published
     megatron_core: str  # as its Megatron code reports it (a Megatron-LM checkout's own version on Primus)
     frameworks: tuple[str, ...]  # the utils.frameworks entries that run on it, in the run list's order
     primus: str | None = None  # the Primus release in the image (AMD); it decides how prim launches
     nemo: str | None = None  # NeMo's version in the image (NVIDIA's NeMo 2 recipes)
     megatron_bridge: str | None = None  # Megatron-Bridge's version in the image
-    source: str = ""  # where these facts were read
+    collectives: str | None = None  # its RCCL or NCCL; None: not published
+    python: str | None = None  # the image's Python; None: not published
+    source: str = ""  # where these facts were read (repository, path, tag or commit, or URL)
 
 
 ROWS = (
     Stack(name="primus-v26.5", platform="amd", image="rocm/primus:v26.5", released="2026-07",
-          runtime="ROCm 7.2", torch="2.12", transformer_engine="2.15.0.dev0", megatron_core="0.16",
-          frameworks=("mega", "prim", "fsdp", "autotp"), primus="v26.5",
-          source="Primus release/v26.5 docs and image notes"),
+          runtime="ROCm 7.15.0", torch="2.12.0", transformer_engine="2.15.0.dev0",
+          megatron_core="0.16.0rc0 (Megatron-LM d3528a21)",
+          frameworks=("mega", "prim", "fsdp", "autotp", "torchtitan", "mbridge"), primus="v26.5",
+          megatron_bridge="0.3.0rc0 (9577b128)", collectives="RCCL 2.30.4", python="3.12.3",
+          source="AMD-AGI/Primus docs/01-getting-started/release-notes.md (branch dev/doc-update-v26.5 65533bba and "
+                 "main fd1eeabb), section rocm/primus:v26.5: built 2026-07-22 from b511d1b6 (tag v26.5.0); "
+                 "release/v26.5 third_party/Megatron-LM d3528a21 (NVIDIA/Megatron-LM megatron/core/package_info.py: "
+                 "0.16.0rc0), third_party/Megatron-Bridge 9577b128 (NVIDIA-NeMo/Megatron-Bridge "
+                 "src/megatron/bridge/package_info.py: 0.3.0rc0)"),
     Stack(name="primus-v25.11", platform="amd", image="rocm/primus:v25.11", released="2025-11",
-          runtime="ROCm 7.1", torch="2.9", transformer_engine="2.4", megatron_core="0.15.0rc8",
-          frameworks=("mega", "prim", "fsdp", "autotp"), primus="v25.11",
-          source="Primus clairlee/release/v25.11 (commit 66bed3ce), its third_party/Megatron-LM 847781764"),
+          runtime="ROCm 7.1", torch="2.10", transformer_engine=None, megatron_core="0.15.0rc8 (Megatron-LM 84778176)",
+          frameworks=("mega", "prim", "fsdp", "autotp"), primus="v25.11", collectives="RCCL 2.27",
+          source="AMD-AGI/Primus branch clairlee/release/v25.11 (66bed3ce) third_party/Megatron-LM 84778176 "
+                 "(NVIDIA/Megatron-LM megatron/core/package_info.py: 0.15.0rc8); ROCm, torch and RCCL as TPrimat's "
+                 "runs of the image read them (reference/frameworks.md); Primus publishes no manifest for v25.11 "
+                 "(its release notes start at v26.1), so Transformer Engine's version is not published"),
+    Stack(name="nemo-26.08", platform="nvd", image="nvcr.io/nvidia/nemo:26.08", released="2026-08",
+          runtime=None, torch=None, transformer_engine="2.17.1 (4329ff84)",
+          megatron_core="0.19.0 (Megatron-LM cd4afffa)",
+          frameworks=("mega", "mbridge", "fsdp", "autotp", "torchtitan"), megatron_bridge="0.6.0", python="3.12",
+          source="NVIDIA-NeMo/Megatron-Bridge tag v0.6.0: docs/versions1.json names 0.6.0 '26.08', "
+                 "docs/performance-summary.md '26.08 NeMo Container', examples/model_verification_cards/"
+                 "nemotron-3.5-lightning/card.yaml base_container nvcr.io/nvidia/nemo:26.08 ('public 26.08 base "
+                 "container'); the newest public NeMo tag found, after 26.04.01 (DGX Cloud benchmarking v26.06.01) "
+                 "and 26.06.01 (Megatron-Bridge 0.5.1); 3rdparty/Megatron-LM cd4afffa (package_info 0.19.0); uv.lock "
+                 "transformer-engine 2.17.1+4329ff84; pyproject requires-python 3.12; CUDA and torch of the image "
+                 "are not published in the repository"),
     Stack(name="nemo-25.04", platform="nvd", image="nvcr.io/nvidia/nemo:25.04", released="2025-04",
-          runtime="CUDA 12.8", torch="2.7", transformer_engine="2.2", megatron_core="0.12",
-          frameworks=("mega", "nemo", "fsdp", "autotp"), nemo="2.3.0",
-          source="NeMo Framework 25.04 release notes"),
+          runtime=None, torch=None, transformer_engine=None, megatron_core="0.12",
+          frameworks=("mega", "nemo", "fsdp", "autotp"), nemo="2.3",
+          source="TPrimat's runs of the image (reference/frameworks.md: NeMo 2.3.x, megatron-core 0.12.x); NVIDIA's "
+                 "software component versions page for 25.04 was not found in a public copy, so CUDA, torch and "
+                 "Transformer Engine are not published here"),
     Stack(name="host", platform="cpu", image=None, released="2026-11", runtime="", torch="2.13.0",
-          transformer_engine="", megatron_core="0.16.1", frameworks=("mega", "fsdp", "autotp"),
+          transformer_engine="", megatron_core="0.16.1", frameworks=("mega", "fsdp", "autotp"), collectives="",
           source="requirements/host.txt"),
 )
 
@@ -69,3 +102,54 @@ def default(platform: str) -> Stack:
 
 def get(name: str) -> Stack:
     return TABLE[name]
+
+
+def having(framework: str, platform: str) -> Stack | None:
+    """The newest stack of a platform that runs a framework, or None: what a skip line tells the user to choose."""
+    return next((row for row in of(platform) if framework in row.frameworks), None)
+
+
+def image_digest(env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The run's base-image digest as shell/lib/docker.sh passed it, or None with why there is none."""
+    value = env.get(DIGEST_ENV, "").strip()
+    if value and value != NO_DIGEST:
+        return value, ""
+    if value == NO_DIGEST:
+        return None, "the base image has no registry digest (built or loaded locally, not pulled)"
+    if env.get("TPRIMAT_RUNTIME") == "docker":
+        return None, f"the container was started without {DIGEST_ENV} (not by shell/lib/docker.sh)"
+    return None, "no image: the run ran on the host runtime"
+
+
+def _shown(value: str | None) -> str:
+    return "not published" if value is None else (value or "-")
+
+
+def markdown() -> str:
+    """The table as docs/frameworks.md's "Tested stacks" shows it (a test keeps the two equal)."""
+    head = ("| Stack | Platform | Image | Runtime | torch | Transformer Engine | megatron-core | Vendor framework | "
+            "Collectives | Frameworks |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in ROWS:
+        vendor = ", ".join(f"{label} {value}" for label, value in (
+            ("Primus", row.primus), ("NeMo", row.nemo), ("Megatron-Bridge", row.megatron_bridge)) if value) or "-"
+        name = row.name + (" (default)" if row is default(row.platform) else "")
+        lines.append(f"| {name} | {row.platform} | {f'`{row.image}`' if row.image else 'host .venv'} | "
+                     f"{_shown(row.runtime)} | {_shown(row.torch)} | {_shown(row.transformer_engine)} | "
+                     f"{row.megatron_core} | {vendor} | {_shown(row.collectives)} | {', '.join(row.frameworks)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`markdown`: the table as docs/frameworks.md shows it, to paste there when a row changes."""
+    from utils.cli import Parser
+    parser = Parser(prog="python3 -m utils.spec.stacks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("markdown",), help="markdown: the table as docs/frameworks.md shows it")
+    parser.parse_args(argv)
+    print(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    from utils.cli import run
+    run(main, "utils.spec.stacks")

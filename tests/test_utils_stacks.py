@@ -1,0 +1,85 @@
+"""utils.spec.stacks: the stack table is well formed, and the facts it repeats stay equal to their sources."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.shell_harness import REPO
+from utils import frameworks
+from utils.spec import stacks
+
+# Frameworks whose registry entries are being added elsewhere: a row may name them before they land (the table's
+# users filter to registered names, utils.config.selection.stack_frameworks). Empty this once they are registered.
+PENDING = {"mbridge", "torchtitan"}
+
+
+def test_each_platform_has_one_default_its_first_and_newest_row():
+    for platform in ("amd", "nvd", "cpu"):
+        rows = stacks.of(platform)
+        assert rows and stacks.default(platform) is rows[0]
+        assert [row.released for row in rows] == sorted((row.released for row in rows), reverse=True)
+
+
+def test_names_are_unique_and_end_in_their_image_s_tag():
+    assert len(stacks.NAMES) == len(stacks.ROWS)
+    for row in stacks.ROWS:
+        if row.image:
+            assert row.image.endswith(":" + row.name.split("-", 1)[1]), row.name
+
+
+@pytest.mark.parametrize("row", stacks.ROWS, ids=lambda row: row.name)
+def test_every_row_names_registered_or_pending_frameworks_of_its_platform(row):
+    for name in row.frameworks:
+        if name in frameworks.TABLE:
+            assert row.platform in frameworks.TABLE[name].platforms, name
+        else:
+            assert name in PENDING, f"{row.name} names {name}, neither registered nor pending"
+    assert len(set(row.frameworks)) == len(row.frameworks) and "mega" in row.frameworks
+
+
+@pytest.mark.parametrize("row", stacks.ROWS, ids=lambda row: row.name)
+def test_every_row_has_its_versions_and_says_where_they_were_read(row):
+    assert re.fullmatch(r"20\d\d-\d\d", row.released)
+    assert row.megatron_core and row.source
+    if row.platform == "cpu":
+        assert row.image is None and row.runtime == "" and row.torch
+        return
+    assert row.image and re.fullmatch(r"[a-z0-9./-]+:[A-Za-z0-9._-]+", row.image)
+    vendor = row.primus if row.platform == "amd" else (row.nemo or row.megatron_bridge)
+    assert vendor, f"{row.name}: its vendor framework's version"
+    unpublished = [field for field in ("runtime", "torch", "transformer_engine") if getattr(row, field) is None]
+    if unpublished:
+        assert "not published" in row.source, f"{row.name}: say why {', '.join(unpublished)} is unknown"
+
+
+def test_the_host_row_repeats_requirements_host_txt():
+    pins = dict(line.split("==") for line in (REPO / "requirements" / "host.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    host = stacks.default("cpu")
+    assert (host.torch, host.megatron_core) == (pins["torch"], pins["megatron-core"])
+
+
+def test_a_framework_on_an_older_stack_only_is_found_there():
+    assert stacks.having("nemo", "nvd").name == "nemo-25.04"
+    assert stacks.having("mega", "nvd") is stacks.default("nvd")
+    assert stacks.having("prim", "nvd") is None
+
+
+@pytest.mark.parametrize("env, digest, note", [
+    ({"TPRIMAT_IMAGE_DIGEST": "rocm/primus@sha256:ab12", "TPRIMAT_RUNTIME": "docker"}, "rocm/primus@sha256:ab12", ""),
+    ({"TPRIMAT_IMAGE_DIGEST": "unknown", "TPRIMAT_RUNTIME": "docker"}, None, "no registry digest"),
+    ({"TPRIMAT_RUNTIME": "docker"}, None, "started without TPRIMAT_IMAGE_DIGEST"),
+    ({}, None, "host runtime"),
+])
+def test_the_image_digest_or_why_there_is_none(env, digest, note):
+    found, why = stacks.image_digest(env)
+    assert found == digest and note in why and bool(why) == (digest is None)
+
+
+def test_docs_tested_stacks_shows_the_table_itself():
+    text = (REPO / "docs" / "frameworks.md").read_text()
+    section = text.split("## Tested stacks", 1)[1]
+    table = section.split("<!-- stack table: python3 -m utils.spec.stacks markdown -->\n", 1)[1]
+    assert table.split("\n<!-- end of stack table -->", 1)[0] == stacks.markdown()
