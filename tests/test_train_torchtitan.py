@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import envs
+from tests.fixtures.train_matrix.shell import machine, read, run_dirs
+from tests.fixtures.train_matrix.shell import request as request_of
 from tests.fixtures.train_matrix.requests import run_request
 from train.torchtitan.launch import command
 from train.torchtitan.settings import SETTINGS_ENV, settings
@@ -183,3 +185,23 @@ def test_without_an_accelerator_torchtitan_picks_cuda_so_it_cannot_train_on_a_cp
     if found["cuda_available"]:
         pytest.skip("this host has a GPU")
     assert found["device_type"] == "cuda"
+
+
+# --- a dry run on faked 8-GPU nodes ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("vendor", ["nvidia", "amd"])
+def test_a_dry_run_on_an_8_gpu_node_writes_torchtitans_command_and_settings(tmp_path, vendor):
+    fake = machine(tmp_path, **{vendor: 8})
+    result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="torchtitan", MODELS="llama,qwen")
+    assert result.returncode == 0, result.output
+    dirs = run_dirs(tmp_path / "output")
+    assert [d.name for d in dirs] == ["torchtitan-llama", "torchtitan-qwen"]
+    for run_dir in dirs:
+        argv = read(run_dir / "launch.json")["command"]
+        assert "--nproc_per_node=8" in argv and argv[-6:] == ["-m", "torchtitan.train", "--module",
+                                                              "train.torchtitan", "--config", "tprimat"]
+        written = read(run_dir / "torchtitan_settings.json")
+        assert written["request"] == str(run_dir / "config.json")
+        assert written["set"]["training.global_batch_size"] == request_of(run_dir).training.gbs
+        assert not (run_dir / "train.log").exists()
+    assert "command: " in result.stdout and "nothing was trained" in result.stderr
