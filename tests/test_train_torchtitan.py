@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import envs
+from tests.fixtures.train.data_dir import make_data_dir
 from tests.fixtures.train_matrix.shell import machine, read, run_dirs
 from tests.fixtures.train_matrix.shell import request as request_of
 from tests.fixtures.train_matrix.requests import run_request
@@ -205,3 +206,49 @@ def test_a_dry_run_on_an_8_gpu_node_writes_torchtitans_command_and_settings(tmp_
         assert written["set"]["training.global_batch_size"] == request_of(run_dir).training.gbs
         assert not (run_dir / "train.log").exists()
     assert "command: " in result.stdout and "nothing was trained" in result.stderr
+
+
+DATA_PROBE = r"""
+import json, sys
+import torch
+from torchtitan.components.loss import IGNORE_INDEX
+from train.common.megatron_data import build_dataset, locate, microbatches
+from train.torchtitan.data import PreparedDataLoader
+from utils.spec.request import Request
+from pathlib import Path
+
+torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+req = Request.read(Path(sys.argv[1]))
+t, lay = req.training, req.parallelism
+dp_rank = lay.dp - 1
+loader = PreparedDataLoader.Config(request=sys.argv[1]).build(dp_world_size=lay.dp, dp_rank=dp_rank, tokenizer=None,
+                                                              seq_len=t.seq_len, local_batch_size=t.mbs)
+source = locate(req.data, req.model)
+dataset = build_dataset(source, t.seq_len, t.steps * t.gbs, t.seed, Path(req.data.data_dir) / "index_cache")
+expected = list(microbatches(dataset, steps=t.steps, mbs=t.mbs, dp=lay.dp, dp_rank=dp_rank, ga=lay.ga,
+                             device=torch.device("cpu")))
+found = list(loader)
+same = [torch.equal(inputs["input"], batch["tokens"]) and torch.equal(inputs["positions"], batch["position_ids"])
+        and torch.equal(labels, torch.where(batch["loss_mask"] == 0, IGNORE_INDEX, batch["labels"]))
+        for (inputs, labels), batch in zip(found, expected)]
+print(json.dumps({"microbatches": len(found), "expected": len(expected), "same": all(same),
+                  "positions": found[0][0]["positions"][0, :4].tolist(), "mock": loader.source.mock}))
+"""
+
+
+def test_the_dataloader_yields_the_prepared_samples_in_megatrons_order_for_its_dp_rank(torchtitan_path, tmp_path):
+    """What torchtitan trains on is mega's and fsdp's data: each microbatch of this DP rank as
+    train/common/megatron_data.py orders it, positions 0..SL-1 (a causal mask over the whole sequence), and the
+    tokens the loss mask leaves out labelled IGNORE_INDEX."""
+    data = make_data_dir(tmp_path / "data", model_keys=("llama",), documents=60)
+    req = request(DATA_DIR=str(data), DATASET="sample", MODEL_SIZE="tiny", SL="64", TRAIN_ITERS="2",
+                  WARMUP_STEPS="1", WARMUP_SKIP="1")
+    path = tmp_path / "config.json"
+    req.write(path)
+    env = {**os.environ, "PYTHONPATH": str(torchtitan_path), "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run([sys.executable, "-c", DATA_PROBE, str(path)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found == {"microbatches": 2 * req.parallelism.ga, "expected": 2 * req.parallelism.ga, "same": True,
+                     "positions": [0, 1, 2, 3], "mock": False}
