@@ -27,8 +27,24 @@ build_environment() {
   if [[ ! -x "${venv}/bin/python" ]]; then
     python3 -m venv --system-site-packages "${venv}" || tp_die 2 "python3 -m venv failed: this machine's Python lacks venv"
   fi
-  "${venv}/bin/python" -m pip install --quiet --no-index --no-deps --disable-pip-version-check "${wheels}"/*.whl \
-    || tp_die 2 "the wheels of ${wheels} did not install (pip's message above)"
+  # Only the distributions the machine (or an earlier call) does not have yet: its own numpy or pandas is kept.
+  local wanted
+  wanted="$("${venv}/bin/python" - "${wheels}"/*.whl <<'PY'
+import importlib.metadata, pathlib, sys
+for wheel in sys.argv[1:]:
+    try:
+        importlib.metadata.version(pathlib.Path(wheel).name.split("-")[0])
+    except importlib.metadata.PackageNotFoundError:
+        print(wheel)
+PY
+)"
+  if [[ -n "${wanted}" ]]; then
+    local -a files
+    mapfile -t files <<<"${wanted}"
+    "${venv}/bin/python" -m pip install --quiet --no-index --no-deps --disable-pip-version-check "${files[@]}" >&2 \
+      || tp_die 2 "the wheels of ${wheels} did not install (pip's message above)"
+    tp_log "installed ${#files[@]} wheel(s) of ${wheels}"
+  fi
   echo "${venv}/bin/python"
 }
 
@@ -68,7 +84,7 @@ main() {
   cd "${TPRIMAT_ROOT}"
   if ((install_only)); then
     python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
-    tp_log "installed $(find "${wheels}" -name '*.whl' | wc -l) wheel(s) into ${python%/bin/python}"
+    tp_log "environment ready: ${python}"
     return 0
   fi
   [[ -d "${data}" ]] || tp_die 2 "no prepared data at ${data}: DATASET=sample MODELS=llama DATA_DIR=${data} ./shell/run_data.sh"
