@@ -12,6 +12,10 @@ RUN pip freeze | grep -iE '^(torch|transformer[-_]engine|megatron[-_]core|numpy)
     && pip install --no-cache-dir -c /tmp/tprimat-keep.txt -r /tmp/tprimat-requirements.txt \
     && rm -f /tmp/tprimat-requirements.txt /tmp/tprimat-keep.txt
 
+# torchtitan without its dependencies: the image's torch, triton and datasets stay (requirements/torchtitan.txt).
+COPY requirements/torchtitan.txt /tmp/tprimat-torchtitan.txt
+RUN pip install --no-cache-dir --no-deps -r /tmp/tprimat-torchtitan.txt && rm -f /tmp/tprimat-torchtitan.txt
+
 # Vendor environment every run needs (the same values as utils/machine/platform_env.py, which are Primus
 # v25.11's own defaults for Megatron; a test keeps them equal).
 ENV HSA_NO_SCRATCH_RECLAIM=0 \

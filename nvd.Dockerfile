@@ -12,6 +12,10 @@ RUN pip freeze | grep -iE '^(torch|transformer[-_]engine|megatron[-_]core|nemo[-
     && pip install --no-cache-dir -c /tmp/tprimat-keep.txt -r /tmp/tprimat-requirements.txt \
     && rm -f /tmp/tprimat-requirements.txt /tmp/tprimat-keep.txt
 
+# torchtitan without its dependencies: the image's torch, triton and datasets stay (requirements/torchtitan.txt).
+COPY requirements/torchtitan.txt /tmp/tprimat-torchtitan.txt
+RUN pip install --no-cache-dir --no-deps -r /tmp/tprimat-torchtitan.txt && rm -f /tmp/tprimat-torchtitan.txt
+
 # Vendor environment every run needs (the same values as utils/machine/platform_env.py; a test keeps them equal).
 ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
     NVTE_FLASH_ATTN=1 \

@@ -43,7 +43,8 @@ FILE_ENDINGS = (".py", ".sh", ".md", ".txt", ".json", ".env", "Dockerfile")
 TOP_LEVEL_FILES = {"config.env", "secrets.env.example", "amd.Dockerfile", "nvd.Dockerfile"}
 PLACEHOLDER_MARKS = ("<", "*", "{", "$", "...")
 WRITTEN_BY_RUNS = "output"
-OTHER_PROJECTS = {"tools", "examples", "primus"}  # Megatron-LM's tools/, Primus's examples/ and primus/
+# Megatron-LM's tools/, Primus's examples/ and primus/, torchtitan's package and benchmarks/
+OTHER_PROJECTS = {"tools", "examples", "primus", "torchtitan", "benchmarks"}
 
 HELP_TIMEOUT_S = 60
 

@@ -49,3 +49,10 @@ def test_an_unknown_native_knob_value_is_one_line(knob, value):
         load_config({**GPU_NODE, knob: value})
     (problem,) = err.value.problems
     assert problem.startswith(f"{knob}={value}: ")
+
+
+@pytest.mark.parametrize("framework", ["fsdp", "torchtitan"])
+def test_ddp_with_a_tensor_parallel_layout_is_refused_for_both_frameworks_that_replicate_with_it(framework):
+    with pytest.raises(ConfigError) as err:
+        load_config({**GPU_NODE, "FRAMEWORK": framework, "DATA_PARALLEL": "ddp", "TP": "2", "DP": "4", "GA": "16"})
+    assert [p.split(":")[0] for p in err.value.problems] == ["DATA_PARALLEL=ddp"]

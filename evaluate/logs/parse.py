@@ -1,4 +1,4 @@
-"""Streaming parsers of Megatron-LM, Primus and NeMo training logs (../shared/reference/log-formats.md).
+"""Streaming parsers of Megatron-LM, Primus, NeMo and torchtitan training logs (../shared/reference/log-formats.md).
 
 Lines are read one at a time, and only the current run's steps are kept, so memory does not grow
 with the size of the log. A step is a line the framework printed: its record at the start of the
@@ -16,8 +16,9 @@ Besides the steps, the parsers read the settings a log prints, so that a log fro
 no run request: Megatron-LM's and Primus's argument dump (layout, batch, steps, precision, LR
 schedule, seed, architecture), the global batch size of every iteration line, the lines NeMo's and
 megatron-core's own logging prints (parallel groups, micro-batch count, parameter count, the
-OptimizerConfig and GPTDatasetConfig reprs), TPrimat's TPRIMAT_EFFECTIVE lines (and, in NeMo runs,
-its TPRIMAT_STEP lines: the step time and peak memory), and the hardware a
+OptimizerConfig and GPTDatasetConfig reprs), torchtitan's "Trainer is initialized with" line, TPrimat's
+TPRIMAT_EFFECTIVE lines (and, in NeMo and torchtitan runs, its TPRIMAT_STEP lines: the step time and peak memory),
+and the hardware a
 log may name: a device line (nvidia-smi -L, rocm-smi, amd-smi) or the collective library's
 version (NCCL +cuda, RCCL), and Primus's HIP memory fields. With NCCL_DEBUG=INFO, NCCL and RCCL
 name the network each communicator uses: "IB" (RDMA, over InfiniBand or RoCE) or "Socket" (TCP).
@@ -41,14 +42,14 @@ from evaluate.logs.settings import effective
 from evaluate.logs.stream import Stream
 from utils.frameworks import LOG_FORMATS
 
-FRAMEWORKS = LOG_FORMATS  # whose logs these parsers read: Megatron-LM's, Primus's and NeMo's
+FRAMEWORKS = LOG_FORMATS  # whose logs these parsers read: Megatron-LM's, Primus's, NeMo's and torchtitan's
 
 
 @dataclass
 class ParsedLog:
     """What the logs say about the last run they hold."""
 
-    framework: str | None  # detected from the line format: mega | prim | nemo (None: no iteration line)
+    framework: str | None  # detected from the line format: mega | prim | nemo | torchtitan (None: no iteration line)
     records: list[dict]  # per-step records of the last run, by step (utils.spec.result's shape, plus fw_* raw figures)
     total_steps: int | None  # the run's planned steps, from "iteration n/total"
     truncated: bool  # a line was cut off (a file did not end with a line end)
@@ -83,6 +84,9 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
         notes.append("no TPRIMAT_STEP line: step times are NeMo's TimingCallback host times on rank 0 (no device "
                      "synchronisation; logging and callbacks between steps outside) and memory is rank 0's: not "
                      "comparable with other frameworks")
+    if run.framework == "torchtitan" and records and not run.timed:
+        notes.append("no TPRIMAT_STEP line: torchtitan's metrics line has no step time (only its host-clock tokens/s "
+                     "per device, kept as a raw figure), so the steps have none")
     for record in records:  # a step time of 0 or below is no duration: flagged with the nan/inf values
         seconds = record["step_time_s"]
         if seconds is not None and seconds <= 0:

@@ -1,7 +1,8 @@
-"""The step records of Megatron-LM, Primus and NeMo iteration lines, and of TPrimat's TPRIMAT_STEP lines.
+"""The step records of Megatron-LM, Primus and NeMo iteration lines, torchtitan's metrics lines, and of TPrimat's
+TPRIMAT_STEP lines.
 
-A record counts only where the framework printed it (RECORD_START); its fields are found by name between
-"|" separators, never by position, and a value is taken only when the whole field is a number (a field cut
+A record counts only where the framework printed it (RECORD_START, TITAN_STEP); its fields are found by name
+(between "|" separators; torchtitan's "name: value" pairs), never by position, and a value is taken only when the whole field is a number (a field cut
 off or glued to another rank's output is refused). evaluate.logs.stream feeds the lines; evaluate.logs.parse
 assembles the run.
 """
@@ -28,7 +29,20 @@ NEMO_ITERATION = re.compile(RECORD_START + r"Training epoch (\d+), iteration (\d
 MEGATRON_ITERATION = re.compile(RECORD_START + r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 MEMORY_REPORT = re.compile(RECORD_START + r"\[Rank \d+\] \(after (\d+) iterations\) memory \(MB\)")
 PRIMUS_PREFIX = re.compile(r"\[rank-\d+/\d+\]\s*\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]")
-STEP_MARKER = "TPRIMAT_STEP"  # train/nemo/timer.py: NeMo runs' device-synchronised step time and peak memory
+# torchtitan 0.3.0 (components/metrics.py, MetricsProcessor.log, through tools/logging.py's "[titan] %(asctime)s -
+# %(name)s - %(levelname)s - " format): "step:  1  loss: 12.25000  grad_norm:  3.1416  memory: 10.50GiB(13.27%)
+# tps: 6,123  tflops: 300.12  mfu: 30.35%", fields two spaces apart. Its validation line ("validate step:") is no step.
+TITAN_STEP = re.compile(r"^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?\[titan\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \S+ - "
+                        r"INFO - step:\s*(\d+)\b")
+TITAN_FIELD = re.compile(r"(\w+): +(\S+)")
+# torchtitan's field -> the record's key: its loss and grad norm, and as raw figures its tokens/s per device, TFLOP/s
+# (its own FLOPs convention), MFU and rank 0's peak reserved memory since the previous line.
+TITAN_FIELDS = {"loss": "loss", "grad_norm": "grad_norm", "tps": "fw_tokens_per_s_per_gpu",
+                "tflops": "fw_tflop_per_s_per_gpu", "mfu": "fw_mfu_pct", "memory": "fw_mem_reserved_gib"}
+TITAN_NUMBER = re.compile(r"^([-+]?(?:[\d,]+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?:GiB\([\d.]+%\)|%)?$",
+                          re.IGNORECASE)
+STEP_MARKER = "TPRIMAT_STEP"  # train/common/step_timer.py: NeMo's and torchtitan's device-synchronised step time
+# and every rank's peak memory
 STEP_LINE = re.compile(RECORD_START + STEP_MARKER + r" (.*)$")
 GIB = 2.0 ** 30
 
@@ -170,6 +184,20 @@ def nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int | 
         elif kind == "fw_tflops":  # NeMo's FLOPs callback: its own (non-causal) convention
             record["fw_tflop_per_s_per_gpu"] = first
     return record, gbs
+
+
+def titan_record(step: int, rest: str, complete: bool) -> dict:
+    """One torchtitan metrics line -> its record; a value that is no whole number (cut, glued, "N/A") is left out,
+    and so is the last field of a line cut off."""
+    record = new_record(step)
+    fields = TITAN_FIELD.findall(rest)
+    if not complete:
+        fields = fields[:-1]
+    for name, text in fields:
+        key, match = TITAN_FIELDS.get(name), TITAN_NUMBER.match(text)
+        if key and match:
+            record[key] = float(match.group(1).replace(",", ""))
+    return record
 
 
 # The timestamp a record's prefix carries (Megatron's "[2025-01-31 12:00:00]", Primus's "[20250131 12:00:00]",

@@ -34,6 +34,11 @@ DEVICE_LINE = re.compile(r"\bGPU \d+: (.+?) \(UUID: |\bCard [Ss]eries:\s*(.+?)\s
 # The collective library's start-up line names the GPU stack: NCCL built for CUDA, or RCCL (ROCm).
 GPU_STACKS = ((re.compile(r"\bNCCL version \S+\+cuda"), "nvidia"), (re.compile(r"\bRCCL version\b"), "amd"))
 HIP_MEMORY = re.compile(r"\b(?:hip|rocm) mem usage[^|]*")  # Primus's iteration field: only ROCm has HIP
+# torchtitan 0.3.0 (trainer.py, Trainer.__init__): "Trainer is initialized with local batch size 1, global batch size
+# 64, gradient accumulation steps 8, sequence length 8192, total steps 50 (warmup 5)".
+TITAN_TRAINER = re.compile(r"Trainer is initialized with local batch size (\d+), global batch size (\d+), gradient "
+                           r"accumulation steps (\d+), sequence length (\d+), total steps (\d+) \(warmup (\d+)\)")
+TITAN_TRAINER_FIELDS = ("mbs", "gbs", "ga", "seq_len", "steps", "warmup_steps")
 # NCCL's (and RCCL's) init.cc at every communicator's creation, NCCL_DEBUG=INFO: "NCCL INFO Using network IB".
 COLLECTIVE_NETWORK = re.compile(r"\bNCCL INFO Using network (\S.*?)\s*$")
 RDMA_NETWORKS = frozenset({"IB"})  # NCCL's built-in RDMA transport, InfiniBand and RoCE alike

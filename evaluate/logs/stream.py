@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass, field
 
 from evaluate.logs.records import (GIB, MEGATRON_ITERATION, MEMORY_REPORT, NEMO_ITERATION, PRIMUS_PREFIX, STEP_LINE,
-                                  STEP_MARKER, megatron_record, memory_kind, nemo_record, new_record, record_fields)
+                                  STEP_MARKER, TITAN_STEP, megatron_record, memory_kind, nemo_record, new_record,
+                                  record_fields, titan_record)
 from evaluate.logs.settings import (ARGUMENT, COLLECTIVE_NETWORK, CONFIG_ITEM, CONFIG_REPR, DEVICE_LINE,
                                    EFFECTIVE_MARKER, GPU_STACKS, GROUP_FIELDS, HIP_MEMORY, MICROBATCHES, MOCK_CLASSES,
-                                   PADDED_VOCAB, PARALLEL_GROUP, PARAMETERS, argument_value, setting_name)
+                                   PADDED_VOCAB, PARALLEL_GROUP, PARAMETERS, TITAN_TRAINER, TITAN_TRAINER_FIELDS,
+                                   argument_value, setting_name)
 
 
 @dataclass
@@ -72,6 +74,14 @@ class Stream:
             if memory:
                 self._memory(int(memory.group(1)), text[memory.end():], complete)
                 return
+        if "[titan]" in text:
+            titan = TITAN_STEP.match(text)
+            if titan:
+                rest = text[titan.end():]
+                total = self.run.total if self.run.records else self.pending.printed.get("steps")
+                self._step(number, titan_record(int(titan.group(1)), rest, complete), total, None, "torchtitan",
+                           complete, rest)
+                return
         if EFFECTIVE_MARKER in text:
             self._declared(text)
         if " ..." in text:
@@ -114,6 +124,9 @@ class Stream:
                 key = setting_name(name)
                 if key and value is not None:
                     target.printed[key] = value
+        found = TITAN_TRAINER.search(text)
+        if found:
+            target.printed.update(zip(TITAN_TRAINER_FIELDS, map(int, found.groups())))
         found = PADDED_VOCAB.search(text)
         if found:
             target.printed["padded_vocab_size"] = int(found.group(1) or found.group(2))
@@ -172,8 +185,8 @@ class Stream:
               printed: str) -> None:
         """Keep a step of the current run, or start the next run where the step counter restarts.
 
-        kind: the line that printed it (mega, prim, nemo or timer: TPrimat's TPRIMAT_STEP); printed: its text after
-        the iteration number (the values, without the timestamp). The counter restarts
+        kind: the line that printed it (mega, prim, nemo, torchtitan or timer: TPrimat's TPRIMAT_STEP); printed: its
+        text after the iteration number (the values, without the timestamp). The counter restarts
         (runs appended, a run resumed from a checkpoint) where a kind of line goes back to an earlier step, or
         prints the same step again with other values; NeMo's progress line may be redrawn, so only going back
         counts there. The same line printed twice is one step; a cut-off line is completed by a later one.
@@ -202,7 +215,11 @@ class Stream:
                 if existing.get(key) is None:
                     existing[key] = value
         run.last_step[kind] = max(run.last_step.get(kind, 0), step)
-        run.total, run.framework = total, "nemo" if kind == "timer" else kind
+        run.total = total if total is not None else run.total
+        if kind != "timer":
+            run.framework = kind
+        elif run.framework is None:  # TPrimat's timer line before a step's own line: NeMo's, unless one says else
+            run.framework = "nemo"
         if gbs is not None:
             run.line_gbs = gbs
 

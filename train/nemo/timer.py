@@ -12,43 +12,20 @@ synchronises its device, the ranks all-reduce (MAX) their peak allocated and res
 collective, so the interval ends when the slowest rank is done), and the step time is the interval
 since the previous batch end (the first step: since its batch start), so the forward-backward, the
 optimizer step (Lightning's automatic optimization runs both between the two hooks) and the overhead
-between steps are all inside. Global rank 0 prints one line per step for evaluate.logs.parse:
-
-    TPRIMAT_STEP {"step": 3, "steps": 50, "step_time_s": 9.31, "peak_allocated_bytes": ..., "peak_reserved_bytes": ...}
-
-step is 1-based (Lightning's global_step after the optimizer step). Without a GPU (tests) the peaks are
-null. Imported only by train/train_nemo.py's build_recipe, inside the NeMo image.
+between steps are all inside. Global rank 0 prints one TPRIMAT_STEP line per step for evaluate.logs.parse
+(train/common/step_timer.py), its step Lightning's global_step after the optimizer step. Imported only by
+train/train_nemo.py's build_recipe, inside the NeMo image.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
-import torch
-import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 
-MARKER = "TPRIMAT_STEP"
+from train.common.step_timer import MARKER, peak_memory, step_line, synchronize
 
-
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _peak_memory() -> list[int] | None:
-    """Peak allocated and reserved bytes since the start, the maximum over every rank."""
-    if not torch.cuda.is_available():
-        return None
-    peaks = [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()]
-    if dist.is_available() and dist.is_initialized():
-        # NCCL reduces device tensors only; gloo (the tests' stand-in) host tensors only
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-        reduced = torch.tensor(peaks, dtype=torch.int64, device=device)
-        dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
-        peaks = reduced.tolist()
-    return [int(value) for value in peaks]
+__all__ = ["MARKER", "StepTimer"]
 
 
 class StepTimer(Callback):
@@ -59,16 +36,13 @@ class StepTimer(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._last is None:
-            _synchronize()
+            synchronize()
             self._last = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        _synchronize()
-        peaks = _peak_memory()
+        synchronize()
+        peaks = peak_memory()
         now = time.perf_counter()
         step_time, self._last = now - self._last, now
         if trainer.is_global_zero:
-            line = {"step": trainer.global_step, "steps": trainer.max_steps, "step_time_s": step_time,
-                    "peak_allocated_bytes": peaks[0] if peaks else None,
-                    "peak_reserved_bytes": peaks[1] if peaks else None}
-            print(f"{MARKER} {json.dumps(line)}", flush=True)
+            print(step_line(trainer.global_step, trainer.max_steps, step_time, peaks), flush=True)

@@ -1,11 +1,11 @@
-"""The torch-native frameworks' own knobs (config.env's Torch-native section: fsdp and autotp) and the
+"""The torch-native frameworks' own knobs (config.env's Torch-native section: fsdp, autotp and torchtitan) and the
 compatibility rules between them, enforced before anything starts (what only autotp cannot do, COMPILE and
 SAC_FREQ, skips its runs in the run list instead: train.plan).
 
 The rules are those of the torch-native benchmarks TPrimat follows: torch.compile and FP8 not together (the FP8
 kernels' own graph breaks), FP8 and selective activation checkpointing not together (recomputing an FP8
-layer re-quantises it with other scaling), SAC only under FSDP (fsdp with DATA_PARALLEL=fsdp), DDP only
-without tensor parallelism, flash attention only where flash-attn is (a GPU), DeepSpeed's ZeRO stage 3 not
+layer re-quantises it with other scaling), SAC only under FSDP (fsdp with DATA_PARALLEL=fsdp), DDP (fsdp's or
+torchtitan's) only without tensor parallelism, flash attention only where flash-attn is (a GPU), DeepSpeed's ZeRO stage 3 not
 with AutoTP, and ZeRO stage 0 not in bf16 with AutoTP's TP > 1 (train/native/autotp.py measured its gradient
 norm wrong there). Pipeline parallelism is no rule here: a PP > 1 layout skips these frameworks in the run list
 (train.plan), since another framework can still run it.
@@ -63,7 +63,7 @@ def problems(config: Config) -> list[str]:
         found.append(f"SAC_FREQ={v['SAC_FREQ']}: selective activation checkpointing runs only under FSDP (framework "
                      f"fsdp with DATA_PARALLEL=fsdp), and DATA_PARALLEL={v['DATA_PARALLEL']}; clear SAC_FREQ or set "
                      "DATA_PARALLEL=fsdp")
-    if "fsdp" in chosen and v["DATA_PARALLEL"] == "ddp":
+    if {"fsdp", "torchtitan"} & set(chosen) and v["DATA_PARALLEL"] == "ddp":  # both replicate whole models
         tensor_parallel = sorted({config.layout(spec.key, name).tp for name in config.strategies
                                   for spec in config.models} - {1})
         if tensor_parallel:

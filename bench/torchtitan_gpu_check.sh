@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# usage: bash bench/torchtitan_gpu_check.sh [--wheels DIR] [--data DIR] [--out DIR] [--steps N] [--layers N] [--install-only|--dry-run]
+# TPrimat's torchtitan run on one GPU of a machine without network, end to end: torchtitan and what it needs
+# installed from a folder of wheels into a virtual environment over the machine's own torch, then TPrimat's
+# launcher (train/launch.sh nvd torchtitan llama) trains Llama 3.1 8B cut to a few layers on data prepared by
+# TPrimat's data stages, and TPrimat's judge and evaluate.extract turn its log into a result.
+#   --wheels DIR  wheels to install with --no-index --no-deps (default .device-wheels): requirements/torchtitan.txt's
+#                 and, where the machine lacks them, megatron-core, tokenizers, datasets (pyarrow, pandas, ...),
+#                 jsonschema, pyyaml, psutil, protobuf, absl-py
+#   --data DIR    a DATA_DIR that ./shell/run_data.sh prepared with DATASET=sample MODELS=llama (default .device-data)
+#   --out DIR     where the run set, the result and the extract go (default $OUT, else output/torchtitan-gpu-check)
+#   --steps N     optimizer steps (default 20; the first 5 are left out of the steady state)
+#   --layers N    Llama 3.1 8B's first N layers (MODEL_LAYERS, default 4)
+#   --install-only  install the folder's wheels into the environment (.device-venv, kept on a warm machine) and
+#                 stop: wheels that do not travel in one call (pyarrow alone is 55 MB) go in an earlier call
+#   --dry-run     no GPU needed: the environment is not built and the launcher only writes the command
+# Exit: 0 the run trained and its result is ok, 1 it failed, 2 bad input or a missing GPU, module or data.
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../shell/lib.sh"
+
+# Modules the run imports beyond torch: torchtitan's entry point, TPrimat's data and its result's checks.
+readonly NEEDED_MODULES="torchtitan.train megatron.core.datasets.gpt_dataset tokenizers jsonschema yaml psutil"
+
+# The virtual environment over the machine's torch, with every wheel of the folder; its Python.
+build_environment() {
+  local wheels="$1" venv="$2"
+  compgen -G "${wheels}/*.whl" >/dev/null || tp_die 2 "no wheels in ${wheels}; download them as docs/frameworks.md says (section torchtitan)"
+  if [[ ! -x "${venv}/bin/python" ]]; then
+    python3 -m venv --system-site-packages "${venv}" || tp_die 2 "python3 -m venv failed: this machine's Python lacks venv"
+  fi
+  # Only the distributions the machine (or an earlier call) does not have yet: its own numpy or pandas is kept.
+  local wanted
+  wanted="$("${venv}/bin/python" - "${wheels}"/*.whl <<'PY'
+import importlib.metadata, pathlib, sys
+for wheel in sys.argv[1:]:
+    try:
+        importlib.metadata.version(pathlib.Path(wheel).name.split("-")[0])
+    except importlib.metadata.PackageNotFoundError:
+        print(wheel)
+PY
+)"
+  if [[ -n "${wanted}" ]]; then
+    local -a files
+    mapfile -t files <<<"${wanted}"
+    "${venv}/bin/python" -m pip install --quiet --no-index --no-deps --disable-pip-version-check "${files[@]}" >&2 \
+      || tp_die 2 "the wheels of ${wheels} did not install (pip's message above)"
+    tp_log "installed ${#files[@]} wheel(s) of ${wheels}"
+  fi
+  echo "${venv}/bin/python"
+}
+
+# Stop in one line when the GPU or a module is missing.
+check_environment() {
+  local python="$1" module missing=()
+  "${python}" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    || tp_die 2 "torch in ${python} sees no GPU; run this on the GPU machine (or give --dry-run)"
+  for module in ${NEEDED_MODULES}; do
+    "${python}" -c "import ${module}" >/dev/null 2>&1 || missing+=("${module}")
+  done
+  ((${#missing[@]} == 0)) || tp_die 2 "${python} cannot import ${missing[*]}: add their wheels (and their dependencies' wheels) to the wheels folder"
+}
+
+main() {
+  tp_args "--wheels= --data= --out= --steps= --layers= --install-only --dry-run" "$@"
+  local wheels=".device-wheels" data=".device-data" out="${OUT:-output/torchtitan-gpu-check}" steps=20 layers=4
+  local dry_run=0 install_only=0 python
+  while (($# > 0)); do
+    case "$1" in
+      --wheels | --data | --out | --steps | --layers)
+        (($# >= 2)) || tp_die 2 "$1 needs a value"
+        printf -v "${1#--}" '%s' "$2"
+        shift 2
+        ;;
+      --wheels=* | --data=* | --out=* | --steps=* | --layers=*)
+        local name="${1%%=*}"
+        printf -v "${name#--}" '%s' "${1#*=}"
+        shift
+        ;;
+      --dry-run) dry_run=1 && shift ;;
+      --install-only) install_only=1 && shift ;;
+    esac
+  done
+  [[ "${steps}" =~ ^[0-9]+$ && "${steps}" -gt 5 ]] || tp_die 2 "--steps ${steps}: give a whole number above 5 (the first 5 are warm-up)"
+  [[ "${layers}" =~ ^[1-9][0-9]*$ ]] || tp_die 2 "--layers ${layers}: give a whole number above 0"
+  cd "${TPRIMAT_ROOT}"
+  if ((install_only)); then
+    python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
+    tp_log "environment ready: ${python}"
+    return 0
+  fi
+  [[ -d "${data}" ]] || tp_die 2 "no prepared data at ${data}: DATASET=sample MODELS=llama DATA_DIR=${data} ./shell/run_data.sh"
+  data="$(cd "${data}" && pwd)"
+  mkdir -p "${out}"
+  out="$(cd "${out}" && pwd)"
+  if ((dry_run)); then
+    python="$(tp_host_python)"
+  else
+    python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
+    check_environment "${python}"
+    "${python}" -c 'import torch, torchtitan; print(f"[tprimat] torch {torch.__version__} on {torch.cuda.get_device_name()}, torchtitan {torchtitan.__version__}")'
+  fi
+  local run_dir="${out}/torchtitan-llama"
+  rm -rf "${run_dir}"
+  # One GPU (TP = PP = DP = 1), GA 8: GBS 8 x SL 2048 tokens per step; TPrimat's defaults otherwise.
+  env PLATFORM=nvd RUNTIME=host TPRIMAT_PYTHON="${python}" MODELS=llama MODEL_LAYERS="${layers}" DATASET=sample \
+    DATA_DIR="${data}" OUTPUT_DIR="${out}" TRAIN_ITERS="${steps}" WARMUP_STEPS=2 WARMUP_SKIP=5 GPUS_PER_NODE=1 TP=1 PP=1 DP=1 GA=8 \
+    TELEMETRY=0 DRY_RUN="${dry_run}" HF_HUB_OFFLINE=1 ALLOW_FALLBACK_TOKENIZER=1 \
+    bash train/launch.sh nvd torchtitan llama --run-dir "${run_dir}" || tp_log "the launcher exited $?"
+  ((dry_run)) && return 0
+  [[ -f "${run_dir}/train.log" ]] || tp_die 1 "no train.log in ${run_dir}: the run did not start"
+  (cd "${TPRIMAT_ROOT}" && "${python}" -m evaluate.extract "${run_dir}/train.log" --run-dir "${run_dir}" \
+    -o "${out}/extract.json") || tp_die 1 "evaluate.extract could not read ${run_dir}/train.log"
+  "${python}" - "${run_dir}/result.json" <<'PY'
+import json, sys
+result = json.load(open(sys.argv[1]))
+perf, run = result["performance"], result["run"]
+print(f"[tprimat] torchtitan {result['model']['variant']}: status {run['status']}, {run['steps_completed']} steps, "
+      f"tokens/s/GPU {perf['tokens_per_s_per_gpu']}, TFLOP/s/GPU {perf['tflop_per_s_per_gpu']}; "
+      f"warnings: {result['warnings']}")
+sys.exit(0 if run["status"] == "ok" else 1)
+PY
+}
+
+main "$@"

@@ -1,0 +1,40 @@
+"""bench/torchtitan_gpu_check.sh, as far as a CPU goes: its dry run plans TPrimat's one-GPU torchtitan run of Llama 3.1
+8B's first layers on prepared sample data and writes the command and settings the GPU machine would run; what it is
+given wrong stops it in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.fixtures.train.data_dir import make_data_dir
+from tests.shell_harness import REPO
+
+SCRIPT = REPO / "bench" / "torchtitan_gpu_check.sh"
+
+
+def check(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TPRIMAT_HOST_PYTHON": sys.executable}
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_its_dry_run_writes_the_one_gpu_command_and_the_settings_of_a_few_layers(tmp_path):
+    data = make_data_dir(tmp_path / "data", model_keys=("llama",), documents=60)
+    out = check("--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", "--steps", "12", "--layers", "2")
+    assert out.returncode == 0, out.stderr
+    run_dir = tmp_path / "out" / "torchtitan-llama"
+    command = json.loads((run_dir / "launch.json").read_text())["command"]
+    assert "--nproc_per_node=1" in command and command[-6:-4] == ["-m", "torchtitan.train"]
+    settings = json.loads((run_dir / "torchtitan_settings.json").read_text())
+    assert (settings["model"]["num_layers"], settings["model"]["dim"]) == (2, 4096)
+    assert (settings["set"]["training.steps"], settings["set"]["training.global_batch_size"]) == (12, 8)
+
+
+def test_without_prepared_data_or_with_too_few_steps_it_stops_in_one_line(tmp_path):
+    missing = check("--data", str(tmp_path / "none"), "--dry-run")
+    few = check("--steps", "3", "--dry-run")
+    assert (missing.returncode, few.returncode) == (2, 2)
+    assert "no prepared data at" in missing.stderr and "./shell/run_data.sh" in missing.stderr
+    assert few.stderr.strip().count("\n") == 0 and "--steps 3" in few.stderr

@@ -1,0 +1,44 @@
+"""TPrimat's own step timer for frameworks whose loop is not TPrimat's (NeMo's Lightning callback, train/nemo/timer.py;
+torchtitan's trainer, train/torchtitan/trainer.py): the device synchronisation at a step boundary, every rank's peak
+memory, and the line evaluate.logs reads (MARKER, evaluate.logs.records.STEP_MARKER):
+
+    TPRIMAT_STEP {"step": 3, "steps": 50, "step_time_s": 9.31, "peak_allocated_bytes": ..., "peak_reserved_bytes": ...}
+
+step is 1-based. Without a GPU (tests) nothing is synchronised and the peaks are null.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import torch.distributed as dist
+
+MARKER = "TPRIMAT_STEP"
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def peak_memory() -> list[int] | None:
+    """Peak allocated and reserved bytes since the start, the maximum over every rank (a collective: call it on
+    every rank)."""
+    if not torch.cuda.is_available():
+        return None
+    peaks = [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()]
+    if dist.is_available() and dist.is_initialized():
+        # NCCL reduces device tensors only; gloo (the tests' stand-in) host tensors only
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        reduced = torch.tensor(peaks, dtype=torch.int64, device=device)
+        dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
+        peaks = reduced.tolist()
+    return [int(value) for value in peaks]
+
+
+def step_line(step: int, steps: int, seconds: float, peaks: list[int] | None) -> str:
+    """The TPRIMAT_STEP line of one step."""
+    line = {"step": step, "steps": steps, "step_time_s": seconds,
+            "peak_allocated_bytes": peaks[0] if peaks else None, "peak_reserved_bytes": peaks[1] if peaks else None}
+    return f"{MARKER} {json.dumps(line)}"

@@ -1,0 +1,114 @@
+"""TPrimat's config function for torchtitan 0.3.0: `python -m torchtitan.train --module train.torchtitan --config
+tprimat` (torchtitan/config/manager.py, ConfigManager._load_config, imports <module>.config_registry and calls the
+function) returns the Trainer.Config of one run, from the settings of train/torchtitan/settings.py named by
+TPRIMAT_TORCHTITAN_SETTINGS.
+
+The model is torchtitan's llama3 model built from the spec's numbers with the helpers its own registry uses
+(torchtitan/models/llama3/__init__.py: _build_llama3_layers and the parameter initialisations, private names of the
+pinned 0.3.0): FlexAttention (its llama3 default), fused QKV, Llama 3's RoPE scaling where the spec has one, the
+spec's norm epsilon, and Qwen 2.5's QKV bias as a bias on the fused QKV projection (whose tensor-parallel placement
+torchtitan shards with the weight: models/common/decoder_sharding.py). The loss is its llama3 configs' chunked cross
+entropy, the data TPrimat's (train/torchtitan/data.py), the trainer TPrimat's timed one (train/torchtitan/trainer.py).
+Every dotted path of the settings' `set` must name an existing field: a misspelt or renamed one stops the run.
+
+On ranks other than the one torchtitan logs metrics on (rank 0 without pipeline parallelism), its INFO lines are
+silenced, so that one metrics line per step reaches the log; warnings and errors of every rank still do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.components.optimizer import OptimizersContainer
+from torchtitan.components.optimizer.optimizer import ParamGroupConfig
+from torchtitan.distributed.pipeline_parallel import pipeline_llm
+from torchtitan.models import llama3 as titan_llama
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.llama3.model import Llama3Model
+from torchtitan.protocols.model_spec import ModelSpec
+
+from train.torchtitan.data import PreparedDataLoader
+from train.torchtitan.settings import SETTINGS_ENV
+from train.torchtitan.trainer import TimedTrainer
+
+ATTENTION = "flex"  # models/llama3/__init__.py, model_registry's default
+
+
+def read_settings() -> dict:
+    path = os.environ.get(SETTINGS_ENV)
+    if not path:
+        raise SystemExit(f"{SETTINGS_ENV} is not set: start torchtitan through TPrimat's launcher "
+                         "(train/launch.sh PLATFORM torchtitan MODEL), which writes the run's settings")
+    return json.loads(Path(path).read_text())
+
+
+def build_model(numbers: dict) -> Llama3Model.Config:
+    """torchtitan's llama3 model config with exactly the spec's numbers."""
+    dim, heads = numbers["dim"], numbers["n_heads"]
+    scaling = numbers["rope_scaling"]
+    rope = ComplexRoPE.Config(
+        dim=dim // heads, max_seq_len=numbers["max_seq_len"], theta=numbers["rope_theta"],
+        **({"scaling": "llama", "scaling_factor": scaling["factor"], "low_freq_factor": scaling["low_freq_factor"],
+            "high_freq_factor": scaling["high_freq_factor"],
+            "original_max_position_embeddings": scaling["original_max_position_embeddings"]} if scaling else {}))
+    vocab, tied = numbers["vocab_size"], numbers["tied_embeddings"]
+    config = Llama3Model.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying=tied,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=vocab, embedding_dim=dim,
+            param_init=titan_llama._EMBEDDING_SKIP_INIT if tied else titan_llama._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=titan_llama._NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=titan_llama._output_linear_init(dim)),
+        layers=titan_llama._build_llama3_layers(
+            n_layers=numbers["num_layers"], dim=dim, n_heads=heads, n_kv_heads=numbers["n_kv_heads"],
+            hidden_dim=numbers["ffn_hidden"], rope=rope, fuse_qkv=True, attn_backend=ATTENTION))
+    for _, norm, _, _ in config.traverse(RMSNorm.Config):
+        norm.eps = numbers["norm_eps"]
+    if numbers["qkv_bias"]:
+        for fqn, linear, _, _ in config.traverse(Linear.Config):
+            if fqn.endswith(".wqkv"):
+                linear.bias = True
+    return config
+
+
+def apply(config: TimedTrainer.Config, values: dict) -> None:
+    """Set each dotted field path; one that names no field of torchtitan's config is an error."""
+    for path, value in values.items():
+        *parents, name = path.split(".")
+        target = config
+        for part in parents:
+            target = getattr(target, part)
+        if not hasattr(target, name):
+            raise AttributeError(f"torchtitan's {type(target).__qualname__} has no field {name!r} ({path}): this "
+                                 "is not the torchtitan requirements/torchtitan.txt pins")
+        setattr(target, name, value)
+
+
+def quiet_other_ranks() -> None:
+    """torchtitan logs its metrics line on every rank; only the first rank's is kept (the loss is global)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        logging.getLogger().setLevel(logging.WARNING)
+
+
+def tprimat() -> TimedTrainer.Config:
+    """The run's Trainer.Config (torchtitan's config function)."""
+    settings = read_settings()
+    model = build_model(settings["model"])
+    config = TimedTrainer.Config(
+        model_spec=ModelSpec(name="llama3", flavor=settings["model"]["variant"], model=model,
+                             parallelize_fn=titan_llama.parallelize_llama, pipelining_fn=pipeline_llm,
+                             post_optimizer_build_fn=None, state_dict_adapter=None),
+        loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=model.vocab_size)),
+        optimizer=OptimizersContainer.Config(param_groups=[
+            ParamGroupConfig(pattern=group["pattern"], optimizer_name="AdamW",
+                             optimizer_kwargs={**group["kwargs"], "betas": tuple(group["kwargs"]["betas"])})
+            for group in settings["optimizer"]]),
+        dataloader=PreparedDataLoader.Config(request=settings["request"]),
+    )
+    apply(config, settings["set"])
+    quiet_other_ranks()
+    return config

@@ -1,0 +1,76 @@
+"""torchtitan's Trainer with TPrimat's step timer and read-back, so that its result is measured as every other's.
+
+torchtitan's metrics line (components/metrics.py, MetricsProcessor.log) gives no step time, only tokens/s per device
+over the host clock, and its memory is rank 0's peak reserved since the previous line. This subclass times each
+step as train/common/step_timer.py does for NeMo: the device synchronised at every step boundary, every rank's peak
+memory, one TPRIMAT_STEP line per step from global rank 0, the interval since the previous step's end (so what the
+loop runs between steps is inside). Once built it prints the settings it really trains with, read from the built
+trainer, as a TPRIMAT_EFFECTIVE line, which evaluate.judge compares with the request.
+
+torchtitan builds it through Trainer.Config.build (torchtitan/config/configurable.py wires a nested Config to its
+owner class), from the Config config_registry.tprimat returns.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import torch.distributed as dist
+from torchtitan.trainer import Trainer
+
+from train.common.step_timer import peak_memory, step_line, synchronize
+
+
+class TimedTrainer(Trainer):
+    """torchtitan's Trainer, each step timed and the built run read back."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(Trainer.Config):
+        pass
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self._last: float | None = None  # perf_counter at the previous step's end
+        if dist.get_rank() == 0:
+            print(f"TPRIMAT_EFFECTIVE {json.dumps(effective(self), default=str)}", flush=True)
+
+    def train_step(self, data_iterator) -> None:
+        if self._last is None:
+            synchronize()
+            self._last = time.perf_counter()
+        super().train_step(data_iterator)
+        synchronize()
+        peaks = peak_memory()
+        now = time.perf_counter()
+        seconds, self._last = now - self._last, now
+        if dist.get_rank() == 0:
+            print(step_line(self.step, self.config.training.steps, seconds, peaks), flush=True)
+
+
+def effective(trainer: Trainer) -> dict:
+    """The settings the built trainer applies, in the result's names (evaluate.logs.settings)."""
+    config, dims, model = trainer.config, trainer.parallel_dims, trainer.model_config
+    training, schedule = config.training, config.lr_scheduler
+    group = config.optimizer.param_groups[-1].optimizer_kwargs  # the decayed group
+    dp, ddp = dims.dp_shard * dims.dp_replicate, dims.dp_shard == 1 and dims.dp_replicate > 1
+    attention = model.layers[0].attention
+    loader = trainer.dataloader
+    return {
+        "tp": dims.tp, "pp": dims.pp, "dp": dp, "cp": dims.cp, "num_gpus": dims.world_size,
+        "sequence_parallel": dims.tp > 1 and config.parallelism.enable_sequence_parallel,
+        "ga": trainer.gradient_accumulation_steps, "mbs": training.local_batch_size,
+        "gbs": training.local_batch_size * dp * trainer.gradient_accumulation_steps,
+        "seq_len": training.seq_len, "steps": training.steps,
+        "precision": {"bfloat16": "bf16", "float32": "fp32"}[training.mixed_precision_param],
+        "grad_reduce_in_fp32": ddp or training.mixed_precision_reduce == "float32",
+        "lr": group["lr"], "min_lr": group["lr"] * schedule.min_lr_factor, "warmup_steps": schedule.warmup_steps,
+        "lr_decay_style": schedule.decay_type, "weight_decay": group["weight_decay"], "beta1": group["betas"][0],
+        "beta2": group["betas"][1], "grad_clip": training.max_norm, "seed": config.debug.seed,
+        "data_parallel": "ddp" if ddp else "fsdp", "compile": config.compile.enable,
+        "sac_every": 0 if config.activation_checkpoint is None else None,
+        "num_layers": len(model.layers), "hidden_size": model.dim, "padded_vocab_size": model.vocab_size,
+        "num_attention_heads": attention.n_heads, "num_kv_heads": attention.n_kv_heads,
+        "mock_data": loader.source.mock, "data_path": None if loader.source.mock else str(loader.source.prefix),
+    }

@@ -1,0 +1,30 @@
+"""torchtitan: PyTorch's own pretraining framework (PyPI torchtitan 0.3.0, requirements/torchtitan.txt) under its own
+entry point `torchtitan.train`, configured by TPrimat's config function (train/torchtitan/): the reference that fsdp
+must not be slower than on one layout.
+
+It builds each model of utils.spec.models from the spec as torchtitan's llama3 model (Qwen 2.5's QKV bias as a
+bias on its fused QKV projection; no sliding window, so Mistral skips it) and reads TPrimat's prepared data through TPrimat's dataloader component. GPUs only:
+torchtitan 0.3.0 picks "cuda" when torch sees no accelerator (torchtitan/tools/utils.py:55, get_device_info) and
+starts NCCL on it (docs/frameworks.md, "torchtitan"). Its LR warm-up is torchtitan's own (step k at LR x k/W), its
+result is extracted from its log: torchtitan's metrics line and TPrimat's TPRIMAT_STEP line (device-synchronised
+step time, every rank's peak memory).
+
+torchtitan has pipeline parallelism too; TPrimat does not map it yet (the fsdp memory model has no pipeline stages),
+so a PP > 1 layout skips it. Its selective activation checkpointing is per operation on every layer, not SAC_FREQ's
+every N-th layer, and its compile has no mode: SAC_FREQ skips it, COMPILE_MODE other than default is refused.
+"""
+
+from utils.frameworks import Framework
+from utils.spec.models import ENTRIES
+
+# torchtitan's llama3 model (train/torchtitan/config_registry.py builds it from the spec) has no sliding window: a
+# model with one (Mistral 7B) has no name here and skips torchtitan.
+MODEL_NAMES = {spec.key: "llama3" for spec, _ in ENTRIES if spec.sliding_window is None}
+
+FRAMEWORK = Framework(
+    name="torchtitan", display_name="torchtitan", platforms=("amd", "nvd"), warmup_convention="torchtitan",
+    probe_modules=("torchtitan", "megatron.core"),  # TPrimat's dataloader reads data through megatron.core
+    command="train.torchtitan.launch:command", log_format="torchtitan", memory_model="fsdp",
+    parallelisms=frozenset({"tp"}), precisions=("bf16",), knobs=("DATA_PARALLEL", "COMPILE"), model_names=MODEL_NAMES,
+    env={"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},  # as fsdp's: the same torch on the same GPUs
+)
