@@ -136,14 +136,15 @@ def test_dry_run_sweep_lists_every_run_and_writes_its_configuration(tmp_path, pl
     assert "nothing was trained" in result.stderr
 
 
-@pytest.mark.parametrize("platform, fairness, precision", [("amd", "spec", "bf16"), ("nvd", "tuned", "fp8")])
+@pytest.mark.parametrize("platform, fairness, precision, stack", [("amd", "spec", "bf16", "primus-v26.5"),
+                                                                 ("nvd", "tuned", "fp8", "nemo-25.04")])
 def test_a_dry_run_writes_the_fairness_profile_and_the_workload_into_every_framework_s_configuration(
-        tmp_path, platform, fairness, precision):
+        tmp_path, platform, fairness, precision, stack):
     import yaml
 
     fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})
     result = fake.run("shell/train.sh", DRY_RUN="1", MODELS="llama", FAIRNESS=fairness, PRECISION=precision,
-                      STACK="primus-v25.11,nemo-25.04")  # the stacks whose frameworks are all registered
+                      STACK=stack)
     assert result.returncode == 0, result.output
     runs = {request(d).identity.framework: d for d in run_dirs(tmp_path / "output")}
     # DeepSpeed AutoTP has no FP8 and TPrimat maps torchtitan's bf16 only: both skipped in FP8
