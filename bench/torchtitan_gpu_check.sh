@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# usage: bash bench/torchtitan_gpu_check.sh [--wheels DIR] [--data DIR] [--out DIR] [--steps N] [--layers N] [--install-only|--dry-run]
-# TPrimat's torchtitan run on one GPU of a machine without network, end to end: torchtitan and what it needs
-# installed from a folder of wheels into a virtual environment over the machine's own torch, then TPrimat's
-# launcher (train/launch.sh nvd torchtitan llama) trains Llama 3.1 8B cut to a few layers on data prepared by
-# TPrimat's data stages, and TPrimat's judge and evaluate.extract turn its log into a result.
+# usage: bash bench/torchtitan_gpu_check.sh [--wheels DIR] [--data DIR] [--out DIR] [--steps N] [--layers N] [--frameworks LIST] [--install-only|--dry-run]
+# TPrimat's torchtitan run on one GPU of a machine without network, end to end, and fsdp beside it on the same
+# layout (torchtitan is the reference fsdp must not be slower than): torchtitan and what it needs installed from
+# a folder of wheels into a virtual environment over the machine's own torch, then TPrimat's launcher
+# (train/launch.sh nvd <framework> llama) trains Llama 3.1 8B cut to a few layers on data prepared by TPrimat's
+# data stages, and TPrimat's judge (evaluate.extract for torchtitan's log) turns each run into a result.
 #   --wheels DIR  wheels to install with --no-index --no-deps (default .device-wheels): requirements/torchtitan.txt's
 #                 and, where the machine lacks them, megatron-core, tokenizers, datasets (pyarrow, pandas, ...),
 #                 jsonschema, pyyaml, psutil, protobuf, absl-py
@@ -11,10 +12,11 @@
 #   --out DIR     where the run set, the result and the extract go (default $OUT, else output/torchtitan-gpu-check)
 #   --steps N     optimizer steps (default 20; the first 5 are left out of the steady state)
 #   --layers N    Llama 3.1 8B's first N layers (MODEL_LAYERS, default 4)
+#   --frameworks LIST  comma list of the frameworks to run, one after the other (default torchtitan,fsdp)
 #   --install-only  install the folder's wheels into the environment (.device-venv, kept on a warm machine) and
 #                 stop: wheels that do not travel in one call (pyarrow alone is 55 MB) go in an earlier call
 #   --dry-run     no GPU needed: the environment is not built and the launcher only writes the command
-# Exit: 0 the run trained and its result is ok, 1 it failed, 2 bad input or a missing GPU, module or data.
+# Exit: 0 every run trained and its result is ok, 1 one failed, 2 bad input or a missing GPU, module or data.
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../shell/lib.sh"
 
 # Modules the run imports beyond torch: torchtitan's entry point, TPrimat's data and its result's checks.
@@ -60,17 +62,17 @@ check_environment() {
 }
 
 main() {
-  tp_args "--wheels= --data= --out= --steps= --layers= --install-only --dry-run" "$@"
+  tp_args "--wheels= --data= --out= --steps= --layers= --frameworks= --install-only --dry-run" "$@"
   local wheels=".device-wheels" data=".device-data" out="${OUT:-output/torchtitan-gpu-check}" steps=20 layers=4
-  local dry_run=0 install_only=0 python
+  local frameworks="torchtitan,fsdp" dry_run=0 install_only=0 python
   while (($# > 0)); do
     case "$1" in
-      --wheels | --data | --out | --steps | --layers)
+      --wheels | --data | --out | --steps | --layers | --frameworks)
         (($# >= 2)) || tp_die 2 "$1 needs a value"
         printf -v "${1#--}" '%s' "$2"
         shift 2
         ;;
-      --wheels=* | --data=* | --out=* | --steps=* | --layers=*)
+      --wheels=* | --data=* | --out=* | --steps=* | --layers=* | --frameworks=*)
         local name="${1%%=*}"
         printf -v "${name#--}" '%s' "${1#*=}"
         shift
@@ -81,6 +83,8 @@ main() {
   done
   [[ "${steps}" =~ ^[0-9]+$ && "${steps}" -gt 5 ]] || tp_die 2 "--steps ${steps}: give a whole number above 5 (the first 5 are warm-up)"
   [[ "${layers}" =~ ^[1-9][0-9]*$ ]] || tp_die 2 "--layers ${layers}: give a whole number above 0"
+  [[ "${frameworks}" =~ ^(torchtitan|fsdp)(,(torchtitan|fsdp))*$ ]] \
+    || tp_die 2 "--frameworks ${frameworks}: give a comma list of torchtitan and fsdp"
   cd "${TPRIMAT_ROOT}"
   if ((install_only)); then
     python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
@@ -98,24 +102,38 @@ main() {
     check_environment "${python}"
     "${python}" -c 'import torch, torchtitan; print(f"[tprimat] torch {torch.__version__} on {torch.cuda.get_device_name()}, torchtitan {torchtitan.__version__}")'
   fi
-  local run_dir="${out}/torchtitan-llama"
+  local framework failed=0
+  for framework in ${frameworks//,/ }; do
+    run_one "${framework}" "${python}" "${data}" "${out}" "${steps}" "${layers}" "${dry_run}" || failed=1
+  done
+  return "${failed}"
+}
+
+# One framework's run of Llama 3.1 8B's first layers on one GPU (TP = PP = DP = 1), GA 8: GBS 8 x SL 2048 tokens
+# per step; TPrimat's defaults otherwise. torchtitan's result comes from its log (evaluate.extract), fsdp writes
+# its own. Prints the result's line; returns 1 when the run did not end ok.
+run_one() {
+  local framework="$1" python="$2" data="$3" out="$4" steps="$5" layers="$6" dry_run="$7"
+  local run_dir="${out}/${framework}-llama"
   rm -rf "${run_dir}"
-  # One GPU (TP = PP = DP = 1), GA 8: GBS 8 x SL 2048 tokens per step; TPrimat's defaults otherwise.
   env PLATFORM=nvd RUNTIME=host TPRIMAT_PYTHON="${python}" MODELS=llama MODEL_LAYERS="${layers}" DATASET=sample \
     DATA_DIR="${data}" OUTPUT_DIR="${out}" TRAIN_ITERS="${steps}" WARMUP_STEPS=2 WARMUP_SKIP=5 GPUS_PER_NODE=1 TP=1 PP=1 DP=1 GA=8 \
     TELEMETRY=0 DRY_RUN="${dry_run}" HF_HUB_OFFLINE=1 ALLOW_FALLBACK_TOKENIZER=1 \
-    bash train/launch.sh nvd torchtitan llama --run-dir "${run_dir}" || tp_log "the launcher exited $?"
+    bash train/launch.sh nvd "${framework}" llama --run-dir "${run_dir}" || tp_log "the ${framework} launcher exited $?"
   ((dry_run)) && return 0
-  [[ -f "${run_dir}/train.log" ]] || tp_die 1 "no train.log in ${run_dir}: the run did not start"
-  (cd "${TPRIMAT_ROOT}" && "${python}" -m evaluate.extract "${run_dir}/train.log" --run-dir "${run_dir}" \
-    -o "${out}/extract.json") || tp_die 1 "evaluate.extract could not read ${run_dir}/train.log"
+  [[ -f "${run_dir}/train.log" ]] || { tp_warn "no train.log in ${run_dir}: the ${framework} run did not start"; return 1; }
+  if [[ "${framework}" == torchtitan ]]; then
+    (cd "${TPRIMAT_ROOT}" && "${python}" -m evaluate.extract "${run_dir}/train.log" --run-dir "${run_dir}" \
+      -o "${out}/extract.json") || { tp_warn "evaluate.extract could not read ${run_dir}/train.log"; return 1; }
+  fi
+  [[ -f "${run_dir}/result.json" ]] || { tp_warn "no result.json in ${run_dir}"; return 1; }
   "${python}" - "${run_dir}/result.json" <<'PY'
 import json, sys
 result = json.load(open(sys.argv[1]))
 perf, run = result["performance"], result["run"]
-print(f"[tprimat] torchtitan {result['model']['variant']}: status {run['status']}, {run['steps_completed']} steps, "
-      f"tokens/s/GPU {perf['tokens_per_s_per_gpu']}, TFLOP/s/GPU {perf['tflop_per_s_per_gpu']}; "
-      f"warnings: {result['warnings']}")
+print(f"[tprimat] {result['framework']} {result['model']['variant']}: status {run['status']}, "
+      f"{run['steps_completed']} steps, tokens/s/GPU {perf['tokens_per_s_per_gpu']}, "
+      f"TFLOP/s/GPU {perf['tflop_per_s_per_gpu']}, MFU {perf.get('mfu')}; warnings: {result['warnings']}")
 sys.exit(0 if run["status"] == "ok" else 1)
 PY
 }
