@@ -2,7 +2,7 @@
 # usage: bash bench/torchtitan_gpu_check.sh [--wheels DIR] [--data DIR] [--out DIR] [--steps N] [--layers N] [--frameworks LIST] [--install-only|--dry-run]
 # TPrimat's torchtitan run on one GPU of a machine without network, end to end, and fsdp beside it on the same
 # layout (torchtitan is the reference fsdp must not be slower than): torchtitan and what it needs installed from
-# a folder of wheels into a virtual environment over the machine's own torch, then TPrimat's launcher
+# a folder of wheels into a folder on PYTHONPATH over the machine's own torch, then TPrimat's launcher
 # (train/launch.sh nvd <framework> llama) trains Llama 3.1 8B cut to a few layers on data prepared by TPrimat's
 # data stages, and TPrimat's judge (evaluate.extract for torchtitan's log) turns each run into a result.
 #   --wheels DIR  wheels to install with --no-index --no-deps (default .device-wheels): requirements/torchtitan.txt's
@@ -19,19 +19,20 @@
 # Exit: 0 every run trained and its result is ok, 1 one failed, 2 bad input or a missing GPU, module or data.
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../shell/lib.sh"
 
-# Modules the run imports beyond torch: torchtitan's entry point, TPrimat's data and its result's checks.
-readonly NEEDED_MODULES="torchtitan.train megatron.core.datasets.gpt_dataset tokenizers jsonschema yaml psutil"
+# Modules every run imports beyond torch: TPrimat's data and its result's checks (torchtitan's runs add its entry).
+readonly NEEDED_MODULES="megatron.core.datasets.gpt_dataset tokenizers jsonschema yaml psutil"
 
-# The virtual environment over the machine's torch, with every wheel of the folder; its Python.
+# The folder of packages over the machine's own Python (its torch kept: that Python may itself be a virtual
+# environment, whose packages a nested venv would not see), filled with the folder's wheels it lacks; prints the
+# Python. The caller puts the folder on PYTHONPATH (site_path).
 build_environment() {
-  local wheels="$1" venv="$2"
+  local wheels="$1" site="$2" python
   compgen -G "${wheels}/*.whl" >/dev/null || tp_die 2 "no wheels in ${wheels}; download them as docs/frameworks.md says (section torchtitan)"
-  if [[ ! -x "${venv}/bin/python" ]]; then
-    python3 -m venv --system-site-packages "${venv}" || tp_die 2 "python3 -m venv failed: this machine's Python lacks venv"
-  fi
+  python="$(command -v python3)" || tp_die 2 "no python3 on PATH"
+  mkdir -p "${site}"
   # Only the distributions the machine (or an earlier call) does not have yet: its own numpy or pandas is kept.
   local wanted
-  wanted="$("${venv}/bin/python" - "${wheels}"/*.whl <<'PY'
+  wanted="$(PYTHONPATH="$(site_path "${site}")" "${python}" - "${wheels}"/*.whl <<'PY'
 import importlib.metadata, pathlib, sys
 for wheel in sys.argv[1:]:
     try:
@@ -43,20 +44,25 @@ PY
   if [[ -n "${wanted}" ]]; then
     local -a files
     mapfile -t files <<<"${wanted}"
-    "${venv}/bin/python" -m pip install --quiet --no-index --no-deps --disable-pip-version-check "${files[@]}" >&2 \
-      || tp_die 2 "the wheels of ${wheels} did not install (pip's message above)"
-    tp_log "installed ${#files[@]} wheel(s) of ${wheels}"
+    "${python}" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check \
+      --target "${site}" "${files[@]}" >&2 || tp_die 2 "the wheels of ${wheels} did not install (pip's message above)"
+    tp_log "installed ${#files[@]} wheel(s) of ${wheels} into ${site}"
   fi
-  echo "${venv}/bin/python"
+  echo "${python}"
 }
+
+# PYTHONPATH with the wheels' folder in front.
+site_path() { echo "$1${PYTHONPATH:+:${PYTHONPATH}}"; }
 
 # Stop in one line when the GPU or a module is missing.
 check_environment() {
-  local python="$1" module missing=()
+  local python="$1" frameworks="$2" module missing=() modules="${NEEDED_MODULES}"
+  [[ ",${frameworks}," != *,torchtitan,* ]] || modules+=" torchtitan.train"
   "${python}" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
     || tp_die 2 "torch in ${python} sees no GPU; run this on the GPU machine (or give --dry-run)"
-  for module in ${NEEDED_MODULES}; do
-    "${python}" -c "import ${module}" >/dev/null 2>&1 || missing+=("${module}")
+  local why
+  for module in ${modules}; do
+    why="$("${python}" -c "import ${module}" 2>&1 >/dev/null)" || missing+=("${module} ($(tail -n 1 <<<"${why}"))")
   done
   ((${#missing[@]} == 0)) || tp_die 2 "${python} cannot import ${missing[*]}: add their wheels (and their dependencies' wheels) to the wheels folder"
 }
@@ -83,12 +89,12 @@ main() {
   done
   [[ "${steps}" =~ ^[0-9]+$ && "${steps}" -gt 5 ]] || tp_die 2 "--steps ${steps}: give a whole number above 5 (the first 5 are warm-up)"
   [[ "${layers}" =~ ^[1-9][0-9]*$ ]] || tp_die 2 "--layers ${layers}: give a whole number above 0"
-  [[ "${frameworks}" =~ ^(torchtitan|fsdp)(,(torchtitan|fsdp))*$ ]] \
-    || tp_die 2 "--frameworks ${frameworks}: give a comma list of torchtitan and fsdp"
+  [[ "${frameworks}" =~ ^(torchtitan|fsdp|mega)(,(torchtitan|fsdp|mega))*$ ]] \
+    || tp_die 2 "--frameworks ${frameworks}: give a comma list of torchtitan, fsdp and mega"
   cd "${TPRIMAT_ROOT}"
   if ((install_only)); then
     python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
-    tp_log "environment ready: ${python}"
+    tp_log "environment ready: ${python} with ${TPRIMAT_ROOT}/.device-venv"
     return 0
   fi
   [[ -d "${data}" ]] || tp_die 2 "no prepared data at ${data}: DATASET=sample MODELS=llama DATA_DIR=${data} ./shell/run_data.sh"
@@ -99,8 +105,10 @@ main() {
     python="$(tp_host_python)"
   else
     python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
-    check_environment "${python}"
-    "${python}" -c 'import torch, torchtitan; print(f"[tprimat] torch {torch.__version__} on {torch.cuda.get_device_name()}, torchtitan {torchtitan.__version__}")'
+    PYTHONPATH="$(site_path "${TPRIMAT_ROOT}/.device-venv")"
+    export PYTHONPATH
+    check_environment "${python}" "${frameworks}"
+    "${python}" -c 'import torch; print(f"[tprimat] torch {torch.__version__} on {torch.cuda.get_device_name()}")'
   fi
   local framework failed=0
   for framework in ${frameworks//,/ }; do

@@ -83,3 +83,19 @@ def test_docs_tested_stacks_shows_the_table_itself():
     section = text.split("## Tested stacks", 1)[1]
     table = section.split("<!-- stack table: python3 -m utils.spec.stacks markdown -->\n", 1)[1]
     assert table.split("\n<!-- end of stack table -->", 1)[0] == stacks.markdown()
+
+
+def test_a_gpu_run_outside_any_image_records_the_host_stack_not_its_row_s_image(monkeypatch):
+    """Planned for a row, run on TPRIMAT_PYTHON's packages: the result must not credit the row's image."""
+    from tests.fixtures.train_matrix.requests import run_request
+
+    monkeypatch.delenv("TPRIMAT_IMAGE_DIGEST", raising=False)
+    monkeypatch.setenv("TPRIMAT_RUNTIME", "host")
+    on_host = run_request("nvd", "fsdp", "llama").result_stack()
+    monkeypatch.setenv("TPRIMAT_IMAGE_DIGEST", "nvcr.io/nvidia/nemo@sha256:" + "0" * 64)
+    in_image = run_request("nvd", "fsdp", "llama").result_stack()
+    row = stacks.default("nvd")
+    assert (on_host["name"], on_host["image"], on_host["image_digest"]) == ("host", None, None)
+    assert row.name in on_host["image_digest_note"] and "host runtime" in on_host["image_digest_note"]
+    assert (in_image["name"], in_image["image"]) == (row.name, row.image)
+    assert in_image["image_digest"].endswith("0" * 64)

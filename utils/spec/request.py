@@ -228,8 +228,14 @@ class Request:
                 "stack": self.result_stack()}
 
     def result_stack(self) -> dict:
-        """The result's stack section: the row's name and image, and the image's digest or why there is none."""
+        """The result's stack section: the row's name and image, and the image's digest or why there is none. A GPU
+        run on the host runtime ran in no image: its stack is "host" (the software section says what it imported),
+        never the row it was planned for, so that compare does not credit that row's image with its figures."""
         env = self.environment
+        if self.stack.image and env.image_digest_note == stacks.HOST_RUNTIME:
+            return {"name": "host", "image": None, "image_digest": None,
+                    "image_digest_note": f"{stacks.HOST_RUNTIME} (TPRIMAT_PYTHON's packages), not {self.stack.name}'s "
+                                         f"image {self.stack.image}"}
         return {"name": self.stack.name, "image": self.stack.image, "image_digest": env.image_digest,
                 **({} if env.image_digest else {"image_digest_note": env.image_digest_note or "not recorded"})}
 

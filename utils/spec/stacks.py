@@ -109,6 +109,11 @@ def having(framework: str, platform: str) -> Stack | None:
     return next((row for row in of(platform) if framework in row.frameworks), None)
 
 
+# Why a run has no image digest when it ran outside any image: on a GPU platform it then ran on TPRIMAT_PYTHON's
+# packages, not on its stack row's image (Request.result_stack records the stack as "host").
+HOST_RUNTIME = "no image: the run ran on the host runtime"
+
+
 def image_digest(env: Mapping[str, str]) -> tuple[str | None, str]:
     """The run's base-image digest as shell/lib/docker.sh passed it, or None with why there is none."""
     value = env.get(DIGEST_ENV, "").strip()
@@ -118,7 +123,7 @@ def image_digest(env: Mapping[str, str]) -> tuple[str | None, str]:
         return None, "the base image has no registry digest (built or loaded locally, not pulled)"
     if env.get("TPRIMAT_RUNTIME") == "docker":
         return None, f"the container was started without {DIGEST_ENV} (not by shell/lib/docker.sh)"
-    return None, "no image: the run ran on the host runtime"
+    return None, HOST_RUNTIME
 
 
 def _shown(value: str | None) -> str:
