@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from utils import frameworks
 from utils.config.parse import Knob, list_items
 from utils.spec.models import MODEL_KEYS, get_model
+from utils.spec import stacks
 from utils.spec.strategies import CUSTOM, StrategyError, load_table
 from utils.machine.vendor_tools import PLATFORMS, detect_platform, gpu_count
 
@@ -71,12 +72,14 @@ def resolve_strategies(value: str, table: dict, problems: list[str]) -> list[str
 
 def resolve_frameworks(requested: list[str], platform: str, notes: list[str]) -> list[str]:
     """FRAMEWORK (with all) mapped onto what the platform runs (utils.frameworks): prim<->nemo; on the CPU a
-    vendor's framework is left out (the others run there)."""
+    vendor's framework is left out (the others run there). `all` is every framework of the platform that its
+    default stack carries (utils/spec/stacks.py: mbridge needs a stack with Megatron-Bridge); one named alone
+    is planned, and its launcher says when the stack lacks it."""
     available = frameworks.on(platform)
     resolved: list[str] = []
     for name in requested:
         if name == "all":
-            resolved.extend(available)
+            resolved.extend(n for n in available if n in stacks.default(platform).frameworks)
             continue
         if name in available:
             resolved.append(name)

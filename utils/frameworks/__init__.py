@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-ENTRY_MODULES = ("mega", "prim", "nemo", "fsdp", "autotp")  # this package's entries, in the run list's order
+ENTRY_MODULES = ("mega", "prim", "nemo", "mbridge", "fsdp", "autotp")  # this package's entries, in the run list's order
 EXTRA_ENV = "TPRIMAT_FRAMEWORKS"  # entry modules of frameworks kept outside the repository
 PARALLELISMS = ("tp", "pp")  # what a layout splits a model by (sequence parallelism follows TP: utils.spec.fairness)
 LOG_FORMATS = ("mega", "prim", "nemo")  # the logs evaluate.logs reads: Megatron-LM's, Primus's, NeMo's

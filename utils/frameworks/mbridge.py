@@ -1,0 +1,19 @@
+"""mbridge: NVIDIA's Megatron-Bridge pretrain recipes (train/mbridge/: the recipe mapping, its launch and read-back).
+
+Megatron-Bridge succeeded the NeMo 2 LLM recipes on NVIDIA's 26.x images; `nemo` stays for the 25.x rows. Its
+training loop is Megatron-LM's (megatron.bridge.training.train, its iteration line is Megatron-LM's), so its LR
+warm-up is Megatron's and its log is read as mega's; its result is extracted from that log. Each model it trains is
+one of its recipe functions, `megatron.bridge.recipes.<module>.<function>` (v0.6.0:
+src/megatron/bridge/recipes/llama/__init__.py, .../qwen/__init__.py); it has none for Mistral 7B. On AMD it runs
+through Primus's own megatron_bridge backend, which train/mbridge/launch.py does not build yet and says so.
+"""
+
+from utils.frameworks import Framework
+
+FRAMEWORK = Framework(
+    name="mbridge", display_name="Megatron-Bridge", platforms=("nvd", "amd"), warmup_convention="megatron",
+    probe_modules=("transformer_engine", "megatron.core", "megatron.bridge"), command="train.mbridge.launch:command",
+    log_format="mega", precisions=("bf16", "fp8"),
+    model_names={"llama": "llama.llama31_8b_pretrain_config", "qwen": "qwen.qwen25_7b_pretrain_config",
+                 "llama70b": "llama.llama31_70b_pretrain_config", "llama32": "llama.llama32_3b_pretrain_config"},
+)
