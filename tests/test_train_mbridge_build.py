@@ -31,12 +31,17 @@ PYENV_312 = Path("/root/.pyenv/versions/3.12.1/bin/python3.12")
 
 
 def python_312() -> str | None:
-    found = shutil.which("python3.12")
-    if not found and shutil.which("pyenv"):
+    """A Python 3.12 that runs: pyenv's 3.12.1, else python3.12 on PATH (a pyenv shim may name none)."""
+    candidates = [str(PYENV_312), shutil.which("python3.12")]
+    if shutil.which("pyenv"):
         out = subprocess.run(["pyenv", "which", "python3.12"], capture_output=True, text=True,
                              env={**os.environ, "PYENV_VERSION": "3.12.1"})
-        found = out.stdout.strip() if out.returncode == 0 else None
-    return found or (str(PYENV_312) if PYENV_312.is_file() else None)
+        candidates.insert(0, out.stdout.strip() if out.returncode == 0 else None)
+    for python in filter(None, candidates):
+        if subprocess.run([python, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"],
+                          capture_output=True).returncode == 0:
+            return python
+    return None
 
 
 def pinned(name: str) -> str:
