@@ -120,7 +120,8 @@ def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are
 def test_every_framework_with_names_has_one_for_each_benchmarked_model():
     from utils.frameworks import TABLE
     assert {name: sorted(set(entry.model_names) & {"llama", "qwen"}) for name, entry in TABLE.items()
-            if entry.model_names is not None} == {"nemo": ["llama", "qwen"], "prim": ["llama", "qwen"]}
+            if entry.model_names is not None} == {"nemo": ["llama", "qwen"], "prim": ["llama", "qwen"],
+                                                  "mbridge": ["llama", "qwen"]}
     assert all(not run.skipped for run in build_plan(node("nvd", MODELS="llama,qwen,llama70b,mistral",
                                                           MODEL_LAYERS="8")))
 

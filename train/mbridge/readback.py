@@ -17,9 +17,9 @@ import json
 import os
 from pathlib import Path
 
-from evaluate.logs.settings import EFFECTIVE_MARKER
 from utils.files import write_json
 
+MARKER = "TPRIMAT_EFFECTIVE"  # evaluate.logs.settings.EFFECTIVE_MARKER (train/ imports no evaluate/)
 DDP_READ = ("check_for_nan_in_grad", "overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32",
             "average_in_collective")
 
@@ -83,7 +83,7 @@ def write(cfg, settings: dict, world_size: int, rank: int) -> dict:
              "effective": effective(cfg, world_size)}
     if rank == 0:
         write_json(Path(settings["readback"]), found)
-        print(f"{EFFECTIVE_MARKER} {json.dumps(found['effective'], sort_keys=True, default=str)}", flush=True)
+        print(f"{MARKER} {json.dumps(found['effective'], sort_keys=True, default=str)}", flush=True)
     return found
 
 
