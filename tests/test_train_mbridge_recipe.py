@@ -115,3 +115,25 @@ def test_a_stack_without_megatron_bridge_is_refused_by_name(tmp_path):
     assert req.stack.megatron_bridge is None  # the default NVIDIA row today: nvcr.io/nvidia/nemo:25.04
     with pytest.raises(UsageError, match=f"stack {req.stack.name} .* carries no Megatron-Bridge"):
         command(req, tmp_path, tmp_path)
+
+
+def test_megatron_bridges_iteration_and_gb_memory_lines_are_read_as_megatrons(tmp_path):
+    """Its training_log prints Megatron-LM's iteration line and its report_memory a '(GB)' line of torch's
+    memory_stats names in 10^9 bytes (v0.6.0, src/megatron/bridge/training/utils/train_utils.py)."""
+    from evaluate.logs.parse import parse_logs
+    from evaluate.logs.settings import EFFECTIVE_MARKER
+    from train.mbridge.readback import MARKER
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        " [2026-11-26 12:00:00] iteration        1/       2 | consumed samples:           64 | elapsed time per "
+        "iteration (ms): 9341.2 | throughput per GPU (TFLOP/s/GPU): 612.3 | learning rate: 1.500000E-05 | global "
+        "batch size:    64 | lm loss: 9.123456E+00 | loss scale: 1.0 | grad norm: 3.142 | number of skipped "
+        "iterations:   0 | number of nan iterations:   0 |\n"
+        "[Rank 0] (after 1 iterations) memory (GB) | current_allocated_mem: 40.1 | peak_allocated_mem: 64.424 | "
+        "peak_reserved_mem: 70.866 | alloc_retries: 0\n")
+    (record,) = parse_logs([log], TABLE["mbridge"].log_format).records
+    assert record["step_time_s"] == pytest.approx(9.3412)
+    assert (record["mem_allocated_gib"], record["mem_reserved_gib"]) == \
+        (pytest.approx(64.424e9 / 2 ** 30), pytest.approx(70.866e9 / 2 ** 30))
+    assert MARKER == EFFECTIVE_MARKER
