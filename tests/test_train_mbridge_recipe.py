@@ -96,7 +96,8 @@ def test_profiling_sets_megatrons_nsys_range_on_rank_0():
 def test_the_command_is_torchrun_on_the_trainer_module_with_its_settings_file(tmp_path):
     req = request(DRY_RUN="1")
     launch = command(req, tmp_path, tmp_path)
-    assert launch.argv[-4:] == ["--module", "train.train_mbridge", "--settings", str(tmp_path / "mbridge_settings.json")]
+    settings_file = str(tmp_path / "mbridge_settings.json")
+    assert launch.argv[-4:] == ["--module", "train.train_mbridge", "--settings", settings_file]
     written = json.loads((tmp_path / "mbridge_settings.json").read_text())
     assert written == json.loads(json.dumps(recipe_settings(req, str(tmp_path))))
     config = json.loads((tmp_path / "mbridge" / "hf" / written["hub_id"] / "config.json").read_text())

@@ -69,7 +69,8 @@ def test_environment_overrides_file_and_cpu_profile():
     ("nvd", "mega,prim,nemo", ["mega", "nemo"]), ("cpu", "all", ["mega", "fsdp", "autotp"]), ("cpu", "nemo", ["mega"]),
     ("cpu", "autotp,fsdp", ["autotp", "fsdp"]),
     # all: what the platform's default stack carries (nemo-25.04 has no Megatron-Bridge); named alone, it is planned
-    ("nvd", "all", ["mega", "nemo", "fsdp", "autotp"]), ("nvd", "mbridge", ["mbridge"]), ("amd", "mbridge", ["mbridge"]),
+    ("nvd", "all", ["mega", "nemo", "fsdp", "autotp"]), ("nvd", "mbridge", ["mbridge"]),
+    ("amd", "mbridge", ["mbridge"]),
 ])
 def test_frameworks_map_onto_the_platform(platform, requested, resolved):
     env = {"TPRIMAT_DETECTED_PLATFORM": platform, "TPRIMAT_DETECTED_GPUS": "0" if platform == "cpu" else "8"}

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 
 from evaluate.logs.records import (GIB, MEGATRON_ITERATION, MEMORY_REPORT, MEMORY_UNIT_GIB, NEMO_ITERATION,
-                                  PRIMUS_PREFIX, STEP_LINE, STEP_MARKER, megatron_record, memory_kind, nemo_record, new_record, record_fields)
+                                  PRIMUS_PREFIX, STEP_LINE, STEP_MARKER, megatron_record, memory_kind, nemo_record,
+                                  new_record, record_fields)
 from evaluate.logs.settings import (ARGUMENT, COLLECTIVE_NETWORK, CONFIG_ITEM, CONFIG_REPR, DEVICE_LINE,
                                    EFFECTIVE_MARKER, GPU_STACKS, GROUP_FIELDS, HIP_MEMORY, MICROBATCHES, MOCK_CLASSES,
                                    PADDED_VOCAB, PARALLEL_GROUP, PARAMETERS, argument_value, setting_name)
