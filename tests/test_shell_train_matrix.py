@@ -279,3 +279,20 @@ def test_ctrl_c_stops_the_run_and_its_children_and_keeps_what_finished(tmp_path)
     assert outcome["run"]["status"] == "incomplete" and outcome["run"]["steps_completed"] == 2
     assert not alive(worker)
     assert "prim-llama" in output and "interrupted" in output
+
+
+def test_a_megatron_bridge_dry_run_on_nvidia_plans_each_recipe_and_writes_its_settings_and_model_config(tmp_path):
+    fake = machine(tmp_path, nvidia=8)
+    result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="mbridge", MODELS="llama,qwen,mistral")
+    assert result.returncode == 0, result.output
+    runs = {request(d).identity.model: d for d in run_dirs(tmp_path / "output")}
+    assert set(runs) == {"llama", "qwen"}  # Megatron-Bridge has no Mistral recipe: skipped, with its reason
+    assert "mbridge has no name for mistral" in result.output
+    for model, run_dir in runs.items():
+        argv = read(run_dir / "launch.json")["command"]
+        assert argv[1:3] == ["-m", "torch.distributed.run"]
+        assert argv[-4:-1] == ["--module", "train.train_mbridge", "--settings"]
+        settings = read(run_dir / "mbridge_settings.json")
+        assert settings["set"]["model.tensor_model_parallel_size"] == request(run_dir).parallelism.tp
+        assert (run_dir / "mbridge" / "hf" / settings["hub_id"] / "config.json").is_file()
+        assert not (run_dir / "train.log").exists()

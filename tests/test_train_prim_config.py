@@ -19,7 +19,7 @@ from tests.fixtures.train_matrix.requests import FIXTURES, run_request
 from utils.spec.fairness import profile
 from utils.cli import UsageError
 from utils.frameworks import TABLE
-from train.prim import bridge, launch
+from train.prim import launch
 from train.prim.config import (RENAMED_KEYS, ShippedConfigMissing, UnknownKeys, command, experiment, overrides,
                                render, shipped_config, write_experiment)
 
@@ -292,14 +292,3 @@ def test_primus_ships_no_mistral_so_the_table_lacks_it_and_asking_is_one_line():
     assert TABLE["prim"].model_name("mistral") is None
     with pytest.raises(ShippedConfigMissing, match="^Primus ships no experiment config for mistral"):
         shipped_config(PRIMUS, "mistral", "bf16")
-
-
-@pytest.mark.parametrize("model", ["llama", "qwen", "llama70b"])
-@pytest.mark.parametrize("release", ["v26.5", "v25.11"])
-def test_primus_s_megatron_bridge_backend_has_no_pretrain_of_a_tprimat_model_so_it_is_a_skip(model, release):
-    """Primus v26.5's megatron_bridge presets are Llama 3 8B and Llama 3.1 70B finetunes, Qwen 3 and Mamba."""
-    env = {"MODELS": model, "MODEL_LAYERS": "8"} if model == "llama70b" else {}
-    req = on(run_request("amd", "prim", model, **env), release)
-    assert bridge.skip_reason(req) == (f"Primus {release} has no megatron_bridge pretrain experiment for {model} "
-                                       "(checked primus/configs/models/megatron_bridge/ and "
-                                       "examples/megatron_bridge/configs/)")

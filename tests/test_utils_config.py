@@ -70,6 +70,9 @@ def test_environment_overrides_file_and_cpu_profile():
     ("nvd", "prim", ["nemo"]), ("amd", "nemo", ["prim"]), ("amd", "all", ["mega", "prim", "fsdp", "autotp"]),
     ("nvd", "mega,prim,nemo", ["mega", "nemo"]), ("cpu", "all", ["mega", "fsdp", "autotp"]), ("cpu", "nemo", ["mega"]),
     ("cpu", "autotp,fsdp", ["autotp", "fsdp"]),
+    # all: what the platform's default stack carries (nemo-25.04 has no Megatron-Bridge); named alone, it is planned
+    ("nvd", "all", ["mega", "nemo", "fsdp", "autotp"]), ("nvd", "mbridge", ["mbridge"]),
+    ("amd", "mbridge", ["mbridge"]),
 ])
 def test_frameworks_map_onto_the_platform(platform, requested, resolved):
     env = {"TPRIMAT_DETECTED_PLATFORM": platform, "TPRIMAT_DETECTED_GPUS": "0" if platform == "cpu" else "8"}
@@ -219,7 +222,7 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
     ("MODELS", "llama,llama", "MODELS=llama,llama: llama twice; valid: a comma list of llama, qwen, llama70b, mistral, llama32, each once"),
     ("MODELS", "LLAMA", "MODELS=LLAMA: unknown LLAMA; valid: a comma list of llama, qwen, llama70b, mistral, llama32, each once"),
     ("FRAMEWORK", "mega,,nemo",
-     "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, fsdp, autotp, all, each once"),
+     "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, mbridge, fsdp, autotp, all, each once"),
     ("STRATEGY", "balanced,balanced", "STRATEGY=balanced,balanced: balanced twice; valid: a comma list of all, "
      "minimal_communication, balanced, truly_identical, memory_optimized, maximum_performance, custom, each once"),
     ("STRATEGY", "all,balanced",

@@ -20,23 +20,24 @@ from utils.spec.result import schema
 
 def test_each_platform_runs_megatron_its_vendors_framework_and_the_torch_native_ones():
     assert {platform: frameworks.on(platform) for platform in ("nvd", "amd", "cpu")} == \
-        {"nvd": ("mega", "nemo", "fsdp", "autotp", "torchtitan"), "amd": ("mega", "prim", "fsdp", "autotp", "torchtitan"),
+        {"nvd": ("mega", "nemo", "mbridge", "fsdp", "autotp", "torchtitan"),
+         "amd": ("mega", "prim", "mbridge", "fsdp", "autotp", "torchtitan"),
          "cpu": ("mega", "fsdp", "autotp")}  # torchtitan 0.3.0 starts CUDA/NCCL without a GPU: docs/frameworks.md
     assert [name for name in frameworks.NAMES if frameworks.torch_native(name)] == list(frameworks.NATIVE)
 
 
 def test_a_vendors_framework_is_the_one_only_its_platform_runs():
-    assert [frameworks.vendor_framework(p) for p in ("nvd", "amd", "cpu")] == ["nemo", "prim", None]
+    assert [frameworks.vendor_frameworks(p) for p in ("nvd", "amd", "cpu")] == [("nemo", "mbridge"), ("prim",), ()]
 
 
 def test_the_configuration_knows_exactly_the_tables_frameworks():
-    assert FRAMEWORKS == frameworks.NAMES == ("mega", "prim", "nemo", "fsdp", "autotp", "torchtitan")
+    assert FRAMEWORKS == frameworks.NAMES == ("mega", "prim", "nemo", "mbridge", "fsdp", "autotp", "torchtitan")
 
 
 def test_the_workload_records_each_frameworks_warm_up_convention():
     assert {name: workload(name, 128256, 1)["lr_warmup_convention"] for name in frameworks.NAMES} == \
-        {"mega": "megatron", "prim": "megatron", "nemo": "nemo-cosine-annealing", "fsdp": "megatron",
-         "autotp": "megatron", "torchtitan": "torchtitan"}
+        {"mega": "megatron", "prim": "megatron", "nemo": "nemo-cosine-annealing", "mbridge": "megatron",
+         "fsdp": "megatron", "autotp": "megatron", "torchtitan": "torchtitan"}
 
 
 def test_tprimats_own_trainers_write_their_result_and_the_vendors_logs_are_extracted():
@@ -82,5 +83,5 @@ def test_a_framework_kept_outside_registers_by_naming_its_entry_module(tmp_path)
     probe_code = "from utils import frameworks; print(frameworks.NAMES, frameworks.on('cpu'))"
     out = subprocess.run([sys.executable, "-c", probe_code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}", frameworks.EXTRA_ENV: "outside"})
-    assert out.stdout.strip() == ("('mega', 'prim', 'nemo', 'fsdp', 'autotp', 'torchtitan', 'outside') "
+    assert out.stdout.strip() == ("('mega', 'prim', 'nemo', 'mbridge', 'fsdp', 'autotp', 'torchtitan', 'outside') "
                                   "('mega', 'fsdp', 'autotp', 'outside')"), out.stderr

@@ -10,10 +10,6 @@ from tests.shell_harness import REPO
 from utils import frameworks
 from utils.spec import stacks
 
-# Frameworks whose registry entries are being added elsewhere: a row may name them before they land (the table's
-# users filter to registered names, utils.config.selection.stack_frameworks). Empty this once they are registered.
-PENDING = {"mbridge"}
-
 
 def test_each_platform_has_one_default_its_first_and_newest_row():
     for platform in ("amd", "nvd", "cpu"):
@@ -30,12 +26,10 @@ def test_names_are_unique_and_end_in_their_image_s_tag():
 
 
 @pytest.mark.parametrize("row", stacks.ROWS, ids=lambda row: row.name)
-def test_every_row_names_registered_or_pending_frameworks_of_its_platform(row):
+def test_every_row_names_registered_frameworks_of_its_platform(row):
     for name in row.frameworks:
-        if name in frameworks.TABLE:
-            assert row.platform in frameworks.TABLE[name].platforms, name
-        else:
-            assert name in PENDING, f"{row.name} names {name}, neither registered nor pending"
+        assert name in frameworks.TABLE, f"{row.name} names {name}, which utils/frameworks/ does not register"
+        assert row.platform in frameworks.TABLE[name].platforms, name
     assert len(set(row.frameworks)) == len(row.frameworks) and "mega" in row.frameworks
 
 

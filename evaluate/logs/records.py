@@ -27,7 +27,10 @@ RECORD_START = (r"^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
                 r"|\[NeMo [IWDEC] [^\]]*\])? {0,2}")
 NEMO_ITERATION = re.compile(RECORD_START + r"Training epoch (\d+), iteration (\d+)/(\d+)")
 MEGATRON_ITERATION = re.compile(RECORD_START + r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-MEMORY_REPORT = re.compile(RECORD_START + r"\[Rank \d+\] \(after (\d+) iterations\) memory \(MB\)")
+# Megatron-LM reports MiB ("memory (MB)"); Megatron-Bridge (v0.6.0, training/utils/train_utils.py, report_memory)
+# reports 10^9 bytes ("memory (GB)") under torch's memory_stats names.
+MEMORY_REPORT = re.compile(RECORD_START + r"\[Rank \d+\] \(after (\d+) iterations\) memory \((MB|GB)\)")
+MEMORY_UNIT_GIB = {"MB": 1 / 1024.0, "GB": 1e9 / 2.0 ** 30}
 PRIMUS_PREFIX = re.compile(r"\[rank-\d+/\d+\]\s*\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]")
 # torchtitan 0.3.0 (components/metrics.py, MetricsProcessor.log, through tools/logging.py's "[titan] %(asctime)s -
 # %(name)s - %(levelname)s - " format): "step:  1  loss: 12.25000  grad_norm:  3.1416  memory: 10.50GiB(13.27%)
@@ -50,7 +53,8 @@ GIB = 2.0 ** 30
 MEGATRON_FIELDS = {"elapsed time per iteration (ms)": "step_time_ms", "learning rate": "lr", "lm loss": "loss",
                    "grad norm": "grad_norm", "number of skipped iterations": "skipped",
                    "number of nan iterations": "nan", "global batch size": "gbs"}
-MEMORY_FIELDS = {"max allocated": "allocated", "max reserved": "reserved"}
+MEMORY_FIELDS = {"max allocated": "allocated", "max reserved": "reserved", "peak_allocated_mem": "allocated",
+                 "peak_reserved_mem": "reserved"}
 # NeMo's own timing and memory are raw figures (fw_*): TimingCallback's host time without a device sync,
 # rank 0's peak reserved memory, and "memory_allocated", rank 0's current allocation (not a peak).
 NEMO_FIELDS = {"global_step": "global_step", "lr": "lr", "reduced_train_loss": "loss", "train_loss": "loss",

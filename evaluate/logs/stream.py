@@ -11,9 +11,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from evaluate.logs.records import (GIB, MEGATRON_ITERATION, MEMORY_REPORT, NEMO_ITERATION, PRIMUS_PREFIX, STEP_LINE,
-                                  STEP_MARKER, TITAN_STEP, megatron_record, memory_kind, nemo_record, new_record,
-                                  record_fields, titan_record)
+from evaluate.logs.records import (GIB, MEGATRON_ITERATION, MEMORY_REPORT, MEMORY_UNIT_GIB, NEMO_ITERATION,
+                                  PRIMUS_PREFIX, STEP_LINE, STEP_MARKER, TITAN_STEP, megatron_record, memory_kind,
+                                  nemo_record, new_record, record_fields, titan_record)
 from evaluate.logs.settings import (ARGUMENT, COLLECTIVE_NETWORK, CONFIG_ITEM, CONFIG_REPR, DEVICE_LINE,
                                    EFFECTIVE_MARKER, GPU_STACKS, GROUP_FIELDS, HIP_MEMORY, MICROBATCHES, MOCK_CLASSES,
                                    PADDED_VOCAB, PARALLEL_GROUP, PARAMETERS, TITAN_TRAINER, TITAN_TRAINER_FIELDS,
@@ -72,7 +72,7 @@ class Stream:
                 return
             memory = MEMORY_REPORT.match(text)
             if memory:
-                self._memory(int(memory.group(1)), text[memory.end():], complete)
+                self._memory(int(memory.group(1)), text[memory.end():], complete, MEMORY_UNIT_GIB[memory.group(2)])
                 return
         if "[titan]" in text:
             titan = TITAN_STEP.match(text)
@@ -175,11 +175,11 @@ class Stream:
         self._step(number, record, steps, None, "timer", True, payload)
         self.run.timed = True
 
-    def _memory(self, step: int, rest: str, complete: bool) -> None:
+    def _memory(self, step: int, rest: str, complete: bool, gib_per_unit: float) -> None:
         values = dict(record_fields(rest, complete, memory_kind))
         allocated, reserved = values.get("allocated"), values.get("reserved")
         if allocated and reserved:
-            self.run.memory[step] = (allocated[0] / 1024.0, reserved[0] / 1024.0)
+            self.run.memory[step] = (allocated[0] * gib_per_unit, reserved[0] * gib_per_unit)
 
     def _step(self, number: int, record: dict, total: int, gbs: int | None, kind: str, complete: bool,
               printed: str) -> None:

@@ -39,22 +39,24 @@ FP8_PLUGIN_KEYS = {"fp8_format": "fp8", "fp8_recipe": "fp8_recipe", "fp8_margin"
                    "fp8_amax_history_len": "fp8_amax_history_len", "fp8_amax_compute_algo": "fp8_amax_compute_algo"}
 
 
-def _architecture(spec: ModelSpec, padded_vocab_size: int) -> dict[str, object]:
-    """The model's numbers from TPrimat's spec, so NeMo builds exactly the variant requested (a proxy's fewer layers
-    too). A sliding window is set as TPrimat's spec means it, the sliding_window tokens Hugging Face's Mistral sees
-    (megatron_window); NeMo's own MistralConfig7B says [4096, 0], one token more."""
-    window = {"model.config.window_size": list(spec.megatron_window)} if spec.megatron_window else {}
-    return {
-        "model.config.num_layers": spec.num_layers,
-        "model.config.hidden_size": spec.hidden_size,
-        "model.config.ffn_hidden_size": spec.ffn_hidden_size,
-        "model.config.num_attention_heads": spec.num_attention_heads,
-        "model.config.num_query_groups": spec.num_kv_heads,
-        "model.config.vocab_size": padded_vocab_size,  # NeMo builds a preset vocab_size as it is
-        "model.config.rotary_base": spec.rope_theta,
-        "model.config.layernorm_epsilon": spec.norm_eps,
+def architecture(spec: ModelSpec, padded_vocab_size: int, prefix: str) -> dict[str, object]:
+    """The model's numbers from TPrimat's spec as megatron-core's TransformerConfig names them, each under `prefix`
+    (NeMo's recipe: "model.config."; Megatron-Bridge's: "model."), so the framework builds exactly the variant
+    requested (a proxy's fewer layers too). A sliding window is set as TPrimat's spec means it, the sliding_window
+    tokens Hugging Face's Mistral sees (megatron_window); NeMo's own MistralConfig7B says [4096, 0], one token more."""
+    window = {"window_size": list(spec.megatron_window)} if spec.megatron_window else {}
+    numbers = {
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "ffn_hidden_size": spec.ffn_hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_query_groups": spec.num_kv_heads,
+        "vocab_size": padded_vocab_size,  # both build a preset vocab_size as it is
+        "rotary_base": spec.rope_theta,
+        "layernorm_epsilon": spec.norm_eps,
         **window,
     }
+    return {prefix + name: value for name, value in numbers.items()}
 
 
 def recipe_settings(req: Request, run_dir: str) -> dict:
@@ -98,7 +100,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         # model
         "model.config.seq_length": train.seq_len,
         "model.config.init_method_std": applied["init_method_std"],
-        **_architecture(req.model, applied["padded_vocab_size"]),
+        **architecture(req.model, applied["padded_vocab_size"], "model.config."),
     }
     for name, path in FAIRNESS_PATHS.items():
         settings[path] = fairness[name]
@@ -111,7 +113,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "pipeline_dtype": "bfloat16" if pp > 1 else None,
         "attention_backend": fairness["attention_backend"],
         "ddp": {key: fairness[key] for key in DDP_KEYS},
-        "precision": {"plugin": PRECISION_PLUGINS[train.precision], "set": _precision(req)},
+        "precision": {"plugin": PRECISION_PLUGINS[train.precision], "set": precision_settings(req)},
         # What NeMo applies of the workload conventions, for the record: its sampler is Megatron's
         # sequential one (MegatronDataSampler's default), its warm-up its own (utils.spec.fairness).
         "workload": applied,
@@ -124,9 +126,10 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
     }
 
 
-def _precision(req: Request) -> dict:
-    """The plugin's settings: its grad_reduce_in_fp32 overrides the DDP config's (bf16_mixed ships True), so
-    both say the profile's; with FP8, the profile's recipe over bf16_with_fp8_mixed's."""
+def precision_settings(req: Request) -> dict:
+    """The mixed-precision settings, in the names NeMo's MegatronMixedPrecision and Megatron-Bridge's
+    MixedPrecisionConfig share: their grad_reduce_in_fp32 overrides the DDP config's (bf16_mixed ships True), so
+    both say the profile's; with FP8, the profile's recipe over the FP8 preset's."""
     fairness = req.fairness.table
     settings = {key: fairness[key] for key in ("grad_reduce_in_fp32", "fp8_param_gather")}
     if req.training.precision == "fp8":

@@ -32,8 +32,6 @@ class Release:
     get_checkout: str  # how to get that checkout, for the line that says it is missing
     launcher: tuple[str, ...]  # the pretrain command run from the checkout: {exp} the experiment, {log} its log
     env: Mapping[str, str] = field(default_factory=dict)  # the launcher's own switches ({exp}, {log} as above)
-    # TPrimat model -> the release's shipped megatron_bridge pretrain experiment for it (train/prim/bridge.py)
-    bridge_pretrain: Mapping[str, str] = field(default_factory=dict)
     source: str = ""  # where these facts were read
 
 

@@ -93,11 +93,10 @@ def runs_on(framework: str, stack: stacks.Stack) -> bool:
 
 
 def stack_frameworks(stack: stacks.Stack) -> list[str]:
-    """FRAMEWORK=all on a stack: its frameworks that the registry has (a row may name a framework whose entry has
-    not landed yet: it is left out here, at use), then the registered ones no row of the platform lists."""
+    """FRAMEWORK=all on a stack: its frameworks (every one registered: tests/test_utils_stacks.py), then the
+    registered ones no row of the platform lists (kept outside the repository, TPRIMAT_FRAMEWORKS)."""
     available = frameworks.on(stack.platform)
-    listed = [name for name in stack.frameworks if name in available]
-    return listed + [name for name in available if name not in listed and runs_on(name, stack)]
+    return list(stack.frameworks) + [name for name in available if name not in stack.frameworks and runs_on(name, stack)]
 
 
 def resolve_frameworks(requested: list[str], platform: str, notes: list[str],
@@ -119,10 +118,17 @@ def resolve_frameworks(requested: list[str], platform: str, notes: list[str],
                          "instead")
             resolved.append("mega")
         else:
-            own = frameworks.vendor_framework(platform)
+            own = vendor_counterpart(platform, stack)
             notes.append(f"FRAMEWORK={name}: {name} does not run on {platform}; its counterpart {own} runs instead")
             resolved.append(own)
     return list(dict.fromkeys(resolved))
+
+
+def vendor_counterpart(platform: str, stack: stacks.Stack) -> str:
+    """The vendor's own framework on this stack (prim on AMD; mbridge on NVIDIA's 26.x rows, nemo on 25.x), the
+    first of the platform's when the stack has none of them."""
+    own = frameworks.vendor_frameworks(platform)
+    return next((name for name in own if name in stack.frameworks), own[0])
 
 
 def model_layers(values: dict) -> int | None:

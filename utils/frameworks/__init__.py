@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 # This package's entries, in the run list's order.
-ENTRY_MODULES = ("mega", "prim", "nemo", "fsdp", "autotp", "torchtitan")
+ENTRY_MODULES = ("mega", "prim", "nemo", "mbridge", "fsdp", "autotp", "torchtitan")
 EXTRA_ENV = "TPRIMAT_FRAMEWORKS"  # entry modules of frameworks kept outside the repository
 PARALLELISMS = ("tp", "pp")  # what a layout splits a model by (sequence parallelism follows TP: utils.spec.fairness)
 LOG_FORMATS = ("mega", "prim", "nemo", "torchtitan")  # the logs evaluate.logs reads: Megatron-LM's, Primus's,
@@ -115,6 +115,7 @@ def torch_native(name: str) -> bool:
     return TABLE[name].torch_native
 
 
-def vendor_framework(platform: str) -> str | None:
-    """The framework only this platform's vendor ships (nemo on nvd, prim on amd), or None."""
-    return next((name for name, entry in TABLE.items() if entry.platforms == (platform,)), None)
+def vendor_frameworks(platform: str) -> tuple[str, ...]:
+    """The frameworks only this platform's vendor ships (nemo and mbridge on nvd, prim on amd), in the table's order;
+    which of them a run set gets is its stack's (utils.config.selection)."""
+    return tuple(name for name, entry in TABLE.items() if entry.platforms == (platform,))

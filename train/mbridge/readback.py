@@ -1,0 +1,92 @@
+"""The settings Megatron-Bridge trains with, read back from the ConfigContainer train/train_mbridge.py built.
+
+Two records, both from the container after the recipe and TPrimat's settings are applied (before pretrain()
+finalizes it): the run directory's mbridge_readback.json holds every attribute path TPrimat set with the value the
+container holds (what differs from the request shows there), and global rank 0 prints the effective settings in
+TPrimat's names as one line, as train/nemo/readback.py does for NeMo:
+
+    TPRIMAT_EFFECTIVE {"tp": 4, "pp": 1, ...}
+
+evaluate.extract reads that line from the log; evaluate.judge compares it with the request. DP is the world size
+over TP x PP x CP, as megatron-core derives it. Plain getattr only: it imports nothing of Megatron-Bridge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from utils.files import write_json
+
+MARKER = "TPRIMAT_EFFECTIVE"  # evaluate.logs.settings.EFFECTIVE_MARKER (train/ imports no evaluate/)
+DDP_READ = ("check_for_nan_in_grad", "overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32",
+            "average_in_collective")
+
+
+def read(root: object, path: str) -> object:
+    """A dotted attribute path ("model.tensor_model_parallel_size") on the container."""
+    for name in path.split("."):
+        root = getattr(root, name)
+    return root
+
+
+def plain(value: object) -> object:
+    """A value as JSON holds it: enums and dtypes by name, tuples as lists."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    return getattr(value, "name", None) or str(value)
+
+
+def _precision(mixed) -> str:
+    if getattr(mixed, "fp8", None):
+        return "fp8"
+    return "bf16" if getattr(mixed, "bf16", False) else "other"
+
+
+def effective(cfg, world_size: int) -> dict:
+    """The container's settings in TPrimat's names (train/nemo/readback.py's keys)."""
+    model, dataset, mixed = cfg.model, cfg.dataset, cfg.mixed_precision
+    tp, pp, cp = model.tensor_model_parallel_size, model.pipeline_model_parallel_size, model.context_parallel_size
+    data_path = getattr(dataset, "data_path", None)
+    return {
+        "tp": tp, "pp": pp, "cp": cp, "dp": world_size // (tp * pp * cp) if world_size else None,
+        "gbs": cfg.train.global_batch_size, "mbs": cfg.train.micro_batch_size,
+        "seq_len": model.seq_length, "steps": cfg.train.train_iters,
+        "precision": _precision(mixed), "sequence_parallel": model.sequence_parallel,
+        "mock_data": not data_path and getattr(dataset, "blend", None) is None,
+        "data_path": plain(data_path) if data_path else None,
+        "distributed_optimizer": cfg.optimizer.use_distributed_optimizer,
+        "num_layers": model.num_layers, "hidden_size": model.hidden_size,
+        "bias_activation_fusion": model.bias_activation_fusion, "apply_rope_fusion": model.apply_rope_fusion,
+        "cross_entropy_loss_fusion": model.cross_entropy_loss_fusion,
+        "gradient_accumulation_fusion": model.gradient_accumulation_fusion,
+        "attention_backend": str(model.attention_backend),
+        "init_method_std": model.init_method_std, "padded_vocab_size": model.vocab_size,
+        "fp8_amax_history_len": getattr(mixed, "fp8_amax_history_len", None),
+        "fp8_amax_compute_algo": getattr(mixed, "fp8_amax_compute_algo", None),
+        "eod_mask_loss": dataset.eod_mask_loss, "dataloader_type": dataset.dataloader_type,
+        **{key: getattr(cfg.ddp, key) for key in DDP_READ},
+    }
+
+
+def write(cfg, settings: dict, world_size: int, rank: int) -> dict:
+    """mbridge_readback.json (rank 0) and the TPRIMAT_EFFECTIVE line (rank 0); returns what was read."""
+    found = {"set": {path: plain(read(cfg, path)) for path in settings["set"]},
+             "mixed_precision": {key: plain(getattr(cfg.mixed_precision, key))
+                                 for key in settings["mixed_precision"]["set"]},
+             "pipeline_dtype": plain(cfg.model.pipeline_dtype), "attention_backend": plain(cfg.model.attention_backend),
+             "effective": effective(cfg, world_size)}
+    if rank == 0:
+        write_json(Path(settings["readback"]), found)
+        print(f"{MARKER} {json.dumps(found['effective'], sort_keys=True, default=str)}", flush=True)
+    return found
+
+
+def world() -> tuple[int, int]:
+    """(world size, global rank) as torchrun exports them."""
+    return int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))

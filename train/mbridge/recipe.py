@@ -1,0 +1,127 @@
+"""TPrimat request (config.json) -> Megatron-Bridge recipe settings: a pure mapping, testable without Megatron-Bridge.
+
+The result is plain JSON that train/train_mbridge.py applies to the ConfigContainer a recipe function returns
+(`megatron.bridge.recipes.<module>.<function>()`, utils/frameworks/mbridge.py's model_names): `set` holds attribute
+paths on the container (train, model, optimizer, scheduler, ddp, dataset, tokenizer, logger, checkpoint, rng,
+validation), each overriding a recipe default that would otherwise differ from the request; the other sections name
+what train_mbridge.py builds itself (the mixed-precision preset, the pipeline dtype and attention backend as torch
+and megatron-core objects, the model's Hugging Face config).
+
+API facts from NVIDIA-NeMo/Megatron-Bridge v0.6.0: src/megatron/bridge/recipes/common.py (`_pretrain_common`: the
+container's sections and defaults), src/megatron/bridge/training/config.py (ConfigContainer, GPTDatasetConfig whose
+`data_path` becomes `blend` at finalize), src/megatron/bridge/training/mixed_precision.py (the presets by name),
+src/megatron/bridge/training/setup.py (`_validate_and_set_vocab_size`: a preset model vocab_size is kept as it is
+unless tokenizer.use_tokenizer_vocab_size).
+"""
+
+from __future__ import annotations
+
+from train.nemo.recipe import DDP_KEYS, architecture, precision_settings
+from utils.frameworks import TABLE
+from utils.spec.request import Request
+
+# Each recipe builds its model from a Hugging Face config it names by Hub id (AutoBridge.from_hf_pretrained in
+# src/megatron/bridge/recipes/{llama/h100/llama3.py,qwen/h100/qwen2.py}, v0.6.0). TPrimat writes its
+# spec there as a local directory of that name (launch.write_model_dir), so nothing is downloaded and the variant
+# is TPrimat's.
+HUB_IDS = {
+    "llama.llama31_8b_pretrain_config": "meta-llama/Meta-Llama-3.1-8B",
+    "llama.llama31_70b_pretrain_config": "meta-llama/Meta-Llama-3.1-70B",
+    "llama.llama32_3b_pretrain_config": "meta-llama/Llama-3.2-3B",
+    "qwen.qwen25_7b_pretrain_config": "Qwen/Qwen2.5-7B",
+}
+PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}  # training/mixed_precision.py
+
+# TPrimat's fairness names -> attribute paths on the ConfigContainer.
+FAIRNESS_PATHS = {
+    "context_parallel_size": "model.context_parallel_size",
+    "use_distributed_optimizer": "optimizer.use_distributed_optimizer",
+    "bias_swiglu_fusion": "model.bias_activation_fusion",
+    "apply_rope_fusion": "model.apply_rope_fusion",
+    "bias_dropout_fusion": "model.bias_dropout_fusion",
+    "cross_entropy_loss_fusion": "model.cross_entropy_loss_fusion",
+    "cross_entropy_fusion_impl": "model.cross_entropy_fusion_impl",
+    "gradient_accumulation_fusion": "model.gradient_accumulation_fusion",
+    "adam_eps": "optimizer.adam_eps",
+}
+
+
+def recipe_settings(req: Request, run_dir: str) -> dict:
+    """Everything train_mbridge.py sets on the recipe's ConfigContainer for one run, from the run's request."""
+    lay, train, data, env = req.parallelism, req.training, req.data, req.environment
+    fairness, applied = req.fairness.table, req.fairness.workload
+    recipe = TABLE["mbridge"].model_name(req.identity.model)
+    work = f"{run_dir}/mbridge"
+    settings: dict[str, object] = {
+        # layout (DP follows from the world size)
+        "model.tensor_model_parallel_size": lay.tp,
+        "model.pipeline_model_parallel_size": lay.pp,
+        "model.virtual_pipeline_model_parallel_size": None,
+        "model.pipeline_model_parallel_layout": None,
+        "model.sequence_parallel": lay.sequence_parallel,
+        # workload: steps, batch, sequence, seed; a step logged every step; no validation, no checkpoints
+        "train.train_iters": train.steps,
+        "train.global_batch_size": train.gbs,
+        "train.micro_batch_size": train.mbs,
+        "model.seq_length": train.seq_len,
+        "dataset.seq_length": train.seq_len,
+        "rng.seed": train.seed,
+        "dataset.random_seed": train.seed,
+        "validation.eval_iters": 0,
+        "validation.eval_interval": train.steps,
+        "checkpoint.save": None,
+        "checkpoint.load": None,
+        "logger.log_interval": 1,
+        "logger.log_throughput": True,  # Megatron's TFLOP/s, kept as the framework's raw figure
+        "logger.tensorboard_dir": None,
+        "logger.log_timers_to_tensorboard": False,
+        # optimizer and schedule (megatron-core's OptimizerParamScheduler: Megatron's warm-up convention)
+        "optimizer.lr": train.lr,
+        "optimizer.min_lr": train.min_lr,
+        "optimizer.weight_decay": train.weight_decay,
+        "optimizer.adam_beta1": train.beta1,
+        "optimizer.adam_beta2": train.beta2,
+        "optimizer.clip_grad": train.grad_clip,
+        "optimizer.bf16": True,
+        "optimizer.fp16": False,
+        "scheduler.lr_warmup_iters": train.warmup_steps,
+        "scheduler.lr_warmup_init": 0.0,
+        "scheduler.lr_decay_iters": train.steps,
+        "scheduler.lr_decay_style": train.lr_decay_style,
+        "scheduler.start_weight_decay": train.weight_decay,
+        "scheduler.end_weight_decay": train.weight_decay,
+        # model: TPrimat's spec and the workload's init; the vocabulary preset as the workload pads it
+        "model.init_method_std": applied["init_method_std"],
+        **architecture(req.model, applied["padded_vocab_size"], "model."),
+        # the model's own tokenizer (its recipe ships NullTokenizer), whose size the preset vocab_size covers
+        "tokenizer.tokenizer_type": "HuggingFaceTokenizer",
+        "tokenizer.tokenizer_model": data.tokenizer_dir,
+        "tokenizer.use_tokenizer_vocab_size": False,
+        # data: the prepared .bin/.idx prefix (no suffix), all of it for training; none: mock data
+        "dataset.data_path": None if data.mock_data else [data.prefix],
+        "dataset.blend": None,
+        "dataset.split": "100,0,0",
+        "dataset.path_to_cache": f"{work}/index_cache",
+        "dataset.eod_mask_loss": applied["eod_mask_loss"],
+        "dataset.dataloader_type": applied["dataloader_type"],
+        **{f"ddp.{key}": fairness[key] for key in DDP_KEYS},
+        **{path: fairness[name] for name, path in FAIRNESS_PATHS.items()},
+    }
+    if env.profiling:  # megatron's nsys capture range, rank 0
+        settings.update({"profiling.use_nsys_profiler": True, "profiling.profile_step_start": env.profile_start_step,
+                         "profiling.profile_step_end": env.profile_end_step, "profiling.profile_ranks": [0]})
+    return {
+        "recipe": recipe,
+        "hub_id": HUB_IDS[recipe],
+        "model_dir": f"{work}/hf",  # <hub_id>/config.json under it: the model spec (train/mbridge/launch.py)
+        "readback": f"{run_dir}/mbridge_readback.json",
+        "set": settings,
+        "pipeline_dtype": "bfloat16" if lay.pp > 1 else None,
+        "attention_backend": fairness["attention_backend"],
+        "mixed_precision": {"preset": PRESETS[train.precision], "set": precision_settings(req)},
+        "workload": applied,  # for the record: the sampler is Megatron's sequential one, the warm-up Megatron's
+        # Megatron-Bridge's own switches; the platform's (attention kernels, device connections) come from
+        # utils/machine/platform_env.py through the launcher.
+        "env": {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "MEGATRON_CONFIG_LOCK_DIR": work},
+    }

@@ -1,0 +1,72 @@
+"""Run one Megatron-Bridge pretraining from recipe settings written by train/mbridge/recipe.py.
+
+Started by the launcher under torchrun on every rank (Megatron-Bridge initialises the process group itself):
+
+    torchrun --nproc_per_node=8 -m train.train_mbridge --settings RUN_DIR/mbridge_settings.json
+
+build_config builds the recipe's ConfigContainer with every TPrimat setting applied; main writes the read-back
+(train/mbridge/readback.py) and calls Megatron-Bridge's pretrain(config, forward_step) with its GPT forward step
+(v0.6.0: src/megatron/bridge/training/pretrain.py, .../training/gpt_step.py). Megatron-Bridge is imported here
+only, inside the functions, so the rest of TPrimat (and its tests) never needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from train.train_nemo import assign
+
+
+def build_config(settings: dict):
+    """Megatron-Bridge's own pretrain recipe for the model, with every TPrimat setting applied."""
+    import torch
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+    from megatron.core.transformer.enums import AttnBackend
+
+    module, _, function = settings["recipe"].rpartition(".")
+    recipe = getattr(importlib.import_module(f"megatron.bridge.recipes.{module}"), function)
+    with contextlib.chdir(settings["model_dir"]):  # the recipe's Hub id resolves to launch.write_model_dir's folder
+        cfg = recipe()
+    for path, value in settings["set"].items():
+        assign(cfg, path, value)
+    cfg.model.attention_backend = AttnBackend[settings["attention_backend"]]
+    cfg.model.pipeline_dtype = getattr(torch, settings["pipeline_dtype"]) if settings["pipeline_dtype"] else None
+    mixed = get_mixed_precision_config(settings["mixed_precision"]["preset"])
+    for key, value in settings["mixed_precision"]["set"].items():
+        setattr(mixed, key, value)
+    cfg.mixed_precision = mixed
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m train.train_mbridge", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settings", type=Path, required=True, help="mbridge_settings.json of the run")
+    args = parser.parse_args(argv)
+    try:
+        settings = json.loads(args.settings.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        print(f"train_mbridge: cannot read {args.settings}: {err}", file=sys.stderr)
+        return 2
+    for key, value in settings["env"].items():  # before Megatron-Bridge and Transformer Engine are imported
+        os.environ.setdefault(key, value)
+    cfg = build_config(settings)
+
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    from train.mbridge import readback
+
+    readback.write(cfg, settings, *readback.world())
+    pretrain(cfg, forward_step)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
