@@ -16,7 +16,6 @@ from tests.fixtures.train_matrix.requests import node
 from utils.spec.fairness import profile
 from train.plan import build_plan, data_problems, estimate_s, request, table
 from utils.config import ROOT, load_config
-from utils.frameworks import TABLE
 from utils.spec import stacks
 from utils.spec.models import get_model
 from utils.spec.request import Network, Request
@@ -79,9 +78,12 @@ def test_the_cpu_runs_megatron_for_a_vendors_framework_and_the_torch_native_ones
     assert all(run.layout.gpus == 2 and not run.skipped for run in build_plan(cfg))
 
 
-def test_mapping_notes_are_printed_with_the_list():
-    lines = table(node("nvd", FRAMEWORK="prim"), build_plan(node("nvd", FRAMEWORK="prim")))
-    assert any("prim does not run on nvd" in line and "nemo runs instead" in line for line in lines)
+@pytest.mark.parametrize("stack, counterpart", [("nemo-26.08", "mbridge"), ("nemo-25.04", "nemo")])
+def test_mapping_notes_are_printed_with_the_list_naming_the_stack_s_own_counterpart(stack, counterpart):
+    cfg = node("nvd", FRAMEWORK="prim", STACK=stack)
+    lines = table(cfg, build_plan(cfg))
+    assert any("prim does not run on nvd" in line and f"{counterpart} runs instead" in line for line in lines)
+    assert {run.framework for run in build_plan(cfg)} == {counterpart}
 
 
 def test_repeats_are_outermost_and_named():

@@ -67,12 +67,13 @@ def test_environment_overrides_file_and_cpu_profile():
 
 
 @pytest.mark.parametrize("platform, requested, resolved", [
-    ("nvd", "prim", ["nemo"]), ("amd", "nemo", ["prim"]), ("amd", "all", ["mega", "prim", "fsdp", "autotp"]),
-    ("nvd", "mega,prim,nemo", ["mega", "nemo"]), ("cpu", "all", ["mega", "fsdp", "autotp"]), ("cpu", "nemo", ["mega"]),
-    ("cpu", "autotp,fsdp", ["autotp", "fsdp"]),
-    # all: what the platform's default stack carries (nemo-25.04 has no Megatron-Bridge); named alone, it is planned
-    ("nvd", "all", ["mega", "nemo", "fsdp", "autotp"]), ("nvd", "mbridge", ["mbridge"]),
-    ("amd", "mbridge", ["mbridge"]),
+    ("nvd", "prim", ["mbridge"]), ("amd", "nemo", ["prim"]),
+    ("amd", "all", ["mega", "prim", "fsdp", "autotp", "torchtitan"]),
+    ("nvd", "mega,prim,nemo", ["mega", "mbridge", "nemo"]),  # nemo stays named: the plan skips it, naming its stack
+    ("cpu", "all", ["mega", "fsdp", "autotp"]), ("cpu", "nemo", ["mega"]), ("cpu", "autotp,fsdp", ["autotp", "fsdp"]),
+    # all: the default stack's row (nemo-26.08: Megatron-Bridge, not NeMo 2's recipes)
+    ("nvd", "all", ["mega", "mbridge", "fsdp", "autotp", "torchtitan"]), ("nvd", "mbridge", ["mbridge"]),
+    ("amd", "mbridge", ["prim"]),  # Megatron-Bridge is NVIDIA's only: AMD's own framework runs instead
 ])
 def test_frameworks_map_onto_the_platform(platform, requested, resolved):
     env = {"TPRIMAT_DETECTED_PLATFORM": platform, "TPRIMAT_DETECTED_GPUS": "0" if platform == "cpu" else "8"}
@@ -222,7 +223,8 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
     ("MODELS", "llama,llama", "MODELS=llama,llama: llama twice; valid: a comma list of llama, qwen, llama70b, mistral, llama32, each once"),
     ("MODELS", "LLAMA", "MODELS=LLAMA: unknown LLAMA; valid: a comma list of llama, qwen, llama70b, mistral, llama32, each once"),
     ("FRAMEWORK", "mega,,nemo",
-     "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, mbridge, fsdp, autotp, all, each once"),
+     "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, mbridge, fsdp, autotp, torchtitan, all, "
+     "each once"),
     ("STRATEGY", "balanced,balanced", "STRATEGY=balanced,balanced: balanced twice; valid: a comma list of all, "
      "minimal_communication, balanced, truly_identical, memory_optimized, maximum_performance, custom, each once"),
     ("STRATEGY", "all,balanced",
