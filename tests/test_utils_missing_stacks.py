@@ -8,7 +8,7 @@ import warnings
 
 from utils import missing_stacks
 
-# As megatron-core 0.12 to 0.16 word them (megatron/core/optimizer, megatron_fsdp, models/backends.py).
+# As megatron-core 0.12 to 0.19 word them (megatron/core/optimizer, megatron_fsdp, models/backends.py).
 MEGATRON_WARNINGS = (
     "Transformer Engine and Apex are not installed. Falling back to Torch optimizers.",
     "Transformer Engine and Apex are not installed. Falling back to local implementations of multi_tensor_applier "

@@ -48,8 +48,8 @@ ROWS = (
           runtime="CUDA 12.8", torch="2.7", transformer_engine="2.2", megatron_core="0.12",
           frameworks=("mega", "nemo", "fsdp", "autotp"), nemo="2.3.0",
           source="NeMo Framework 25.04 release notes"),
-    Stack(name="host", platform="cpu", image=None, released="2026-11", runtime="", torch="2.13.0",
-          transformer_engine="", megatron_core="0.16.1", frameworks=("mega", "fsdp", "autotp"),
+    Stack(name="host", platform="cpu", image=None, released="2026-11", runtime="", torch="2.15.0",
+          transformer_engine="", megatron_core="0.19.2", frameworks=("mega", "fsdp", "autotp"),
           source="requirements/host.txt"),
 )
 
