@@ -21,6 +21,11 @@ MESSAGES = ("Transformer Engine and Apex are not installed. Falling back to ",
             "Apex is not installed. Falling back to Torch Norm")
 
 
+# megatron-core 0.19's note, as its process-group grid is imported, that it logs through the logging module for want of
+# absl: a choice of logger, not a library any run needs, so it is ignored on every platform (quiet_notes).
+NOTES = ("absl.logging is not installed. Using logging.getLogger(__name__) instead.",)
+
+
 def missing() -> list[str]:
     """The libraries of LIBRARIES this Python cannot import."""
     return [name for module, name in LIBRARIES.items() if importlib.util.find_spec(module) is None]
@@ -38,4 +43,10 @@ def notice() -> str | None:
 def silence() -> None:
     """Ignore megatron-core's not-installed warnings, and only them, in this process."""
     for message in MESSAGES:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=UserWarning)
+
+
+def quiet_notes() -> None:
+    """Ignore megatron-core's NOTES, and only them, in this process (before megatron-core is imported)."""
+    for message in NOTES:
         warnings.filterwarnings("ignore", message=re.escape(message), category=UserWarning)

@@ -44,13 +44,10 @@ from utils.spec.models import ModelSpec
 from utils.spec.request import Request
 
 # Deprecation notices of megatron-core's configuration and of torch's collectives (each call) that would bury the
-# per-step log (megatron-core is imported where it is used, after these), and megatron-core 0.19's note that its
-# process-group grid logs through the logging module for want of absl (no effect on training). Its warnings that
-# Transformer Engine and Apex are missing are filtered on the CPU only (utils/missing_stacks.py): on a GPU they
-# are news.
+# per-step log (megatron-core is imported where it is used, after these). Its warnings that Transformer Engine and
+# Apex are missing are filtered on the CPU only (utils/missing_stacks.py): on a GPU they are news.
 QUIET_WARNINGS = (r"full scope is deprecated",
-                  r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
-                  r"absl\.logging is not installed")
+                  r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
 for _pattern in QUIET_WARNINGS:
     warnings.filterwarnings("ignore", message=_pattern)
 
