@@ -106,9 +106,10 @@ tp_load_config() {
 
 # The host's Python: it validates the configuration (utils.config, standard library only) and creates
 # .venv. TPRIMAT_HOST_PYTHON names one; else python3.12 on PATH, else pyenv's 3.12 (a pyenv shim on PATH is
-# passed over: it fails for a version not selected), else python3 (tp_require_host_python refuses it if older).
+# passed over: it fails for a version not selected; its pyenv root is the shims' parent), else python3
+# (tp_require_host_python refuses it if older).
 tp_host_python() {
-  local want="python${TPRIMAT_MIN_PYTHON}" found=""
+  local want="python${TPRIMAT_MIN_PYTHON}" found="" pyenv_root="${PYENV_ROOT:-${HOME}/.pyenv}"
   found="$(command -v "${want}")" || true
   if [[ -n "${TPRIMAT_HOST_PYTHON:-}" ]]; then
     echo "${TPRIMAT_HOST_PYTHON}"
@@ -116,8 +117,9 @@ tp_host_python() {
     echo "${want}"
   else
     local candidate
+    [[ "${found}" != */shims/* ]] || pyenv_root="${found%/shims/*}"
     found=""
-    for candidate in "${PYENV_ROOT:-${HOME}/.pyenv}/versions/${TPRIMAT_MIN_PYTHON}."*/bin/"${want}"; do
+    for candidate in "${pyenv_root}/versions/${TPRIMAT_MIN_PYTHON}."*/bin/"${want}"; do
       [[ -x "${candidate}" ]] && found="${candidate}"  # the last: the newest patch release, as the glob sorts
     done
     echo "${found:-python3}"
@@ -195,12 +197,16 @@ tp_ensure_venv() {
   done
 }
 
-# True when .venv is missing or runs the host's Python (major.minor); else says why it is rebuilt.
+# True when .venv is missing or runs the host's Python (major.minor); else says why it is rebuilt. A host Python
+# too old for the pins (or none) never removes one: tp_require_host_python refuses it when a .venv is created.
 tp_venv_matches_host_python() {
-  local venv host
+  local venv host need="${TPRIMAT_MIN_PYTHON}"
   [[ -f "${TPRIMAT_VENV}/pyvenv.cfg" ]] || return 0  # none yet, or not a virtual environment: nothing to remove
-  venv="$("${TPRIMAT_VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || venv=""
   host="$("$(tp_host_python)" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || return 0
+  [[ "${host}" =~ ^([0-9]+)\.([0-9]+)$ ]] \
+    && ((BASH_REMATCH[1] > ${need%.*} || (BASH_REMATCH[1] == ${need%.*} && BASH_REMATCH[2] >= ${need#*.}))) \
+    || return 0
+  venv="$("${TPRIMAT_VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || venv=""
   [[ "${venv}" != "${host}" ]] || return 0
   tp_log "rebuilding ${TPRIMAT_VENV}: it runs Python ${venv:-(none that starts)}, the host's is $(tp_host_python) (${host})"
   return 1

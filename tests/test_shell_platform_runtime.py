@@ -308,25 +308,33 @@ def fake_python(path, version: str):
 def test_the_host_python_is_named_else_python3_12_on_path_else_pyenvs_else_python3(tmp_path):
     assert lib("tp_host_python", tmp_path).stdout.strip() == "python3"
     pyenv = fake_python(tmp_path / "pyenv" / "versions" / "3.12.9" / "bin" / "python3.12", "3.12.9")
-    shim = fake_python(tmp_path / "pyenv" / "shims" / "python3.12", "3.12.9")  # fails where 3.12 is not selected
-    assert lib("tp_host_python", tmp_path, PATH=f"{shim.parent}:/usr/bin:/bin").stdout.strip() == str(pyenv)
+    assert lib("tp_host_python", tmp_path).stdout.strip() == str(pyenv)
+    # A pyenv shim on PATH fails where 3.12 is not selected: its own root's 3.12 is taken instead.
+    shims = tmp_path / "other-pyenv" / "shims"
+    fake_python(shims / "python3.12", "3.12.9")
+    other = fake_python(tmp_path / "other-pyenv" / "versions" / "3.12.2" / "bin" / "python3.12", "3.12.2")
+    assert lib("tp_host_python", tmp_path, PATH=f"{shims}:/usr/bin:/bin").stdout.strip() == str(other)
     fake_python(tmp_path / "bin" / "python3.12", "3.12.4")
     assert lib("tp_host_python", tmp_path).stdout.strip() == "python3.12"
     assert lib("tp_host_python", tmp_path, TPRIMAT_HOST_PYTHON="/opt/py/bin/python3.13").stdout.strip() == \
         "/opt/py/bin/python3.13"
 
 
-def test_a_venv_of_another_python_than_the_hosts_is_rebuilt_with_a_line_saying_why(tmp_path):
+@pytest.mark.parametrize("venv_python, host_python, rebuilt", [
+    ("3.11.7", "3.12.1", True),  # a .venv of before: its pins were resolved for another Python
+    ("3.12.1", "3.12.4", False),  # the same minor version
+    ("3.12.1", "3.11.2", False),  # a host too old for the pins never removes a .venv (it is refused on creation)
+])
+def test_a_venv_of_another_python_than_the_hosts_is_rebuilt_with_a_line_saying_why(
+        tmp_path, venv_python, host_python, rebuilt):
     venv = tmp_path / "venv"
-    fake_python(venv / "bin" / "python", "3.11.7")
-    (venv / "pyvenv.cfg").write_text("version = 3.11.7\n")
-    host = fake_python(tmp_path / "host" / "python3.12", "3.12.1")
-    same = lib("tp_venv_matches_host_python", tmp_path, TPRIMAT_VENV=str(venv),
-               TPRIMAT_HOST_PYTHON=str(fake_python(tmp_path / "host" / "python3.11", "3.11.2")))
-    assert same.returncode == 0 and same.stderr == ""
-    other = lib("tp_venv_matches_host_python", tmp_path, TPRIMAT_VENV=str(venv), TPRIMAT_HOST_PYTHON=str(host))
-    assert other.returncode == 1
-    assert other.stderr == f"[tprimat] rebuilding {venv}: it runs Python 3.11, the host's is {host} (3.12)\n"
+    fake_python(venv / "bin" / "python", venv_python)
+    (venv / "pyvenv.cfg").write_text(f"version = {venv_python}\n")
+    host = fake_python(tmp_path / "host" / "python3", host_python)
+    out = lib("tp_venv_matches_host_python", tmp_path, TPRIMAT_VENV=str(venv), TPRIMAT_HOST_PYTHON=str(host))
+    assert out.returncode == (1 if rebuilt else 0)
+    assert out.stderr == (f"[tprimat] rebuilding {venv}: it runs Python {venv_python[:4]}, the host's is {host} "
+                          f"({host_python[:4]})\n" if rebuilt else "")
 
 
 def uv_pin() -> str:
