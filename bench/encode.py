@@ -20,8 +20,8 @@ then whether the two outputs are byte-identical, and how to reproduce it all. TP
 empty proof cache of its own, so its warm-up is its first use of the tokenizer (the tiktoken proof,
 made once per tokenizer and then cached), reported apart.
 
-Megatron-LM is not a dependency: pass a checkout of the release matching requirements' megatron-core
-(tag core_v0.16.1), kept outside the repository, and through --megatron-pythonpath a directory with the
+Megatron-LM is not a dependency: pass a checkout of a release (tag core_v0.16.1, the one the data fixtures were
+made with), kept outside the repository, and through --megatron-pythonpath a directory with the
 packages it imports beyond ours (pip install --target DIR six triton).
 """
 

@@ -207,6 +207,7 @@ def _ensure_process_group() -> None:
 def _ensure_dataset_helpers() -> None:
     """GPTDataset's compiled index builder, compiled first in a source checkout (as the trainer does)."""
     missing_stacks.silence()  # megatron-core's first import: its kernel libraries do not touch the data checked
+    missing_stacks.quiet_notes()
     try:
         ensure_dataset_helpers()
     except DataProblem as err:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # usage: ./shell/entry.sh
 # Open an interactive shell where the benchmarks run: the platform's container (built first when it is
-# out of date), or .venv on the host (built first when missing, with python3 or TPRIMAT_HOST_PYTHON).
+# out of date), or .venv on the host (built first when missing, with Python 3.12 or TPRIMAT_HOST_PYTHON).
 # From there, one run alone: bash train/launch.sh PLATFORM FRAMEWORK MODEL, or its shortcut
 # bash train/train_<platform>_<framework>_<model>.sh (see its --help).
 # It takes no arguments; PLATFORM and RUNTIME choose as for ./shell/run_train.sh.

@@ -16,9 +16,9 @@ export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-${TPRIMAT_VENV}/torch_exten
 TPRIMAT_KFD="${TPRIMAT_KFD:-/dev/kfd}"  # AMD's kernel driver node (tests point it elsewhere)
 TPRIMAT_INFINIBAND="${TPRIMAT_INFINIBAND:-/dev/infiniband}"  # the host's RDMA devices (tests point it elsewhere)
 # The oldest Python that every pin of requirements/host.txt and dev.txt installs on: the strictest
-# Requires-Python among them (numpy 2.4, pandas 3.1, matplotlib 3.11, transformers 5). A test keeps
-# it equal to the installed pins' metadata.
-readonly TPRIMAT_MIN_PYTHON=3.11
+# Requires-Python among them (megatron-core 0.17 and later need 3.12). A test keeps it equal to the
+# installed pins' metadata. It is also the Python the host looks for first (tp_host_python).
+readonly TPRIMAT_MIN_PYTHON=3.12
 
 tp_log() { printf '[tprimat] %s\n' "$*" >&2; }
 tp_warn() { printf '[tprimat] warning: %s\n' "$*" >&2; }
@@ -105,22 +105,39 @@ tp_load_config() {
 }
 
 # The host's Python: it validates the configuration (utils.config, standard library only) and creates
-# .venv. TPRIMAT_HOST_PYTHON names another interpreter than the python3 on PATH.
+# .venv. TPRIMAT_HOST_PYTHON names one; else python3.12 on PATH, else pyenv's 3.12 (a pyenv shim on PATH is
+# passed over: it fails for a version not selected; its pyenv root is the shims' parent), else python3
+# (tp_require_host_python refuses it if older).
 tp_host_python() {
-  echo "${TPRIMAT_HOST_PYTHON:-python3}"
+  local want="python${TPRIMAT_MIN_PYTHON}" found="" pyenv_root="${PYENV_ROOT:-${HOME}/.pyenv}"
+  found="$(command -v "${want}")" || true
+  if [[ -n "${TPRIMAT_HOST_PYTHON:-}" ]]; then
+    echo "${TPRIMAT_HOST_PYTHON}"
+  elif [[ -n "${found}" && "${found}" != */shims/* ]]; then
+    echo "${want}"
+  else
+    local candidate
+    [[ "${found}" != */shims/* ]] || pyenv_root="${found%/shims/*}"
+    found=""
+    for candidate in "${pyenv_root}/versions/${TPRIMAT_MIN_PYTHON}."*/bin/"${want}"; do
+      [[ -x "${candidate}" ]] && found="${candidate}"  # the last: the newest patch release, as the glob sorts
+    done
+    echo "${found:-python3}"
+  fi
 }
 
 # Stop before .venv is created when the host's Python is older than the pinned requirements need.
 tp_require_host_python() {
   local python found need="${TPRIMAT_MIN_PYTHON}"
+  local how="install Python ${need} (e.g. pyenv install ${need}) and put python${need} on PATH or set TPRIMAT_HOST_PYTHON=/path/to/python${need}"
   python="$(tp_host_python)"
   found="$("${python}" --version 2>&1)" \
-    || tp_die 2 "no Python '${python}' on this machine; TPrimat needs Python ${need} or newer: install it and set TPRIMAT_HOST_PYTHON=/path/to/python${need}"
+    || tp_die 2 "no Python '${python}' on this machine; TPrimat needs Python ${need} or newer: ${how}"
   if [[ "${found}" =~ ^Python\ ([0-9]+)\.([0-9]+) ]] \
       && ((BASH_REMATCH[1] > ${need%.*} || (BASH_REMATCH[1] == ${need%.*} && BASH_REMATCH[2] >= ${need#*.}))); then
     return 0
   fi
-  tp_die 2 "${python} is ${found%%$'\n'*}; TPrimat's pinned requirements need Python ${need} or newer: install it and set TPRIMAT_HOST_PYTHON=/path/to/python${need} (or put it first on PATH as python3)"
+  tp_die 2 "${python} is ${found%%$'\n'*}; TPrimat's pinned requirements need Python ${need} or newer: ${how}"
 }
 
 # The project's Python for everything beyond utils.config: TPRIMAT_PYTHON, the container's, or .venv's.
@@ -157,8 +174,10 @@ tp_require_token() {
 # --- Host runtime: a virtual environment from pinned requirements -----------------------------------
 
 # Create or update .venv from the given requirements files; a file whose hash is unchanged is skipped.
+# A .venv of another Python than the host's is built afresh: its pins were resolved for that one.
 tp_ensure_venv() {
-  local file stamp hash
+  local file stamp hash installer
+  tp_venv_matches_host_python || rm -rf "${TPRIMAT_VENV}"
   if [[ ! -x "${TPRIMAT_VENV}/bin/python" ]]; then
     tp_require_host_python
     tp_log "creating the Python environment ${TPRIMAT_VENV} with $(tp_host_python) (first run only)"
@@ -168,13 +187,54 @@ tp_ensure_venv() {
     stamp="${TPRIMAT_VENV}/.tprimat-$(basename "${file}").sha256"
     hash="$(sha256sum "${TPRIMAT_ROOT}/${file}" | cut -d' ' -f1)"
     if [[ "$(cat "${stamp}" 2>/dev/null)" != "${hash}" ]]; then
-      tp_log "installing ${file} into ${TPRIMAT_VENV} (a few minutes, once)"
-      "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${TPRIMAT_ROOT}/${file}" \
-        || tp_die 1 "pip could not install ${file}; fix the error above and rerun"
+      installer="${installer:-$(tp_venv_installer)}"
+      tp_log "installing ${file} into ${TPRIMAT_VENV} with ${installer} (a few minutes, once)"
+      tp_venv_install "${installer}" -r "${TPRIMAT_ROOT}/${file}" \
+        || tp_die 1 "${installer} could not install ${file}; fix the error above and rerun"
       [[ "${file}" != requirements/host.txt ]] || tp_build_deepspeed_cpu_op
       printf '%s\n' "${hash}" >"${stamp}"
     fi
   done
+}
+
+# True when .venv is missing or runs the host's Python (major.minor); else says why it is rebuilt. A host Python
+# too old for the pins (or none) never removes one: tp_require_host_python refuses it when a .venv is created.
+tp_venv_matches_host_python() {
+  local venv host need="${TPRIMAT_MIN_PYTHON}"
+  [[ -f "${TPRIMAT_VENV}/pyvenv.cfg" ]] || return 0  # none yet, or not a virtual environment: nothing to remove
+  host="$("$(tp_host_python)" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || return 0
+  [[ "${host}" =~ ^([0-9]+)\.([0-9]+)$ ]] \
+    && ((BASH_REMATCH[1] > ${need%.*} || (BASH_REMATCH[1] == ${need%.*} && BASH_REMATCH[2] >= ${need#*.}))) \
+    || return 0
+  venv="$("${TPRIMAT_VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || venv=""
+  [[ "${venv}" != "${host}" ]] || return 0
+  tp_log "rebuilding ${TPRIMAT_VENV}: it runs Python ${venv:-(none that starts)}, the host's is $(tp_host_python) (${host})"
+  return 1
+}
+
+# The installer .venv's requirements go in with: uv (requirements/dev.txt's pin, put into .venv with pip first;
+# it installs the same pins several times faster), else pip when uv cannot be installed.
+tp_venv_installer() {
+  local pin
+  pin="$(grep -m1 '^uv==' "${TPRIMAT_ROOT}/requirements/dev.txt" | cut -d' ' -f1)"
+  if [[ -x "${TPRIMAT_VENV}/bin/uv" ]] \
+      || "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --disable-pip-version-check "${pin}" >&2; then
+    echo uv
+  else
+    tp_warn "${pin} could not be installed (above): installing with pip instead"
+    echo pip
+  fi
+}
+
+# tp_venv_install uv|pip PIP_INSTALL_ARGUMENT...
+tp_venv_install() {
+  local installer="$1"
+  shift
+  if [[ "${installer}" == uv ]]; then
+    "${TPRIMAT_VENV}/bin/uv" pip install --quiet --python "${TPRIMAT_VENV}/bin/python" "$@"
+  else
+    "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+  fi
 }
 
 # DeepSpeed builds its CPU collective op (shared-memory all-reduce) at its first use, minutes on a small

@@ -9,7 +9,7 @@
 #   FORCE=1                redo every stage
 #   ALLOW_FALLBACK_TOKENIZER=1  an offline tokenizer where the gated one cannot be fetched
 # Llama's tokenizer is gated: put HF_TOKEN in secrets.env (cp secrets.env.example secrets.env).
-# The host runtime builds .venv with python3, or the interpreter named by TPRIMAT_HOST_PYTHON.
+# The host runtime builds .venv with Python 3.12, or the interpreter named by TPRIMAT_HOST_PYTHON.
 # Exit: 0 prepared, 1 a stage failed, 2 bad input.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 tp_args "" "$@"

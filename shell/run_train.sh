@@ -16,7 +16,7 @@
 #   DETACH=1               run in a named background container (tprimat-train)
 #   MOCK_DATA=1            synthetic tokens; otherwise ./shell/run_data.sh must have prepared the data
 #   NNODES>1, LAUNCHER     multi-node: one Slurm job (sbatch on PATH), or one run_train.sh per node
-# The host runtime builds .venv from requirements/host.txt with python3, or the interpreter named by
+# The host runtime builds .venv from requirements/host.txt with Python 3.12, or the interpreter named by
 # TPRIMAT_HOST_PYTHON (it says so when that Python is too old); TPRIMAT_PYTHON uses an existing environment.
 # On GPUs the host runtime trains only with a Python that sees them and the vendor's stack (TPRIMAT_PYTHON,
 # or .venv as it is): otherwise it stops in one line naming what is missing.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # usage: ./shell/test.sh [PYTEST_ARGUMENT...]
 # Every lint and test: set up the test environment (.venv from requirements/host.txt and dev.txt, built
-# with python3 or TPRIMAT_HOST_PYTHON; Slurm from the distribution's packages when it can be installed),
+# with Python 3.12 or TPRIMAT_HOST_PYTHON; Slurm from the distribution's packages when it can be installed),
 # then shellcheck over every shell script and pytest over tests/.
 # Arguments go to pytest, which checks them before anything long starts, e.g.
 #   ./shell/test.sh -k config        ./shell/test.sh tests/test_entry_points.py -x

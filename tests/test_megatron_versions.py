@@ -1,9 +1,11 @@
 """data.verify and the mega trainer under every megatron-core the vendor images carry, installed for real.
 
 nvcr.io/nvidia/nemo:25.04 carries megatron-core 0.12.x; Primus v25.11 pins Megatron-LM 0.15.0rc8 (PyPI's
-closest line is 0.15); the host runs requirements/host.txt's 0.16.1. Each version of
-requirements/megatron-matrix.txt is installed from PyPI, once, into .venv/megatron-matrix/<version> (no
-dependencies: it reuses .venv's torch) and put before .venv's site-packages through PYTHONPATH.
+closest line is 0.15) and Primus v26.5 carries 0.16; the host runs requirements/host.txt's 0.19.2. Each
+version of requirements/megatron-matrix.txt is installed from PyPI without its dependencies (it reuses .venv's
+torch) as a tests.fixtures.envs overlay, built once per machine, and put before .venv's site-packages through
+PYTHONPATH. PyPI has no Python 3.12 wheel of 0.12.3: its source release is built (it compiles helpers.cpp),
+as the 25.04 image, whose Python is 3.12 too, carries it.
 
 The AMD image imports megatron-core from Primus's Megatron-LM source checkout, which has helpers.cpp but
 no compiled helpers_cpp: the tests at the end stand in for it with a copy of the installed package
@@ -22,14 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures import envs
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.test_data_verify import good  # noqa: F401 - the sound qwen pair of the sample corpus (fixture)
 from tests.test_train_mega_runs import Run, assert_trained, train
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "requirements" / "megatron-matrix.txt"
-CACHE = Path(sys.prefix) / "megatron-matrix"  # under .venv: rebuilt with it
-PIP_TIMEOUT_S = 300
 
 
 def pinned(path: Path) -> list[str]:
@@ -42,27 +43,18 @@ HOST_VERSION = pinned(ROOT / "requirements" / "host.txt")[0]
 VERSIONS = [*pinned(MATRIX), HOST_VERSION]
 
 
-def install(version: str) -> Path:
-    """The folder holding megatron-core==version (installed on first use; a half-finished install never counts)."""
-    target = CACHE / version
-    if (target / f"megatron_core-{version}.dist-info").is_dir():
-        return target
-    partial = CACHE / f"{version}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    out = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(partial),
-                          f"megatron-core=={version}"], capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    if out.returncode != 0:
-        pytest.fail(f"pip could not install megatron-core=={version} from PyPI (needs the network):\n"
-                    f"{out.stderr[-2000:]}", pytrace=False)
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    return target
+# megatron-core 0.15 compiles a CUDA allocator as it is imported when torch is a CUDA build (PyPI's), and catches a
+# build that fails, but not torch's IndexError on a machine without a GPU to choose an architecture for (0.16 checks
+# first). The runs under every version get an architecture and a CUDA toolkit that is not there, so that the build
+# fails as 0.15 expects, as it does where no toolkit is installed.
+NO_CUDA_BUILD = {"TORCH_CUDA_ARCH_LIST": "9.0", "CUDA_HOME": "/nonexistent/cuda"}
 
 
 @pytest.fixture(scope="session")
 def pythonpath() -> dict[str, str]:
     """PYTHONPATH per version: the installed overlay, or nothing for .venv's own megatron-core."""
-    return {version: "" if version == HOST_VERSION else str(install(version)) for version in VERSIONS}
+    return {version: "" if version == HOST_VERSION else
+            str(envs.overlay(f"megatron-core-{version}", [f"megatron-core=={version}"])) for version in VERSIONS}
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +70,17 @@ def runs(tmp_path_factory, data_dir, pythonpath):
     def get(version: str) -> Run:
         if version not in done:
             done[version] = train(tmp_path_factory.mktemp(f"mega-{version}") / "run", data_dir, TRAIN_ITERS=2,
-                                  WARMUP_STEPS=1, PYTHONPATH=pythonpath[version])
+                                  WARMUP_STEPS=1, PYTHONPATH=pythonpath[version], **NO_CUDA_BUILD)
         return done[version]
 
     return get
 
 
 def python(pythonpath: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    # NO_VCS_VERSION: megatron-core 0.17+ appends the commit of a git repository around its files to __version__
+    # (.venv lies inside this one); the probe reads the release from package_info.py, as a wheel has it.
+    env = {**os.environ, "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore",
+           "NO_VCS_VERSION": "1", **NO_CUDA_BUILD}
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, **kwargs)
 
 

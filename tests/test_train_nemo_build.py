@@ -1,7 +1,7 @@
 """train/train_nemo.py's recipes built by NeMo 2.3.0 itself, the version nvcr.io/nvidia/nemo:25.04 carries.
 
-requirements/nemo.txt is installed once into .venv/nemo-<version> (its own environment: NeMo pins numpy<2
-and an older transformers than .venv's), then tests/fixtures/train/nemo_build_probe.py calls build_recipe
+requirements/nemo.txt is installed into its own environment (NeMo pins numpy<2 and an older transformers than
+.venv's; tests.fixtures.envs builds it once per machine, with .venv's Python 3.12 as in the image), then tests/fixtures/train/nemo_build_probe.py calls build_recipe
 there as a run does and builds the trainer, model, optimizer, logger and data module from the recipe (no
 training). Every attribute TPrimat sets must exist on NeMo's recipe and keep its value once built.
 
@@ -12,13 +12,12 @@ which megatron-core refuses without Transformer Engine or Apex (the image has bo
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures import envs
 from tests.fixtures.train.data_dir import DATASET, make_data_dir
 from tests.fixtures.train_matrix.requests import run_request
 from train.nemo.recipe import recipe_settings
@@ -26,7 +25,6 @@ from train.nemo.recipe import recipe_settings
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "requirements" / "nemo.txt"
 PROBE = ROOT / "tests" / "fixtures" / "train" / "nemo_build_probe.py"
-PIP_TIMEOUT_S = 900
 
 
 def pinned(name: str) -> str:
@@ -35,25 +33,12 @@ def pinned(name: str) -> str:
 
 
 NEMO_VERSION = pinned("nemo-toolkit")
-ENV = Path(sys.prefix) / f"nemo-{NEMO_VERSION}"  # under .venv: rebuilt with it
-READY = ENV / "tprimat-ready"  # written last: a half-built environment never counts
 
 
 @pytest.fixture(scope="session")
 def nemo_python() -> Path:
-    """The NeMo environment's interpreter, built from requirements/nemo.txt on first use (about 3 minutes)."""
-    python = ENV / "bin" / "python"
-    if READY.is_file():
-        return python
-    shutil.rmtree(ENV, ignore_errors=True)
-    for step in ([sys.executable, "-m", "venv", str(ENV)],
-                 [str(python), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)]):
-        out = subprocess.run(step, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-        if out.returncode != 0:
-            pytest.fail(f"could not build the NeMo environment ({' '.join(step[-3:])}; needs PyPI):\n"
-                        f"{out.stderr[-2000:]}", pytrace=False)
-    READY.write_text(REQUIREMENTS.read_text())
-    return python
+    """The NeMo environment's interpreter, built from requirements/nemo.txt on first use (minutes, once per machine)."""
+    return envs.virtualenv(f"nemo-{NEMO_VERSION}", envs.requirement_lines(REQUIREMENTS))
 
 
 CASES = {

@@ -8,7 +8,7 @@ import warnings
 
 from utils import missing_stacks
 
-# As megatron-core 0.12 to 0.16 word them (megatron/core/optimizer, megatron_fsdp, models/backends.py).
+# As megatron-core 0.12 to 0.19 word them (megatron/core/optimizer, megatron_fsdp, models/backends.py).
 MEGATRON_WARNINGS = (
     "Transformer Engine and Apex are not installed. Falling back to Torch optimizers.",
     "Transformer Engine and Apex are not installed. Falling back to local implementations of multi_tensor_applier "
@@ -41,3 +41,14 @@ def test_the_notice_names_what_is_missing_and_why_that_is_expected_on_a_cpu(monk
     assert missing_stacks.notice().startswith("Transformer Engine and Apex not installed, as expected on a CPU")
     present.update(missing_stacks.LIBRARIES)
     assert missing_stacks.notice() is None
+
+
+def test_quiet_notes_ignores_exactly_megatron_cores_note_about_its_logger():
+    note = ("absl.logging is not installed. Using logging.getLogger(__name__) instead. Please install absl.logging "
+            "with `pip install absl-py` to use absl.logging.")  # as megatron-core 0.19 words it (hyper_comm_grid.py)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        missing_stacks.quiet_notes()
+        for message in (note, *MEGATRON_WARNINGS[:1], *OTHERS):
+            warnings.warn(message, UserWarning)
+    assert [str(w.message) for w in seen] == [MEGATRON_WARNINGS[0], *OTHERS]

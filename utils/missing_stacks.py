@@ -1,7 +1,7 @@
 """The GPU kernel libraries a CPU run lacks: said once per run set, not by every process of every run.
 
 megatron-core warns, as it is imported, that Transformer Engine and Apex are not installed (four warnings in
-0.16). Every CPU process imports it: the mega trainer, the fsdp and autotp trainers (their data is its
+0.16 and 0.19). Every CPU process imports it: the mega trainer, the fsdp and autotp trainers (their data is its
 GPTDataset) and data.verify, so a first CPU run printed the same warnings from each worker of each run. On the
 CPU platform that is expected: both are CUDA/ROCm kernel libraries, megatron-core falls back to its torch
 implementations (what a CPU run measures), and each result's features still say that TE is not used. So
@@ -16,9 +16,14 @@ import re
 import warnings
 
 LIBRARIES = {"transformer_engine": "Transformer Engine", "apex": "Apex"}  # importable name -> name
-# The warnings' opening words as megatron-core 0.12 to 0.16 spell them; the rest names the fallback.
+# The warnings' opening words as megatron-core 0.12 to 0.19 spell them; the rest names the fallback.
 MESSAGES = ("Transformer Engine and Apex are not installed. Falling back to ",
             "Apex is not installed. Falling back to Torch Norm")
+
+
+# megatron-core 0.19's note, as its process-group grid is imported, that it logs through the logging module for want of
+# absl: a choice of logger, not a library any run needs, so it is ignored on every platform (quiet_notes).
+NOTES = ("absl.logging is not installed. Using logging.getLogger(__name__) instead.",)
 
 
 def missing() -> list[str]:
@@ -38,4 +43,10 @@ def notice() -> str | None:
 def silence() -> None:
     """Ignore megatron-core's not-installed warnings, and only them, in this process."""
     for message in MESSAGES:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=UserWarning)
+
+
+def quiet_notes() -> None:
+    """Ignore megatron-core's NOTES, and only them, in this process (before megatron-core is imported)."""
+    for message in NOTES:
         warnings.filterwarnings("ignore", message=re.escape(message), category=UserWarning)

@@ -1,6 +1,6 @@
 """Let megatron-core train on a machine without an accelerator: the CPU stands in for CUDA device 0.
 
-megatron-core (0.16) assumes a CUDA device in a handful of places, listed in
+megatron-core (0.12 to 0.19) assumes a CUDA device in a handful of places, listed in
 ../shared/reference/frameworks.md ("megatron-core on a CPU"):
 
 1. the model-parallel RNG tracker saves, seeds and restores CUDA RNG states;
@@ -20,7 +20,10 @@ megatron-core (0.16) assumes a CUDA device in a handful of places, listed in
    and without Transformer Engine that function raises even when no parameter is FP8 (0.13+ returns
    when the list is empty). On GPUs TE is present and each of its implementations returns at once for
    an empty list, as TPrimat keeps no FP8 parameters: the CPU gets that same early return, and a call
-   with FP8 parameters still reaches megatron-core's own function.
+   with FP8 parameters still reaches megatron-core's own function;
+10. megatron-core 0.19's DDP makes ``torch.cuda.current_stream()`` wait for CUDA-graph replay events before
+   every gradient reduction, events that only a CUDA graph records: a CPU runs in order, so its current
+   stream is one whose waits return at once.
 
 The RNG tracker also warns "CPU RNG state changed within GPU RNG context" whenever it forks: here
 the two generators are one, so that is expected, and apply() filters exactly that message, as it filters
@@ -78,6 +81,19 @@ class _CudaIsCpu(TorchFunctionMode):
         if func is torch.Tensor.type and len(args) == 1 and not kwargs and result.startswith("torch."):
             return "torch.cuda." + result[len("torch."):]
         return result
+
+
+class _InOrder:
+    """The CPU's one stream: work runs in program order, so a wait has nothing to wait for (10)."""
+
+    def wait_event(self, _event) -> None:
+        return None
+
+    def wait_stream(self, _stream) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
 
 
 def _cpu_rng_state(*_args, **_kwargs) -> torch.Tensor:
@@ -151,6 +167,8 @@ def apply() -> None:
     torch.cuda.current_device = _stand_in("current_device", lambda: 0)
     for name in ("set_device", "synchronize", "empty_cache"):
         setattr(torch.cuda, name, _stand_in(name, lambda *args, **kwargs: None))
+    in_order = _InOrder()
+    torch.cuda.current_stream = _stand_in("current_stream", lambda *args, **kwargs: in_order)  # 10.
     # 7. sequence parallelism with torch's norm (the local spec without Apex).
     WrappedTorchNorm.__new__ = _sequence_parallel_torch_norm
     # 9. no FP8 parameter, nothing to quantize (megatron-core 0.12 without TE raises instead).

@@ -26,11 +26,14 @@ from typing import Iterator
 
 import torch
 
+from utils import missing_stacks
 from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.datafiles import DataProblem, ensure_dataset_helpers, prove
 from utils.spec.fairness import WORKLOAD
 from utils.spec.models import ModelSpec
 from utils.spec.request import Data
+
+missing_stacks.quiet_notes()  # every trainer imports this module before megatron-core
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids")
 # megatron-core's GPTDataset (_build_document_sample_shuffle_indices): a last reading of the corpus used less than this

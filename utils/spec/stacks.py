@@ -81,8 +81,8 @@ ROWS = (
           source="TPrimat's runs of the image (reference/frameworks.md: NeMo 2.3.x, megatron-core 0.12.x); NVIDIA's "
                  "software component versions page for 25.04 was not found in a public copy, so CUDA, torch and "
                  "Transformer Engine are not published here"),
-    Stack(name="host", platform="cpu", image=None, released="2026-11", runtime="", torch="2.13.0",
-          transformer_engine="", megatron_core="0.16.1", frameworks=("mega", "fsdp", "autotp"), collectives="",
+    Stack(name="host", platform="cpu", image=None, released="2026-11", runtime="", torch="2.15.0",
+          transformer_engine="", megatron_core="0.19.2", frameworks=("mega", "fsdp", "autotp"), collectives="",
           source="requirements/host.txt"),
 )
 
