@@ -11,7 +11,7 @@ import pytest
 from tests.fixtures.train_matrix.requests import run_request
 from utils.spec.fairness import profile
 from train.nemo.recipe import DDP_KEYS, FAIRNESS_PATHS, FP8_PLUGIN_KEYS, recipe_settings
-from train.train_nemo import assign
+from train.common.settings_file import assign
 from utils.machine.platform_env import platform_env
 
 RUN_DIR = "/out/set/nemo-llama"

@@ -12,15 +12,12 @@ only, inside the functions, so the rest of TPrimat (and its tests) never needs i
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
-import json
-import os
 import sys
-from pathlib import Path
 
-from train.train_nemo import assign
+from train.common import settings_file
+from train.common.settings_file import assign
 
 
 def build_config(settings: dict):
@@ -45,17 +42,9 @@ def build_config(settings: dict):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.train_mbridge", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--settings", type=Path, required=True, help="mbridge_settings.json of the run")
-    args = parser.parse_args(argv)
-    try:
-        settings = json.loads(args.settings.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        print(f"train_mbridge: cannot read {args.settings}: {err}", file=sys.stderr)
+    settings = settings_file.load(argv, "train.train_mbridge", __doc__)  # its env set before Megatron-Bridge
+    if settings is None:
         return 2
-    for key, value in settings["env"].items():  # before Megatron-Bridge and Transformer Engine are imported
-        os.environ.setdefault(key, value)
     cfg = build_config(settings)
 
     from megatron.bridge.training.gpt_step import forward_step

@@ -9,20 +9,12 @@ NeMo is imported here only, inside main(), so the rest of TPrimat (and its tests
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
-from pathlib import Path
+
+from train.common import settings_file
+from train.common.settings_file import assign
 
 
-def assign(root: object, path: str, value: object) -> None:
-    """Set a dotted attribute path ("trainer.strategy.sequence_parallel") on a recipe."""
-    *parents, leaf = path.split(".")
-    target = root
-    for name in parents:
-        target = getattr(target, name)
-    setattr(target, leaf, value)
 
 
 def build_recipe(settings: dict):
@@ -69,17 +61,9 @@ def build_recipe(settings: dict):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.train_nemo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--settings", type=Path, required=True, help="nemo_settings.json of the run")
-    args = parser.parse_args(argv)
-    try:
-        settings = json.loads(args.settings.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        print(f"train_nemo: cannot read {args.settings}: {err}", file=sys.stderr)
+    settings = settings_file.load(argv, "train.train_nemo", __doc__)  # its env set before NeMo is imported
+    if settings is None:
         return 2
-    for key, value in settings["env"].items():  # before NeMo and Transformer Engine are imported
-        os.environ.setdefault(key, value)
     recipe = build_recipe(settings)
 
     import nemo_run as run
