@@ -1,12 +1,13 @@
 """The host runtime on a GPU node: the Python that would train must see the vendor's GPUs and stack, or
 nothing starts; a result never says amd or nvd for work done on a CPU.
 
-This machine's own Python is the real thing a GPU node's .venv would be (requirements/host.txt: a CPU
-torch, no Transformer Engine, NeMo or Primus); tests/fakebin/fake-gpu-python stands for an environment
+This machine's own Python is the real thing a GPU node's .venv would be (requirements/host.txt: PyPI's torch,
+no GPU here, no Transformer Engine, NeMo or Primus); tests/fakebin/fake-gpu-python stands for an environment
 that has the stack."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 
 import pytest
@@ -34,7 +35,10 @@ def test_a_python_without_the_vendor_stack_stops_the_host_runtime_before_trainin
     error = the_error(result)
     assert "runtime: host (no Docker engine answers" in result.stderr
     assert f"PLATFORM={platform}: {sys.executable} cannot train" in error
-    assert f"is not a {BUILD[platform]} build" in error and "no transformer_engine" in error
+    # .venv's torch is PyPI's CUDA build (requirements/host.txt): on NVIDIA it is the GPU it lacks, not the build
+    cuda_torch = platform == "nvd" and importlib.metadata.version("torch").split("+")[-1] != "cpu"
+    lacks = "sees no NVIDIA GPU" if cuda_torch else f"is not a {BUILD[platform]} build"
+    assert lacks in error and "no transformer_engine" in error
     assert "RUNTIME=docker" in error and "TPRIMAT_PYTHON" in error  # the two ways out
     assert not (tmp_path / "output").exists()
 
@@ -116,5 +120,5 @@ def test_a_slurm_job_without_a_container_checks_the_stack_where_the_gpus_are_bef
     job.write_text(f"source {fake.root}/shell/slurm_job.sh\ntp_job_prepare\n")
     result = fake.run(str(job), PATH=with_scontrol(fake, tmp_path, "10.8.0.7"), RUN_SET_DIR=str(run_set),
                       PLATFORM="amd", DP="16", GA="4", **ALLOCATION)
-    assert f"PLATFORM=amd: {sys.executable} cannot train mega,prim,fsdp,autotp on AMD GPUs" in the_error(result)
+    assert f"PLATFORM=amd: {sys.executable} cannot train mega,prim,fsdp,autotp,torchtitan on AMD GPUs" in the_error(result)
     assert not (run_set / "slurm.json").exists()

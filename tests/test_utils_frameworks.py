@@ -21,7 +21,7 @@ from utils.spec.result import schema
 def test_each_platform_runs_megatron_its_vendors_framework_and_the_torch_native_ones():
     assert {platform: frameworks.on(platform) for platform in ("nvd", "amd", "cpu")} == \
         {"nvd": ("mega", "nemo", "mbridge", "fsdp", "autotp", "torchtitan"),
-         "amd": ("mega", "prim", "mbridge", "fsdp", "autotp", "torchtitan"),
+         "amd": ("mega", "prim", "fsdp", "autotp", "torchtitan"),
          "cpu": ("mega", "fsdp", "autotp")}  # torchtitan 0.3.0 starts CUDA/NCCL without a GPU: docs/frameworks.md
     assert [name for name in frameworks.NAMES if frameworks.torch_native(name)] == list(frameworks.NATIVE)
 

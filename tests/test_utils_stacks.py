@@ -49,8 +49,8 @@ def test_every_row_has_its_versions_and_says_where_they_were_read(row):
 
 
 def test_the_host_row_repeats_requirements_host_txt():
-    pins = dict(line.split("==") for line in (REPO / "requirements" / "host.txt").read_text().splitlines()
-                if "==" in line and not line.startswith("#"))
+    lines = (line.split("#", 1)[0].strip() for line in (REPO / "requirements" / "host.txt").read_text().splitlines())
+    pins = dict(line.split("==") for line in lines if "==" in line)
     host = stacks.default("cpu")
     assert (host.torch, host.megatron_core) == (pins["torch"], pins["megatron-core"])
 
