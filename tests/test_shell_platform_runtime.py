@@ -140,14 +140,16 @@ def test_up_to_date_image_is_reused(tmp_path):
     assert "up to date" in again.stderr
 
 
-def test_changed_dockerfile_triggers_rebuild(tmp_path):
+@pytest.mark.parametrize("changed", ["nvd.Dockerfile", "requirements/nvd.txt", "requirements/torchtitan.txt"])
+def test_a_changed_dockerfile_or_file_it_copies_triggers_rebuild(tmp_path, changed):
     node = nvidia_node(tmp_path, engine=True)
     first = node.run("shell/run_train.sh")
     label = next(a for a in first.calls_of("docker", "build")[0] if a.startswith("tprimat.hash="))
-    with open(node.root / "nvd.Dockerfile", "a") as dockerfile:
-        dockerfile.write("# changed\n")
+    same = node.run("shell/run_train.sh", FAKE_DOCKER_IMAGE_HASH=label.split("=", 1)[1])
+    with open(node.root / changed, "a") as file:
+        file.write("# changed\n")
     again = node.run("shell/run_train.sh", FAKE_DOCKER_IMAGE_HASH=label.split("=", 1)[1])
-    assert len(again.calls_of("docker", "build")) == 1
+    assert (len(same.calls_of("docker", "build")), len(again.calls_of("docker", "build"))) == (0, 1)
 
 
 def test_detached_run_is_named_and_says_how_to_follow(tmp_path):

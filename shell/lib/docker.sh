@@ -37,8 +37,10 @@ tp_image() { echo "tprimat:$1-${STACK_NAME}"; }
 
 # Hash of everything an image is built from, its base image included: rebuild only when it changes.
 tp_image_hash() {
-  { cat "${TPRIMAT_ROOT}/$1.Dockerfile" "${TPRIMAT_ROOT}/requirements/$1.txt"; echo "BASE_IMAGE=${STACK_IMAGE}"; } \
-    | sha256sum | cut -c1-16
+  local dockerfile="${TPRIMAT_ROOT}/$1.Dockerfile" copied
+  # every requirements file the Dockerfile copies in (its own and requirements/torchtitan.txt)
+  mapfile -t copied < <(sed -n 's|^COPY \(requirements/[^ ]*\) .*|'"${TPRIMAT_ROOT}"'/\1|p' "${dockerfile}")
+  { cat "${dockerfile}" "${copied[@]}"; echo "BASE_IMAGE=${STACK_IMAGE}"; } | sha256sum | cut -c1-16
 }
 
 # True when tprimat:<platform>-<stack> exists and was built from the current Dockerfile, requirements and base.
