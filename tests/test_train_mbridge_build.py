@@ -44,11 +44,6 @@ def python_312() -> str | None:
     return None
 
 
-def pinned(name: str) -> str:
-    return next(line.split("==", 1)[1] for line in envs.requirement_lines(REQUIREMENTS)
-                if line.lower().startswith(f"{name}=="))
-
-
 CASES = {
     "llama-bf16": ("llama", {}),
     "qwen-bf16": ("qwen", {}),
@@ -87,8 +82,8 @@ def built(tmp_path_factory) -> tuple[dict, dict]:
 
 def test_the_environment_holds_megatron_bridge_0_6_and_only_its_unguarded_transformer_engine_import_is_stood_in(built):
     versions, stand_ins = built[1]["versions"], built[1]["stand_ins"]
-    assert versions["megatron-bridge"] == pinned("megatron-bridge") == "0.6.2"
-    assert versions["megatron-core"] == pinned("megatron-core")
+    assert versions["megatron-bridge"] == envs.pinned(REQUIREMENTS, "megatron-bridge") == "0.6.2"
+    assert versions["megatron-core"] == envs.pinned(REQUIREMENTS, "megatron-core")
     assert stand_ins == ["transformer_engine", "transformer_engine.pytorch"]
 
 

@@ -27,12 +27,7 @@ REQUIREMENTS = ROOT / "requirements" / "nemo.txt"
 PROBE = ROOT / "tests" / "fixtures" / "train" / "nemo_build_probe.py"
 
 
-def pinned(name: str) -> str:
-    return next(line.split("==", 1)[1].strip() for line in REQUIREMENTS.read_text().splitlines()
-                if line.lower().startswith(f"{name}=="))
-
-
-NEMO_VERSION = pinned("nemo-toolkit")
+NEMO_VERSION = envs.pinned(REQUIREMENTS, "nemo-toolkit")
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +67,8 @@ def built(nemo_python, tmp_path_factory) -> tuple[dict, dict]:
 def test_the_environment_holds_the_nemo_and_megatron_core_of_nemo_25_04(built):
     versions = built[1]["versions"]
     assert versions["nemo"] == NEMO_VERSION == "2.3.0"
-    assert versions["megatron_core"] == pinned("megatron-core") and versions["megatron_core"].startswith("0.12.")
+    assert versions["megatron_core"] == envs.pinned(REQUIREMENTS, "megatron-core")
+    assert versions["megatron_core"].startswith("0.12.")
 
 
 @pytest.mark.parametrize("case", CASES)
