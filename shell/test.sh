@@ -2,7 +2,8 @@
 # usage: ./shell/test.sh [PYTEST_ARGUMENT...]
 # Every lint and test: set up the test environment (.venv from requirements/host.txt and dev.txt, built
 # with Python 3.12 or TPRIMAT_HOST_PYTHON; Slurm from the distribution's packages when it can be installed),
-# then shellcheck over every shell script and pytest over tests/.
+# then shellcheck over every shell script and pytest over tests/, one worker per core (pytest-xdist; a test
+# file stays on one worker, so its module fixtures, e.g. a trained run set, are built once; -n 0 runs serially).
 # Arguments go to pytest, which checks them before anything long starts, e.g.
 #   ./shell/test.sh -k config        ./shell/test.sh tests/test_entry_points.py -x
 # (pytest's own options: .venv/bin/python -m pytest --help). CI runs it through .ci/run.
@@ -39,7 +40,7 @@ main() {
   "${TPRIMAT_VENV}/bin/shellcheck" "${scripts[@]}"
   tp_log "pytest"
   cd "${TPRIMAT_ROOT}"
-  HF_HUB_OFFLINE=1 "${TPRIMAT_VENV}/bin/python" -m pytest -ra tests "$@"
+  HF_HUB_OFFLINE=1 "${TPRIMAT_VENV}/bin/python" -m pytest -ra -n auto --dist loadfile tests "$@"
 }
 
 main "$@"
