@@ -17,6 +17,7 @@ from evaluate.logs.parse import parse_logs
 from tests.fixtures.train_matrix import megatron_args, primus_v25_11, primus_v26_5
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
 from tests.fixtures.train_matrix.shell import machine
+from train.prim import releases
 from train.prim.config import APPLIED_ROPE_SCALING_FACTOR, NotApplied, experiment, overrides, shipped_config
 from utils.machine.platform_env import platform_env
 
@@ -113,3 +114,27 @@ def test_megatron_applies_only_its_own_rope_scaling_factor_so_tprimat_writes_non
         req.model, rope_scaling={**req.model.rope_scaling, "factor": 32.0}))
     with pytest.raises(NotApplied, match=r"scales RoPE by 32.0, but Primus's Megatron-LM applies only 8.0"):
         overrides(other)
+
+
+@pytest.mark.parametrize("release", ["v26.5", "v25.11"])
+def test_a_primus_launchers_pip_installs_nothing_and_never_reaches_an_index(tmp_path, release):
+    """v25.11's prepare.py runs `pip install -e third_party/Emerging-Optimizers` with check=True and run_pretrain.sh
+    `pip install -r requirements.txt` at every launch: under the release's environment this machine's real pip
+    must exit 0 for the checkout and for an installed requirement, install nothing, and refuse a missing one."""
+    env = {**os.environ, **{k: v for k, v in releases.of(release).env.items() if k.startswith("PIP_")},
+           "PIP_FIND_LINKS": "", "PIP_CONFIG_FILE": os.devnull}
+    checkout = tmp_path / "Emerging-Optimizers"
+    (checkout / "tprimat_eo_probe").mkdir(parents=True)
+    (checkout / "tprimat_eo_probe" / "__init__.py").write_text("")
+    (checkout / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+                                             '"setuptools.build_meta"\n[project]\nname = "tprimat-eo-probe"\n'
+                                             'version = "0.1"\n')
+    pip = [sys.executable, "-m", "pip", "install"]
+    editable = subprocess.run([*pip, "-e", str(checkout)], env=env, capture_output=True, text=True, timeout=120)
+    assert editable.returncode == 0, editable.stderr
+    assert "Would install tprimat-eo-probe-0.1" in editable.stdout
+    listed = subprocess.run([sys.executable, "-m", "pip", "list"], capture_output=True, text=True, timeout=60).stdout
+    assert "tprimat-eo-probe" not in listed and not list(checkout.glob("*.egg-info"))
+    assert subprocess.run([*pip, "pyyaml"], env=env, capture_output=True, timeout=120).returncode == 0
+    missing = subprocess.run([*pip, "mlflow==3.4.0"], env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "No matching distribution found for mlflow==3.4.0" in missing.stderr
