@@ -16,10 +16,16 @@ RUN pip freeze | grep -iE '^(torch|transformer[-_]engine|megatron[-_]core|numpy)
 COPY requirements/torchtitan.txt /tmp/tprimat-torchtitan.txt
 RUN pip install --no-cache-dir --no-deps -r /tmp/tprimat-torchtitan.txt && rm -f /tmp/tprimat-torchtitan.txt
 
-# Vendor environment every run needs (the same values as utils/machine/platform_env.py, which are Primus
-# v25.11's own defaults for Megatron; a test keeps them equal).
-ENV HSA_NO_SCRATCH_RECLAIM=0 \
-    CUDA_DEVICE_MAX_CONNECTIONS=1 \
-    NVTE_CK_USES_BWD_V3=0 \
+# Vendor environment every run needs on every stack (utils/machine/platform_env.py's platform-wide values, which are
+# Primus's own run environment for Megatron; a test keeps them equal). The values that differ between Primus
+# releases (HSA_NO_SCRATCH_RECLAIM, NVTE_CK_*: utils/spec/stacks.py) are the launcher's, per run.
+ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
+    GPU_MAX_HW_QUEUES=2 \
+    TORCH_NCCL_HIGH_PRIORITY=1 \
+    NCCL_CHECKS_DISABLE=1 \
+    RCCL_MSCCL_ENABLE=0 \
+    NCCL_PXN_DISABLE=1 \
+    TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=0 \
+    NVTE_USE_CAST_TRANSPOSE_TRITON=1 \
     TPRIMAT_RUNTIME=docker \
     PYTHONPATH=/workspace/Primus/third_party/Megatron-LM

@@ -51,7 +51,7 @@ from utils.spec.result import ResultError, build_result, write_result
 from utils.runset import system_path
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))
-FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend")
+FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend", "turbo")
 BINARY_PROBE = 4096  # bytes looked at to tell a binary file from a log
 
 
@@ -134,6 +134,12 @@ def _fingerprints(settings: dict, notes: list[str]) -> dict:
     return {"dataset_fingerprint": data["fingerprint"], "tokenizer_fingerprint": data["tokenizer_fingerprint"]}
 
 
+def features(effective: dict) -> dict:
+    """The kernels the log says the run chose (fusions, attention backend, Primus-Turbo), for the result's features."""
+    return {k: v for k, v in effective.items()
+            if any(h in k for h in FEATURE_HINTS) and (v is None or isinstance(v, (bool, str)))}
+
+
 def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: str | None, system: dict,
             exit_code: int | None, started_at: str | None, ended_at: str | None, from_run_dir: bool,
             notes: list[str]) -> dict:
@@ -157,8 +163,6 @@ def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: s
         commit = fingerprint.project_commit()
         notes.append("project commit read from the checkout at extraction time")
     effective = parsed.effective
-    features = {k: v for k, v in effective.items()
-                if any(h in k for h in FEATURE_HINTS) and (v is None or isinstance(v, (bool, str)))}
     run = {"id": settings.get("run_id") or logs[0].stem, "started_at": started_at, "ended_at": ended_at,
            "status": status, "exit_code": exit_code,
            "error_excerpt": error_excerpt(parsed, logs, gap) if status != "ok" else None,
@@ -169,7 +173,7 @@ def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: s
         num_gpus=settings.get("num_gpus") or settings["tp"] * settings["pp"] * settings["dp"],
         device_name=settings.get("device_name") or (system.get("gpu") or {}).get("name"),
         raw_framework=_raw_framework(parsed, settings["warmup_skip"]),
-        effective=effective, features=features, warnings=notes)
+        effective=effective, features=features(effective), warnings=notes)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -284,8 +284,10 @@ def test_a_docker_dry_run_plans_on_the_host_with_the_standard_library_and_builds
         assert "primus_experiment.yaml not written" in result.stderr
 
 
-# Primus v25.11's defaults for Megatron on AMD; NVIDIA's Transformer Engine attention backends written out.
-PLATFORM_ENVIRONMENT = {"amd": {"HSA_NO_SCRATCH_RECLAIM": "0", "NVTE_CK_USES_BWD_V3": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+# Primus v26.5's run environment for Megatron on AMD (tests/test_utils_platform_env.py); NVIDIA's Transformer
+# Engine attention backends written out.
+PLATFORM_ENVIRONMENT = {"amd": {"HSA_NO_SCRATCH_RECLAIM": "1", "NVTE_CK_USES_BWD_V3": "1", "GPU_MAX_HW_QUEUES": "2",
+                                "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_CK_IS_V3_ATOMIC_FP32": "1"},
                         "nvd": {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1"}}
 
 

@@ -17,6 +17,7 @@ import pytest
 from tests.fixtures.train_matrix.shell import alive, machine, prepared_data, read, request, run_dirs
 from tests.shell_harness import HANG_TIMEOUT_S, REPO
 from utils import frameworks
+from utils.machine.platform_env import platform_env
 from utils.config import PLATFORMS
 
 WRAPPERS = sorted(p.name for p in (REPO / "train").glob("train_*_*_*.sh"))
@@ -198,9 +199,9 @@ def test_a_primus_run_ends_with_its_log_result_and_read_back_settings(tmp_path):
     assert outcome["run"]["status"] == "ok" and outcome["run"]["steps_completed"] == 6
     assert (outcome["effective"]["tp"], outcome["effective"]["mock_data"]) == (2, False)
     assert read(run_dir / "launch.json")["status"] == "ok"
-    # Primus v25.11's own defaults, which mega on AMD runs with too
-    assert outcome["effective"]["environment"] == {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                                                   "NVTE_CK_USES_BWD_V3": "0"}
+    # the default stack's Primus run environment, which mega, fsdp and autotp on AMD run with too
+    assert outcome["effective"]["environment"] == platform_env("amd", "prim", "primus-v26.5")
+    assert outcome["effective"]["environment"]["NVTE_CK_IS_V3_ATOMIC_FP32"] == "1"
 
 
 def test_a_two_node_run_keeps_each_nodes_log_and_extracts_from_all(tmp_path):

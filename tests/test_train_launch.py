@@ -55,7 +55,7 @@ def test_each_node_of_a_multi_node_run_gets_and_records_the_network_settings(tmp
 def test_a_one_node_run_leaves_the_network_to_the_library(tmp_path, amd_node):
     record = dry_run(tmp_path, 0)
     assert record["network"] == {} and "slurm_node" not in record
-    assert not any(key.startswith(("NCCL_", "GLOO_")) for key in record["env"])
+    assert not any(key.startswith(("NCCL_", "GLOO_")) for key in record["env"] if key not in platform_env("amd"))
     assert record["hostname"] == socket.gethostname()
 
 
@@ -96,9 +96,11 @@ def launched(env: dict[str, str]) -> launch_command.Launch:
 
 
 def test_a_result_records_the_platform_environment_the_run_was_started_with(monkeypatch):
+    for key in platform_env("amd", stack="primus-v25.11"):
+        monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("NVTE_CK_USES_BWD_V3", "1")  # a user's export reaches Primus as it would anyway
     environment = launch_command.run_environment(
-        launched({"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}), "amd")
+        launched({"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}), "amd", stack="primus-v25.11")
     assert environment == {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_CK_USES_BWD_V3": "1"}
 
 

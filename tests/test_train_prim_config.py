@@ -109,19 +109,26 @@ def test_shipped_placeholders_for_requested_settings_are_replaced_by_values():
 
 @pytest.mark.parametrize("release, grouped_gemm", [("v26.5", "use_turbo_grouped_gemm"),
                                                    ("v25.11", "use_turbo_grouped_mlp")])
-def test_turbo_switches_stay_as_shipped_under_each_releases_names(release, grouped_gemm):
-    """v26.5 renamed use_turbo_grouped_mlp to use_turbo_grouped_gemm; TPrimat writes neither."""
-    exp = experiment(on(run_request("amd", "prim", "qwen"), release), shipped("qwen", release), RUN_DIR)
+@pytest.mark.parametrize("fairness", ["spec", "tuned"])
+def test_primus_turbo_kernels_the_shipped_file_turns_on_are_off_under_every_profile(release, grouped_gemm, fairness):
+    """Primus ships Turbo attention and grouped GEMM on for Qwen 2.5 7B (v26.5 renamed use_turbo_grouped_mlp to
+    use_turbo_grouped_gemm); every other run uses Transformer Engine's attention, so prim turns them off."""
+    req = on(run_request("amd", "prim", "qwen", FAIRNESS=fairness), release)
     turbo = ("enable_primus_turbo", "use_turbo_attention", "use_turbo_grouped_mlp", "use_turbo_grouped_gemm")
+    assert {key: overrides_of(shipped("qwen", release))[key] for key in turbo if key in overrides_of(
+        shipped("qwen", release))} == {"enable_primus_turbo": True, "use_turbo_attention": True, grouped_gemm: True}
+    exp = experiment(req, shipped("qwen", release), RUN_DIR)
     assert {key: overrides_of(exp)[key] for key in turbo if key in overrides_of(exp)} == \
-        {"enable_primus_turbo": True, "use_turbo_attention": True, grouped_gemm: True}
+        {"enable_primus_turbo": False, "use_turbo_attention": False, grouped_gemm: False}
+    assert overrides_of(exp)["attention_backend"] == "auto" == profile(fairness)["attention_backend"]
 
 
 def test_the_architecture_is_the_requested_variant():
     o = overrides_of(experiment(run_request("amd", "prim", "llama", MODEL_SIZE="tiny", TRAIN_ITERS="20",
                                             WARMUP_STEPS="2", WARMUP_SKIP="2"), shipped("llama"), RUN_DIR))
     assert (o["num_layers"], o["hidden_size"], o["num_attention_heads"], o["num_query_groups"]) == (2, 128, 4, 2)
-    assert o["use_rope_scaling"] is True and o["rope_scaling_factor"] == 8.0 and o["add_qkv_bias"] is False
+    assert o["use_rope_scaling"] is True and o["add_qkv_bias"] is False
+    assert "rope_scaling_factor" not in o  # Megatron-LM never applies it: test_train_prim_layout.py
     q = overrides_of(experiment(run_request("amd", "prim", "qwen"), shipped("qwen"), RUN_DIR))
     assert (q["num_layers"], q["add_qkv_bias"], q["use_rope_scaling"], q["rotary_base"]) == (28, True, False, 1e6)
 

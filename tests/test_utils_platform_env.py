@@ -1,21 +1,40 @@
-"""utils.machine.platform_env on AMD: the environment Primus v25.11 gives a Megatron run, for mega as for prim."""
+"""utils.machine.platform_env on AMD: the environment Primus gives a Megatron run, for mega, fsdp and autotp as for
+prim, with each stack's Primus release's own values where the releases differ."""
 
 from __future__ import annotations
 
+import pytest
+
 from utils.machine.platform_env import apply, platform_env
 
+# Primus's run environment for a Megatron pretrain when the caller sets none, read in github.com/AMD-AGI/Primus:
+# v25.11 examples/run_pretrain.sh at 66bed3ce (line): NCCL_CHECKS_DISABLE (148), HSA_NO_SCRATCH_RECLAIM (223),
+# RCCL_MSCCL_ENABLE (226), TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK (234), GPU_MAX_HW_QUEUES (289),
+# CUDA_DEVICE_MAX_CONNECTIONS (298), TORCH_NCCL_HIGH_PRIORITY (301), NCCL_PXN_DISABLE (307),
+# NVTE_USE_CAST_TRANSPOSE_TRITON (311), NVTE_CK_USES_BWD_V3 (318); v26.5 runner/helpers/envs/base_env.sh at ca7ddda3
+# (143-240) sets the same but HSA_NO_SCRATCH_RECLAIM=1 and NVTE_CK_USES_BWD_V3=1, and v26.5's notes for MI300X
+# (docs/02-user-guide/megatron-lm-training.md at fd1eeabb) add NVTE_CK_IS_V3_ATOMIC_FP32=1.
+PRIMUS_COMMON = {"NCCL_CHECKS_DISABLE": "1", "RCCL_MSCCL_ENABLE": "0", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
+                 "GPU_MAX_HW_QUEUES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "TORCH_NCCL_HIGH_PRIORITY": "1",
+                 "NCCL_PXN_DISABLE": "1", "NVTE_USE_CAST_TRANSPOSE_TRITON": "1"}
+PRIMUS = {"primus-v25.11": {**PRIMUS_COMMON, "HSA_NO_SCRATCH_RECLAIM": "0", "NVTE_CK_USES_BWD_V3": "0"},
+          "primus-v26.5": {**PRIMUS_COMMON, "HSA_NO_SCRATCH_RECLAIM": "1", "NVTE_CK_USES_BWD_V3": "1",
+                           "NVTE_CK_IS_V3_ATOMIC_FP32": "1"}}
 
-def test_amd_runs_get_primus_v25_11s_own_defaults_for_megatron():
-    """Primus v25.11's examples/run_pretrain.sh: HSA_NO_SCRATCH_RECLAIM and NVTE_CK_USES_BWD_V3 default to 0
-    (the CK backward v3 kernel "disabled due to accuracy issues"), CUDA_DEVICE_MAX_CONNECTIONS to 1."""
-    assert platform_env("amd") == {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                                   "NVTE_CK_USES_BWD_V3": "0"}
+
+@pytest.mark.parametrize("stack", sorted(PRIMUS))
+@pytest.mark.parametrize("framework", ["mega", "prim", "fsdp", "autotp", "torchtitan"])
+def test_every_amd_framework_gets_the_environment_its_stacks_primus_runs_megatron_with(stack, framework):
+    assert PRIMUS[stack].items() <= platform_env("amd", framework, stack).items()
+
+
+def test_without_a_stack_the_platforms_default_stack_is_meant():
+    assert platform_env("amd") == PRIMUS["primus-v26.5"]
 
 
 def test_a_callers_value_wins_as_in_primus_and_is_what_the_run_records():
-    environ = {"NVTE_CK_USES_BWD_V3": "1"}
-    assert apply("amd", environ) == {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                                     "NVTE_CK_USES_BWD_V3": "1"}
+    environ = {"NVTE_CK_USES_BWD_V3": "0"}
+    assert apply("amd", environ, stack="primus-v26.5") == {**PRIMUS["primus-v26.5"], "NVTE_CK_USES_BWD_V3": "0"}
 
 
 def test_the_torch_native_frameworks_add_their_stacks_variables_on_top_of_the_platforms():
@@ -30,8 +49,6 @@ def test_the_torch_native_frameworks_add_their_stacks_variables_on_top_of_the_pl
 
 def test_a_trainer_started_by_hand_gets_its_frameworks_variables_and_a_users_value_wins():
     environ: dict[str, str] = {"DS_ACCELERATOR": "cpu"}
-    assert apply("amd", environ, framework="autotp") == {"HSA_NO_SCRATCH_RECLAIM": "0",
-                                                         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-                                                         "NVTE_CK_USES_BWD_V3": "0", "DISABLE_ADDMM_HIP_LT": "0",
-                                                         "DS_ACCELERATOR": "cpu"}
+    assert apply("amd", environ, framework="autotp", stack="primus-v25.11") == \
+        {**PRIMUS["primus-v25.11"], "DISABLE_ADDMM_HIP_LT": "0", "DS_ACCELERATOR": "cpu"}
     assert apply("cpu", {}, framework="autotp") == {"DS_ACCELERATOR": "cpu"}  # glibc and OpenMP: process start only

@@ -55,12 +55,14 @@ MEGATRON_NAMES = {
     "accumulate_allreduce_grads_in_fp32": "grad_reduce_in_fp32", "ddp_average_in_collective": "average_in_collective",
 }
 # Megatron's names TPrimat reads as they are: the schedule, the data, the architecture, the workload conventions,
-# the fairness profile's DDP and FP8 settings, and log_interval (Megatron prints every log_interval-th iteration).
+# the fairness profile's DDP and FP8 settings, the kernels, and log_interval (Megatron prints every log_interval-th iteration).
 SAME_NAMES = frozenset({
     "sequence_parallel", "seed", "lr", "min_lr", "lr_decay_style", "weight_decay", "mock_data", "data_path",
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "init_method_std", "eod_mask_loss",
     "dataloader_type", "padded_vocab_size", "overlap_grad_reduce", "overlap_param_gather", "fp8_amax_history_len",
     "fp8_amax_compute_algo", "log_interval",
+    # the kernels a Megatron-LM run chose (the result's features): Transformer Engine's attention or Primus-Turbo's
+    "attention_backend", "enable_primus_turbo", "use_turbo_attention",
 })
 # The padded vocabulary as built: Megatron-LM/Primus " > padded vocab (size: 151665) with 399 dummy tokens
 # (new size: 152064)"; NeMo 2.3 "Use preset vocab_size: 152064, ..." or "Padded vocab_size: 152064, ...".

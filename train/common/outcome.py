@@ -145,7 +145,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         signal.signal(signum, _raise_stopped)
     cpu_compat.quiet(req.identity.platform)
     try:
-        env = platform_env.apply(req.identity.platform, framework=req.identity.framework)
+        env = platform_env.apply(req.identity.platform, framework=req.identity.framework, stack=req.stack.name)
         check_device(req.identity.platform)
         source = locate(req.data, req.model)
         trainer = start(req, source, run_dir, inject_nan_step)

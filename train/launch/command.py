@@ -62,24 +62,27 @@ def vendor_env(req: Request) -> dict[str, str]:
     streams into train.log and the terminal as it happens."""
     platform = req.identity.platform
     network = network_env(platform, req.network) if req.parallelism.nnodes > 1 else {}
-    wanted = platform_env(platform, req.identity.framework)
+    wanted = platform_env(platform, req.identity.framework, req.stack.name)
     return {**{key: os.environ.get(key, value) for key, value in wanted.items()}, **network,
             "PYTHONUNBUFFERED": "1"}
 
 
-def node_identity(launch: Launch) -> dict:
+def node_identity(launch: Launch, platform_keys: frozenset[str] = frozenset()) -> dict:
     """This node as launch.json records it: host name, Slurm's node name, and the collective libraries'
-    variables the run is started with (the inherited ones with the launch's on top)."""
+    network variables the run is started with (the inherited ones with the launch's on top; the platform's own,
+    platform_keys, are its environment, recorded apart)."""
     env = {**os.environ, **launch.env}
     return {"hostname": socket.gethostname(),
             **({"slurm_node": os.environ["SLURMD_NODENAME"]} if os.environ.get("SLURMD_NODENAME") else {}),
-            "network": {key: env[key] for key in sorted(env) if key.startswith(NETWORK_PREFIXES)}}
+            "network": {key: env[key] for key in sorted(env)
+                        if key.startswith(NETWORK_PREFIXES) and key not in platform_keys}}
 
 
-def run_environment(launch: Launch, platform: str, framework: str = "") -> dict[str, str]:
-    """The platform's and framework's variables (utils/machine/platform_env) as the run is started with them."""
+def run_environment(launch: Launch, platform: str, framework: str = "", stack: str = "") -> dict[str, str]:
+    """The platform's, stack's and framework's variables (utils/machine/platform_env) as the run is started with
+    them."""
     env = {**os.environ, **launch.env}
-    return {key: env[key] for key in platform_env(platform, framework) if key in env}
+    return {key: env[key] for key in platform_env(platform, framework, stack) if key in env}
 
 
 def own_trainer(req: Request, run_dir: Path) -> Launch:

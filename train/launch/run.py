@@ -68,6 +68,7 @@ from utils.files import DiskError, write_json, writing
 from utils.fingerprint import project_commit
 from utils.frameworks import TABLE
 from utils.spec.models import MODEL_KEYS
+from utils.machine.platform_env import platform_env
 from utils.spec.request import Request, RequestError
 from utils.runset import SYSTEM_FILE, make_run_set
 from utils.spec.strategies import CUSTOM
@@ -257,7 +258,8 @@ def run_node(req: Request, run_dir: Path, *, written: bool) -> int:
     hold_stops()  # the run has ended: a stop signal now cuts only the judge's wait short, never the record
     record.update(exit_code=outcome.exit_code, stopped_by=outcome.stopped_by, started_at=outcome.started_at,
                   ended_at=outcome.ended_at, wall_s=round(outcome.wall_s, 1), warnings=outcome.warnings,
-                  log_error=outcome.log_error, environment=run_environment(launch, who.platform, who.framework))
+                  log_error=outcome.log_error, environment=run_environment(launch, who.platform, who.framework,
+                                                                        req.stack.name))
     if node_rank == 0:  # node 0 judges the run from every node's log
         write_json(work_dir / "launch.json", record)
         judged = judge(run_dir)
@@ -273,7 +275,8 @@ def run_node(req: Request, run_dir: Path, *, written: bool) -> int:
 
 def started_record(req: Request, launch: Launch) -> dict:
     """launch.json as the run starts: which run and node, the exact command and what was generated for it."""
-    return {"run_id": req.identity.run_id, "node_rank": req.environment.node_rank, **node_identity(launch),
+    own = frozenset(platform_env(req.identity.platform, req.identity.framework, req.stack.name))
+    return {"run_id": req.identity.run_id, "node_rank": req.environment.node_rank, **node_identity(launch, own),
             "command": launch.argv, "env": launch.env, "cwd": launch.cwd, "shell": launch.shell(),
             "generated": launch.generated, "dry_run": req.environment.dry_run}
 

@@ -40,7 +40,11 @@ FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_
 # Fairness-table names that Megatron-LM's arguments (Primus v25.11's trainer_base.yaml) spell otherwise.
 RENAMED_KEYS = {"grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
                 "check_for_nan_in_grad": "check_for_nan_in_loss_and_grad",
-                "average_in_collective": "ddp_average_in_collective"}
+                "average_in_collective": "ddp_average_in_collective", "primus_turbo": "enable_primus_turbo"}
+# Megatron-LM builds its GPTModel with rope_scaling=use_rope_scaling but never passes rope_scaling_factor
+# (gpt_builders.py at 847781764, Primus v25.11's Megatron-LM, and at d3528a21, v26.5's), so GPTModel's default is the
+# factor that trains whatever an experiment says: TPrimat writes no factor and refuses a model whose factor differs.
+APPLIED_ROPE_SCALING_FACTOR = 8.0
 
 
 class ShippedConfigMissing(FileNotFoundError):
@@ -49,6 +53,10 @@ class ShippedConfigMissing(FileNotFoundError):
 
 class UnknownKeys(ValueError):
     """The experiment sets a key the release's presets do not hold."""
+
+
+class NotApplied(ValueError):
+    """The model needs a setting Primus's Megatron-LM would not apply."""
 
 
 def checkout(req: Request) -> Path:
@@ -133,6 +141,13 @@ def overrides(req: Request) -> dict:
         "rotary_base": spec.rope_theta,
         "norm_epsilon": spec.norm_eps,
         "use_rope_scaling": bool(spec.rope_scaling),
+        # the request's layout and memory, as mega runs them: Megatron's distributed optimizer without FSDP2 and no
+        # activation recompute (the 70B file ships FSDP2, which Megatron refuses beside the distributed optimizer,
+        # and full recompute of all 80 layers; mega and nemo run neither)
+        "use_torch_fsdp2": False,
+        "recompute_granularity": None,
+        "recompute_method": None,
+        "recompute_num_layers": None,
         # logging every step, no checkpoints, no external trackers
         "log_interval": 1,
         "log_throughput": True,
@@ -146,8 +161,10 @@ def overrides(req: Request) -> dict:
         "profile_step_start": env.profile_start_step,
         "profile_step_end": env.profile_end_step,
     }
-    if spec.rope_scaling:
-        settings["rope_scaling_factor"] = spec.rope_scaling["factor"]
+    if spec.rope_scaling and spec.rope_scaling["factor"] != APPLIED_ROPE_SCALING_FACTOR:
+        raise NotApplied(f"{spec.variant} scales RoPE by {spec.rope_scaling['factor']}, but Primus's Megatron-LM "
+                         f"applies only {APPLIED_ROPE_SCALING_FACTOR} (gpt_builders.py passes no factor); run it "
+                         "with another framework")
     settings.update({key: fairness[key] for key in FAIRNESS_KEYS})
     settings.update({name: fairness[key] for key, name in RENAMED_KEYS.items()})
     settings.update(workload_overrides(req))
@@ -173,7 +190,10 @@ def experiment(req: Request, shipped: dict, run_dir: str) -> dict:
         raise ValueError("the shipped Primus config has no modules.pre_trainer section") from None
     exp["exp_name"] = req.identity.run_id
     exp["workspace"] = f"{run_dir}/primus"
-    trainer["overrides"] = {**(trainer.get("overrides") or {}), **overrides(req)}
+    merged = {**(trainer.get("overrides") or {}), **overrides(req)}
+    if not req.fairness.table["primus_turbo"]:  # each Primus-Turbo kernel the shipped file turns on, off again
+        merged.update({key: False for key in merged if key.startswith("use_turbo_")})
+    trainer["overrides"] = merged
     return exp
 
 

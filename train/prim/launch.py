@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from train.launch.command import Launch, vendor_env
-from train.prim.config import ShippedConfigMissing, UnknownKeys, checkout, command as primus_command
+from train.prim.config import NotApplied, ShippedConfigMissing, UnknownKeys, checkout, command as primus_command
 from train.prim.config import write_experiment
 from train.prim.presets import PresetsMissing
 from utils.cli import UsageError, warn
@@ -22,7 +22,7 @@ def command(req: Request, run_dir: Path, work_dir: Path) -> Launch:
     launch = Launch(cmd.argv, {**vendor_env(req), **cmd.env}, cmd.cwd)
     try:
         base = write_experiment(req, primus, exp_path, str(run_dir))
-    except UnknownKeys as err:
+    except (UnknownKeys, NotApplied) as err:
         raise UsageError(str(err)) from None
     except (ShippedConfigMissing, PresetsMissing, ModuleNotFoundError) as err:
         if isinstance(err, ModuleNotFoundError) and err.name != "yaml":

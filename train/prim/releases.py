@@ -11,6 +11,15 @@ tests/test_train_prim_config.py); what differs is where the checkout comes from 
   v26.5.1 on), and the release's primus-cli has none, while its Megatron pretrain hook pip-installs
   flash-linear-attention and causal-conv1d at every launch; PIP_NO_INDEX=1 lets those pip calls only confirm what
   the image holds, so a package the image lacks stops the run before training instead of being downloaded.
+  (PRIMUS_STRICT_REQUIREMENTS=1 would make its requirements check fatal, but that check counts the
+  `git+https://...mlcommons/logging` line of requirements.txt as missing whatever the image holds.)
+- v25.11 has no switch: examples/run_pretrain.sh:87-92 runs `pip install -r requirements.txt` (unpinned torchao,
+  mlflow==3.4.0, datasets>=3.6.0) and examples/megatron/prepare.py:173 `pip install -e third_party/Emerging-Optimizers`
+  with check=True at every launch. pip's own settings make both install nothing: PIP_NO_INDEX=1 (nothing is
+  downloaded), PIP_DRY_RUN=1 (pip resolves and says what it would install, installing nothing: the editable
+  Emerging-Optimizers, which Primus imports only for Muon, is never rebuilt into site-packages) and
+  PIP_NO_BUILD_ISOLATION=0 (pip's inverted switch: build isolation off, so that dry run reads the checkout's
+  metadata with the image's setuptools instead of fetching setuptools from PyPI and failing the launch).
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from utils.config import ROOT
 from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
 
 REPOSITORY = "https://github.com/AMD-AGI/Primus.git"
+# pip's settings under which a launcher's `pip install` (of requirements or of a local checkout) installs nothing.
+NO_INSTALL = MappingProxyType({"PIP_NO_INDEX": "1", "PIP_DRY_RUN": "1", "PIP_NO_BUILD_ISOLATION": "0"})
 
 
 @dataclass(frozen=True)
@@ -41,15 +52,15 @@ ROWS = (
                          f"{ROOT / 'third_party' / 'primus-release-v26.5'}",
             launcher=("bash", "./primus-cli", "direct", "--log_file", "{log}", "--",
                       "train", "pretrain", "--config", "{exp}"),
-            env=MappingProxyType({"PRIMUS_SKIP_PIP": "1", "PIP_NO_INDEX": "1"}),
+            env=MappingProxyType({"PRIMUS_SKIP_PIP": "1", **NO_INSTALL}),
             source="Primus release/v26.5 at ca7ddda3 (runner/primus-cli-direct.sh, runner/helpers/hooks/train/pretrain/"
                    "megatron/00_install_requirements.sh); docs/01-getting-started/release-notes.md at main 0c279c53; "
                    "examples/run_pretrain.sh at v26.5.1 (9a86ba8c)"),
     Release(name="v25.11", checkout=DEFAULT_PRIMUS_PATH,
             get_checkout=f"use the rocm/primus:v25.11 image, whose checkout is {DEFAULT_PRIMUS_PATH}",
             launcher=("bash", "./examples/run_pretrain.sh"),
-            env=MappingProxyType({"EXP": "{exp}", "TRAIN_LOG": "{log}"}),
-            source="Primus clairlee/release/v25.11 at 66bed3ce (examples/run_pretrain.sh)"),
+            env=MappingProxyType({"EXP": "{exp}", "TRAIN_LOG": "{log}", **NO_INSTALL}),
+            source="Primus clairlee/release/v25.11 at 66bed3ce (examples/run_pretrain.sh, examples/megatron/prepare.py)"),
 )
 
 TABLE: Mapping[str, Release] = MappingProxyType({row.name: row for row in ROWS})

@@ -25,22 +25,30 @@ from typing import MutableMapping
 
 from utils.config import ConfigError, load_config
 from utils.frameworks import TABLE
+from utils.spec import stacks
 
 DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where rocm/primus images hold their checkout (PRIMUS_PATH overrides)
 
 PLATFORM_ENV: dict[str, dict[str, str]] = {
-    # The values Primus v25.11's examples/run_pretrain.sh gives a Megatron run when the caller sets
-    # none (its release branch, lines 223, 298 and 318), so that mega runs on AMD with the environment
-    # prim runs with, and Primus runs as it ships. Only later Primus releases turn the first two on.
+    # The run environment Primus gives a Megatron run when the caller sets none, the same in v25.11
+    # (examples/run_pretrain.sh at 66bed3ce, lines 148-311) and v26.5 (runner/helpers/envs/base_env.sh at ca7ddda3,
+    # lines 143-234), so that mega, fsdp and autotp on AMD run with the environment prim runs with. The values that
+    # differ between Primus releases (scratch reclaim, the CK attention backward kernel) are the stack's
+    # (utils/spec/stacks.py, Stack.env).
     "amd": {
-        # ROCm: scratch memory is reclaimed between kernels (HSA's own default).
-        "HSA_NO_SCRATCH_RECLAIM": "0",
-        # One hardware queue: communication kernels are issued in program order, which Megatron's
-        # sequence-parallel and gradient-reduce overlap rely on.
+        # One hardware queue per stream: communication kernels are issued in program order, which Megatron's
+        # sequence-parallel and gradient-reduce overlap rely on; two hardware queues per device.
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-        # Transformer Engine (ROCm): the CK flash-attention backward kernel v3 stays off; Primus
-        # v25.11 disables it "due to accuracy issues".
-        "NVTE_CK_USES_BWD_V3": "0",
+        "GPU_MAX_HW_QUEUES": "2",
+        # RCCL: collectives on high-priority streams, no argument checks, no MSCCL algorithms, no PXN, and no
+        # tensor registration through the caching allocator's hook.
+        "TORCH_NCCL_HIGH_PRIORITY": "1",
+        "NCCL_CHECKS_DISABLE": "1",
+        "RCCL_MSCCL_ENABLE": "0",
+        "NCCL_PXN_DISABLE": "1",
+        "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
+        # Transformer Engine (ROCm): FP8 cast-transpose through its Triton kernel.
+        "NVTE_USE_CAST_TRANSPOSE_TRITON": "1",
     },
     "nvd": {
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
@@ -65,20 +73,21 @@ PLATFORM_ENV: dict[str, dict[str, str]] = {
 AT_PROCESS_START = frozenset({"GLIBC_TUNABLES", "OMP_NUM_THREADS"})
 
 
-def platform_env(platform: str, framework: str = "") -> dict[str, str]:
-    """The variables a platform's training processes need (a copy), with those of the framework's stack when one
-    is named."""
-    try:
-        return {**PLATFORM_ENV[platform], **(TABLE[framework].env.get(platform, {}) if framework else {})}
-    except KeyError:
-        raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORM_ENV)}") from None
+def platform_env(platform: str, framework: str = "", stack: str = "") -> dict[str, str]:
+    """The variables a platform's training processes need (a copy), with the stack's (utils/spec/stacks.py; "": the
+    platform's default) and those of the framework when one is named."""
+    if platform not in PLATFORM_ENV:
+        raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORM_ENV)}")
+    row = stacks.get(stack) if stack else stacks.default(platform)
+    return {**PLATFORM_ENV[platform], **row.env, **(TABLE[framework].env.get(platform, {}) if framework else {})}
 
 
-def apply(platform: str, environ: MutableMapping[str, str] | None = None, framework: str = "") -> dict[str, str]:
-    """Set the platform's (and framework's) variables that are not set yet and can still take effect; return the
-    effective values (a variable read at process start that the launch did not export is left out)."""
+def apply(platform: str, environ: MutableMapping[str, str] | None = None, framework: str = "",
+          stack: str = "") -> dict[str, str]:
+    """Set the platform's (and stack's and framework's) variables that are not set yet and can still take effect;
+    return the effective values (a variable read at process start that the launch did not export is left out)."""
     environ = os.environ if environ is None else environ
-    wanted = platform_env(platform, framework)
+    wanted = platform_env(platform, framework, stack)
     for key, value in wanted.items():
         if key not in AT_PROCESS_START:
             environ.setdefault(key, value)
@@ -100,8 +109,13 @@ def main(argv: list[str] | None = None) -> int:
             err.report("utils.machine.platform_env")
             return 2
         exports = {"PLATFORM": cfg.platform, "GPUS_PER_NODE": str(cfg["GPUS_PER_NODE"])}
+        stack = cfg.stack.name
+    else:
+        stack = os.environ.get("STACK", "") if os.environ.get("STACK", "") in stacks.TABLE else ""
     platform = exports.get("PLATFORM", args.platform)
-    exports.update({key: os.environ.get(key, value) for key, value in platform_env(platform).items()})
+    if stack and stacks.get(stack).platform != platform:
+        stack = ""
+    exports.update({key: os.environ.get(key, value) for key, value in platform_env(platform, stack=stack).items()})
     for key, value in exports.items():
         print(f"export {key}={shlex.quote(value)}")
     return 0

@@ -38,6 +38,10 @@ SPEC: dict[str, object] = {
     "gradient_accumulation_fusion": False,  # Primus ships it off on ROCm; NeMo and mega follow for parity
     "attention_backend": "auto",  # Transformer Engine's fused/flash attention kernels on both vendors
     "use_flash_attn": True,  # NeMo: NVTE_FLASH_ATTN=1 from utils/machine/platform_env.py
+    # Primus-Turbo's kernels (attention, GEMMs, norms) stay off in every profile: Primus ships them on for Qwen 2.5
+    # 7B and Llama 3.1 70B but off for Llama 3.1 8B, and no other framework can run them, so with them on a prim
+    # run would measure other attention kernels than the Transformer Engine ones everyone else runs.
+    "primus_turbo": False,
     "adam_eps": 1e-8,
     "fp8_param_gather": False,  # with PRECISION=fp8: Primus's default; NeMo's FP8 plugin turns it on
     # A debugging aid that costs a host synchronisation per gradient bucket (megatron-core 0.12 DDP);

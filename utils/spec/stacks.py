@@ -19,7 +19,7 @@ reads it before any environment exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -44,6 +44,10 @@ class Stack:
     collectives: str | None = None  # its RCCL or NCCL; None: not published
     python: str | None = None  # the image's Python; None: not published
     source: str = ""  # where these facts were read (repository, path, tag or commit, or URL)
+    # The vendor's run environment where it differs between stacks (every framework on the stack gets it, over
+    # utils/machine/platform_env's platform-wide values; an exported value wins); `env_source` says where it is read.
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    env_source: str = ""
 
 
 ROWS = (
@@ -56,14 +60,26 @@ ROWS = (
                  "main fd1eeabb), section rocm/primus:v26.5: built 2026-07-22 from b511d1b6 (tag v26.5.0); "
                  "release/v26.5 third_party/Megatron-LM d3528a21 (NVIDIA/Megatron-LM megatron/core/package_info.py: "
                  "0.16.0rc0), third_party/Megatron-Bridge 9577b128 (NVIDIA-NeMo/Megatron-Bridge "
-                 "src/megatron/bridge/package_info.py: 0.3.0rc0)"),
+                 "src/megatron/bridge/package_info.py: 0.3.0rc0)",
+          # Scratch memory kept, the CK attention backward v3 kernel with fp32 atomics: without them that kernel
+          # gives Inf gradients on MI300X/MI325X (gfx942) at the first step; MI355X (gfx950) may export
+          # NVTE_CK_IS_V3_ATOMIC_FP32=0, as the image ships it.
+          env=MappingProxyType({"HSA_NO_SCRATCH_RECLAIM": "1", "NVTE_CK_USES_BWD_V3": "1",
+                                "NVTE_CK_IS_V3_ATOMIC_FP32": "1"}),
+          env_source="AMD-AGI/Primus release/v26.5 ca7ddda3 runner/helpers/envs/base_env.sh:200,240 (both 1); "
+                     "main fd1eeabb docs/02-user-guide/megatron-lm-training.md 'Important notes for v26.5' (gfx942: "
+                     "HSA_NO_SCRATCH_RECLAIM=1, NVTE_CK_IS_V3_ATOMIC_FP32=1) and docs/01-getting-started/"
+                     "bare-metal-installation.md 1.6 (Inf gradients without fp32 atomics)"),
     Stack(name="primus-v25.11", platform="amd", image="rocm/primus:v25.11", released="2025-11",
           runtime="ROCm 7.1", torch="2.10", transformer_engine=None, megatron_core="0.15.0rc8 (Megatron-LM 84778176)",
           frameworks=("mega", "prim", "fsdp", "autotp"), primus="v25.11", collectives="RCCL 2.27",
           source="AMD-AGI/Primus branch clairlee/release/v25.11 (66bed3ce) third_party/Megatron-LM 84778176 "
                  "(NVIDIA/Megatron-LM megatron/core/package_info.py: 0.15.0rc8); ROCm, torch and RCCL as TPrimat's "
                  "runs of the image read them (reference/frameworks.md); Primus publishes no manifest for v25.11 "
-                 "(its release notes start at v26.1), so Transformer Engine's version is not published"),
+                 "(its release notes start at v26.1), so Transformer Engine's version is not published",
+          # Scratch memory reclaimed, the CK attention backward v3 kernel off ("accuracy issues", until TE 2.1).
+          env=MappingProxyType({"HSA_NO_SCRATCH_RECLAIM": "0", "NVTE_CK_USES_BWD_V3": "0"}),
+          env_source="AMD-AGI/Primus clairlee/release/v25.11 66bed3ce examples/run_pretrain.sh:223,318"),
     Stack(name="nemo-26.08", platform="nvd", image="nvcr.io/nvidia/nemo:26.08", released="2026-08",
           runtime=None, torch=None, transformer_engine="2.17.1 (4329ff84)",
           megatron_core="0.19.0 (Megatron-LM cd4afffa)",
