@@ -11,6 +11,8 @@ line the same one line (argparse's own prints the whole usage before it).
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import signal
 import sys
 import time
@@ -48,6 +50,22 @@ def quoted(text: str, limit: int = QUOTE_CHARS) -> str:
     return shown + (f" [... {len(text) - limit:,} more characters]" if len(text) > limit else "")
 
 
+# What Markdown acts on in the middle of a line: emphasis (an underscore only at a word's edge), code, links and
+# images (their brackets), HTML, table cells, strike-through and math. Line-start syntax (headings, lists) cannot
+# occur: quoted() leaves no line break.
+MARKDOWN_SPECIALS = re.compile(r"([\\`*\[\]<>|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+IDENTIFIER = re.compile(r"[\w.:/+=@%,-]*")  # a name, version, hash or path: nothing Markdown or a terminal acts on
+
+
+def markdown_text(text: str, limit: int = QUOTE_CHARS) -> str:
+    """Text read from a file, safe inside a line of Markdown: quoted() (no control character, no line break, cut
+    at limit) and every character Markdown acts on in a line escaped (MARKDOWN_SPECIALS). A name, version, hash
+    or path without spaces is left as it is."""
+    if IDENTIFIER.fullmatch(text) and len(text) <= limit:
+        return text
+    return MARKDOWN_SPECIALS.sub(r"\\\1", quoted(text, limit))
+
+
 def say(line: str) -> None:
     """One line on stderr; after a hangup the terminal may be gone, and the exit status still says what happened."""
     try:
@@ -83,6 +101,17 @@ class SignalFlag:
         deadline = time.monotonic() + seconds
         while not self.raised and time.monotonic() < deadline:
             time.sleep(self.POLL_S)
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number above 0 (NaN, infinity, 1e400 and 0 are refused in one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{quoted(text, 40)} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{quoted(text, 40)}: give a finite number above 0")
+    return value
 
 
 class Parser(argparse.ArgumentParser):
