@@ -31,7 +31,7 @@ from evaluate.comparison.plot import plot
 from evaluate.comparison.report import report
 from evaluate.comparison.repeats import repeats_of
 from evaluate import project
-from utils.cli import Parser, UsageError, positive_number, quoted, run, warn
+from utils.cli import Parser, UsageError, output_dir, positive_number, quoted, run, warn
 from utils.config.parse import ConfigError
 from utils.machine.energy_cost import FLAGS, CostSettings, cost_settings
 from utils.files import atomic_open
@@ -76,7 +76,7 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m evaluate.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", metavar="DIR_OR_ZIP", help="run directories, run sets, output.zip files")
-    parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUTDIR", help="folder for compare.png and report.md")
+    parser.add_argument("-o", "--output", required=True, type=output_dir, metavar="OUTDIR", help="folder for compare.png and report.md")
     for knob, flag in FLAGS.items():
         parser.add_argument(flag, metavar="NUMBER", dest=knob, help=f"overrides {knob} (from the environment, else config.env); empty: none")
     parser.add_argument("--project-nodes", metavar="N,N,...", help="project each configuration to these node counts "

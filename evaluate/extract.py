@@ -46,7 +46,7 @@ from evaluate.logs.parse import FRAMEWORKS, ParsedLog, missing_steps, parse_logs
 from evaluate.logs.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
 from utils import fingerprint, frameworks
 from utils.spec import metrics
-from utils.cli import Parser, UsageError, WorkError, quoted
+from utils.cli import Parser, UsageError, WorkError, output_file, quoted
 from utils.spec.result import ResultError, build_result, write_result
 from utils.runset import system_path
 
@@ -176,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python3 -m evaluate.extract", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="training log(s), read in order as one stream")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="result JSON to write")
+    parser.add_argument("-o", "--output", required=True, type=output_file, help="result JSON to write")
     parser.add_argument("--framework", choices=FRAMEWORKS + ("auto",), default="auto",
                         help="log format; auto: the --run-dir request's framework's reader, else detected from the "
                              "iteration lines (default)")

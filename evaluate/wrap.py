@@ -86,7 +86,7 @@ def files_to_pack(root: Path, skip: Path | None = None) -> tuple[list[Path], lis
         for name in sorted(files):
             path = base / name
             why = excluded(path, root)
-            if skip is not None and path.resolve() == skip.resolve():
+            if why is None and skip is not None and path == skip:  # a link (a loop too) is left out before this
                 continue
             if why:
                 left_out.append(f"{path.relative_to(root)} ({why})")

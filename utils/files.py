@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import stat
@@ -119,6 +120,18 @@ def disk_problem(err: OSError, path: str | os.PathLike | None = None, needed: in
     return f"cannot write {where}: {what}{size}; {fix.format(elsewhere=_elsewhere(where, knob))}"
 
 
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def rust_os_error(err: BaseException) -> OSError | None:
+    """The OSError a Rust library (tokenizers' save, safetensors) reported as a plain Exception "... (os error N)"."""
+    found = RUST_OS_ERROR.search(str(err))
+    if found is None or isinstance(err, OSError):
+        return None
+    number = int(found.group(1))
+    return OSError(number, os.strerror(number))
+
+
 @contextmanager
 def writing(path: str | os.PathLike, needed: int | None = None, partial: Path | None = None) -> Iterator[None]:
     """Writes to `path` (through `partial`, its temporary file or folder, if any) in the block: one the machine
@@ -128,6 +141,12 @@ def writing(path: str | os.PathLike, needed: int | None = None, partial: Path | 
     except OSError as err:
         mine = err.filename is None or _within(Path(os.fspath(err.filename)), Path(path), partial)
         line = disk_problem(err, path, needed, _size(partial) if partial else None) if mine else None
+        if line is None:
+            raise
+        raise DiskError(line) from None
+    except Exception as err:  # noqa: BLE001 - only a Rust library's refused write is turned into its line
+        refused = rust_os_error(err)
+        line = disk_problem(refused, path, needed, _size(partial) if partial else None) if refused else None
         if line is None:
             raise
         raise DiskError(line) from None
@@ -175,8 +194,12 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def read_json(path: Path) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    """A JSON object from a file TPrimat wrote (a manifest, a cache, system.json); ValueError naming the problem
+    when it is none (a list, a string, null, NaN, nested too deep, not a regular file, far too large)."""
+    value = parse_json(read_bounded(path))
+    if not isinstance(value, dict):
+        raise ValueError(f"a JSON {type(value).__name__}, not an object")
+    return value
 
 
 # What a reader of TPrimat's JSON (results, system.json, side files) takes: no writer of TPrimat's nests deeper than
