@@ -205,8 +205,8 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
             "driver reports it (Primus), allocated = peak tensor allocation, host = peak resident host memory of the "
             "largest worker process (CPU runs, which have no device memory).", ""]
     out += framework_view.section(items)
-    out += breakdown_view.table([item for row in rows for item in row.items])
-    out += prediction_view.section([item for row in rows for item in row.items])
+    out += breakdown_view.table([item for row in rows for item in row.ok])
+    out += prediction_view.section([item for row in rows for item in row.ok])
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
     out += energy_view.section(rows, costs)
