@@ -87,7 +87,7 @@ class Rejected:
     problem: str
 
     def line(self) -> str:
-        return f"{self.where}: {self.problem}; left out"
+        return f"{quoted(self.where, 300)}: {self.problem}; left out"
 
 
 @dataclass
@@ -99,8 +99,8 @@ class Collection:
     duplicates: list[tuple[Loaded, Loaded]] = field(default_factory=list)  # (copy left out, the one counted)
 
     def duplicate_lines(self) -> list[str]:
-        return [f"{copy.where}: the same run as {kept.where} ({kept.name}: same identity and step times); counted "
-                "once" for copy, kept in self.duplicates]
+        return [f"{quoted(copy.where, 300)}: the same run as {quoted(kept.where, 300)} ({kept.name}: same identity "
+                "and step times); counted once" for copy, kept in self.duplicates]
 
 
 def _version(text: Any) -> tuple[int, ...] | None:

@@ -53,7 +53,7 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
         warn(line)
     for item in found.results:
         if item.failures:
-            warn(f"{item.where}: {item.name} fails validate ({quoted(item.failures[0])}): counted failed, in no figure")
+            warn(f"{quoted(item.where, 300)}: {item.name} fails validate ({quoted(item.failures[0])}): counted failed, in no figure")
     items = found.results
     if not items:
         where = ", ".join(map(str, inputs))

@@ -22,6 +22,10 @@ DEVICE_MEMORY = ("peak_allocated_gib", "peak_reserved_gib", "peak_device_used_gi
 DEVICE_SERIES = ("mem_allocated_gib", "mem_reserved_gib")
 HOST_MEMORY = ("peak_host_rss_gib",)
 HOST_SERIES = ("mem_host_rss_gib",)
+NON_NEGATIVE = ("loss", "lr", "grad_norm")
+# A loss that high has diverged long before (the first step's is about ln(vocabulary), 11-12), a learning rate
+# or gradient norm that high is a misread: beyond this a value is no reading of a run.
+LARGEST_SERIES_VALUE = 1e9
 MEMORY_MARGIN = 1.02  # a reading rounded up, or GB read as GiB, stays within 2%
 
 
@@ -48,6 +52,15 @@ def series(result: dict) -> list[Problem]:
     if backwards:
         found.append(Problem("series", f"steps go backwards ({', '.join(map(str, backwards[:5]))} after a later "
                              "step): the series is not in the order the run made it"))
+    negative = [key for key in NON_NEGATIVE if any(isinstance(v, (int, float)) and v < 0 for v in values.get(key) or [])]
+    if negative:
+        found.append(Problem("series", f"{', '.join(negative)} below 0: a cross-entropy loss, a learning rate and a "
+                             "gradient norm never are"))
+    huge = [key for key in NON_NEGATIVE if any(isinstance(v, (int, float)) and v > LARGEST_SERIES_VALUE
+                                                for v in values.get(key) or [])]
+    if huge:
+        found.append(Problem("series", f"{', '.join(huge)} above {LARGEST_SERIES_VALUE:g}: no training run reports "
+                             "such a value (a misread or made-up series)"))
     uneven = [f"{key} has {len(array)}" for key, array in values.items()
               if isinstance(array, list) and key != "step" and len(array) != len(steps)]
     if uneven:

@@ -42,6 +42,7 @@ from evaluate.validate import check_result
 from utils.machine import energy, stragglers, telemetry
 from utils import predict
 from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, quoted, run, warn
+from utils.files import parse_json, read_bounded
 from utils.frameworks import TABLE
 from utils.spec.request import Request, RequestError
 from utils.spec.result import build_result, load_result, write_result
@@ -73,7 +74,7 @@ class Ended:
     @classmethod
     def read(cls, path: Path) -> "Ended":
         try:
-            record = json.loads(path.read_text())
+            record = parse_json(read_bounded(path))
             return cls(int(record["exit_code"]), record["started_at"], record["ended_at"],
                        list(record.get("warnings") or []), record.get("stopped_by"),
                        dict(record.get("environment") or {}), record.get("log_error"))

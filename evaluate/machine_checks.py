@@ -101,6 +101,10 @@ def energy_moves(result: dict, system: dict) -> list[Problem]:
     if tokens and per_step > 0 and (rate is None or abs(rate - tokens / per_step) > 1e-3 * tokens / per_step + 1e-4):
         found.append(Problem("energy", f"tokens_per_joule {rate} is not the {tokens / per_step:.4g} its energy per "
                              f"step {per_step:g} J gives"))
+    wh = section.get("wh_per_million_tokens")
+    if tokens and wh is not None and abs(wh - per_step / 3600 / tokens * 1e6) > 1e-3 * abs(wh) + 1e-4:
+        found.append(Problem("energy", f"wh_per_million_tokens {wh} is not what its energy per step {per_step:g} J "
+                             "gives"))
     stats = (result.get("performance") or {}).get("step_time_s") or {}
     seconds = stats.get("mean")
     devices = len(section.get("per_gpu") or []) or (result.get("parallelism") or {}).get("num_gpus") or 1
