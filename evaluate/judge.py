@@ -50,7 +50,9 @@ from utils.spec.result import build_result, load_result, write_result
 NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
 # evaluate.validate's checks that fail a run at once: settings read back from the framework's log
 # differ from the request, or it trained on synthetic data although real data was requested.
-READBACK_CHECKS = ("effective settings", "real data")
+# So do those that find a figure the run did not earn (evaluate/integrity.py, validate's figures and step times):
+# result.json then says failed, as validate and the report do (one verdict).
+READBACK_CHECKS = ("effective settings", "real data", "series", "window", "memory", "figures", "step times")
 # What a framework's log must report for its layout and batch to count as applied.
 REQUIRED_READBACK = ("tp", "pp", "mbs", "gbs", "seq_len", "precision")
 

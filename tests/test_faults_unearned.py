@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -176,6 +177,16 @@ def test_a_result_that_fails_validate_is_in_no_ranking_or_decision(tmp_path, cap
     assert "fails validate" in console and "nvd/mega-llama-r1" in console
     with pytest.raises(Exception, match="fails validate"):
         project.read(nvd)
+
+
+def test_the_judge_fails_a_run_whose_log_claims_steps_faster_than_the_device(tmp_path):
+    run_dir = ended_run(tmp_path, "megatron.log", config="config-nvd.json")
+    log = (run_dir / "train.log").read_text()
+    (run_dir / "train.log").write_text(re.sub(r"elapsed time per iteration \(ms\): [0-9.]+",
+                                              "elapsed time per iteration (ms): 0.001", log))
+    code, result = judged(run_dir)
+    assert code == 0 and result["run"]["status"] == "failed"  # as validate and the report say: one verdict
+    assert "step times: " in result["run"]["error_excerpt"]
 
 
 # --- 5. Malformed side files: the judge names them and gives one verdict ---------------------------------------
