@@ -364,6 +364,9 @@ def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> s
     write_result(run_dir / "result.json", result)
     for problem in problems:
         print(f"[tprimat] {request.identity.run_id}: {problem}", file=sys.stderr, flush=True)
+    for note in notes:
+        if note.startswith(("telemetry left out: ", "stragglers left out: ")):
+            warn(f"{request.identity.run_id}: {note}")
     return "interrupted" if ended.interrupted else record["status"]
 
 

@@ -30,8 +30,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from evaluate import secret_forms as forms
-from evaluate.collect import RESULT_NAME, collect
-from utils.cli import run
+from evaluate.collect import RESULT_NAME
+from evaluate.gate import gated
+from utils.cli import quoted, run
 from utils.files import atomic_open
 from utils.secrets import SecretsError, known_values
 
@@ -326,13 +327,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def foreign_results(root: Path, files: list[Path]) -> list[str]:
-    """A line for each packed result.json that evaluate.compare and validate will leave out, and why."""
+    """A line for each packed result.json that evaluate.compare and validate will leave out or count failed (the
+    gate, evaluate/gate.py), and why."""
     lines = []
     for path in files:
         if path.name == RESULT_NAME:
-            found = collect([path])
-            lines += [f"{path.relative_to(root)}: {bad.problem}; packed as it is, compare will leave it out"
-                      for bad in found.rejected]
+            found = gated([path])
+            lines += [f"{quoted(str(path.relative_to(root)), 300)}: {bad.problem}; packed as it is, compare will "
+                      "leave it out" for bad in found.rejected]
+            lines += [f"{quoted(str(path.relative_to(root)), 300)}: fails validate ({quoted(item.failures[0])}); "
+                      "packed as it is, compare counts it failed" for item in found.results
+                      if item.failures and item.result["run"]["status"] == "ok"]
     return lines
 
 

@@ -7,12 +7,17 @@ import copy
 import json
 import re
 import shutil
+import signal
+import sys
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from evaluate import compare, health, project, validate
+from evaluate import compare, extract, health, project, validate, wrap
+from utils.cli import run
+from utils.config import ConfigError, load_config
+from utils.machine import probe
 from evaluate.gate import gated
 from tests.fixtures.refigure import refigure
 from tests.test_evaluate_judge import ENDED, ended_run, judged
@@ -308,6 +313,54 @@ def test_a_hashed_cache_that_is_no_object_is_hashed_again(tmp_path):
         datafiles.cache_path(prefix).write_text(content)
         hashes, hashed = datafiles.pair_hashes(prefix)
         assert hashed and set(hashes) == {".bin", ".idx"}
+
+
+def test_a_link_loop_under_output_is_left_out_by_wrap(tmp_path, capsys):
+    output = tmp_path / "output"
+    shutil.copytree(RESULTS / "nvd", output / "set")
+    (output / "self").symlink_to("self")
+    (output / "set" / "loop").symlink_to(".")
+    assert wrap.main([str(output), "--output", str(tmp_path / "output.zip")]) == 0
+    assert "left out: self (symbolic link)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tool, args", [(probe, ["-o", "{dir}"]), (extract, ["x.log", "-o", "{dir}"]),
+                                        (health, ["--record", "{dir}"]), (compare, [str(NVD_RUN), "-o", "{file}"]),
+                                        (validate, ["{long}"]), (compare, ["{long}", "-o", "{dir}"])],
+                         ids=["probe -o DIR", "extract -o DIR", "health --record DIR", "compare -o FILE",
+                              "validate a 300-byte name", "compare a 300-byte name"])
+def test_a_path_that_cannot_be_written_or_read_is_one_line_and_exit_2(tmp_path, capsys, tool, args):
+    names = {"dir": str(tmp_path), "file": str(NVD_RUN), "long": str(tmp_path / ("a" * 300))}
+    with pytest.raises(SystemExit) as stop:
+        _run(tool, [arg.format(**names) for arg in args])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def _run(tool, argv: list[str]) -> None:
+    """The tool as its command runs it (utils.cli.run: one line per error), with argv; the handlers run() installs
+    are given back."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    hooks = (sys.excepthook, sys.unraisablehook)
+    try:
+        run(lambda _: tool.main(argv), tool.__name__)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        sys.excepthook, sys.unraisablehook = hooks
+
+
+def test_an_output_dir_with_a_300_byte_name_is_a_configuration_problem():
+    with pytest.raises(ConfigError, match="a folder name of 300 bytes"):
+        load_config(env={"OUTPUT_DIR": "/tmp/" + "a" * 300})
+
+
+def test_a_write_a_rust_library_had_refused_is_the_disks_one_line(tmp_path):
+    from utils.files import DiskError, writing
+    with pytest.raises(DiskError, match="file-size limit"):
+        with writing(tmp_path / "tokenizer", partial=tmp_path / "tokenizer.tmp"):
+            raise Exception("File too large (os error 27)")  # what tokenizers' save raises
 
 
 # --- 11. NaN and infinity on the command line --------------------------------------------------------------------
