@@ -37,7 +37,10 @@ def is_current(stamp: Path, params: dict, inputs: list[Path], outputs: list[Path
     """(current?, why not) for a stage."""
     if not stamp.is_file():
         return False, "never run"
-    recorded = read_json(stamp)
+    try:
+        recorded = read_json(stamp)
+    except (OSError, ValueError) as err:
+        return False, f"its record {stamp} is damaged ({err})"
     if recorded.get("params") != params:
         return False, "parameters changed"
     for path in inputs:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
 from utils.cli import quoted, warn
+from utils.files import MAX_JSON_BYTES, parse_json, read_bounded
 from utils.spec.result import SCHEMA_VERSION, schema, schema_errors
 from utils.runset import SYSTEM_FILE
 
@@ -34,12 +35,33 @@ class Loaded:
     where: str  # input and relative path, for messages
     result: dict
     system: dict  # the result's own system description, else the nearest system.json above it ({} when none)
+    failures: list[str] = field(default_factory=list)  # validate's failed checks, "check: message" (evaluate.gate)
 
     @property
     def name(self) -> str:
-        """Input-independent name: platform/run id (e.g. nvd/mega-llama-r2)."""
+        """Input-independent name: platform/run id (e.g. nvd/mega-llama-r2), escaped for a terminal (it came from
+        a file)."""
         run = self.result.get("run") or {}
-        return f"{self.result.get('platform', '?')}/{run.get('id', '?')}"
+        return quoted(f"{self.result.get('platform', '?')}/{run.get('id', '?')}", 120)
+
+    @property
+    def verdict(self) -> str:
+        """How the run counts: its status, but "failed" where validate fails a result that says ok."""
+        status = (self.result.get("run") or {}).get("status")
+        return "failed" if status == "ok" and self.failures else str(status)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the result may enter a figure, a ranking or a decision: status ok and every check passed."""
+        return self.verdict == "ok"
+
+    def identity(self) -> str:
+        """What makes two results the same run: platform, run id, start and end, model, layout and workload, and
+        its series (a copy edited only where no figure comes from is still the same run)."""
+        run = self.result.get("run") or {}
+        return json.dumps([self.result.get("platform"), run.get("id"), run.get("started_at"), run.get("ended_at"),
+                           *(self.result.get(key) for key in ("model", "parallelism", "training", "series"))],
+                          sort_keys=True)
 
     @property
     def stack(self) -> str:
@@ -65,7 +87,7 @@ class Rejected:
     problem: str
 
     def line(self) -> str:
-        return f"{self.where}: {self.problem}; left out"
+        return f"{quoted(self.where, 300)}: {self.problem}; left out"
 
 
 @dataclass
@@ -74,6 +96,11 @@ class Collection:
 
     results: list[Loaded]
     rejected: list[Rejected]
+    duplicates: list[tuple[Loaded, Loaded]] = field(default_factory=list)  # (copy left out, the one counted)
+
+    def duplicate_lines(self) -> list[str]:
+        return [f"{quoted(copy.where, 300)}: the same run as {quoted(kept.where, 300)} ({kept.name}: same identity "
+                "and step times); counted once" for copy, kept in self.duplicates]
 
 
 def _version(text: Any) -> tuple[int, ...] | None:
@@ -121,12 +148,14 @@ def first_problem(result: Any) -> str | None:
 
 def _json(data: bytes) -> Any:
     """The parsed JSON; ValueError (naming the problem) when it is none."""
-    try:
-        return json.loads(data)
-    except UnicodeDecodeError:
-        raise ValueError("not text (bytes that are not UTF-8)") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    return parse_json(data)
+
+
+def _member(archive: zipfile.ZipFile, name: str) -> bytes:
+    """A zip member's bytes, refused (ValueError) when it unpacks to more than any TPrimat file holds."""
+    if archive.getinfo(name).file_size > MAX_JSON_BYTES:
+        raise ValueError(f"unpacks to more than {MAX_JSON_BYTES >> 20} MiB, far more than any TPrimat file")
+    return archive.read(name)
 
 
 def _result(where: str, read, rejected: list[Rejected]) -> dict | None:
@@ -167,15 +196,30 @@ def collect(inputs: Sequence[str | Path]) -> Collection:
         if item.is_file() and zipfile.is_zipfile(item):
             with zipfile.ZipFile(item) as archive:
                 names = [n for n in sorted(archive.namelist()) if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE)]
-                _read_tree(str(item), {PurePosixPath(n): (lambda n=n: archive.read(n)) for n in names}, loaded,
+                _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _member(archive, n)) for n in names}, loaded,
                            rejected)
         elif item.is_dir():
             paths = [p for p in sorted(item.rglob("*.json")) if p.name in (RESULT_NAME, SYSTEM_FILE) and p.is_file()]
-            _read_tree(str(item), {PurePosixPath(p.relative_to(item).as_posix()): p.read_bytes for p in paths},
-                       loaded, rejected)
-        elif (result := _result(str(item), item.read_bytes, rejected)) is not None:  # a single result file
+            _read_tree(str(item), {PurePosixPath(p.relative_to(item).as_posix()): (lambda p=p: read_bounded(p))
+                                   for p in paths}, loaded, rejected)
+        elif (result := _result(str(item), lambda: read_bounded(item), rejected)) is not None:  # a single result
             loaded.append(Loaded(str(item), result, result.get("system") or {}))
-    return Collection(loaded, rejected)
+    return _once(loaded, rejected)
+
+
+def _once(loaded: list[Loaded], rejected: list[Rejected]) -> Collection:
+    """The collection with each run counted once: a copy (cp -a RUN RUN.bak, a run set reached through two inputs)
+    is the same run, not a repeat, and is named as a duplicate."""
+    first: dict[str, Loaded] = {}
+    kept, duplicates = [], []
+    for item in loaded:
+        key = item.identity()
+        if key in first:
+            duplicates.append((item, first[key]))
+        else:
+            first[key] = item
+            kept.append(item)
+    return Collection(kept, rejected, duplicates)
 
 
 def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rejected]) -> None:
@@ -185,7 +229,7 @@ def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rej
         if path.name == SYSTEM_FILE:
             try:
                 systems[path.parent] = _system(f"{source}:{path}", read())
-            except (OSError, zipfile.BadZipFile) as err:
+            except (OSError, ValueError, zipfile.BadZipFile) as err:
                 warn(f"{source}:{path}: cannot be read ({err}); its results are read without a system description")
     for path, read in tree.items():
         if path.name != RESULT_NAME:
@@ -201,4 +245,6 @@ def load(inputs: Sequence[str | Path]) -> list[Loaded]:
     found = collect(inputs)
     for item in found.rejected:
         warn(item.line())
+    for line in found.duplicate_lines():
+        warn(line)
     return found.results

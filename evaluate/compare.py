@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Sequence
 
 from evaluate.comparison import strategies as strategy_view
-from evaluate.collect import CollectError, collect
+from evaluate.collect import CollectError
+from evaluate.gate import gated
 from evaluate.comparison.projection import Ask
 from evaluate.comparison.plot import plot
 from evaluate.comparison.report import report
 from evaluate.comparison.repeats import repeats_of
 from evaluate import project
-from utils.cli import Parser, UsageError, run, warn
+from utils.cli import Parser, UsageError, output_dir, positive_number, quoted, run, warn
 from utils.config.parse import ConfigError
 from utils.machine.energy_cost import FLAGS, CostSettings, cost_settings
 from utils.files import atomic_open
@@ -45,9 +46,14 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
             ask: Ask | None = None) -> str:
     """Write compare.png, report.md (and compare-strategies.png with several strategies or a projection asked
     for); returns the report."""
-    found = collect(inputs)
+    found = gated(inputs)
     for rejected in found.rejected:
         warn(rejected.line())
+    for line in found.duplicate_lines():
+        warn(line)
+    for item in found.results:
+        if item.failures:
+            warn(f"{quoted(item.where, 300)}: {item.name} fails validate ({quoted(item.failures[0])}): counted failed, in no figure")
     items = found.results
     if not items:
         where = ", ".join(map(str, inputs))
@@ -62,7 +68,7 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
     if strategy_view.has_strategies(entries) or ask:
         strategies_png = "compare-strategies.png"
         strategy_view.plot(entries, outdir / strategies_png, ask)
-    text = report(items, rows, "compare.png", strategies_png, costs, ask)
+    text = report(items, "compare.png", strategies_png, costs, ask)
     write_text(outdir / "report.md", text)
     return text
 
@@ -70,18 +76,16 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m evaluate.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", metavar="DIR_OR_ZIP", help="run directories, run sets, output.zip files")
-    parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUTDIR", help="folder for compare.png and report.md")
+    parser.add_argument("-o", "--output", required=True, type=output_dir, metavar="OUTDIR", help="folder for compare.png and report.md")
     for knob, flag in FLAGS.items():
         parser.add_argument(flag, metavar="NUMBER", dest=knob, help=f"overrides {knob} (from the environment, else config.env); empty: none")
     parser.add_argument("--project-nodes", metavar="N,N,...", help="project each configuration to these node counts "
                         "(a model-based projection: python3 -m evaluate.project --help)")
-    parser.add_argument("--link-gbps", type=float, default=None, help="with --project-nodes: inter-node bandwidth "
+    parser.add_argument("--link-gbps", type=positive_number, default=None, help="with --project-nodes: inter-node bandwidth "
                         "per GPU, Gb/s (default NET_LINK_GBPS, else 400)")
     args = parser.parse_args(argv)
     ask = None
     if args.project_nodes is not None:
-        if args.link_gbps is not None and args.link_gbps <= 0:
-            raise UsageError(f"--link-gbps {args.link_gbps:g}: give a bandwidth above 0 Gb/s")
         link = project.knob("NET_LINK_GBPS", args.link_gbps, "--link-gbps")
         ask = Ask(project.node_counts(args.project_nodes), link)
     elif args.link_gbps is not None:

@@ -46,7 +46,9 @@ from evaluate.logs.parse import FRAMEWORKS, ParsedLog, missing_steps, parse_logs
 from evaluate.logs.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
 from utils import fingerprint, frameworks
 from utils.spec import metrics
-from utils.cli import Parser, UsageError, WorkError, quoted
+from evaluate.collect import Loaded
+from evaluate.gate import judged
+from utils.cli import Parser, UsageError, WorkError, output_file, quoted
 from utils.spec.result import ResultError, build_result, write_result
 from utils.runset import system_path
 
@@ -180,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python3 -m evaluate.extract", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="training log(s), read in order as one stream")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="result JSON to write")
+    parser.add_argument("-o", "--output", required=True, type=output_file, help="result JSON to write")
     parser.add_argument("--framework", choices=FRAMEWORKS + ("auto",), default="auto",
                         help="log format; auto: the --run-dir request's framework's reader, else detected from the "
                              "iteration lines (default)")
@@ -235,11 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evaluate.extract: no training iteration line in the log; {args.output} records the failed run "
               f"(exit code {args.exit_code})", file=sys.stderr)
         return 1
-    perf = result["performance"]
-    figure = perf["tokens_per_s_per_gpu"]
-    print(f"{args.output}: {result['framework']} {result['model']['variant']} status={result['run']['status']} "
-          f"steps={result['run']['steps_completed']}/{result['training']['steps']} tokens/s/GPU="
-          + (metrics.figure_text(figure) if figure is not None else "n/a"))
+    item = Loaded(str(args.output), result, result.get("system") or {})
+    judged(item)  # the figure is printed only where validate passes the result (evaluate.gate)
+    figure = result["performance"]["tokens_per_s_per_gpu"]
+    shown = (metrics.figure_text(figure) if figure is not None else "n/a") if item.ok else \
+        f"none (fails validate: {quoted(item.failures[0]) if item.failures else item.verdict})"
+    print(f"{args.output}: {result['framework']} {result['model']['variant']} status={item.verdict} "
+          f"steps={result['run']['steps_completed']}/{result['training']['steps']} tokens/s/GPU={shown}")
     for note in result["warnings"]:
         print(f"  warning: {note}")
     return 0

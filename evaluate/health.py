@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from utils.cli import Parser, UsageError, run
+from utils.cli import Parser, UsageError, output_file, run
 from utils.config import PLATFORMS, detect
 from utils.files import read_json, write_json
 from utils.machine.node_health import Health, check
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strict", action="store_true", help="exit 1 when there is a problem")
     parser.add_argument("--json", action="store_true", help="print the record as JSON instead of lines")
-    parser.add_argument("--record", type=Path, metavar="SYSTEM_JSON", help="merge the findings into this system.json")
+    parser.add_argument("--record", type=output_file, metavar="SYSTEM_JSON", help="merge the findings into this system.json")
     parser.add_argument("--platform", choices=PLATFORMS, help="the platform to check (default: detected)")
     args = parser.parse_args(argv)
     platform = args.platform or os.environ.get("PLATFORM", "auto")

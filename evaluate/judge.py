@@ -33,15 +33,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from evaluate import extract, native_settings
+from evaluate import extract, machine_checks, native_settings
 from evaluate.logs import worker_failure
-from evaluate.collect import Loaded
+from evaluate.collect import Loaded, first_problem
 from evaluate.logs.files import step_end_times
 from evaluate.logs.parse import collective_network
 from evaluate.validate import check_result
 from utils.machine import energy, stragglers, telemetry
 from utils import predict
-from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, run, warn
+from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, quoted, run, warn
+from utils.files import parse_json, read_bounded
 from utils.frameworks import TABLE
 from utils.spec.request import Request, RequestError
 from utils.spec.result import build_result, load_result, write_result
@@ -49,7 +50,9 @@ from utils.spec.result import build_result, load_result, write_result
 NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
 # evaluate.validate's checks that fail a run at once: settings read back from the framework's log
 # differ from the request, or it trained on synthetic data although real data was requested.
-READBACK_CHECKS = ("effective settings", "real data")
+# So do those that find a figure the run did not earn (evaluate/integrity.py, validate's figures and step times):
+# result.json then says failed, as validate and the report do (one verdict).
+READBACK_CHECKS = ("effective settings", "real data", "series", "window", "memory", "figures", "step times")
 # What a framework's log must report for its layout and batch to count as applied.
 REQUIRED_READBACK = ("tp", "pp", "mbs", "gbs", "seq_len", "precision")
 
@@ -73,7 +76,7 @@ class Ended:
     @classmethod
     def read(cls, path: Path) -> "Ended":
         try:
-            record = json.loads(path.read_text())
+            record = parse_json(read_bounded(path))
             return cls(int(record["exit_code"]), record["started_at"], record["ended_at"],
                        list(record.get("warnings") or []), record.get("stopped_by"),
                        dict(record.get("environment") or {}), record.get("log_error"))
@@ -140,7 +143,16 @@ def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Pat
             why = (f"exit code {ended.exit_code}; " if ended.exit_code else "") + \
                   "no training step in the log (see evaluate.extract's message above)"
             write_result(path, start_failure_result(request, run_dir, ended, why))
-    return load_result(path)
+    try:
+        result = load_result(path)
+    except ValueError as err:
+        result = None
+        why = f"its result.json is no result ({err})"
+    if not isinstance(result, dict) or first_problem(result):
+        why = why if result is None else f"its result.json is no result ({first_problem(result)})"
+        result = start_failure_result(request, run_dir, ended, why)
+        write_result(path, result)
+    return result
 
 
 def readback_problems(request: Request, result: dict) -> list[str]:
@@ -256,32 +268,68 @@ def step_clock(run_dir: Path, result: dict, ended: Ended) -> tuple[list[energy.S
     return [energy.Step(step, ends[step], durations[step]) for step in sorted(ends) if step in durations], source
 
 
+# What a side file of a shape no check foresaw raises while its section is made: the section is left out, naming it.
+SIDE_FILE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError, OSError)
+
+
+def left_out(interval_ms: int | None, reason: str) -> dict:
+    """A telemetry section without figures, saying why: the run's verdict does not depend on its side files."""
+    return {"enabled": True, "method": None, "interval_ms": interval_ms, "complete": False,
+            "note": f"telemetry left out: {reason}"}
+
+
+def telemetry_section(request: Request, run_dir: Path, result: dict, ended: Ended,
+                      window_steps: tuple[int, int] | None) -> dict:
+    """The telemetry section from every node's telemetry.jsonl; left out (left_out) where a file has a malformed
+    line or its figures are no device's (power outside the idle floor and board power, energy that did not move)."""
+    env, lay = request.environment, request.parallelism
+    paths = [run_dir / telemetry.FILE] + [run_dir / f"node{n}" / telemetry.FILE for n in range(1, lay.nnodes)]
+    records = [telemetry.read(path) for path in paths if path.exists()]
+    bad = [line for record in records for line in record.bad_lines]
+    if bad:
+        count = sum(record.bad_count for record in records)
+        return left_out(env.telemetry_interval_ms, f"{bad[0]}" + (f" (and {count - 1} more)" if count > 1 else ""))
+    steps, clock = step_clock(run_dir, result, ended)
+    training = result["training"]
+    per_node = None if request.identity.platform == "cpu" else max(1, lay.num_gpus // lay.nnodes)
+    section = energy.summarise(records, steps, window_steps, training["gbs"] * training["seq_len"],
+                               env.telemetry_interval_ms, clock, per_node)
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        section["complete"] = False
+        section["note"] = "; ".join(filter(None, [section["note"], "no telemetry record: " + ", ".join(missing)]))
+    system = result.get("system") or {}
+    impossible = [p.message for p in machine_checks.power({**result, "telemetry": section}, system)
+                  + machine_checks.energy_moves({**result, "telemetry": section}, system) if p.fatal]
+    return left_out(env.telemetry_interval_ms, impossible[0]) if impossible else section
+
+
 def machine_sections(request: Request, run_dir: Path, result: dict, ended: Ended) -> list[str]:
     """The result's telemetry section (utils/machine/energy.py, from every node's telemetry.jsonl) and stragglers section
-    (utils/machine/stragglers.py: each rank's own step times, else each GPU's telemetry); the warnings they raise."""
-    env, lay = request.environment, request.parallelism
+    (utils/machine/stragglers.py: each rank's own step times, else each GPU's telemetry); the warnings they raise. A
+    malformed side file leaves its section out with the reason, named in a warning: never a crash of the judge."""
+    env = request.environment
     window = (result.get("performance") or {}).get("window")
     window_steps = (window["first_step"], window["last_step"]) if window else None
+    notes = []
     if not env.telemetry:
         result["telemetry"] = energy.off_section()
     else:
-        paths = [run_dir / telemetry.FILE] + [run_dir / f"node{n}" / telemetry.FILE for n in range(1, lay.nnodes)]
-        records = [telemetry.read(path) for path in paths if path.exists()]
-        steps, clock = step_clock(run_dir, result, ended)
-        training = result["training"]
-        per_node = None if request.identity.platform == "cpu" else max(1, lay.num_gpus // lay.nnodes)
-        result["telemetry"] = energy.summarise(records, steps, window_steps, training["gbs"] * training["seq_len"],
-                                               env.telemetry_interval_ms, clock, per_node)
-        missing = [str(path) for path in paths if not path.exists()]
-        if missing:
-            section = result["telemetry"]
-            section["complete"] = False
-            section["note"] = "; ".join(filter(None, [section["note"], "no telemetry record: " + ", ".join(missing)]))
-    notes = energy.throttle_warnings(result["telemetry"])
-    ranks = stragglers.read_rank_steps(run_dir)
-    found = stragglers.from_rank_steps(ranks, window_steps) if ranks and window_steps else None
-    if found is None and env.telemetry:
-        found = stragglers.from_telemetry(result["telemetry"].get("per_gpu", []))
+        try:
+            result["telemetry"] = telemetry_section(request, run_dir, result, ended, window_steps)
+        except SIDE_FILE_ERRORS as err:
+            result["telemetry"] = left_out(env.telemetry_interval_ms, f"{type(err).__name__}: {quoted(str(err))}")
+        if result["telemetry"]["note"] and result["telemetry"]["note"].startswith("telemetry left out: "):
+            notes.append(result["telemetry"]["note"])
+    notes += energy.throttle_warnings(result["telemetry"])
+    try:
+        ranks = stragglers.read_rank_steps(run_dir)
+        found = stragglers.from_rank_steps(ranks, window_steps) if ranks and window_steps else None
+        if found is None and env.telemetry:
+            found = stragglers.from_telemetry(result["telemetry"].get("per_gpu", []))
+    except SIDE_FILE_ERRORS as err:
+        found = None
+        notes.append(f"stragglers left out: {quoted(str(err))}")
     if found is not None:
         result["stragglers"] = found
         notes += [line for line in [stragglers.warning(found)] if line]
@@ -316,6 +364,9 @@ def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> s
     write_result(run_dir / "result.json", result)
     for problem in problems:
         print(f"[tprimat] {request.identity.run_id}: {problem}", file=sys.stderr, flush=True)
+    for note in notes:
+        if note.startswith(("telemetry left out: ", "stragglers left out: ")):
+            warn(f"{request.identity.run_id}: {note}")
     return "interrupted" if ended.interrupted else record["status"]
 
 

@@ -13,7 +13,7 @@ import warnings
 from typing import NamedTuple
 
 from utils.machine.energy import throttle_warnings
-from utils.machine.hardware import CPU_PACKAGE_MAX_W, DEVICES, lookup_device
+from utils.machine.hardware import CPU_PACKAGE_MAX_W, CPU_PACKAGE_MIN_W, DEVICES, lookup_device
 from utils.machine.stragglers import warning as straggler_warning
 
 # A power sample averages the draw over up to a second and a device's power limit holds over such windows; what
@@ -21,6 +21,7 @@ from utils.machine.stragglers import warning as straggler_warning
 # a working sensor. A device the table lacks is held to the highest board power of the table.
 POWER_MARGIN = 1.1
 HIGHEST_POWER_W = max(spec.max_power_w for _, spec in DEVICES if spec.max_power_w)
+LOWEST_IDLE_W = min(spec.idle_power_w for _, spec in DEVICES if spec.idle_power_w)
 POWER_FIGURES = ("mean_power_w", "max_power_w")
 ENERGY_FIGURES = ("energy_per_step_j", "tokens_per_joule", "wh_per_million_tokens")
 
@@ -35,8 +36,20 @@ class Problem(NamedTuple):
 
 def problems(result: dict, system: dict) -> list[Problem]:
     """Every machine check of one result, with the system it ran on (its own, else its run set's system.json)."""
-    return (power(result, system) + energy_backwards(result) + throttling(result) + straggler(result)
-            + node_health(system))
+    return (power(result, system) + energy_backwards(result) + energy_moves(result, system) + throttling(result)
+            + straggler(result) + node_health(system))
+
+
+def idle_floor_w(platform: str, device_name: str | None) -> tuple[float, str]:
+    """The least a working device of this name draws (W) and whose figure that is."""
+    if platform == "cpu":
+        return CPU_PACKAGE_MIN_W, "a CPU package's floor (utils/machine/hardware.py's CPU_PACKAGE_MIN_W)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = lookup_device(device_name)
+    if spec is not None and spec.idle_power_w:
+        return spec.idle_power_w, f"{spec.name}'s idle floor (utils/machine/hardware.py)"
+    return LOWEST_IDLE_W, "the lowest idle floor in utils/machine/hardware.py"
 
 
 def power_limit_w(platform: str, device_name: str | None) -> tuple[float, str]:
@@ -66,6 +79,45 @@ def power(result: dict, system: dict) -> list[Problem]:
                 found.append(Problem("power", f"{where}: {key} {value:g} W is more than {whose}, {limit:g} W, allows "
                                      f"(+{POWER_MARGIN - 1:.0%} for a sample's averaging): no device of this kind "
                                      "draws it; a misread sensor or a wrong unit"))
+        floor, which = idle_floor_w(result["platform"], device)
+        for key in POWER_FIGURES:
+            value = figures.get(key)
+            if value is not None and value < floor:
+                found.append(Problem("power", f"{where}: {key} {value:g} W is below {which}, {floor:g} W: no working "
+                                     "device of this kind draws so little; a misread sensor or a wrong unit"))
+    return found
+
+
+def energy_moves(result: dict, system: dict) -> list[Problem]:
+    """The energy over the steady state is what the devices' power can give in that time: per device and second
+    between the idle floor and the board power (+10%). An energy counter that barely moved, or a figure edited
+    alone (tokens per joule that its energy per step does not give), would invent an efficiency."""
+    section = result.get("telemetry") or {}
+    per_step, rate = section.get("energy_per_step_j"), section.get("tokens_per_joule")
+    if per_step is None:
+        return [Problem("energy", f"tokens_per_joule {rate:g} without an energy per step")] if rate is not None else []
+    found = []
+    tokens = (result.get("performance") or {}).get("tokens_per_step")
+    if tokens and per_step > 0 and (rate is None or abs(rate - tokens / per_step) > 1e-3 * tokens / per_step + 1e-4):
+        found.append(Problem("energy", f"tokens_per_joule {rate} is not the {tokens / per_step:.4g} its energy per "
+                             f"step {per_step:g} J gives"))
+    wh = section.get("wh_per_million_tokens")
+    if tokens and wh is not None and abs(wh - per_step / 3600 / tokens * 1e6) > 1e-3 * abs(wh) + 1e-4:
+        found.append(Problem("energy", f"wh_per_million_tokens {wh} is not what its energy per step {per_step:g} J "
+                             "gives"))
+    stats = (result.get("performance") or {}).get("step_time_s") or {}
+    seconds = stats.get("mean")
+    devices = len(section.get("per_gpu") or []) or (result.get("parallelism") or {}).get("num_gpus") or 1
+    if not seconds or seconds <= 0 or per_step < 0:
+        return found
+    device = (system.get("gpu") or {}).get("name") or next((g.get("name") for g in section.get("per_gpu") or []), None)
+    limit, _ = power_limit_w(result["platform"], device)
+    floor, which = idle_floor_w(result["platform"], device)
+    watts = per_step / seconds / devices
+    if not floor <= watts <= limit * POWER_MARGIN:
+        found.append(Problem("energy", f"{per_step:g} J per step of {seconds:g} s on {devices} device(s) is "
+                             f"{watts:.3g} W each, outside {floor:g}-{limit * POWER_MARGIN:g} W ({which} to the board "
+                             "power): the energy counter or power samples did not measure the run"))
     return found
 
 

@@ -15,18 +15,17 @@ PROJECT_TOKENS) tokens. A projection, not a measurement: the assumptions are pri
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from utils.cli import Parser, UsageError, run
+from utils.cli import Parser, UsageError, positive_number, quoted, run
 from utils.config import ConfigError, load_config
 from utils.spec.fairness import profile
 from utils.machine.hardware import INTER_NODE_GBPS, lookup_device
 from utils.spec.models import by_variant
 from utils.predict.memory import Layout
 from utils.predict.step_time import bound, links
-from utils.spec.result import load_result
+from evaluate.gate import gated
 
 LABEL = "MODEL-BASED PROJECTION (not a measurement)"
 
@@ -43,16 +42,18 @@ def node_counts(text: str) -> list[int]:
 
 
 def read(path: Path) -> dict:
-    """A result JSON of a GPU run with a step time; one line naming the problem otherwise."""
-    try:
-        result = load_result(path)
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read it ({err.strerror}); give a run's result.json") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UsageError(f"{path}: not JSON; give a run's result.json") from None
-    if not isinstance(result, dict) or not {"parallelism", "training", "performance", "model"} <= set(result):
-        raise UsageError(f"{path}: not a TPrimat result (no parallelism, training, performance or model section); "
-                         "give a run's result.json")
+    """A result of a GPU run with a step time that passes evaluate.validate (evaluate.gate); one line naming the
+    problem otherwise."""
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file; give a run's result.json")
+    found = gated([path])
+    if found.rejected:
+        raise UsageError(f"{found.rejected[0].line()}; give a run's result.json")
+    item = found.results[0]
+    if not item.ok:
+        why = item.failures[0] if item.failures else f"its run is {item.verdict}"
+        raise UsageError(f"{path}: {quoted(why)}: it fails validate, so nothing is projected from it")
+    result = item.result
     if not (result["performance"].get("step_time_s") or {}).get("median"):
         raise UsageError(f"{path}: the run has no measured step time to project from; give a successful run's result")
     return result
@@ -169,15 +170,11 @@ def main(argv: list[str] | None = None) -> int:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("result", type=Path, metavar="RESULT.json", help="a GPU run's result.json")
     parser.add_argument("--nodes", required=True, help="comma list of node counts, e.g. 1,2,4,8,...,1024")
-    parser.add_argument("--link-gbps", type=float, default=None, help="inter-node bandwidth per GPU, Gb/s "
+    parser.add_argument("--link-gbps", type=positive_number, default=None, help="inter-node bandwidth per GPU, Gb/s "
                         "(default NET_LINK_GBPS, else 400)")
-    parser.add_argument("--tokens", type=float, default=None, help="tokens to train (default PROJECT_TOKENS)")
+    parser.add_argument("--tokens", type=positive_number, default=None, help="tokens to train (default PROJECT_TOKENS)")
     args = parser.parse_args(argv)
     counts = node_counts(args.nodes)
-    if args.link_gbps is not None and args.link_gbps <= 0:
-        raise UsageError(f"--link-gbps {args.link_gbps:g}: give a bandwidth above 0 Gb/s")
-    if args.tokens is not None and args.tokens <= 0:
-        raise UsageError(f"--tokens {args.tokens:g}: give a token count above 0")
     result = read(args.result)
     link = knob("NET_LINK_GBPS", args.link_gbps, "--link-gbps")
     print("\n".join(table(result, counts, link, knob("PROJECT_TOKENS", args.tokens, "--tokens"))))

@@ -33,16 +33,17 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from evaluate import machine_checks, native_settings
+from evaluate import integrity, machine_checks, native_settings
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
-from utils.cli import Parser, run
+from utils.cli import Parser, quoted, run
 from utils.spec.fairness import PROFILES, profile
 from utils.machine.hardware import DEVICES
 from utils.spec.models import by_variant
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
+MAX_LISTED = 100_000  # missing steps beyond this many are counted, not listed
 
 
 class Shared(NamedTuple):
@@ -104,7 +105,7 @@ class Finding:
 
     def line(self) -> str:
         kind = "FAIL" if self.fatal else "warn"
-        return f"{kind} {self.subject}: {self.check}: {self.message}"
+        return f"{kind} {quoted(self.subject, 300)}: {self.check}: {quoted(self.message, 4000)}"  # text from files
 
 
 def _same(a, b) -> bool:
@@ -128,6 +129,7 @@ def check_result(item: Loaded) -> list[Finding]:
         excerpt = (run["error_excerpt"] or "").strip().splitlines()[-1:] or ["no error excerpt"]
         found.append(Finding(name, "status", f"{run['status']} (exit code {run['exit_code']}): {excerpt[0][:200]}"))
     found += _steps(name, run, training, series, r["effective"])
+    found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
     losses = series["loss"]
     bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
     if bad:
@@ -170,7 +172,9 @@ def _steps(name: str, run: dict, training: dict, series: dict, effective: dict) 
     interval = effective.get("log_interval")
     interval = interval if isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1 else 1
     last = max(recorded, default=0)
-    missing = sorted(set(range(interval, requested + 1, interval)) - set(recorded))
+    present = {step for step in recorded if step <= requested and step % interval == 0}
+    absent = requested // interval - len(present)  # counted first: a claim of 1e9 steps must not be listed
+    missing = sorted(set(range(interval, requested + 1, interval)) - present) if 0 < absent <= MAX_LISTED else []
     beyond = [step for step in recorded if step > requested]
     said = []
     if completed != requested:
@@ -179,6 +183,8 @@ def _steps(name: str, run: dict, training: dict, series: dict, effective: dict) 
         said.append(f"steps_completed {completed} but the last recorded step is {last}")
     if missing:
         said.append(f"missing steps {step_ranges(missing)}")
+    elif absent > MAX_LISTED:
+        said.append(f"{absent:,} of the {requested:,} requested steps have no record")
     if beyond:
         said.append(f"step(s) {step_ranges(beyond)} beyond the {requested} requested")
     return [Finding(name, "steps", "; ".join(said))] if said else []
@@ -370,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     findings = [Finding(bad.where, "schema", bad.problem) for bad in found.rejected]
+    findings += [Finding(copy.where, "duplicate", line.split(": ", 1)[1], fatal=False)
+                 for (copy, _), line in zip(found.duplicates, found.duplicate_lines())]
     findings += [f for item in items for f in check_result(item)] + fairness(items)
     for finding in findings:
         print(finding.line())

@@ -18,16 +18,21 @@ import gzip
 import io
 import json
 import lzma
+import mmap
 import os
+import shutil
 import sys
 import tarfile
 import tempfile
 import zipfile
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
-from evaluate.collect import RESULT_NAME, collect
-from utils.cli import run
+from evaluate import secret_forms as forms
+from evaluate.collect import RESULT_NAME
+from evaluate.gate import gated
+from utils.cli import quoted, run
 from utils.files import atomic_open
 from utils.secrets import SecretsError, known_values
 
@@ -38,7 +43,8 @@ CHUNK = 8 << 20
 MIN_SECRET_LENGTH = 8  # a shorter value would match by chance; such a value is named, not searched for
 MAX_DEPTH = 8  # archives within archives deeper than this are refused, not followed
 SPOOL = 64 << 20  # a zip inside another file is copied aside to be opened: in memory up to this size
-OPENERS = {"gzip": lambda raw: gzip.GzipFile(fileobj=raw), "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}
+OPENERS = {"gzip": lambda raw: gzip.GzipFile(fileobj=raw), "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile,
+           "lzma": forms.lzma_alone_reader, "zlib": forms.zlib_reader}
 # Formats the standard library cannot open: their contents cannot be searched, so they are not packed.
 UNSEARCHABLE = ((b"\x28\xb5\x2f\xfd", "zstd"), (b"7z\xbc\xaf\x27\x1c", "7z"), (b"Rar!\x1a\x07", "rar"),
                 (b"\x04\x22\x4d\x18", "lz4"), (b"\x1f\x9d", "Unix .Z"), (b"\x89LZO", "lzo"))
@@ -81,7 +87,7 @@ def files_to_pack(root: Path, skip: Path | None = None) -> tuple[list[Path], lis
         for name in sorted(files):
             path = base / name
             why = excluded(path, root)
-            if skip is not None and path.resolve() == skip.resolve():
+            if why is None and skip is not None and path == skip:  # a link (a loop too) is left out before this
                 continue
             if why:
                 left_out.append(f"{path.relative_to(root)} ({why})")
@@ -96,6 +102,7 @@ def needles(values: list[tuple[str, str]]) -> Needles:
     for label, value in values:
         for form in dict.fromkeys([value, json.dumps(value)[1:-1]]):
             found.append((label, form.encode()))
+        found += [(label, form) for form in forms.forms(value.encode())]
     return found
 
 
@@ -140,8 +147,12 @@ def _kind(head: bytes) -> str | None:
         return "xz"
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return "zip"
-    if head[257:262] == b"ustar":
+    if head[257:262] == b"ustar" or forms.is_tar(head):
         return "tar"
+    if forms.is_lzma_alone(head):
+        return "lzma"
+    if forms.is_zlib(head):
+        return "zlib"
     return next((name for magic, name in UNSEARCHABLE if head.startswith(magic)), None)
 
 
@@ -155,10 +166,11 @@ def _search(stream, secrets: Needles, where: str, depth: int = 0) -> str | None:
             raise Unsearchable(f"{where} is {kind}-compressed, which TPrimat cannot look into for secrets")
         if kind and depth >= MAX_DEPTH:
             raise Unsearchable(f"{where} nests archives more than {MAX_DEPTH} deep")
+        if kind in (None, "zip"):  # what may hold a stream further in: searched again from each one's signature
+            with _seekable(head, stream, depth) as whole:
+                return _search_whole(whole, kind, secrets, where, depth)
         watched = _Watched(head, stream, secrets)
         reader = io.BufferedReader(watched, CHUNK)
-        if kind == "zip":
-            return _search_zip(reader, watched, stream if depth == 0 else None, secrets, where, depth)
         inner = None
         if kind in OPENERS:
             with OPENERS[kind](reader) as opened:
@@ -179,18 +191,32 @@ def _search(stream, secrets: Needles, where: str, depth: int = 0) -> str | None:
                            "form TPrimat cannot look into for secrets") from None
 
 
-def _search_zip(reader, watched: _Watched, file, secrets: Needles, where: str, depth: int) -> str | None:
-    """_search for a zip: its bytes searched as they pass (and copied aside unless it is a file, since a zip
-    is read from its end), then each member."""
+@contextmanager
+def _seekable(head: bytes, stream, depth: int):
+    """The whole stream as a seekable file: the file itself at depth 0, else a copy (in memory up to SPOOL)."""
+    if depth == 0:
+        stream.seek(0)
+        yield stream
+        return
     with tempfile.SpooledTemporaryFile(SPOOL) as copy:
-        while chunk := reader.read(CHUNK):
-            if file is None:
-                copy.write(chunk)
-        if watched.found:
-            return watched.found
-        seekable = copy if file is None else file
-        seekable.seek(0)
-        with zipfile.ZipFile(seekable) as archive:
+        copy.write(head)
+        shutil.copyfileobj(stream, copy, CHUNK)
+        copy.seek(0)
+        yield copy
+
+
+def _search_whole(whole, kind: str | None, secrets: Needles, where: str, depth: int) -> str | None:
+    """_search for plain data or a zip (a seekable file): its bytes as they pass, a zip's members, then every
+    stream or zip entry inside it (evaluate/secret_forms.py: a gzip after a script, the first of two zips)."""
+    watched = _Watched(b"", whole, secrets)
+    reader = io.BufferedReader(watched, CHUNK)
+    while not watched.found and reader.read(CHUNK):
+        pass
+    if watched.found:
+        return watched.found
+    if kind == "zip":
+        whole.seek(0)
+        with zipfile.ZipFile(whole) as archive:
             for info in archive.infolist():
                 inside = f"{where} ({info.filename})"
                 if info.flag_bits & 0x1:
@@ -198,7 +224,43 @@ def _search_zip(reader, watched: _Watched, file, secrets: Needles, where: str, d
                 with archive.open(info) as member:
                     if found := _search(member, secrets, inside, depth + 1):
                         return found
+    whole.seek(0, os.SEEK_END)
+    if not whole.tell():
+        return None
+    whole.seek(0)
+    data = mmap.mmap(whole.fileno(), 0, access=mmap.ACCESS_READ) if _has_fileno(whole) else whole.read()
+    for offset, inner, opened in forms.embedded(data, 0 if kind == "zip" else 1):
+        inside = f"{where} ({inner} at byte {offset})"
+        if isinstance(opened, str):
+            raise Unsearchable(f"{inside} is {opened}, so TPrimat cannot look into it for secrets")
+        if depth + 1 >= MAX_DEPTH:
+            raise Unsearchable(f"{where} nests archives more than {MAX_DEPTH} deep")
+        try:
+            found = _search(io.BufferedReader(opened(), CHUNK), secrets, inside, depth + 1)
+        except Unsearchable:
+            found = _search_prefix(opened, secrets)  # a signature by chance, or a stream cut short: what decodes
+        if found:
+            return found
     return None
+
+
+def _search_prefix(opened, secrets: Needles) -> str | None:
+    """Which secret the part of a stream that decodes holds (a stream cut short, or bytes that only look like one)."""
+    watched = _Watched(b"", opened(), secrets)
+    try:
+        while not watched.found and watched.read(CHUNK):
+            pass
+    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError):
+        pass
+    return watched.found
+
+
+def _has_fileno(handle) -> bool:
+    try:
+        handle.fileno()
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        return False
+    return True
 
 
 def find_secret(path: Path, name: str, secrets: Needles) -> str | None:
@@ -265,13 +327,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def foreign_results(root: Path, files: list[Path]) -> list[str]:
-    """A line for each packed result.json that evaluate.compare and validate will leave out, and why."""
+    """A line for each packed result.json that evaluate.compare and validate will leave out or count failed (the
+    gate, evaluate/gate.py), and why."""
     lines = []
     for path in files:
         if path.name == RESULT_NAME:
-            found = collect([path])
-            lines += [f"{path.relative_to(root)}: {bad.problem}; packed as it is, compare will leave it out"
-                      for bad in found.rejected]
+            found = gated([path])
+            lines += [f"{quoted(str(path.relative_to(root)), 300)}: {bad.problem}; packed as it is, compare will "
+                      "leave it out" for bad in found.rejected]
+            lines += [f"{quoted(str(path.relative_to(root)), 300)}: fails validate ({quoted(item.failures[0])}); "
+                      "packed as it is, compare counts it failed" for item in found.results
+                      if item.failures and item.result["run"]["status"] == "ok"]
     return lines
 
 

@@ -18,6 +18,7 @@ from evaluate.comparison import report
 from evaluate.comparison import strategies as strategy_view
 from evaluate.comparison.repeats import repeats_of
 from evaluate.collect import load
+from tests.fixtures.refigure import with_tokens_per_gpu
 
 RESULTS = Path(__file__).parent / "fixtures" / "results"
 SETS = [RESULTS / "nvd", RESULTS / "amd"]
@@ -169,7 +170,8 @@ def sweep(tmp_path, factors):
         for strategy, layout in STRATEGIES:
             data = json.loads((RESULTS / platform / f"{framework}-llama-r1" / "result.json").read_text())
             data["parallelism"].update(strategy=strategy, tp=layout[0], pp=layout[1], dp=layout[2], ga=layout[3])
-            data["performance"]["tokens_per_s_per_gpu"] = factors[platform][strategy]
+            data["effective"].update({k: v for k, v in data["parallelism"].items() if k in data["effective"]})
+            with_tokens_per_gpu(data, factors[platform][strategy])
             data["run"]["id"] = f"{framework}-llama-{strategy}"
             (root / platform / data["run"]["id"]).mkdir()
             (root / platform / data["run"]["id"] / "result.json").write_text(json.dumps(data))
@@ -214,8 +216,9 @@ def two_nodes(tmp_path, per_gpu_factor):
         par, perf = data["parallelism"], data["performance"]
         par.update(dp=par["dp"] * 2, num_gpus=par["num_gpus"] * 2, nnodes=2)
         data["training"]["gbs"] *= 2
-        perf["tokens_per_s_per_gpu"] *= per_gpu_factor
-        perf["tokens_per_s"] = perf["tokens_per_s_per_gpu"] * par["num_gpus"]
+        data["effective"].update({k: v for k, v in {**par, "gbs": data["training"]["gbs"]}.items()
+                                  if k in data["effective"]})
+        with_tokens_per_gpu(data, perf["tokens_per_s_per_gpu"] * per_gpu_factor)
         data["system"] = system
         path.write_text(json.dumps(data))
     return root
@@ -283,7 +286,9 @@ def test_a_cpu_figure_keeps_its_significant_digits_in_the_report_and_the_console
     shutil.copytree(SETS[0], cpu)
     for path in cpu.glob("*/result.json"):
         result = json.loads(path.read_text())
-        result["platform"], result["performance"]["tflop_per_s_per_gpu"] = "cpu", 0.0472
+        result["platform"], result["performance"]["peak_tflop_per_s_per_gpu"] = "cpu", None
+        tflops = result["performance"]["tflop_per_s_per_gpu"]
+        with_tokens_per_gpu(result, result["performance"]["tokens_per_s_per_gpu"] * 0.0472 / tflops)
         path.write_text(json.dumps(result))
     assert compare.main([str(cpu), "-o", str(tmp_path / "out")]) == 0
     console = capsys.readouterr().out

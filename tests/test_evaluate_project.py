@@ -60,7 +60,7 @@ def test_time_to_train_follows_the_token_count():
 
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "0,2"], "--nodes '0,2': give node counts of at least 1"),
-    (["--nodes", "1", "--link-gbps", "0"], "--link-gbps 0: give a bandwidth above 0"),
+    (["--nodes", "1", "--link-gbps", "0"], "--link-gbps: 0: give a finite number above 0"),
 ])
 def test_bad_node_counts_and_links_are_one_line_and_exit_2(args, message):
     out = project(str(H100_RUN), *args)
@@ -148,7 +148,7 @@ def test_the_projection_panel_draws_each_configurations_fastest_strategy_and_nam
 @pytest.mark.parametrize("args, message", [
     (["--link-gbps", "100"], "--link-gbps goes with --project-nodes"),
     (["--project-nodes", "0,2"], "--nodes '0,2': give node counts of at least 1"),
-    (["--project-nodes", "1,2", "--link-gbps", "0"], "give a bandwidth above 0 Gb/s")])
+    (["--project-nodes", "1,2", "--link-gbps", "0"], "--link-gbps: 0: give a finite number above 0")])
 def test_compare_refuses_a_bad_projection_request_in_one_line(tmp_path, args, message):
     out = compare(str(ROOT / "tests" / "fixtures" / "results" / "nvd"), "-o", str(tmp_path), *args)
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1

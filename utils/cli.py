@@ -11,6 +11,10 @@ line the same one line (argparse's own prints the whole usage before it).
 from __future__ import annotations
 
 import argparse
+import errno
+import math
+import os
+import re
 import signal
 import sys
 import time
@@ -21,7 +25,7 @@ from typing import NoReturn
 
 from utils import ROOT
 from utils.errors import UsageError, WorkError
-from utils.files import disk_problem
+from utils.files import disk_problem, rust_os_error
 
 
 # The signals that stop a run, a matrix or a tool (shell/lib.sh's TP_STOP_SIGNALS are the same four): each is
@@ -46,6 +50,22 @@ def quoted(text: str, limit: int = QUOTE_CHARS) -> str:
     shown = "".join(c if c.isprintable() and c != "\ufffd" else c.encode("unicode_escape").decode("ascii")
                     for c in text[:limit])
     return shown + (f" [... {len(text) - limit:,} more characters]" if len(text) > limit else "")
+
+
+# What Markdown acts on in the middle of a line: emphasis (an underscore only at a word's edge), code, links and
+# images (their brackets), HTML, table cells, strike-through and math. Line-start syntax (headings, lists) cannot
+# occur: quoted() leaves no line break.
+MARKDOWN_SPECIALS = re.compile(r"([\\`*\[\]<>|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+IDENTIFIER = re.compile(r"[\w.:/+=@%,-]*")  # a name, version, hash or path: nothing Markdown or a terminal acts on
+
+
+def markdown_text(text: str, limit: int = QUOTE_CHARS) -> str:
+    """Text read from a file, safe inside a line of Markdown: quoted() (no control character, no line break, cut
+    at limit) and every character Markdown acts on in a line escaped (MARKDOWN_SPECIALS). A name, version, hash
+    or path without spaces is left as it is."""
+    if IDENTIFIER.fullmatch(text) and len(text) <= limit:
+        return text
+    return MARKDOWN_SPECIALS.sub(r"\\\1", quoted(text, limit))
 
 
 def say(line: str) -> None:
@@ -83,6 +103,49 @@ class SignalFlag:
         deadline = time.monotonic() + seconds
         while not self.raised and time.monotonic() < deadline:
             time.sleep(self.POLL_S)
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number above 0 (NaN, infinity, 1e400 and 0 are refused in one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{quoted(text, 40)} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{quoted(text, 40)}: give a finite number above 0")
+    return value
+
+
+def _path_problem(path: Path) -> str | None:
+    """What makes a path one no file can have: a component longer than the file system allows, a link loop."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+            return f"{quoted(str(path), 120)}: {err.strerror}"
+    return None
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: a file to write, checked up front (not a folder, a path a file can have)."""
+    path = Path(text)
+    if problem := _path_problem(path):
+        raise argparse.ArgumentTypeError(problem)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{quoted(text, 120)} is a folder: give the file to write")
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """An argparse type: a folder to write into, checked up front (not a file, a path a folder can have)."""
+    path = Path(text)
+    if problem := _path_problem(path):
+        raise argparse.ArgumentTypeError(problem)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{quoted(text, 120)} is a file, not a folder: give a folder to write into")
+    return path
 
 
 class Parser(argparse.ArgumentParser):
@@ -125,6 +188,11 @@ def worker_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+# An OSError of these is a path the user gave that no file can have or reach (a component over 255 bytes, a link
+# loop, a folder where a file belongs): one line, exit 2, whichever tool meets it.
+BAD_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP, errno.EISDIR, errno.EEXIST})
+
+
 def run(main: Callable[[list[str] | None], int], tool: str) -> None:
     """Call main() and exit with its code, mapping the errors above to one line each."""
     install_excepthook()
@@ -141,13 +209,23 @@ def run(main: Callable[[list[str] | None], int], tool: str) -> None:
         code = 1
     except OSError as err:
         line = disk_problem(err)
+        if line is None and err.errno in BAD_PATH_ERRNOS:  # a path given, not the work, is wrong: bad input
+            line, code = f"{quoted(str(err.filename or ''), 120)}: {err.strerror}", 2
+        elif line is None:
+            raise
+        else:
+            code = 1
+        print(f"{tool}: error: {line}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"{tool}: interrupted", file=sys.stderr)
+        code = 130
+    except Exception as err:  # a Rust library's write (tokenizers' save): "File too large (os error 27)"
+        refused = rust_os_error(err)
+        line = disk_problem(refused) if refused else None
         if line is None:
             raise
         print(f"{tool}: error: {line}", file=sys.stderr)
         code = 1
-    except KeyboardInterrupt:
-        print(f"{tool}: interrupted", file=sys.stderr)
-        code = 130
     except Terminated:
         print(f"{tool}: terminated", file=sys.stderr)
         code = 143

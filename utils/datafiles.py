@@ -117,7 +117,8 @@ def _read_cache(prefix: Path) -> dict:
         cache = read_json(cache_path(prefix))
     except (OSError, ValueError):
         return {}
-    return cache.get("files", {}) if cache.get("schema") == CACHE_SCHEMA else {}
+    files = cache.get("files") if cache.get("schema") == CACHE_SCHEMA else None
+    return {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
 
 
 def _write_cache(prefix: Path, files: dict) -> None:

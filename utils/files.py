@@ -13,8 +13,10 @@ import errno
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -118,6 +120,18 @@ def disk_problem(err: OSError, path: str | os.PathLike | None = None, needed: in
     return f"cannot write {where}: {what}{size}; {fix.format(elsewhere=_elsewhere(where, knob))}"
 
 
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def rust_os_error(err: BaseException) -> OSError | None:
+    """The OSError a Rust library (tokenizers' save, safetensors) reported as a plain Exception "... (os error N)"."""
+    found = RUST_OS_ERROR.search(str(err))
+    if found is None or isinstance(err, OSError):
+        return None
+    number = int(found.group(1))
+    return OSError(number, os.strerror(number))
+
+
 @contextmanager
 def writing(path: str | os.PathLike, needed: int | None = None, partial: Path | None = None) -> Iterator[None]:
     """Writes to `path` (through `partial`, its temporary file or folder, if any) in the block: one the machine
@@ -127,6 +141,12 @@ def writing(path: str | os.PathLike, needed: int | None = None, partial: Path | 
     except OSError as err:
         mine = err.filename is None or _within(Path(os.fspath(err.filename)), Path(path), partial)
         line = disk_problem(err, path, needed, _size(partial) if partial else None) if mine else None
+        if line is None:
+            raise
+        raise DiskError(line) from None
+    except Exception as err:  # noqa: BLE001 - only a Rust library's refused write is turned into its line
+        refused = rust_os_error(err)
+        line = disk_problem(refused, path, needed, _size(partial) if partial else None) if refused else None
         if line is None:
             raise
         raise DiskError(line) from None
@@ -174,5 +194,67 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def read_json(path: Path) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    """A JSON object from a file TPrimat wrote (a manifest, a cache, system.json); ValueError naming the problem
+    when it is none (a list, a string, null, NaN, nested too deep, not a regular file, far too large)."""
+    value = parse_json(read_bounded(path))
+    if not isinstance(value, dict):
+        raise ValueError(f"a JSON {type(value).__name__}, not an object")
+    return value
+
+
+# What a reader of TPrimat's JSON (results, system.json, side files) takes: no writer of TPrimat's nests deeper than
+# a dozen levels, writes NaN or infinity (json.dump(allow_nan=False)) or a result near this size, so a file beyond
+# them is foreign or hostile, and reading it must neither exhaust the stack nor the memory.
+MAX_JSON_DEPTH = 64
+MAX_JSON_BYTES = 1 << 30
+
+
+def json_problem(value) -> str | None:
+    """Why a parsed JSON value is none TPrimat reads: nested deeper than MAX_JSON_DEPTH, or a number that is not
+    finite (NaN, Infinity or one too large for a float, 1e400); None when sound. Iterative: no recursion."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"nested more than {MAX_JSON_DEPTH} levels deep"
+        items = node.values() if isinstance(node, dict) else node
+        for item in items:
+            if type(item) is float and (item != item or item in (float("inf"), float("-inf"))):
+                return "a number that is not finite (NaN or infinity)"
+            if isinstance(item, (dict, list)):
+                stack.append((item, depth + 1))
+    return None
+
+
+def parse_json(data: bytes | str):
+    """The JSON value of data; ValueError naming the problem when it is not text, not JSON, too deep, too large or
+    holds a number that is not finite."""
+    if len(data) > MAX_JSON_BYTES:
+        raise ValueError(f"larger than {MAX_JSON_BYTES >> 20} MiB, far more than any TPrimat file")
+    try:
+        value = json.loads(data)
+    except UnicodeDecodeError:
+        raise ValueError("not text (bytes that are not UTF-8)") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    if isinstance(value, float) and not (value == value and abs(value) != float("inf")):
+        raise ValueError("a number that is not finite (NaN or infinity)")
+    problem = json_problem(value) if isinstance(value, (dict, list)) else None
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def read_bounded(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
+    """A regular file's bytes, at most limit of them: ValueError for anything else (a device, a FIFO, a folder, a
+    file far larger than TPrimat writes), so a link to /dev/zero is one line, not a hang."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opened without O_NONBLOCK would wait for a writer
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit >> 20} MiB, far more than any TPrimat file")
+    return data

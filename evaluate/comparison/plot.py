@@ -94,7 +94,7 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
     skip = max(i.result["performance"]["warmup_skip"] for i in items)
     for ax, key, name, unit in line_panels:
         for x, row in enumerate(rows):
-            for n, item in enumerate(row.items):
+            for n, item in enumerate(row.ok):  # a result validate fails is drawn nowhere (evaluate.gate)
                 series = item.result["series"]
                 ax.plot(series["step"], [v if v is not None else float("nan") for v in series[key]], color=colour[x],
                         linestyle=MODEL_STYLES[variants.index(row.variant) % len(MODEL_STYLES)], linewidth=1.4,
@@ -108,9 +108,9 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
         ax.grid(alpha=0.3)
     axes[1, 2].text(0.99, 0.99, f"grey: first {skip} steps, left out of the figures", transform=axes[1, 2].transAxes,
                     ha="right", va="top", fontsize=8, color="dimgray")
-    _clip_spikes(axes[1, 2], items)
+    _clip_spikes(axes[1, 2], [item for item in items if item.ok])
     split = fig.add_subplot(grid[2, :])
-    run_items = [item for row in rows for item in row.items]
+    run_items = [item for row in rows for item in row.ok]
     runs = breakdown_view.panel(split, run_items)
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=colour[x], edgecolor="black",
                              hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)])

@@ -51,7 +51,7 @@ class Repeats:
 
     @property
     def ok(self) -> list[Loaded]:
-        return [i for i in self.items if i.result["run"]["status"] == "ok"]
+        return [i for i in self.items if i.ok]
 
     @property
     def model_name(self) -> str:
@@ -82,15 +82,16 @@ class Repeats:
 
 
 def figures(items: Sequence[Loaded], getter: Callable[[dict], float | None]) -> list[float]:
-    """One figure per successful repeat (repeats without the figure are left out)."""
-    return [v for v in (getter(i.result) for i in items if i.result["run"]["status"] == "ok") if v is not None]
+    """One figure per successful repeat that passes validate (evaluate.gate); repeats without the figure are left
+    out."""
+    return [v for v in (getter(i.result) for i in items if i.ok) if v is not None]
 
 
 def statuses(items: Sequence[Loaded]) -> str:
-    """How the repeats ended: "2 ok, 1 failed"."""
+    """How the repeats ended, as validate judged them (evaluate.gate): "2 ok, 1 failed"."""
     counts: dict[str, int] = {}
     for item in items:
-        counts[item.result["run"]["status"]] = counts.get(item.result["run"]["status"], 0) + 1
+        counts[item.verdict] = counts.get(item.verdict, 0) + 1
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 

@@ -16,9 +16,10 @@ from evaluate.comparison import projection
 from evaluate.comparison import strategies as strategy_view
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeats, device_label, final_loss,
-                                         median_or_none, memory, memory_kind, mfu, spread, title, tokens, tflops,
-                                         workload)
+                                         median_or_none, memory, memory_kind, mfu, repeats_of, spread, title, tokens,
+                                         tflops, workload)
 from evaluate.validate import check_result, fairness
+from utils.cli import markdown_text
 from utils.machine.energy_cost import CostSettings
 from utils.frameworks import NATIVE
 from utils.spec.metrics import FLOPS_CONVENTION, figure_text
@@ -148,11 +149,41 @@ def mock_lines(items: Sequence[Loaded]) -> list[str]:
     return lines
 
 
-def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | None,
-           strategies_png: str | None = None, costs: CostSettings = CostSettings(),
-           ask: projection.Ask | None = None) -> str:
+def _escaped(value):
+    """A JSON value with every string safe inside Markdown (utils.cli.markdown_text); depth is bounded by the
+    readers (utils.files.parse_json)."""
+    if isinstance(value, str):
+        return markdown_text(value, 2000)
+    if isinstance(value, dict):
+        return {key: _escaped(v) for key, v in value.items()}
+    if isinstance(value, list) and any(isinstance(v, (str, dict, list)) for v in value):
+        return [_escaped(v) for v in value]
+    return value
+
+
+def displayed(item: Loaded) -> Loaded:
+    """The result as the report shows it: every text that came from a file (run ids, excerpts, device, host and
+    framework strings) escaped for Markdown, its verdict (evaluate.gate) kept."""
+    return Loaded(markdown_text(item.where, 1000), _escaped(item.result), _escaped(item.system),
+                  [markdown_text(f, 1000) for f in item.failures])
+
+
+def failed_lines(items: Sequence[Loaded]) -> list[str]:
+    """Each result that says ok but fails validate (evaluate.gate), with its first reason: it is in no figure."""
+    return [f"- **FAILED** {item.name}: {item.failures[0]} (counted failed: in no figure, ranking or decision)"
+            for item in items if item.failures and item.result["run"]["status"] == "ok"]
+
+
+def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | None = None,
+           costs: CostSettings = CostSettings(), ask: projection.Ask | None = None) -> str:
+    """report.md of results judged by evaluate.gate; checks on the results as read, everything shown from their
+    Markdown-safe copies."""
+    checks = [f for item in items for f in check_result(item)]
+    items = [displayed(item) for item in items]
+    found = fairness(items)
+    rows = repeats_of(items)
     out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""]
-    mocks, found = mock_lines(items), fairness(items)
+    mocks = mock_lines(items)
     unfair, noted = [f for f in found if f.fatal], [f for f in found if not f.fatal]
     if mocks:
         out += ["**MOCK DATA IN THIS COMPARISON** - see below.", ""]
@@ -167,12 +198,15 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
             "run; repeats show median [min-max]. tokens/s/GPU is the headline figure.", ""]
     for variant in dict.fromkeys(r.variant for r in rows):
         out += [f"### {by_variant(variant).display_name}", ""] + results_table([r for r in rows if r.variant == variant]) + [""]
+    failed = failed_lines(items)
+    if failed:
+        out += ["Results that fail evaluate.validate's checks:", ""] + failed + [""]
     out += ["Peak memory per GPU: reserved = the allocator's peak reservation, device = device memory in use as the "
             "driver reports it (Primus), allocated = peak tensor allocation, host = peak resident host memory of the "
             "largest worker process (CPU runs, which have no device memory).", ""]
     out += framework_view.section(items)
-    out += breakdown_view.table([item for row in rows for item in row.items])
-    out += prediction_view.section([item for row in rows for item in row.items])
+    out += breakdown_view.table([item for row in rows for item in row.ok])
+    out += prediction_view.section([item for row in rows for item in row.ok])
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
     out += energy_view.section(rows, costs)
@@ -200,10 +234,9 @@ def report(items: Sequence[Loaded], rows: Sequence[Repeats], png_name: str | Non
         out += NATIVE_VS_MEGATRON + [""]
     if mocks:
         out += ["## MOCK DATA", ""] + mocks + [""]
-    checks = [f for item in items for f in check_result(item)]
     if checks:
-        out += ["## Run checks", ""] + [f"- {'FAIL' if f.fatal else 'warn'} {f.subject}: {f.check}: {f.message}"
-                                        for f in checks] + [""]
+        out += ["## Run checks", ""] + [f"- {'FAIL' if f.fatal else 'warn'} {markdown_text(f.subject, 1000)}: "
+                                        f"{f.check}: {markdown_text(f.message, 4000)}" for f in checks] + [""]
     flops = sorted({(i.result["model"]["display_name"], i.result["training"]["seq_len"],
                      i.result["performance"]["flops_per_token"]) for i in items})
     out += ["## FLOPs convention", "", f"TFLOP/s/GPU is computed by TPrimat for every framework with one formula: "

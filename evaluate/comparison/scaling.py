@@ -68,7 +68,7 @@ def _median(values: list[float]) -> float | None:
 
 
 def _point(nodes: int, gpus: int, items: Sequence[Loaded]) -> Point:
-    ok = [i.result for i in items if i.result["run"]["status"] == "ok"]
+    ok = [i.result for i in items if i.ok]
     return Point(nodes, gpus, tuple(sorted({i.result["training"]["gbs"] for i in items})), len(ok),
                  _median([r["performance"]["tokens_per_s_per_gpu"] for r in ok
                           if r["performance"]["tokens_per_s_per_gpu"] is not None]),

@@ -98,6 +98,9 @@ def list_items(name: str, raw: str, choices: tuple[str, ...] | list[str], proble
     return []
 
 
+NAME_MAX = 255  # bytes in one component of a path, on every file system TPrimat writes to (ext4, xfs, NFS, Lustre)
+
+
 def _path(name: str, raw: str, value: str, problems: list[str]) -> str:
     """A path knob made absolute (relative = the repository root); an unset $VARIABLE in it is a problem."""
     expanded = os.path.expandvars(os.path.expanduser(value))
@@ -115,6 +118,11 @@ def _directory(name: str, raw: str, value: str, problems: list[str]) -> str:
         problems.append(f"{name}={raw}: must name a directory (relative = the repository root)")
         return ""
     path = Path(_path(name, raw, value, problems))
+    longest = max((part for part in path.parts), key=lambda part: len(os.fsencode(part)), default="")
+    if len(os.fsencode(longest)) > NAME_MAX:
+        problems.append(f"{name}={raw[:60]}...: a folder name of {len(os.fsencode(longest))} bytes, more than the "
+                        f"{NAME_MAX} a file system allows; use a shorter name")
+        return str(path)
     blocker = next((p for p in (path, *path.parents) if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         problems.append(f"{name}={raw}: {blocker} is a file, not a directory; point {name} at a directory")

@@ -37,6 +37,7 @@ class DeviceSpec:
     memory_gib: float | None = None  # device memory as the device reports it (GiB): what a plan must fit in
     intra_gb_s: float | None = None  # GPU-to-GPU bandwidth inside a node, GB/s per direction per GPU (all links)
     max_power_w: float | None = None  # maximum board power (TDP / TBP) of the data sheet, W: no sample is above it
+    idle_power_w: float | None = None  # the least a working device of the model draws, W: no mean over steps is below
 
     def peak_tflops(self, precision: str) -> float | None:
         """Peak for a run's precision ("bf16" or "fp8")."""
@@ -76,20 +77,36 @@ INTER_NODE_GBPS = 400.0
 # (AMD EPYC 9965, Intel Xeon 6980P) and run above it only for short turbo bursts (Intel's PL2 is 1.2x TDP), so no
 # package reads more than twice that.
 CPU_PACKAGE_MAX_W = 1000.0
+# The idle floor (idle_power_w): below what any powered, working device of the model reads even at idle, W. The
+# floors are a quarter to a half of the idle draw these boards are reported at (H100/H200 SXM about 70 W, the PCIe
+# and NVL cards about 40-50 W, B200 about 130 W, MI300X/MI325X/MI355X about 90-150 W at idle), so a mean over training
+# steps below one is no reading of a working board: a sensor that answered zero or a unit misread (mW as W). A CPU
+# package (RAPL) never reads below a watt while the machine runs. A device the table lacks is held to the lowest
+# floor of the table.
+CPU_PACKAGE_MIN_W = 1.0
+# The most host memory one machine holds (the largest single-system images hold 32-48 TiB): a host-memory figure
+# above it is no reading, whatever the host.
+HOST_MEMORY_MAX_GIB = 65536.0
 
 # Order matters: the first pattern that matches the upper-cased device name wins, so the specific
 # variants (NVL, PCIe) come before the generic H100 SXM entry. H100 SXM reports itself as
 # "NVIDIA H100 80GB HBM3"; a bare "H100" (or "H200 NVL", which has lower clocks) matches nothing.
 DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
-    (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None, **LINKS["h100nvl"], max_power_w=400)),
-    (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None, **LINKS["h100pcie"], max_power_w=350)),
+    (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None, **LINKS["h100nvl"], max_power_w=400,
+                                       idle_power_w=20)),
+    (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None, **LINKS["h100pcie"], max_power_w=350,
+                                        idle_power_w=20)),
     (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9, **LINKS["h100"],
-                                                 max_power_w=700)),
-    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9, **LINKS["h200"], max_power_w=700)),
-    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, **LINKS["b200"], max_power_w=1000)),
-    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9, **LINKS["mi300x"], max_power_w=750)),
-    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9, **LINKS["mi325x"], max_power_w=1000)),
-    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000, **LINKS["mi355x"], max_power_w=1400)),
+                                                 max_power_w=700, idle_power_w=30)),
+    (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9, **LINKS["h200"], max_power_w=700,
+                                            idle_power_w=30)),
+    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, **LINKS["b200"], max_power_w=1000, idle_power_w=50)),
+    (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9, **LINKS["mi300x"], max_power_w=750,
+                               idle_power_w=40)),
+    (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9, **LINKS["mi325x"], max_power_w=1000,
+                               idle_power_w=40)),
+    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000, **LINKS["mi355x"], max_power_w=1400,
+                               idle_power_w=50)),
 )
 
 

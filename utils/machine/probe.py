@@ -23,7 +23,6 @@ otherwise train there, on the CPU, a run labelled amd or nvd.
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import importlib.util
 import json
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Mapping
 
 from utils import ROOT
+from utils.cli import Parser, output_file
 from utils.files import atomic_open
 from utils.frameworks import TABLE
 from utils.machine.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
@@ -265,8 +265,8 @@ def stack_problem(platform: str, frameworks: list[str], python: str, primus_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m evaluate.probe", description=__doc__.split("\n\n")[0])
-    parser.add_argument("-o", "--output", type=Path, help="system.json to write (default: print)")
+    parser = Parser(prog="python3 -m evaluate.probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-o", "--output", type=output_file, help="system.json to write (default: print)")
     parser.add_argument("--require-stack", choices=sorted(VENDOR_STACK), metavar="PLATFORM",
                         help="amd or nvd: exit 2 with one line unless --python can train --frameworks there")
     parser.add_argument("--frameworks", default="", help="comma list of frameworks (utils.frameworks; with --require-stack)")

@@ -13,33 +13,64 @@ Two sources, the first a run has:
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Sequence
+
+from utils.cli import quoted
 
 THRESHOLD = 0.05  # slower than the median by more than this fraction flags a straggler
 RANK_STEPS_DIR = "rank_steps"  # RUN_DIR/rank_steps/rank<R>.jsonl: train/common/step_log.py's RankSteps
 
 
+class RankStepsError(ValueError):
+    """A rank's file holds a line of the wrong shape (named): no straggler figure can be made from it."""
+
+
+def _rank_line(path: Path, number: int, line: str) -> dict[str, Any] | None:
+    """One line of a rank's file: its record, None for a line cut short by a kill; RankStepsError when malformed."""
+    try:
+        item = json.loads(line)
+    except ValueError:
+        return None
+    except RecursionError:
+        item = "nested too deep"
+    problem = item if isinstance(item, str) else None
+    if not isinstance(item, dict):
+        problem = problem or "not a record"
+    elif "step" in item:
+        step, time_s = item.get("step"), item.get("step_time_s")
+        if type(step) is not int or step < 0:
+            problem = f"step is {quoted(repr(step), 60)}, not a step number"
+        elif not (isinstance(time_s, (int, float)) and not isinstance(time_s, bool) and math.isfinite(time_s)
+                  and time_s > 0):
+            problem = f"step_time_s is {quoted(repr(time_s), 60)}, not a time above 0"
+    elif "rank" in item and (type(item["rank"]) is not int or type(item.get("local_rank", 0)) is not int):
+        problem = f"rank {quoted(repr(item['rank']), 60)} is not a rank number"
+    if problem:
+        raise RankStepsError(f"{path} line {number}: {problem}")
+    return item
+
+
 def read_rank_steps(run_dir: Path) -> list[dict[str, Any]]:
     """Every rank's file: [{"rank", "host", "local_rank", "steps": {step: step_time_s}}]; a line cut short by a kill
-    is skipped."""
+    is skipped; RankStepsError names a malformed line."""
     ranks = []
     for path in sorted((run_dir / RANK_STEPS_DIR).glob("rank*.jsonl")):
         head: dict[str, Any] = {}
         steps: dict[int, float] = {}
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            item = _rank_line(path, number, line)
+            if item is None:
                 continue
             if "step" in item:
-                steps[int(item["step"])] = float(item["step_time_s"])
+                steps[item["step"]] = float(item["step_time_s"])
             else:
                 head = item
         if "rank" in head:
-            ranks.append({"rank": int(head["rank"]), "host": str(head.get("host", "unknown")),
-                          "local_rank": int(head.get("local_rank", head["rank"])), "steps": steps})
+            ranks.append({"rank": head["rank"], "host": str(head.get("host", "unknown")),
+                          "local_rank": head.get("local_rank", head["rank"]), "steps": steps})
     return ranks
 
 

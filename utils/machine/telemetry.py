@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import math
 import os
 import select
 import signal
@@ -39,7 +40,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from utils import ROOT
-from utils.cli import Parser, run
+from utils.cli import Parser, quoted, run
+from utils.files import json_problem
 from utils.machine.gpu_libraries import GpuError
 from utils.machine.telemetry_backends import Backend, SamplerError, amdsmi_lib, cpu, nvml
 from utils.machine.telemetry_tools import amd_smi, nvidia_smi
@@ -193,6 +195,8 @@ class Record:
     ended: bool = False
     end_s: float | None = None  # when the sampler stopped cleanly
     unreadable_lines: int = 0
+    bad_lines: list[str] = field(default_factory=list)  # the first malformed lines, each "PATH line N: problem"
+    bad_count: int = 0
 
     @property
     def complete(self) -> bool:
@@ -204,16 +208,64 @@ def _lines(path: Path) -> Iterator[str]:
         yield from source
 
 
+# The numbers of a sample (see the module's docstring): each absent, null, or a finite number of 0 or more.
+SAMPLE_NUMBERS = ("power_w", "energy_j", "sm_clock_mhz", "mem_clock_mhz", "util_gpu_pct", "util_mem_pct",
+                  "memory_used_mib")
+BAD_LINES_KEPT = 3  # a record names this many of its malformed lines
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def line_problem(item: Any) -> str | None:
+    """Why a JSON line is no record of the sampler's: the wrong shape, or a number that is none (a string, NaN,
+    below 0)."""
+    if not isinstance(item, dict) or not isinstance(item.get("kind"), str):
+        return "not a record (no kind)"
+    if item["kind"] == "start":
+        devices = item.get("devices")
+        if devices is not None and not (isinstance(devices, list) and all(
+                isinstance(d, dict) and type(d.get("index")) is int for d in devices)):
+            return f"devices is {quoted(repr(devices), 60)}, not a list of devices with an index"
+        if item.get("interval_ms") is not None and not (type(item["interval_ms"]) is int and item["interval_ms"] > 0):
+            return f"interval_ms is {quoted(repr(item['interval_ms']), 60)}, not a whole number above 0"
+    elif item["kind"] == "sample":
+        if not _is_number(item.get("time_s")):
+            return f"time_s is {quoted(repr(item.get('time_s')), 60)}, not a time"
+        if type(item.get("index")) is not int:
+            return f"index is {quoted(repr(item.get('index')), 60)}, not a device's index"
+        for key in SAMPLE_NUMBERS + ("temp_gpu_c", "temp_mem_c"):
+            value = item.get(key)
+            if value is not None and not (_is_number(value) and (value >= 0 or key.startswith("temp"))):
+                return f"{key} is {quoted(repr(value), 60)}, not a finite number of 0 or more"
+        throttle = item.get("throttle")
+        if throttle is not None and not (isinstance(throttle, list) and all(isinstance(t, str) for t in throttle)):
+            return f"throttle is {quoted(repr(throttle), 60)}, not a list of reasons"
+    return None
+
+
 def read(path: Path) -> Record:
-    """A node's record; a line cut short by a kill is counted, never fatal."""
+    """A node's record; a line cut short by a kill is counted, never fatal; a line of the wrong shape (a string for
+    a number, NaN, a sample without its time, nested too deep) is named in bad_lines and left out."""
     record = Record(path)
-    for line in _lines(path):
+    for number, line in enumerate(_lines(path), 1):
         try:
             item = json.loads(line)
-            kind = item["kind"]
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             record.unreadable_lines += 1
             continue
+        except RecursionError:
+            item = None
+        problem = "nested too deep" if item is None else json_problem(item) if isinstance(item, (dict, list)) \
+            else None
+        problem = problem or line_problem(item)
+        if problem:
+            if len(record.bad_lines) < BAD_LINES_KEPT:
+                record.bad_lines.append(f"{path} line {number}: {problem}")
+            record.bad_count += 1
+            continue
+        kind = item["kind"]
         if kind == "start":
             record.host, record.method = item.get("host"), item.get("method")
             record.interval_ms = item.get("interval_ms")

@@ -16,7 +16,6 @@ NET_ prefix), so that no untyped copy of the configuration rides along.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,7 +24,7 @@ from utils.spec import stacks
 from utils.spec.fairness import identity
 from utils.spec.models import ModelSpec
 from utils.spec.stacks import Stack
-from utils.files import write_json
+from utils.files import parse_json, read_bounded, write_json
 
 
 class RequestError(ValueError):
@@ -202,12 +201,12 @@ class Request:
     @classmethod
     def read(cls, path: Path) -> "Request":
         try:
-            data = json.loads(Path(path).read_text())
+            data = parse_json(read_bounded(Path(path)))
         except OSError as err:
             raise RequestError(f"{path}: cannot read the run request ({err.strerror}); give a run directory the "
                                "launcher wrote") from None
-        except json.JSONDecodeError as err:
-            raise RequestError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from None
+        except ValueError as err:
+            raise RequestError(f"{path}: {err}") from None
         return cls.from_json(data, str(path))
 
     def write(self, path: Path) -> None:

@@ -20,7 +20,7 @@ import jsonschema
 from utils.spec import metrics
 from utils.spec.fairness import IDENTITY_KEYS
 from utils import frameworks
-from utils.files import atomic_open
+from utils.files import atomic_open, parse_json, read_bounded
 from utils.machine.hardware import peak_tflops
 from utils.spec.models import MODEL_KEYS, by_variant
 
@@ -314,5 +314,6 @@ def write_result(path: str | os.PathLike, result: Mapping) -> Path:
 
 
 def load_result(path: str | os.PathLike) -> dict:
-    """Read one result JSON (not validated: evaluate.validate reports problems instead of raising)."""
-    return json.loads(Path(path).read_text())
+    """Read one result JSON (not validated: evaluate.validate reports problems instead of raising); ValueError
+    naming the problem for a file no TPrimat writes (not JSON, nested too deep, NaN, far too large)."""
+    return parse_json(read_bounded(Path(path)))
