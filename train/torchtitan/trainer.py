@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torchtitan.trainer import Trainer
 
 from train.common.step_timer import peak_memory, step_line, synchronize
+from utils.spec import fairness
 
 
 class TimedTrainer(Trainer):
@@ -65,6 +66,7 @@ def effective(trainer: Trainer) -> dict:
         "seq_len": training.seq_len, "steps": training.steps,
         "precision": {"bfloat16": "bf16", "float32": "fp32"}[training.mixed_precision_param],
         "grad_reduce_in_fp32": ddp or training.mixed_precision_reduce == "float32",
+        **fairness.fixed("ddp" if ddp else "fsdp2"),  # what torchtitan's FSDP2 or DDP does with overlap and averaging
         "lr": group["lr"], "min_lr": group["lr"] * schedule.min_lr_factor, "warmup_steps": schedule.warmup_steps,
         "lr_decay_style": schedule.decay_type, "weight_decay": group["weight_decay"], "beta1": group["betas"][0],
         "beta2": group["betas"][1], "grad_clip": training.max_norm, "seed": config.debug.seed,
