@@ -14,13 +14,12 @@ owner class), from the Config config_registry.tprimat returns.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 import torch.distributed as dist
 from torchtitan.trainer import Trainer
 
-from train.common.step_timer import peak_memory, step_line, synchronize
+from train.common.step_timer import StepClock, peak_memory, step_line
 from utils.spec import fairness
 
 
@@ -33,19 +32,15 @@ class TimedTrainer(Trainer):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self._last: float | None = None  # perf_counter at the previous step's end
+        self.clock = StepClock()
         if dist.get_rank() == 0:
             print(f"TPRIMAT_EFFECTIVE {json.dumps(effective(self), default=str)}", flush=True)
 
     def train_step(self, data_iterator) -> None:
-        if self._last is None:
-            synchronize()
-            self._last = time.perf_counter()
+        self.clock.start()
         super().train_step(data_iterator)
-        synchronize()
-        peaks = peak_memory()
-        now = time.perf_counter()
-        seconds, self._last = now - self._last, now
+        seconds = self.clock.lap()
+        peaks = peak_memory()  # a collective: in the next step's interval, as every trainer's per-step reductions
         if dist.get_rank() == 0:
             print(step_line(self.step, self.config.training.steps, seconds, peaks), flush=True)
 
