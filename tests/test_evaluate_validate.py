@@ -130,8 +130,7 @@ def test_a_workload_or_profile_setting_that_did_not_apply_fails(key, value, says
 
 @pytest.mark.parametrize("key", ["overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32",
                                  "average_in_collective"])
-def test_a_profile_setting_the_framework_does_not_report_fails(key):
-    """A read-back without the key confirms nothing (autotp's reported none of them, and the check skipped them)."""
+def test_a_profile_setting_the_framework_does_not_report_fails(key):  # autotp's reported none, and none was checked
     data = result("primus")
     del data["effective"][key]
     assert [(f.fatal, f.message) for f in validate.check_result(Loaded("test", data, {}))] == [
@@ -139,8 +138,7 @@ def test_a_profile_setting_the_framework_does_not_report_fails(key):
 
 
 def test_what_a_framework_has_no_switch_for_is_warned_of_with_its_reason_and_fp32_needs_no_reduce_dtype():
-    data = result("primus", precision="fp32")
-    data["effective"].update(precision="fp32", overlap_grad_reduce=True, grad_reduce_in_fp32=None,
+    (data := result("primus", precision="fp32"))["effective"].update(precision="fp32", overlap_grad_reduce=True, grad_reduce_in_fp32=None,
                              profile_fixed={"overlap_grad_reduce": "FSDP2 reduce-scatters during backward"})
     assert [(f.fatal, f.message) for f in validate.check_result(Loaded("test", data, {}))] == [
         (False, "overlap_grad_reduce is True in the framework, False in the fairness profile spec (the framework "
