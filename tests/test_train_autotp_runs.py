@@ -103,7 +103,7 @@ def test_deepspeed_is_given_the_fairness_profiles_gradient_reduction(profile, pr
     req = run_request("cpu", "autotp", "llama", FAIRNESS=profile, PRECISION=precision, TP="2", DP="1")
     config = autotp_engine.ds_config(req)
     assert (config["communication_data_type"], config["zero_optimization"]["overlap_comm"]) == (reduce_dtype, overlap)
-    assert config["prescale_gradients"] is True
+    assert config["prescale_gradients"] is False  # ZeRO 1: its reduce-scatter divides by DP before summing
 
 
 def test_the_built_engine_reads_the_profile_back_and_says_what_deepspeed_cannot_do(runs):

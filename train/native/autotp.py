@@ -76,7 +76,9 @@ def ds_config(req: Request) -> dict:
         "tensor_parallel": {"autotp_size": lay.tp, **({"vocab_parallel_lm_head": True} if lay.tp > 1 else {})},
         "zero_optimization": {"stage": req.native.zero_stage, "overlap_comm": bool(table["overlap_grad_reduce"])},
         "communication_data_type": "fp32" if fp32_reduce else "bf16",
-        "prescale_gradients": True,  # divide by DP, then sum: megatron-core's average_in_collective=False
+        # divide by DP, then sum (megatron-core's average_in_collective=False): ZeRO 1/2's reduce-scatter path does so
+        # itself and refuses the option; ZeRO 0's all-reduce would otherwise sum, then divide
+        "prescale_gradients": req.native.zero_stage == 0,
         "zero_allow_untested_optimizer": True,  # torch's AdamW in megatron-core's groups (native_trainer.adamw)
         "bf16": {"enabled": t.precision == "bf16"},
         "steps_per_print": 2 ** 31, "wall_clock_breakdown": False,
@@ -183,7 +185,8 @@ class AutotpEngine:
         if self.request.training.precision != "fp32":  # fp32 gradients are reduced in fp32 whatever the profile says
             found["grad_reduce_in_fp32"] = engine.communication_data_type == torch.float32
         found["communication_data_type"] = str(engine.communication_data_type).removeprefix("torch.")
-        found["average_in_collective"] = False if not engine.postscale_gradients() else None
+        prescaled = not engine.postscale_gradients() or (zero > 0 and engine.zero_reduce_scatter())
+        found["average_in_collective"] = False if prescaled else None
         return found
 
     def features(self) -> dict:

@@ -84,8 +84,8 @@ FIXED: dict[str, dict[str, tuple[object, str]]] = {
     "deepspeed": {  # ZeRO 0-2: overlap_comm and communication_data_type are set from the profile
         "overlap_param_gather": (False, "DeepSpeed ZeRO 1/2 all-gathers the updated parameters inside its "
                                         "optimizer step; no option overlaps that with the next forward"),
-        "average_in_collective": (False, "DeepSpeed has no averaging collective: TPrimat sets prescale_gradients "
-                                         "(divide by DP, then sum)"),
+        "average_in_collective": (False, "DeepSpeed has no averaging collective: it divides by DP, then sums (ZeRO "
+                                         "1/2's reduce-scatter; prescale_gradients under ZeRO 0)"),
     },
     "torchao_float8": {  # fsdp's PRECISION=fp8
         "fp8_amax_history_len": (1, "torchao's float8 training scales each tensor by its current amax (dynamic "
