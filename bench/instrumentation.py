@@ -14,12 +14,15 @@ breakdown's marks alone (their own clock reads included, so an upper bound). Exi
 within the budget, the off mode made no marks, and the on/off difference is not above the budget by more than twice
 its standard error (bench/blocks.py, as bench.breakdown and bench.telemetry judge theirs); 1 otherwise.
 
-Measured on this project's CPU machine (2-core AMD EPYC, AVX2 only, shared with other work; llama tiny,
-TP1 PP1 DP2 GA1 MBS2 SL128, two processes, 6 blocks of 4 steps, median step 3.36 s): the breakdown's 8 marks
-per step took 0.049 ms = 0.0015% of step time; all recording together 19.6 ms = 0.58%; the on/off block
-difference (-13.7%) was inside the machine's block-to-block noise (23% std), so the direct figures are the
-measurement. With GA=4 (20 marks per step, step 7.4 s): 0.097 ms = 0.0013%. On a GPU a mark is one CUDA
-event record (microseconds, no synchronisation).
+Every reported step time runs from the end of one step to the end of the next (train/common/step_timer.py), so
+this recording is inside it: the direct figure is TPrimat's own share of each step time.
+
+Measured on this project's CPU machine (2-core AMD EPYC, AVX2 only, shared with other work; llama tiny, TP1 PP1 DP2
+GA1 MBS2 SL128, two processes, 6 blocks of 4 steps, median step about 1.0 s): all recording together 26.6 ms = 2.6% of
+step time (over the 1% budget: exit 1), of which the breakdown's 8 marks per step took 0.033 ms = 0.0032%; the on/off
+block difference (-3.5%, standard error 10.3%) was inside the machine's block-to-block noise, so the direct figures
+are the measurement. Earlier, on a busier machine (median step 3.36 s): 19.6 ms = 0.58%. On a GPU a mark is one CUDA
+event record (microseconds, no synchronisation) and the reductions are device collectives.
 """
 
 from __future__ import annotations

@@ -266,16 +266,29 @@ def _memory(name: str, r: dict) -> list[Finding]:
 
 
 def _profile_applied(name: str, training: dict, effective: dict) -> list[Finding]:
-    """The recorded fairness profile's DDP settings and FP8 recipe, as the framework reports them."""
+    """The recorded fairness profile's DDP settings and FP8 recipe, as the framework reports them. One it does not
+    report fails, where it reports its layout at all (a log that reports none is evaluate.judge's REQUIRED_READBACK
+    problem): nothing confirms it was applied. One that differs fails, unless the framework has no switch for it and
+    says why (effective's profile_fixed, utils.spec.fairness.FIXED): then a warning names the difference."""
     wanted: dict = {}
     if training.get("fairness_profile") in PROFILES:
         table = profile(training["fairness_profile"])
         wanted.update({key: table[key] for key in PROFILE_KEYS})
+    if training.get("precision") == "fp32":
+        wanted.pop("grad_reduce_in_fp32", None)  # fp32 gradients are reduced in fp32 whatever the profile says
     if training.get("fp8_recipe"):
         wanted.update({key: training["fp8_recipe"][key] for key in FP8_KEYS})
-    return [Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, {value!r} in "
-                    f"the fairness profile {training['fairness_profile']}")
-            for key, value in wanted.items() if effective.get(key) is not None and not _same(effective[key], value)]
+    fixed, found = effective.get("profile_fixed") or {}, []
+    for key, value in wanted.items():
+        where = f"{value!r} in the fairness profile {training['fairness_profile']}"
+        if effective.get(key) is None:
+            if "tp" in effective:
+                found.append(Finding(name, "effective settings", f"{key} is not reported by the framework, {where}"))
+        elif not _same(effective[key], value):
+            why = f" (the framework has no switch for it: {fixed[key]})" if key in fixed else ""
+            found.append(Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, "
+                                 f"{where}{why}", fatal=key not in fixed))
+    return found
 
 
 def _names(names: list[str], limit: int = 6) -> str:

@@ -128,6 +128,23 @@ def test_a_workload_or_profile_setting_that_did_not_apply_fails(key, value, says
     assert [f.message for f in validate.check_result(Loaded("test", data, {}))] == [says]
 
 
+@pytest.mark.parametrize("key", ["overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32",
+                                 "average_in_collective"])
+def test_a_profile_setting_the_framework_does_not_report_fails(key):  # autotp's reported none, and none was checked
+    data = result("primus")
+    del data["effective"][key]
+    assert [(f.fatal, f.message) for f in validate.check_result(Loaded("test", data, {}))] == [
+        (True, f"{key} is not reported by the framework, False in the fairness profile spec")]
+
+
+def test_what_a_framework_has_no_switch_for_is_warned_of_with_its_reason_and_fp32_needs_no_reduce_dtype():
+    (data := result("primus", precision="fp32"))["effective"].update(precision="fp32", overlap_grad_reduce=True, grad_reduce_in_fp32=None,
+                             profile_fixed={"overlap_grad_reduce": "FSDP2 reduce-scatters during backward"})
+    assert [(f.fatal, f.message) for f in validate.check_result(Loaded("test", data, {}))] == [
+        (False, "overlap_grad_reduce is True in the framework, False in the fairness profile spec (the framework "
+                "has no switch for it: FSDP2 reduce-scatters during backward)")]
+
+
 def test_the_fp8_recipe_a_framework_prints_is_checked_against_the_recorded_one():
     data = result("primus", precision="fp8")
     data["training"]["fp8_recipe"] = {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0,

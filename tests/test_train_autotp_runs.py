@@ -2,8 +2,8 @@
 two processes, the tiny Llama on the bundled sample data (tests/fixtures/train/data_dir.py), fp32, 6 steps.
 
 Three runs, each shared by several tests: AutoTP at TP=2 with two microbatches per step under ZeRO 1, DeepSpeed at
-TP=1 x DP=2 under ZeRO 2 (the same samples per step), and fsdp's DTensor TP=2 on the same request for the
-cross-framework comparison. DeepSpeed's
+TP=1 x DP=2 under ZeRO 2 and the tuned fairness profile (the same samples per step), and fsdp's DTensor TP=2 on the
+same request for the cross-framework comparison. DeepSpeed's
 CPU collective op (deepspeed_shm_comm) is JIT-built on its first use on a machine and cached in
 ~/.cache/torch_extensions (TORCH_EXTENSIONS_DIR): the first run after a fresh install pays the build.
 """
@@ -21,6 +21,7 @@ import pytest
 from evaluate import validate
 from evaluate.collect import Loaded
 from tests.fixtures.train.data_dir import make_data_dir
+from tests.fixtures.train_matrix.requests import run_request
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import Run, trainer_env
 from train.native import autotp as autotp_engine
@@ -58,7 +59,7 @@ def runs(tmp_path_factory):
     data_dir = make_data_dir(tmp_path_factory.mktemp("data"))
     layouts = {
         "tp2_ga2": dict(framework="autotp", ZERO_STAGE=1),
-        "dp2_zero2": dict(framework="autotp", TP=1, DP=2, GA=1, ZERO_STAGE=2),
+        "dp2_zero2": dict(framework="autotp", TP=1, DP=2, GA=1, ZERO_STAGE=2, FAIRNESS="tuned"),
         "fsdp_tp2": dict(framework="fsdp"),
     }
     done: dict[str, Run] = {}
@@ -93,6 +94,32 @@ def test_the_zero_stage_reaches_deepspeed(runs):
         assert (effective["zero_stage"], effective["sharding"]) == (stage, f"zero{stage}")
         assert effective["ds_optimizer"] == "DeepSpeedZeroOptimizer"
         assert runs(name).result["features"]["zero"] == f"ZeRO stage {stage}"
+
+
+@pytest.mark.parametrize("profile, precision, reduce_dtype, overlap", [
+    ("spec", "bf16", "bf16", False), ("tuned", "bf16", "fp32", True), ("spec", "fp32", "fp32", False)])
+def test_deepspeed_is_given_the_fairness_profiles_gradient_reduction(profile, precision, reduce_dtype, overlap):
+    """Unset, DeepSpeed 0.19 reduces bf16 gradients in bf16 and overlaps only under ZeRO 3, whatever the profile."""
+    req = run_request("cpu", "autotp", "llama", FAIRNESS=profile, PRECISION=precision, TP="2", DP="1")
+    config = autotp_engine.ds_config(req)
+    assert (config["communication_data_type"], config["zero_optimization"]["overlap_comm"]) == (reduce_dtype, overlap)
+    assert config["prescale_gradients"] is False  # ZeRO 1: its reduce-scatter divides by DP before summing
+
+
+def test_the_built_engine_reads_the_profile_back_and_says_what_deepspeed_cannot_do(runs):
+    """ZeRO 2 under tuned: the overlap DeepSpeed applied is reported, and validate holds it to the profile; the
+    parameter gather DeepSpeed cannot overlap is a warning with its reason, not a silent skip."""
+    result = runs("dp2_zero2").result
+    effective = result["effective"]
+    assert (result["training"]["fairness_profile"], effective["overlap_grad_reduce"],
+            effective["communication_data_type"], effective["average_in_collective"]) == ("tuned", True, "float32", False)
+    found = validate.check_result(Loaded("autotp", result, {}))
+    assert [f.message for f in found if f.fatal] == []
+    assert [f.message.split(" (")[0] for f in found if not f.fatal and f.check == "effective settings"] == [
+        "overlap_param_gather is False in the framework, True in the fairness profile tuned"]
+    spec = runs("tp2_ga2").result["effective"]
+    assert {key: spec[key] for key in ("overlap_grad_reduce", "overlap_param_gather", "average_in_collective")} == \
+        dict.fromkeys(("overlap_grad_reduce", "overlap_param_gather", "average_in_collective"), False)
 
 
 def test_one_deepspeed_step_per_step_at_megatron_lms_learning_rate(runs):

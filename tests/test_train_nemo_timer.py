@@ -22,6 +22,7 @@ import torch.multiprocessing as mp
 
 from evaluate.logs import records as log_records
 from evaluate.logs import parse as logs
+from train.common import step_timer
 
 GIB = 2 ** 30
 
@@ -94,7 +95,7 @@ def printed(capsys) -> list[dict]:
 def test_a_step_is_the_interval_between_batch_ends_so_the_optimizer_step_and_the_gaps_are_inside(
         timer, monkeypatch, capsys):
     # batch starts at 10 (then 99 and 99: ignored), batch ends at 25, 35 and 44.5
-    monkeypatch.setattr(timer.time, "perf_counter", Clock(10.0, 25.0, 35.0, 44.5))
+    monkeypatch.setattr(step_timer.time, "perf_counter", Clock(10.0, 25.0, 35.0, 44.5))
     train(timer.StepTimer(), 3)
     assert [(line["step"], line["steps"], line["step_time_s"]) for line in printed(capsys)] == \
         [(1, 3, 15.0), (2, 3, 10.0), (3, 3, 9.5)]
@@ -126,7 +127,7 @@ def test_without_a_gpu_the_peaks_are_null_and_nothing_is_synchronised(timer, mon
 def test_the_line_is_what_evaluate_logs_reads(timer, monkeypatch, capsys, tmp_path):
     assert timer.MARKER == log_records.STEP_MARKER
     FakeGPU(monkeypatch, allocated=61 * GIB, reserved=70 * GIB)
-    monkeypatch.setattr(timer.time, "perf_counter", Clock(0.0, 12.0, 21.0))
+    monkeypatch.setattr(step_timer.time, "perf_counter", Clock(0.0, 12.0, 21.0))
     train(timer.StepTimer(), 2)
     log = tmp_path / "nemo.log"
     log.write_text(capsys.readouterr().out)

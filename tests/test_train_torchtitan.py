@@ -202,7 +202,8 @@ def test_the_read_back_of_the_built_trainer_is_the_request_where_the_judge_compa
               "steps": t.steps, "precision": "bf16", "sequence_parallel": True, "lr": t.lr, "min_lr": t.min_lr,
               "warmup_steps": t.warmup_steps, "weight_decay": t.weight_decay, "beta1": t.beta1, "beta2": t.beta2,
               "grad_clip": t.grad_clip, "seed": t.seed, "data_parallel": "fsdp", "compile": False, "sac_every": 0,
-              "grad_reduce_in_fp32": req.fairness.table["grad_reduce_in_fp32"], "num_layers": 2,
+              "grad_reduce_in_fp32": req.fairness.table["grad_reduce_in_fp32"], "overlap_grad_reduce": True,
+              "overlap_param_gather": True, "average_in_collective": True, "num_layers": 2,
               "hidden_size": req.model.hidden_size, "num_attention_heads": req.model.num_attention_heads,
               "num_kv_heads": req.model.num_kv_heads, "padded_vocab_size": req.fairness.workload["padded_vocab_size"]}
     assert {key: found[key] for key in wanted} == wanted

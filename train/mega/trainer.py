@@ -40,6 +40,7 @@ from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER
 from train.common.megatron_data import DataSource, build_dataset, microbatches
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
+from train.common.step_timer import StepClock
 from utils.spec.models import ModelSpec
 from utils.spec.request import Request
 
@@ -141,6 +142,7 @@ class Trainer:
     host_rss_gib_per_worker: list[float] = field(default_factory=list)
     log: StepLog | None = None
     recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench.instrumentation's figure
+    clock: StepClock = field(default_factory=lambda: StepClock(lambda: torch.cuda.synchronize()))
     breakdown_method: str = field(init=False)  # the result's performance.breakdown.method
     marks: StepMarks = field(init=False)  # the breakdown's marks, reused step after step
     spec: ModelSpec = field(init=False)  # the model the request names (its ModelSpec)
@@ -266,19 +268,20 @@ class Trainer:
         self.finish()
 
     def step(self, step: int) -> None:
-        """One step, timed between device synchronisations, recorded (last rank) and checked for nan; the
-        recording's own seconds (the breakdown marks' included) are added to recording_s."""
+        """One step, timed from the previous step's end to its own (train/common/step_timer.py's StepClock: the
+        previous step's recording inside), recorded (last rank) and checked for nan; the recording's own seconds (the
+        breakdown marks' included) are added to recording_s."""
         if not self.instrumented:
             self.run_step(step)
+            self.clock.last = None  # an uninstrumented step (bench.instrumentation) ends no timed interval
             return
         marked = self.marks.own_s
-        torch.cuda.synchronize()
-        start = time.perf_counter()
+        self.clock.start()
         losses, grad_norm, success, lr = self.run_step(step)
         marked = self.marks.own_s - marked  # the breakdown marks' host seconds inside the timed step
-        torch.cuda.synchronize()
-        end = time.perf_counter()
-        record = self.reduce_step_record(step, end - start, losses, grad_norm, success, lr, self.marks.parts())
+        elapsed = self.clock.lap()
+        end = self.clock.last
+        record = self.reduce_step_record(step, elapsed, losses, grad_norm, success, lr, self.marks.parts())
         if step == 1:
             mega_readback.read_back_batch(self.effective, self.forward_step)
         if self.log is not None:

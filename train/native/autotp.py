@@ -20,6 +20,7 @@ import torch
 
 from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
+from utils.spec import fairness
 from utils.spec.request import Request
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -63,13 +64,21 @@ def accelerator(device: torch.device) -> str:
 
 
 def ds_config(req: Request) -> dict:
-    """DeepSpeed's configuration of the request: batch, accumulation, clipping, AutoTP, ZeRO, precision."""
-    t, lay = req.training, req.parallelism
+    """DeepSpeed's configuration of the request: batch, accumulation, clipping, AutoTP, ZeRO, precision, and the
+    fairness profile's gradient reduction. Left unset, DeepSpeed 0.19 reduces bf16 gradients in bf16
+    (engine.communication_data_type follows the training dtype) and overlaps them only under ZeRO 3
+    (zero/config.py's overlap_comm default), whatever the profile says."""
+    t, lay, table = req.training, req.parallelism, req.fairness.table
+    fp32_reduce = bool(table["grad_reduce_in_fp32"]) or t.precision == "fp32"
     return {
         "train_micro_batch_size_per_gpu": t.mbs, "gradient_accumulation_steps": lay.ga,
         "gradient_clipping": t.grad_clip,
         "tensor_parallel": {"autotp_size": lay.tp, **({"vocab_parallel_lm_head": True} if lay.tp > 1 else {})},
-        "zero_optimization": {"stage": req.native.zero_stage},
+        "zero_optimization": {"stage": req.native.zero_stage, "overlap_comm": bool(table["overlap_grad_reduce"])},
+        "communication_data_type": "fp32" if fp32_reduce else "bf16",
+        # divide by DP, then sum (megatron-core's average_in_collective=False): ZeRO 1/2's reduce-scatter path does so
+        # itself and refuses the option; ZeRO 0's all-reduce would otherwise sum, then divide
+        "prescale_gradients": req.native.zero_stage == 0,
         "zero_allow_untested_optimizer": True,  # torch's AdamW in megatron-core's groups (native_trainer.adamw)
         "bf16": {"enabled": t.precision == "bf16"},
         "steps_per_print": 2 ** 31, "wall_clock_breakdown": False,
@@ -158,13 +167,27 @@ class AutotpEngine:
             "embedding": type(self.hf_model.get_input_embeddings()).__name__,
             "precision": req.training.precision,
             "param_dtype": str(next(self.hf_model.parameters()).dtype).removeprefix("torch."),
-            "ds_optimizer": type(engine.optimizer).__name__,
+            "ds_optimizer": type(engine.optimizer).__name__, **self.reduction(),
             "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
             "ds_grad_clip": engine.gradient_clipping(),
             "parameters": self.parameters(), "compile": False, "compile_mode": None, "checkpointed_layers": [],
             "attn_impl": self.hf_model.config._attn_implementation, "ds_accelerator": self.accelerator,
             "torch_version": torch.__version__, "deepspeed_version": deepspeed.__version__,
         }
+
+    def reduction(self) -> dict:
+        """The profile's gradient-reduction settings as the built engine applies them (utils.spec.fairness.FIXED:
+        what DeepSpeed has no switch for)."""
+        engine, zero = self.engine, self.engine.zero_optimization_stage()
+        found = fairness.fixed("deepspeed", *(["deepspeed_zero0"] if zero == 0 else []))
+        if zero > 0:
+            found["overlap_grad_reduce"] = bool(engine.zero_overlap_comm())
+        if self.request.training.precision != "fp32":  # fp32 gradients are reduced in fp32 whatever the profile says
+            found["grad_reduce_in_fp32"] = engine.communication_data_type == torch.float32
+        found["communication_data_type"] = str(engine.communication_data_type).removeprefix("torch.")
+        prescaled = not engine.postscale_gradients() or (zero > 0 and engine.zero_reduce_scatter())
+        found["average_in_collective"] = False if prescaled else None
+        return found
 
     def features(self) -> dict:
         return {"attention": self.hf_model.config._attn_implementation, "torch_compile": False,

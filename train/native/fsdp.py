@@ -18,6 +18,7 @@ import torch
 
 from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
+from utils.spec import fairness
 from utils.spec.request import Request
 
 COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
@@ -203,9 +204,8 @@ class FsdpEngine:
             "reduce_dtype": str(self.reduce_dtype).removeprefix("torch."),
             # the profile's choice where it decides something: fp32 training reduces in fp32 whatever it says
             "grad_reduce_in_fp32": self.reduce_dtype == torch.float32 if self.param_dtype != torch.float32 else None,
-            # FSDP2 always prefetches the next layer's all-gather and reduce-scatters during backward (DDP
-            # all-reduces its buckets during backward): no switch turns that off, so it is reported, not hidden
-            "reduce_overlaps_backward": True, "gather_prefetch": self.fsdp,
+            # what FSDP2 (or DDP) always does with the profile's overlap and averaging, and torchao's FP8 scaling
+            **fairness.fixed("fsdp2" if self.fsdp else "ddp", *(["torchao_float8"] if self.float8 else [])),
             "float8_linears": sum(type(m).__name__ == "Float8Linear" for m in self.hf_model.modules()),
             "parameters": sum(param.numel() for param in self.hf_model.parameters()),
             "compile": all(getattr(getattr(layer, "_checkpoint_wrapped_module", layer), "_compiled_call_impl", None)

@@ -7,17 +7,16 @@ groups (no weight decay on biases and 1-D weights) and its schedule (megatron-co
 driving the torch optimizer: step k runs at LR x (k-1)/W during the warm-up, then cosine to MIN_LR). What differs
 per framework is the Engine (train/native/engine.py).
 
-Each step is timed between device synchronisations. Its forward / backward / optimizer breakdown is mega's
-(train/common/step_marks.py, the same intervals): device events recorded into the stream and read only after the step's
-final synchronisation, so the measurement adds no synchronisation; on the CPU, where the work is synchronous, the
-host clock at the same points.
+Each step is timed from the previous step's end to its own (train/common/step_timer.py's StepClock). Its forward /
+backward / optimizer breakdown is mega's (train/common/step_marks.py, the same intervals): device events recorded
+into the stream and read only after the step's final synchronisation, so the measurement adds no synchronisation; on
+the CPU, where the work is synchronous, the host clock at the same points.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -31,6 +30,7 @@ from train.common.megatron_data import DataSource, build_dataset, microbatches
 from train.native.engine import Engine
 from train.common.outcome import NonFiniteLoss, SettingsError
 from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
+from train.common.step_timer import StepClock
 from utils.machine.hardware import cpu_native_bf16
 from utils.spec.models import ModelSpec
 from utils.spec.request import Request
@@ -108,10 +108,12 @@ class NativeTrainer:
     log: StepLog | None = None
     spec: ModelSpec = field(init=False)
     marks: step_marks.StepMarks = field(init=False)
+    clock: StepClock = field(init=False)
 
     def __post_init__(self) -> None:
         self.spec = self.request.model
         self.marks = step_marks.StepMarks(on_device=self.device.type == "cuda")
+        self.clock = StepClock(lambda: synchronize(self.device))
 
     def _mark(self, name: str) -> None:
         if self.breakdown:
@@ -203,12 +205,11 @@ class NativeTrainer:
         self.finish()
 
     def step(self, step: int) -> None:
-        """One step, timed between device synchronisations, recorded (last rank) and checked for nan."""
-        synchronize(self.device)
-        start = time.perf_counter()
+        """One step, timed from the previous step's end to its own (train/common/step_timer.py's StepClock: the
+        previous step's recording inside), recorded (last rank) and checked for nan."""
+        self.clock.start()
         losses, grad_norm, lr = self.run_step(step)
-        synchronize(self.device)
-        elapsed = time.perf_counter() - start
+        elapsed = self.clock.lap()
         parts = self.marks.parts() if self.breakdown else {}
         record = self.reduce_step_record(step, elapsed, losses, grad_norm, lr, parts)
         if self.log is not None:

@@ -14,13 +14,13 @@ owner class), from the Config config_registry.tprimat returns.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 import torch.distributed as dist
 from torchtitan.trainer import Trainer
 
-from train.common.step_timer import peak_memory, step_line, synchronize
+from train.common.step_timer import StepClock, peak_memory, step_line
+from utils.spec import fairness
 
 
 class TimedTrainer(Trainer):
@@ -32,19 +32,15 @@ class TimedTrainer(Trainer):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self._last: float | None = None  # perf_counter at the previous step's end
+        self.clock = StepClock()
         if dist.get_rank() == 0:
             print(f"TPRIMAT_EFFECTIVE {json.dumps(effective(self), default=str)}", flush=True)
 
     def train_step(self, data_iterator) -> None:
-        if self._last is None:
-            synchronize()
-            self._last = time.perf_counter()
+        self.clock.start()
         super().train_step(data_iterator)
-        synchronize()
-        peaks = peak_memory()
-        now = time.perf_counter()
-        seconds, self._last = now - self._last, now
+        seconds = self.clock.lap()
+        peaks = peak_memory()  # a collective: in the next step's interval, as every trainer's per-step reductions
         if dist.get_rank() == 0:
             print(step_line(self.step, self.config.training.steps, seconds, peaks), flush=True)
 
@@ -65,6 +61,7 @@ def effective(trainer: Trainer) -> dict:
         "seq_len": training.seq_len, "steps": training.steps,
         "precision": {"bfloat16": "bf16", "float32": "fp32"}[training.mixed_precision_param],
         "grad_reduce_in_fp32": ddp or training.mixed_precision_reduce == "float32",
+        **fairness.fixed("ddp" if ddp else "fsdp2"),  # what torchtitan's FSDP2 or DDP does with overlap and averaging
         "lr": group["lr"], "min_lr": group["lr"] * schedule.min_lr_factor, "warmup_steps": schedule.warmup_steps,
         "lr_decay_style": schedule.decay_type, "weight_decay": group["weight_decay"], "beta1": group["betas"][0],
         "beta2": group["betas"][1], "grad_clip": training.max_norm, "seed": config.debug.seed,

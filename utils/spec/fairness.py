@@ -68,6 +68,50 @@ TUNED: dict[str, tuple[object, str]] = {
                                   "does by default (Megatron-LM: --accumulate-allreduce-grads-in-fp32)"),
 }
 
+# The profile's gradient-reduction settings that a data-parallel implementation has no switch for: what it always
+# does, and why. The torch-native engines read them back (train/native/, train/torchtitan/) with their reasons in
+# `profile_fixed`, and evaluate.validate warns, instead of failing, where such a value differs from the profile.
+FIXED: dict[str, dict[str, tuple[object, str]]] = {
+    "fsdp2": {
+        "overlap_grad_reduce": (True, "FSDP2 reduce-scatters each layer's gradients during the backward pass; "
+                                      "no switch defers them"),
+        "overlap_param_gather": (True, "FSDP2 prefetches the next layer's parameter all-gather; no switch turns "
+                                       "that off"),
+        "average_in_collective": (True, "FSDP2 averages bf16 and fp32 gradients inside the collective "
+                                        "(ReduceOp.AVG)"),
+    },
+    "ddp": {
+        "overlap_grad_reduce": (True, "DDP all-reduces its gradient buckets during the backward pass"),
+        "overlap_param_gather": (False, "DDP keeps whole parameters on every rank: there is no gather to overlap"),
+        "average_in_collective": (False, "DDP divides each bucket by the world size, then sums it"),
+    },
+    "deepspeed": {  # ZeRO 0-2: overlap_comm and communication_data_type are set from the profile
+        "overlap_param_gather": (False, "DeepSpeed ZeRO 1/2 all-gathers the updated parameters inside its "
+                                        "optimizer step; no option overlaps that with the next forward"),
+        "average_in_collective": (False, "DeepSpeed has no averaging collective: it divides by DP, then sums (ZeRO "
+                                         "1/2's reduce-scatter; prescale_gradients under ZeRO 0)"),
+    },
+    "torchao_float8": {  # fsdp's PRECISION=fp8
+        "fp8_amax_history_len": (1, "torchao's float8 training scales each tensor by its current amax (dynamic "
+                                    "scaling): there is no amax history"),
+        "fp8_amax_compute_algo": ("max", "torchao's dynamic scaling takes the current tensor's amax"),
+    },
+    "deepspeed_zero0": {
+        "overlap_grad_reduce": (False, "ZeRO stage 0: DeepSpeed all-reduces the gradients after the backward "
+                                       "pass (overlap_comm exists under ZeRO 1 and 2)"),
+        "overlap_param_gather": (False, "ZeRO stage 0 keeps whole parameters on every rank: there is no gather"),
+    },
+}
+
+
+def fixed(*kinds: str) -> dict[str, object]:
+    """The read-back of what the named implementations fix (FIXED, later kinds win): their values, and their
+    reasons under `profile_fixed`."""
+    merged = {key: entry for kind in kinds for key, entry in FIXED[kind].items()}
+    return {**{key: value for key, (value, _why) in merged.items()},
+            "profile_fixed": {key: why for key, (_value, why) in merged.items()}}
+
+
 # The training workload: the same in every profile and every framework (Megatron-LM's conventions,
 # which Primus runs; NeMo's where it cannot follow are recorded per framework by workload()).
 WORKLOAD: dict[str, object] = {
