@@ -45,7 +45,7 @@ from evaluate.logs import worker_failure
 from evaluate.logs.parse import FRAMEWORKS, ParsedLog, missing_steps, parse_logs, step_ranges
 from evaluate.logs.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
 from utils import fingerprint, frameworks
-from utils.spec import metrics
+from utils.spec import fairness, metrics
 from evaluate.collect import Loaded
 from evaluate.gate import judged
 from utils.cli import Parser, UsageError, WorkError, output_file, quoted
@@ -142,6 +142,18 @@ def features(effective: dict) -> dict:
             if any(h in k for h in FEATURE_HINTS) and (v is None or isinstance(v, (bool, str)))}
 
 
+def _with_fixed(framework: str, effective: dict) -> dict:
+    """The log's effective settings, with what its framework always does (its entry's `fixed`) where it says nothing:
+    validate then compares those with the fairness profile too, and names the reason of any difference."""
+    entry = frameworks.TABLE.get(framework)
+    if entry is None or not entry.fixed:
+        return effective
+    always = fairness.fixed(*entry.fixed)
+    reasons = {key: why for key, why in always.pop("profile_fixed").items() if effective.get(key) is None}
+    return {**{key: value for key, value in always.items() if key in reasons}, **effective,
+            "profile_fixed": {**reasons, **(effective.get("profile_fixed") or {})}}
+
+
 def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: str | None, system: dict,
             exit_code: int | None, started_at: str | None, ended_at: str | None, from_run_dir: bool,
             notes: list[str]) -> dict:
@@ -164,7 +176,7 @@ def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: s
     if commit is None and from_run_dir:  # a log from elsewhere did not run this checkout
         commit = fingerprint.project_commit()
         notes.append("project commit read from the checkout at extraction time")
-    effective = parsed.effective
+    effective = _with_fixed(framework, parsed.effective)
     run = {"id": settings.get("run_id") or logs[0].stem, "started_at": started_at, "ended_at": ended_at,
            "status": status, "exit_code": exit_code,
            "error_excerpt": error_excerpt(parsed, logs, gap) if status != "ok" else None,

@@ -27,18 +27,16 @@ Prints one line per problem naming the result and the check; exit 1 when any che
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from evaluate import integrity, machine_checks, native_settings
+from evaluate import effective_settings, integrity, machine_checks, native_settings
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
 from utils.cli import Parser, quoted, run
-from utils.spec.fairness import PROFILES, profile
 from utils.machine.hardware import DEVICES
 from utils.spec.models import by_variant
 
@@ -78,15 +76,6 @@ FAIRNESS_FIELDS = (
     Shared("LR warm-up convention", "training", "lr_warmup_convention", fatal=False, unknown_fatal=False,
            why="NeMo 2.3's scheduler has no Megatron-style warm-up: the first steps' LR and loss differ"),
 )
-# The effective settings are named like the result's parallelism and training fields, and each one the
-# framework reports is compared with the requested value, but for the fields that are no setting a framework
-# applies: a layout's name, the node count, the data's identity (the fingerprints' fairness check below), and
-# mock_data (the real-data check).
-NOT_READ_BACK = frozenset({"strategy", "nnodes", "dataset", "dataset_fingerprint", "tokenizer_fingerprint", "mock_data"})
-READ_BACK_SECTIONS = ("parallelism", "training")
-# The fairness profile's settings a framework reports: compared with the recorded profile's table.
-PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32", "average_in_collective")
-FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo")  # printed flat by Megatron/Primus
 # The highest dense peak of utils/machine/hardware.py's table: no result's peak is above it, and it bounds the step
 # time where the device is unknown (nothing TPrimat knows computes faster).
 HIGHEST_PEAK = max(peak for _, spec in DEVICES for peak in (spec.bf16_tflops, spec.fp8_tflops) if peak)
@@ -106,15 +95,6 @@ class Finding:
     def line(self) -> str:
         kind = "FAIL" if self.fatal else "warn"
         return f"{kind} {quoted(self.subject, 300)}: {self.check}: {quoted(self.message, 4000)}"  # text from files
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        try:
-            return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
-        except (TypeError, ValueError):
-            return False
-    return a == b
 
 
 def check_result(item: Loaded) -> list[Finding]:
@@ -157,12 +137,8 @@ def check_result(item: Loaded) -> list[Finding]:
     if effective.get("cp") not in (None, 1):
         found.append(Finding(name, "effective settings", f"context parallel size is {effective['cp']}, TPrimat "
                              "layouts use 1"))
-    for section in READ_BACK_SECTIONS:
-        for key, wanted in r[section].items():
-            if key not in NOT_READ_BACK and effective.get(key) is not None and not _same(effective[key], wanted):
-                found.append(Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, "
-                                     f"{wanted!r} requested"))
-    return (found + _profile_applied(name, training, effective) + _figures(name, r) + _memory(name, r)
+    found += [Finding(name, "effective settings", message, fatal) for message, fatal in effective_settings.problems(r)]
+    return (found + _figures(name, r) + _memory(name, r)
             + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)])
 
 
@@ -242,7 +218,7 @@ def _figures(name: str, r: dict) -> list[Finding]:
                         tflop_per_s_per_gpu=tflops, mfu=metrics.mfu(tflops, peak))
     recorded = {**performance, "median_step_time_s": (performance["step_time_s"] or {}).get("median")}
     for key, value in expected.items():
-        if not _same(recorded[key], value):
+        if not effective_settings.same(recorded[key], value):
             found.append(Finding(name, "figures", f"{key} is {_shown(recorded[key])} in the result, {_shown(value)} "
                                  "from its step times"))
     return found
@@ -263,32 +239,6 @@ def _memory(name: str, r: dict) -> list[Finding]:
         if steps:
             below.append(f"{key} at step(s) {step_ranges(steps)}")
     return [Finding(name, "memory", f"below 0: {'; '.join(below)}")] if below else []
-
-
-def _profile_applied(name: str, training: dict, effective: dict) -> list[Finding]:
-    """The recorded fairness profile's DDP settings and FP8 recipe, as the framework reports them. One it does not
-    report fails, where it reports its layout at all (a log that reports none is evaluate.judge's REQUIRED_READBACK
-    problem): nothing confirms it was applied. One that differs fails, unless the framework has no switch for it and
-    says why (effective's profile_fixed, utils.spec.fairness.FIXED): then a warning names the difference."""
-    wanted: dict = {}
-    if training.get("fairness_profile") in PROFILES:
-        table = profile(training["fairness_profile"])
-        wanted.update({key: table[key] for key in PROFILE_KEYS})
-    if training.get("precision") == "fp32":
-        wanted.pop("grad_reduce_in_fp32", None)  # fp32 gradients are reduced in fp32 whatever the profile says
-    if training.get("fp8_recipe"):
-        wanted.update({key: training["fp8_recipe"][key] for key in FP8_KEYS})
-    fixed, found = effective.get("profile_fixed") or {}, []
-    for key, value in wanted.items():
-        where = f"{value!r} in the fairness profile {training['fairness_profile']}"
-        if effective.get(key) is None:
-            if "tp" in effective:
-                found.append(Finding(name, "effective settings", f"{key} is not reported by the framework, {where}"))
-        elif not _same(effective[key], value):
-            why = f" (the framework has no switch for it: {fixed[key]})" if key in fixed else ""
-            found.append(Finding(name, "effective settings", f"{key} is {effective[key]!r} in the framework, "
-                                 f"{where}{why}", fatal=key not in fixed))
-    return found
 
 
 def _names(names: list[str], limit: int = 6) -> str:

@@ -16,7 +16,7 @@ import yaml
 from evaluate.logs import settings as log_settings
 from tests.fixtures.train_matrix import primus_v25_11, primus_v26_5
 from tests.fixtures.train_matrix.requests import FIXTURES, run_request
-from utils.spec.fairness import profile
+from utils.spec.fairness import FIXED, profile
 from utils.cli import UsageError
 from utils.frameworks import TABLE
 from train.prim import launch
@@ -66,8 +66,9 @@ def test_every_requested_setting_sits_under_the_overrides(model):
 def test_every_fairness_setting_is_written_in_megatron_lm_s_names(model, fairness):
     o = overrides_of(experiment(run_request("amd", "prim", model, FAIRNESS=fairness), shipped(model), RUN_DIR))
     table = profile(fairness)
-    written = {key: o[RENAMED_KEYS.get(key, key)] for key in table if key != "fp8_format"}
-    assert written == {key: value for key, value in table.items() if key != "fp8_format"}
+    settable = [key for key in table if key != "fp8_format" and key not in FIXED["primus"]]  # no option for those
+    assert {key: o[RENAMED_KEYS.get(key, key)] for key in settable} == {key: table[key] for key in settable}
+    assert not set(FIXED["primus"]) & set(o)
     assert o["fp8"] is None  # a BF16 run: the recipe is written but not used
     assert (o["overlap_grad_reduce"], o["accumulate_allreduce_grads_in_fp32"]) == \
         ((False, False) if fairness == "spec" else (True, True))

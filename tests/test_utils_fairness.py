@@ -32,7 +32,8 @@ def test_every_profile_agrees_on_the_nan_check_and_the_fp8_recipe():
         table = profile(name)
         assert table["check_for_nan_in_grad"] is False
         assert fp8_recipe(table) == {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0,
-                                     "fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max"}
+                                     "fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max",
+                                     "fp8_reduce_amax": True}
 
 
 def test_an_unknown_profile_is_refused_by_name():

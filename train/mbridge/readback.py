@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from train.common.fp8 import te_reduce_amax
 from utils.files import write_json
 
 MARKER = "TPRIMAT_EFFECTIVE"  # evaluate.logs.settings.EFFECTIVE_MARKER (train/ imports no evaluate/)
@@ -69,6 +70,7 @@ def effective(cfg, world_size: int) -> dict:
         "init_method_std": model.init_method_std, "padded_vocab_size": model.vocab_size,
         "fp8_amax_history_len": getattr(mixed, "fp8_amax_history_len", None),
         "fp8_amax_compute_algo": getattr(mixed, "fp8_amax_compute_algo", None),
+        "fp8_reduce_amax": te_reduce_amax() if getattr(mixed, "fp8", None) else None,
         "eod_mask_loss": dataset.eod_mask_loss, "dataloader_type": dataset.dataloader_type,
         **{key: getattr(cfg.ddp, key) for key in DDP_READ},
     }

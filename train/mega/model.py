@@ -33,6 +33,7 @@ from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from train.common.fp8 import te_reduce_amax
 from utils.spec.fairness import WORKLOAD, sequence_parallel
 from utils.spec.models import ModelSpec
 
@@ -172,7 +173,7 @@ def fp8_recipe_of(config: TransformerConfig) -> dict | None:
     recipe = getattr(config, "fp8_recipe", "delayed")
     return {"fp8_format": str(config.fp8), "fp8_recipe": str(getattr(recipe, "value", recipe)),
             "fp8_margin": config.fp8_margin, "fp8_amax_history_len": config.fp8_amax_history_len,
-            "fp8_amax_compute_algo": config.fp8_amax_compute_algo}
+            "fp8_amax_compute_algo": config.fp8_amax_compute_algo, "fp8_reduce_amax": te_reduce_amax()}
 
 
 def _check_rope_scaling(spec: ModelSpec) -> None:

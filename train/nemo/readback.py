@@ -18,6 +18,8 @@ from lightning.pytorch.callbacks import Callback
 from megatron.core import parallel_state
 from megatron.core.num_microbatches_calculator import get_current_global_batch_size, get_micro_batch_size
 
+from train.common.fp8 import te_reduce_amax
+
 MARKER = "TPRIMAT_EFFECTIVE"
 
 
@@ -66,6 +68,7 @@ class EffectiveSettings(Callback):
             "padded_vocab_size": getattr(config, "vocab_size", None),
             "fp8_amax_history_len": config.fp8_amax_history_len,
             "fp8_amax_compute_algo": config.fp8_amax_compute_algo,
+            "fp8_reduce_amax": te_reduce_amax() if config.fp8 else None,
             "eod_mask_loss": getattr(datamodule, "eod_mask_loss", None),  # MockDataModule has none
             "dataloader_type": getattr(getattr(datamodule, "data_sampler", None), "dataloader_type", None),
             **_ddp_settings(trainer.strategy),

@@ -56,6 +56,9 @@ class Framework:
     # None: it builds any model of utils.spec.models from the spec. A model missing from the table skips it.
     model_names: Mapping[str, object] | None = None
     env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # platform -> its stack's variables
+    # What it always does whatever it is told (utils.spec.fairness.FIXED's kinds), added to the effective settings
+    # of a result extracted from its log where the log does not say them; a trainer of TPrimat's reads its own back.
+    fixed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = []

@@ -9,7 +9,7 @@ from utils.frameworks import Framework
 FRAMEWORK = Framework(
     name="prim", display_name="Primus", platforms=("amd",), warmup_convention="megatron",
     probe_modules=("transformer_engine",), command="train.prim.launch:command", log_format="prim",
-    in_this_python=False, precisions=("bf16", "fp8"),
+    in_this_python=False, precisions=("bf16", "fp8"), fixed=("primus",),
     model_names={
         "llama": ("llama3.1_8B-{precision}-pretrain.yaml", "llama3.1_8B-pretrain.yaml"),
         "qwen": ("qwen2.5_7B-{precision}-pretrain.yaml", "qwen2.5_7B-pretrain.yaml"),

@@ -56,6 +56,10 @@ SPEC: dict[str, object] = {
     "fp8_margin": 0,
     "fp8_amax_history_len": 1024,
     "fp8_amax_compute_algo": "max",
+    # Whether each step's amax is all-reduced across the ranks before the scales are computed: Transformer Engine's
+    # DelayedScaling default, which megatron-core (TEDelayedScaling passes no reduce_amax), so mega, NeMo and
+    # Megatron-Bridge, run. Primus builds its own recipe with it off (FIXED["primus"]).
+    "fp8_reduce_amax": True,
 }
 
 # Where `tuned` differs from `spec`: value and reason.
@@ -95,6 +99,12 @@ FIXED: dict[str, dict[str, tuple[object, str]]] = {
         "fp8_amax_history_len": (1, "torchao's float8 training scales each tensor by its current amax (dynamic "
                                     "scaling): there is no amax history"),
         "fp8_amax_compute_algo": ("max", "torchao's dynamic scaling takes the current tensor's amax"),
+        "fp8_reduce_amax": (False, "torchao's dynamic scaling takes each tensor's amax on its own rank"),
+    },
+    "primus": {  # prim, whatever its experiment file says: Primus's Megatron trainer builds the FP8 recipe itself
+        "fp8_reduce_amax": (False, "Primus builds Transformer Engine's DelayedScaling with reduce_amax=False "
+                                   "(primus/modules/trainer/megatron/trainer.py:458-479, release v25.11); no "
+                                   "option turns the reduction on"),
     },
     "deepspeed_zero0": {
         "overlap_grad_reduce": (False, "ZeRO stage 0: DeepSpeed all-reduces the gradients after the backward "
@@ -154,7 +164,7 @@ def workload(framework: str, vocab_size: int, tp: int) -> dict[str, object]:
 def fp8_recipe(table: dict) -> dict[str, object]:
     """The FP8 recipe's settings of a profile table (recorded in results of PRECISION=fp8 runs)."""
     return {key: table[key] for key in ("fp8_format", "fp8_recipe", "fp8_margin", "fp8_amax_history_len",
-                                        "fp8_amax_compute_algo")}
+                                        "fp8_amax_compute_algo", "fp8_reduce_amax")}
 
 
 # The result's workload-identity fields (training section), compared across frameworks by evaluate.validate.
