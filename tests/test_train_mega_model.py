@@ -111,7 +111,8 @@ def test_a_nan_step_is_null_in_json_and_flagged_in_the_log_line(tmp_path):
 
 
 def test_platform_environment_is_set_once_and_never_overrides_the_user():
-    assert platform_env.platform_env("amd")["HSA_NO_SCRATCH_RECLAIM"] == "0"
+    assert platform_env.platform_env("amd")["HSA_NO_SCRATCH_RECLAIM"] == "1"  # the default stack, Primus v26.5's
+    assert platform_env.platform_env("amd", stack="primus-v25.11")["HSA_NO_SCRATCH_RECLAIM"] == "0"
     assert platform_env.platform_env("nvd")["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     environ = {"NVTE_FLASH_ATTN": "0"}
     effective = platform_env.apply("nvd", environ)
@@ -124,7 +125,7 @@ def test_platform_environment_is_set_once_and_never_overrides_the_user():
 def test_platform_environment_prints_export_lines_for_the_shell():
     out = subprocess.run([sys.executable, "-m", "utils.machine.platform_env", "amd"], cwd=ROOT, capture_output=True,
                          text=True, check=True)
-    assert "export HSA_NO_SCRATCH_RECLAIM=0" in out.stdout.splitlines()
+    assert "export GPU_MAX_HW_QUEUES=2" in out.stdout.splitlines()
     bad = subprocess.run([sys.executable, "-m", "utils.machine.platform_env", "tpu"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 

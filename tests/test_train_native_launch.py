@@ -19,10 +19,13 @@ VENDOR_ENV = {
     ("nvd", "fsdp"): {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1"},
     ("nvd", "autotp"): {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1",
                         "DS_ACCELERATOR": "cuda"},
-    ("amd", "fsdp"): {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_CK_USES_BWD_V3": "0",
-                      "DISABLE_ADDMM_HIP_LT": "0"},
-    ("amd", "autotp"): {"HSA_NO_SCRATCH_RECLAIM": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_CK_USES_BWD_V3": "0",
-                        "DISABLE_ADDMM_HIP_LT": "0", "DS_ACCELERATOR": "cuda"},
+    ("amd", "fsdp"): {**(PRIMUS_V26_5 := {  # what Primus v26.5 runs with, whatever the framework (issue 32)
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1", "GPU_MAX_HW_QUEUES": "2", "TORCH_NCCL_HIGH_PRIORITY": "1",
+        "NCCL_CHECKS_DISABLE": "1", "RCCL_MSCCL_ENABLE": "0", "NCCL_PXN_DISABLE": "1",
+        "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0", "NVTE_USE_CAST_TRANSPOSE_TRITON": "1",
+        "HSA_NO_SCRATCH_RECLAIM": "1", "NVTE_CK_USES_BWD_V3": "1", "NVTE_CK_IS_V3_ATOMIC_FP32": "1"}),
+        "DISABLE_ADDMM_HIP_LT": "0"},
+    ("amd", "autotp"): {**PRIMUS_V26_5, "DISABLE_ADDMM_HIP_LT": "0", "DS_ACCELERATOR": "cuda"},
 }
 
 
