@@ -40,28 +40,32 @@ def problems(result: dict, system: dict) -> list[Problem]:
             + straggler(result) + node_health(system))
 
 
-def idle_floor_w(platform: str, device_name: str | None) -> tuple[float, str]:
-    """The least a working device of this name draws (W) and whose figure that is."""
+def _device_watts(platform: str, device_name: str | None, field: str, what: str, cpu: tuple[float, str],
+                  unknown: tuple[float, str]) -> tuple[float, str]:
+    """One power figure of the device table for this device (W) and whose figure that is: a CPU's, the device's,
+    or, for a device the table lacks, the table's widest bound."""
     if platform == "cpu":
-        return CPU_PACKAGE_MIN_W, "a CPU package's floor (utils/machine/hardware.py's CPU_PACKAGE_MIN_W)"
+        return cpu
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         spec = lookup_device(device_name)
-    if spec is not None and spec.idle_power_w:
-        return spec.idle_power_w, f"{spec.name}'s idle floor (utils/machine/hardware.py)"
-    return LOWEST_IDLE_W, "the lowest idle floor in utils/machine/hardware.py"
+    if spec is not None and getattr(spec, field):
+        return getattr(spec, field), f"{spec.name}'s {what} (utils/machine/hardware.py)"
+    return unknown
+
+
+def idle_floor_w(platform: str, device_name: str | None) -> tuple[float, str]:
+    """The least a working device of this name draws (W) and whose figure that is."""
+    return _device_watts(platform, device_name, "idle_power_w", "idle floor",
+                         (CPU_PACKAGE_MIN_W, "a CPU package's floor (utils/machine/hardware.py's CPU_PACKAGE_MIN_W)"),
+                         (LOWEST_IDLE_W, "the lowest idle floor in utils/machine/hardware.py"))
 
 
 def power_limit_w(platform: str, device_name: str | None) -> tuple[float, str]:
     """The most a device of this name can draw (W) and whose figure that is."""
-    if platform == "cpu":
-        return CPU_PACKAGE_MAX_W, "a CPU package (utils/machine/hardware.py's CPU_PACKAGE_MAX_W)"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spec = lookup_device(device_name)
-    if spec is not None and spec.max_power_w:
-        return spec.max_power_w, f"{spec.name}'s board power (utils/machine/hardware.py)"
-    return HIGHEST_POWER_W, "the highest board power in utils/machine/hardware.py"
+    return _device_watts(platform, device_name, "max_power_w", "board power",
+                         (CPU_PACKAGE_MAX_W, "a CPU package (utils/machine/hardware.py's CPU_PACKAGE_MAX_W)"),
+                         (HIGHEST_POWER_W, "the highest board power in utils/machine/hardware.py"))
 
 
 def power(result: dict, system: dict) -> list[Problem]:

@@ -25,6 +25,26 @@ class Clock:
         return self.now
 
 
+def step_times(trainer, clock: Clock, monkeypatch, outputs: tuple) -> list[float]:
+    """Three steps of a trainer whose steps compute for 2 s and whose recording takes 0.5 s: the times it records."""
+    times = []
+
+    def run_step(step):
+        clock.now += 2.0
+        return outputs
+
+    def record(step, elapsed, *_):
+        clock.now += 0.5  # TPrimat's own per-step work
+        times.append(elapsed)
+        return StepRecord(step, elapsed, 1.0, 0.0, None, 0, 0, 1, None, None)
+
+    monkeypatch.setattr(trainer, "run_step", run_step)
+    monkeypatch.setattr(trainer, "reduce_step_record", record)
+    for step in (1, 2, 3):
+        trainer.step(step)
+    return times
+
+
 def test_a_lap_runs_from_the_previous_end_and_the_first_from_its_start(monkeypatch):
     clock, syncs = Clock(), []
     monkeypatch.setattr(step_timer.time, "perf_counter", clock)
@@ -45,22 +65,7 @@ def test_the_torch_native_trainers_step_time_holds_the_previous_steps_recording(
     monkeypatch.setattr(step_timer.time, "perf_counter", clock)
     request = SimpleNamespace(model=None, parallelism=SimpleNamespace(num_gpus=1), training=None)
     trainer = NativeTrainer(request, None, Path(tmp_path), None, torch.device("cpu"), breakdown=False)
-    times = []
-
-    def run_step(step):
-        clock.now += 2.0
-        return [], None, 0.0
-
-    def record(step, elapsed, *_):
-        clock.now += 0.5  # TPrimat's own per-step work
-        times.append(elapsed)
-        return StepRecord(step, elapsed, 1.0, 0.0, None, 0, 0, 1, None, None)
-
-    monkeypatch.setattr(trainer, "run_step", run_step)
-    monkeypatch.setattr(trainer, "reduce_step_record", record)
-    for step in (1, 2, 3):
-        trainer.step(step)
-    assert times == [2.0, 2.5, 2.5]
+    assert step_times(trainer, clock, monkeypatch, ([], None, 0.0)) == [2.0, 2.5, 2.5]
 
 
 def test_megas_step_time_holds_the_previous_steps_recording(monkeypatch, tmp_path):
@@ -73,19 +78,4 @@ def test_megas_step_time_holds_the_previous_steps_recording(monkeypatch, tmp_pat
     trainer = Trainer(SimpleNamespace(model=None), None, Path(tmp_path), clock=step_timer.StepClock(lambda: None))
     monkeypatch.setattr(trainer.marks, "parts", dict)
     trainer.effective, trainer.forward_step = {}, None
-    times = []
-
-    def run_step(step):
-        clock.now += 2.0
-        return [], None, True, 0.0
-
-    def record(step, elapsed, *_):
-        clock.now += 0.5
-        times.append(elapsed)
-        return StepRecord(step, elapsed, 1.0, 0.0, None, 0, 0, 1, None, None)
-
-    monkeypatch.setattr(trainer, "run_step", run_step)
-    monkeypatch.setattr(trainer, "reduce_step_record", record)
-    for step in (1, 2, 3):
-        trainer.step(step)
-    assert times == [2.0, 2.5, 2.5]
+    assert step_times(trainer, clock, monkeypatch, ([], None, True, 0.0)) == [2.0, 2.5, 2.5]
