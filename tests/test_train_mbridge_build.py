@@ -51,6 +51,11 @@ CASES = {
     "llama32-bf16": ("llama32", {}),
     "llama-fp8-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned"}),
     "qwen-fp8-pp2": ("qwen", {"PRECISION": "fp8", "STRATEGY": "balanced"}),
+    # each other recipe's preset, with TPrimat's switch over it (utils.spec.precision)
+    "llama-fp8-tensorwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "tensorwise"}),
+    "llama-fp8-blockwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "blockwise"}),
+    "llama-mxfp8": ("llama", {"PRECISION": "mxfp8"}),
+    "llama-nvfp4": ("llama", {"PRECISION": "nvfp4"}),
     "llama-tiny-mock-profiled": ("llama", {"MODEL_SIZE": "tiny", "MOCK_DATA": "1", "PROFILING": "1",
                                            "TRAIN_ITERS": "20", "WARMUP_STEPS": "2", "WARMUP_SKIP": "2"}),
 }

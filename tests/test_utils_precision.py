@@ -119,3 +119,20 @@ def test_the_plan_skips_a_precision_naming_the_device_framework_or_stack_that_la
                                                                                         knobs, reason):
     spec = lookup_device(TARGET_DEVICES[device]) if device else None
     assert precision_reason(framework, {**KNOBS, **knobs}, stacks.get(stack), spec) == reason
+
+
+def test_docs_frameworks_precision_table_is_the_registrys():
+    """docs/frameworks.md's support table: a cell is "-" exactly where the framework's entry has no switch."""
+    from utils.frameworks import TABLE
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "frameworks.md").read_text()
+    head = "| framework | bf16 | fp8 `delayed` | fp8 `tensorwise` | fp8 `blockwise` | mxfp8 | mxfp4 | nvfp4 |"
+    rows = text.split(head, 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    columns = [("bf16", ""), *[("fp8", r) for r in precisions.FP8_RECIPES], ("mxfp8", ""), ("mxfp4", ""),
+               ("nvfp4", "")]
+    table = {cells[0]: cells[1:] for row in rows for cells in [[c.strip() for c in row.strip("|").split("|")]]}
+    assert set(table) == set(TABLE)
+    for name, cells in table.items():
+        entry = TABLE[name]
+        has = [p in entry.precisions and (p != "fp8" or r in entry.fp8_recipes) for p, r in columns]
+        assert [not cell.startswith("-") for cell in cells] == has, name
