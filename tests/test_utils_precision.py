@@ -136,3 +136,21 @@ def test_docs_frameworks_precision_table_is_the_registrys():
         entry = TABLE[name]
         has = [p in entry.precisions and (p != "fp8" or r in entry.fp8_recipes) for p, r in columns]
         assert [not cell.startswith("-") for cell in cells] == has, name
+
+
+@pytest.mark.parametrize("precision, recipe", [("fp8", r) for r in precisions.FP8_RECIPES]
+                         + [("mxfp8", "delayed"), ("nvfp4", "delayed")])
+def test_megas_switch_builds_megatron_cores_config_and_reads_back_as_the_result_records_it(precision, recipe):
+    """megatron-core 0.19.2's TransformerConfig (.venv) takes each switch mega sets, and the read-back recipe is
+    the one the request's result records (evaluate.effective_settings compares the two)."""
+    from train.mega import model as mega_model
+    from utils.spec.fairness import fp8_recipe, profile
+
+    table = profile("spec", recipe)
+    config = mega_model.transformer_config(get_model("llama", "tiny"), 1, 1, precision, stacks.get("nemo-26.08"), {},
+                                           table)
+    assert mega_model.precision_of(config) == precision
+    built = mega_model.fp8_recipe_of(config)
+    wanted = fp8_recipe(table, precision)
+    assert {k: v for k, v in built.items() if k != "fp8_reduce_amax"} == \
+        {k: v for k, v in wanted.items() if k != "fp8_reduce_amax"}  # TE's default: no TE here to read it from

@@ -100,12 +100,12 @@ def params_dtype(precision: str) -> torch.dtype:
 
 def fp8_settings(table: dict, precision: str = "fp8") -> dict[str, object]:
     """A precision below 16 bits in TransformerConfig's names (utils.spec.precision.megatron_settings: fp8 and
-    fp8_recipe, or fp4 and fp4_recipe), with the profile's delayed-scaling fields under FP8; fp8_recipe only where
-    the installed megatron-core has the field (it names the delayed-scaling recipe it would use anyway)."""
+    fp8_recipe, or fp4 and fp4_recipe), with the profile's delayed-scaling fields (read by that recipe only, set
+    under every one so that the read-back recipe is the result's); fp8_recipe only where the installed megatron-core
+    has the field (it names the delayed-scaling recipe it would use anyway)."""
     settings = precisions.megatron_settings(precision, str(table["fp8_recipe"]), str(table["fp8_format"]))
-    if "fp8" in settings:
-        settings.update({"fp8_margin": table["fp8_margin"], "fp8_amax_history_len": table["fp8_amax_history_len"],
-                         "fp8_amax_compute_algo": table["fp8_amax_compute_algo"]})
+    settings.update({"fp8_margin": table["fp8_margin"], "fp8_amax_history_len": table["fp8_amax_history_len"],
+                     "fp8_amax_compute_algo": table["fp8_amax_compute_algo"]})
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
     if settings.get("fp8_recipe") == "delayed" and "fp8_recipe" not in fields:
         del settings["fp8_recipe"]
