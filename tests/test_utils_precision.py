@@ -154,3 +154,16 @@ def test_megas_switch_builds_megatron_cores_config_and_reads_back_as_the_result_
     wanted = fp8_recipe(table, precision)
     assert {k: v for k, v in built.items() if k != "fp8_reduce_amax"} == \
         {k: v for k, v in wanted.items() if k != "fp8_reduce_amax"}  # TE's default: no TE here to read it from
+
+
+@pytest.mark.parametrize("arguments, precision", [
+    ({"bf16": True, "fp8": None}, "bf16"), ({"bf16": True, "fp8": "hybrid", "fp8_recipe": "tensorwise"}, "fp8"),
+    ({"bf16": True, "fp8": "e4m3", "fp8_recipe": "mxfp8"}, "mxfp8"),
+    ({"bf16": True, "fp8": None, "fp4": "e2m1", "fp4_recipe": "mxfp4"}, "mxfp4"),
+])
+def test_a_megatron_log_names_its_precision_as_precision_does(arguments, precision):
+    """A Primus (Megatron-LM) log's argument dump names the precision the request asked for, so the judge's
+    comparison of the two holds for the block-scaled formats too."""
+    from evaluate.logs.settings import _precision
+
+    assert _precision(arguments) == precision

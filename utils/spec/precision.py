@@ -88,11 +88,12 @@ def megatron_settings(precision: str, fp8_recipe: str, fp8_format: str) -> dict[
 
 
 def read_back(config: object) -> str | None:
-    """The precision below 16 bits a megatron-core config object (TransformerConfig, NeMo's or Megatron-Bridge's
-    mixed-precision config) trains with, named as PRECISION names it; None when it has neither fp8 nor fp4 set."""
+    """The precision below 16 bits a megatron-core config (TransformerConfig, NeMo's or Megatron-Bridge's
+    mixed-precision config, or Megatron-LM's arguments as a log prints them: a dict) trains with, named as PRECISION
+    names it; None when it has neither fp8 nor fp4 set."""
     def value(name: str) -> str | None:
-        found = getattr(config, name, None)
-        return None if found is None else str(getattr(found, "value", found))
+        found = config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+        return None if found in (None, False) else str(getattr(found, "value", found))
     if value("fp4"):
         return value("fp4_recipe")
     if value("fp8"):
