@@ -167,3 +167,17 @@ def test_a_megatron_log_names_its_precision_as_precision_does(arguments, precisi
     from evaluate.logs.settings import _precision
 
     assert _precision(arguments) == precision
+
+
+@pytest.mark.parametrize("precision", precisions.LOW)
+def test_the_recipe_a_result_records_fits_the_result_schema(precision):
+    """training.fp8_recipe as every low-precision result records it (utils.spec.fairness.fp8_recipe) is valid."""
+    import json
+
+    import jsonschema
+
+    from utils.spec.fairness import fp8_recipe, profile
+
+    schema = json.loads((Path(__file__).resolve().parent.parent / "utils" / "spec" / "result.schema.json").read_text())
+    jsonschema.validate(fp8_recipe(profile("spec", "blockwise"), precision),
+                        schema["properties"]["training"]["properties"]["fp8_recipe"])
