@@ -58,7 +58,7 @@ def _profile_applied(training: dict, effective: dict) -> list[Problem]:
         wanted.update({key: table[key] for key in PROFILE_KEYS})
     if training.get("precision") == "fp32":
         wanted.pop("grad_reduce_in_fp32", None)  # fp32 gradients are reduced in fp32 whatever the profile says
-    if training.get("fp8_recipe"):
+    if (training.get("fp8_recipe") or {}).get("fp8_recipe") == "delayed":  # the amax history is delayed scaling's
         wanted.update({key: training["fp8_recipe"][key] for key in FP8_KEYS if key in training["fp8_recipe"]})
     fixed, found = effective.get("profile_fixed") or {}, []
     for key, value in wanted.items():

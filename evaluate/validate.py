@@ -38,6 +38,7 @@ from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
 from utils.cli import Parser, quoted, run
 from utils.machine.hardware import DEVICES
+from utils.spec.precision import PEAK_CLASS
 from utils.spec.models import by_variant
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
@@ -78,7 +79,11 @@ FAIRNESS_FIELDS = (
 )
 # The highest dense peak of utils/machine/hardware.py's table: no result's peak is above it, and it bounds the step
 # time where the device is unknown (nothing TPrimat knows computes faster).
-HIGHEST_PEAK = max(peak for _, spec in DEVICES for peak in (spec.bf16_tflops, spec.fp8_tflops) if peak)
+def highest_peak(precision: str) -> float:
+    """The fastest device's peak at a precision (the CPU's fp32 and an unknown one: at BF16, which no GPU's fp32
+    exceeds): what no step can beat, whatever device ran it."""
+    wanted = precision if precision in PEAK_CLASS and PEAK_CLASS[precision] else "bf16"
+    return max(peak for _, spec in DEVICES if (peak := spec.peak_tflops(wanted)))
 MEMORY_SERIES = ("mem_allocated_gib", "mem_reserved_gib", "mem_host_rss_gib")
 HEADLINE = ("median_step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu", "mfu")
 
@@ -179,12 +184,12 @@ def _figures(name: str, r: dict) -> list[Finding]:
     except ValueError as err:
         return [Finding(name, "figures", f"{err}: its FLOPs are unknown")]
     found = []
-    peak = performance["peak_tflop_per_s_per_gpu"]
-    plausible = peak is not None and 0 < peak <= HIGHEST_PEAK
+    peak, highest = performance["peak_tflop_per_s_per_gpu"], highest_peak(str(training["precision"]))
+    plausible = peak is not None and 0 < peak <= highest
     if peak is not None and not plausible:
         found.append(Finding(name, "figures", f"peak {peak:g} TFLOP/s is no device's: utils/machine/hardware.py's "
-                             f"highest is {HIGHEST_PEAK:g}"))
-    bound, whose = (peak, "the device's peak") if plausible else (HIGHEST_PEAK, "the fastest peak in utils/machine/hardware.py")
+                             f"highest is {highest:g}"))
+    bound, whose = (peak, "the device's peak") if plausible else (highest, "the fastest peak in utils/machine/hardware.py")
     num_gpus, seq_len = r["parallelism"]["num_gpus"], training["seq_len"]
     tokens_per_step = training["gbs"] * seq_len
     flops_per_gpu = spec.flops_per_token(seq_len) * tokens_per_step / num_gpus

@@ -263,14 +263,14 @@ def test_without_a_known_device_the_fastest_device_of_the_table_bounds_the_step_
     data = result("megatron")
     assert data["performance"]["peak_tflop_per_s_per_gpu"] is None
     data["series"]["step_time_s"][6] = 0.009
-    assert messages(data, "step times") == ["step(s) 7: faster than 0.306 s, the least 1.53e+15 FLOPs per GPU take "
-                                            "at the fastest peak in utils/machine/hardware.py 5000 TFLOP/s"]
+    assert messages(data, "step times") == ["step(s) 7: faster than 0.607 s, the least 1.53e+15 FLOPs per GPU take "
+                                            "at the fastest peak in utils/machine/hardware.py 2516.6 TFLOP/s"]
 
 
 def test_a_peak_that_is_no_devices_fails():
     data = result("megatron")
     data["performance"].update(peak_tflop_per_s_per_gpu=1e9, mfu=data["performance"]["tflop_per_s_per_gpu"] / 1e9)
-    assert messages(data, "figures") == ["peak 1e+09 TFLOP/s is no device's: utils/machine/hardware.py's highest is 5000"]
+    assert messages(data, "figures") == ["peak 1e+09 TFLOP/s is no device's: utils/machine/hardware.py's highest is 2516.6"]
 
 
 def test_non_finite_step_times_fail_named_and_no_figure_fails(tmp_path):

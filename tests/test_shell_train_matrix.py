@@ -145,7 +145,7 @@ def test_a_dry_run_writes_the_fairness_profile_and_the_workload_into_every_frame
 
     fake = machine(tmp_path, **{"nvidia" if platform == "nvd" else "amd": 8})
     result = fake.run("shell/train.sh", DRY_RUN="1", MODELS="llama", FAIRNESS=fairness, PRECISION=precision,
-                      STACK=stack)
+                      FP8_RECIPE="tensorwise", STACK=stack)  # the recipe torchao's float8 (fsdp) has too
     assert result.returncode == 0, result.output
     runs = {request(d).identity.framework: d for d in run_dirs(tmp_path / "output")}
     # DeepSpeed AutoTP has no FP8 and TPrimat maps torchtitan's bf16 only: both skipped in FP8
@@ -172,8 +172,8 @@ def test_a_dry_run_writes_the_fairness_profile_and_the_workload_into_every_frame
         ddp, plugin = settings["ddp"], settings["precision"]["set"]
         assert (ddp["overlap_grad_reduce"], ddp["overlap_param_gather"], ddp["grad_reduce_in_fp32"],
                 ddp["check_for_nan_in_grad"]) == (True, True, True, False)  # the recipes check for NaN
-        assert (plugin["grad_reduce_in_fp32"], plugin["fp8"], plugin["fp8_amax_history_len"],
-                plugin["fp8_amax_compute_algo"]) == (True, "hybrid", 1024, "max")
+        assert (plugin["grad_reduce_in_fp32"], plugin["fp8"], plugin["fp8_recipe"], plugin["first_last_layers_bf16"]) \
+            == (True, "hybrid", "tensorwise", False)
         assert settings["set"]["model.config.init_method_std"] == 0.02
         assert settings["data"]["eod_mask_loss"] is False
 

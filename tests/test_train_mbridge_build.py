@@ -51,6 +51,11 @@ CASES = {
     "llama32-bf16": ("llama32", {}),
     "llama-fp8-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned"}),
     "qwen-fp8-pp2": ("qwen", {"PRECISION": "fp8", "STRATEGY": "balanced"}),
+    # each other recipe's preset, with TPrimat's switch over it (utils.spec.precision)
+    "llama-fp8-tensorwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "tensorwise"}),
+    "llama-fp8-blockwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "blockwise"}),
+    "llama-mxfp8": ("llama", {"PRECISION": "mxfp8"}),
+    "llama-nvfp4": ("llama", {"PRECISION": "nvfp4"}),
     "llama-tiny-mock-profiled": ("llama", {"MODEL_SIZE": "tiny", "MOCK_DATA": "1", "PROFILING": "1",
                                            "TRAIN_ITERS": "20", "WARMUP_STEPS": "2", "WARMUP_SKIP": "2"}),
 }
@@ -102,8 +107,9 @@ def test_precision_attention_backend_and_pipeline_dtype_are_built_as_set(built, 
     assert report["mixed_precision"] == settings["mixed_precision"]["set"]
     assert report["attention_backend"] == settings["attention_backend"]
     assert report["pipeline_dtype"] == ("torch.bfloat16" if settings["pipeline_dtype"] else None)
-    assert (report["effective"]["precision"], report["mixed_precision"].get("fp8")) == \
-        (("fp8", "hybrid") if "fp8" in case else ("bf16", None))
+    precision = CASES[case][1].get("PRECISION", "bf16")  # the read-back names it as PRECISION does
+    assert (report["effective"]["precision"], report["mixed_precision"].get("fp8"), report["mixed_precision"].get("fp4")) \
+        == (precision, "hybrid" if "fp8" in precision else None, "e2m1" if precision == "nvfp4" else None)
 
 
 @pytest.mark.parametrize("case", [name for name in CASES if "mock" not in name])

@@ -41,6 +41,9 @@ CASES = {
     "qwen-bf16": ("qwen", {}),
     "llama-fp8-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned"}),
     "qwen-fp8-pp2": ("qwen", {"PRECISION": "fp8", "STRATEGY": "balanced"}),
+    # NeMo 2.3's other plugins, with TPrimat's switch over them (utils.spec.precision)
+    "llama-fp8-tensorwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "tensorwise"}),
+    "llama-mxfp8": ("llama", {"PRECISION": "mxfp8"}),
     "llama-tiny-mock-profiled": ("llama", {"MODEL_SIZE": "tiny", "MOCK_DATA": "1", "PROFILING": "1",
                                            "TRAIN_ITERS": "20", "WARMUP_STEPS": "2", "WARMUP_SKIP": "2"}),
 }

@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
 from utils.spec.fairness import profile
-from train.nemo.recipe import DDP_KEYS, FAIRNESS_PATHS, FP8_PLUGIN_KEYS, recipe_settings
+from train.nemo.recipe import DDP_KEYS, DELAYED_KEYS, FAIRNESS_PATHS, recipe_settings
 from train.common.settings_file import assign
 from utils.machine.platform_env import platform_env
 
@@ -77,11 +77,12 @@ def test_every_fairness_setting_of_the_profile_is_applied(model, fairness):
     applied["attention_backend"] = s["attention_backend"]
     applied["use_flash_attn"] = platform_env("nvd")["NVTE_FLASH_ATTN"] == "1"
     applied["fp8_param_gather"] = s["precision"]["set"]["fp8_param_gather"]
-    applied |= {key: s["precision"]["set"][name] for key, name in FP8_PLUGIN_KEYS.items()}
-    # Not NeMo's to set: Primus-Turbo's kernels exist only on AMD, and megatron-core leaves TE's amax reduction on
-    # (tests/test_evaluate_effective_settings.py); everything else is.
-    applied |= {"primus_turbo": False, "fp8_reduce_amax": True}
-    assert applied == profile(fairness)
+    plugin = s["precision"]["set"]
+    applied |= {"fp8_format": plugin["fp8"], "fp8_recipe": plugin["fp8_recipe"],
+                **{key: plugin[key] for key in DELAYED_KEYS}}
+    # what NeMo has no switch for: Transformer Engine's amax reduction (read back, train/common/fp8.py) and Primus's
+    # own kernels
+    assert applied == {k: v for k, v in profile(fairness).items() if k not in ("fp8_reduce_amax", "primus_turbo")}
     # the plugin's grad_reduce_in_fp32 overrides the DDP config's: both say the profile's
     assert s["precision"]["set"]["grad_reduce_in_fp32"] == s["ddp"]["grad_reduce_in_fp32"] == (fairness == "tuned")
 
@@ -126,9 +127,15 @@ def test_memory_and_step_timing_are_logged_every_step():
     assert {"class": "TimingCallback"} in s["callbacks"]
 
 
-@pytest.mark.parametrize("precision, plugin", [("bf16", "bf16_mixed"), ("fp8", "bf16_with_fp8_mixed")])
-def test_precision_plugin(precision, plugin):
-    assert settings_for("llama", PRECISION=precision)["precision"]["plugin"] == plugin
+@pytest.mark.parametrize("precision, recipe, plugin", [
+    ("bf16", "delayed", "bf16_mixed"), ("fp8", "delayed", "bf16_with_fp8_mixed"),
+    ("fp8", "tensorwise", "bf16_with_fp8_current_scaling_mixed"), ("mxfp8", "delayed", "bf16_with_mxfp8_mixed")])
+def test_each_precision_takes_nemos_own_plugin_with_its_recipe_on_every_layer(precision, recipe, plugin):
+    s = settings_for("llama", PRECISION=precision, FP8_RECIPE=recipe)["precision"]
+    assert s["plugin"] == plugin
+    if precision != "bf16":  # the recipe asked for, not the plugin's; the current-scaling plugin's bf16 ends undone
+        assert (s["set"]["fp8"], s["set"]["fp8_recipe"], s["set"]["first_last_layers_bf16"]) == \
+            ("hybrid", recipe if precision == "fp8" else "mxfp8", False)
 
 
 def test_pipeline_parallel_needs_a_pipeline_dtype():

@@ -127,7 +127,8 @@ def test_a_torch_native_framework_skips_a_pipeline_layout_and_the_run_list_says_
 
 
 @pytest.mark.parametrize("knobs, reason", [
-    ({"PRECISION": "fp8"}, "autotp has no FP8 path (it trains bf16 or fp32); the other frameworks run fp8"),
+    ({"PRECISION": "fp8", "FP8_RECIPE": "tensorwise"},
+     "autotp has no fp8 (tensorwise) switch (it trains bf16, fp32); mega, prim, nemo, mbridge, fsdp have one"),
     ({"COMPILE": "1"}, "autotp has no torch.compile (COMPILE=1 applies to fsdp, torchtitan)"),
     ({"SAC_FREQ": "1/2"}, "autotp has no activation checkpointing (SAC_FREQ=1/2 applies to fsdp)"),
 ])

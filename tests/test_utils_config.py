@@ -122,7 +122,7 @@ def test_fp8_is_refused_on_the_cpu():
 
 
 def test_fp32_is_refused_on_gpus():
-    assert "PRECISION=fp32: not supported on nvd; valid: bf16, fp8" in problems_of({**GPU_NODE, "PRECISION": "fp32"})
+    assert "PRECISION=fp32: not supported on nvd; valid: bf16, fp8, mxfp8, mxfp4, nvfp4" in problems_of({**GPU_NODE, "PRECISION": "fp32"})
 
 
 # /proc/cpuinfo lines of an AVX2-only EPYC (no bf16 instructions) and of a Sapphire Rapids Xeon (AMX).

@@ -69,7 +69,7 @@ def test_mfu_is_a_fraction_of_peak_and_none_without_a_peak():
     ("AMD Instinct MI300X", 1307.4, 2614.9),
     ("AMD Instinct MI300X VF", 1307.4, 2614.9),
     ("AMD Instinct MI325X", 1307.4, 2614.9),  # the MI300X's compute units and clocks
-    ("AMD Instinct MI355X", 2500, 5000),
+    ("AMD Instinct MI355X", 2516.6, 5033.2),  # 256 CUs x 2400 MHz, twice the MI300X's FLOP per CU and clock
 ])
 def test_device_table_matches_reported_names(name, bf16, fp8):
     spec = lookup_device(name)

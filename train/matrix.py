@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = plan.build_plan(cfg)
     print("\n".join(plan.table(cfg, runs)))
     if not any(not run.skipped for run in runs):
-        die(2, "the run list has nothing to run; check FRAMEWORK, MODELS and STRATEGY")
+        die(2, "the run list has nothing to run (each skip's reason is on its line); check FRAMEWORK, MODELS, STRATEGY and PRECISION")
     if cfg.platform == "cpu" and not cfg["DRY_RUN"] and (missing := missing_stacks.notice()):
         log(missing)  # instead of megatron-core's warnings from every process (utils/missing_stacks.py)
     check_data(cfg, stop)

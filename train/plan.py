@@ -31,7 +31,9 @@ from utils.cli import Parser
 from utils.config import ConfigError, Config, load_config
 from utils.spec.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
-from utils.machine.hardware import cpu_precision
+from utils.machine.hardware import DeviceSpec, cpu_precision
+from utils.machine.hardware import lacks as device_lacks
+from utils.spec import precision as precisions
 from utils.config.native import FEATURE_KNOBS, sac_every
 from utils.config.selection import runs_on
 from utils.spec import stacks
@@ -56,11 +58,14 @@ class Run:
     skipped: str = ""  # why this framework cannot run this run (listed, never started); empty: it runs
 
 
-def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, object], *, stack: Stack) -> str:
+def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, object], *, stack: Stack,
+                device: DeviceSpec | None = None) -> str:
     """Why a framework cannot run a model in a layout on a stack, with knobs the configuration accepts, or "" when it
     can: such a run is skipped (another framework can still run it), not an error. Everything asked comes from the
     framework's registry entry (utils/frameworks/): the layouts, precisions and knobs it has, and its name for the
-    model; and from the stack's row (utils/spec/stacks.py): whether it runs there, else which stack has it."""
+    model; from the stack's row (utils/spec/stacks.py): whether it runs there, else which stack has it, and whether
+    its megatron-core or Primus has the precision's recipe; and from the device's entry (utils/machine/hardware.py):
+    whether its matrix units run the precision."""
     entry = TABLE[framework]
     if not runs_on(framework, stack):
         other = stacks.having(framework, stack.platform)
@@ -70,10 +75,8 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
         return f"{framework} has no pipeline parallelism (PP={layout.pp}); the other frameworks run this layout"
     if layout.tp > 1 and "tp" not in entry.parallelisms:
         return f"{framework} has no tensor parallelism (TP={layout.tp}); the other frameworks run this layout"
-    precision = knobs["PRECISION"]
-    if precision not in entry.precisions:
-        return (f"{framework} has no {str(precision).upper()} path (it trains {' or '.join(entry.precisions)}); "
-                f"the other frameworks run {precision}")
+    if why := precision_reason(framework, knobs, stack, device):
+        return why
     for knob, feature in FEATURE_KNOBS.items():
         if knobs[knob] and entry.torch_native and knob not in entry.knobs:  # the others have none of these
             honoured = ", ".join(name for name, other in TABLE.items() if knob in other.knobs)
@@ -82,6 +85,27 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
     if entry.model_name(model) is None:
         return f"{framework} has no name for {model} (utils/frameworks/{framework}.py's model_names has none)"
     return ""
+
+
+def precision_reason(framework: str, knobs: Mapping[str, object], stack: Stack, device: DeviceSpec | None) -> str:
+    """Why a framework cannot train in PRECISION (with FP8_RECIPE) here, or "": the device, the framework's entry,
+    then its stack's megatron-core or Primus (utils.spec.precision)."""
+    entry, precision, fp8_recipe = TABLE[framework], str(knobs["PRECISION"]), str(knobs["FP8_RECIPE"])
+    wanted = precisions.name(precision, fp8_recipe)
+    if why := device_lacks(device, precision):
+        return f"PRECISION={precision}: {why}"
+    if precision not in entry.precisions:
+        having = ", ".join(name for name, other in TABLE.items() if precision in other.precisions)
+        return (f"{framework} has no {wanted} switch (it trains {', '.join(entry.precisions)}); "
+                f"{having or 'no framework'} {'has' if ',' not in having else 'have'} one")
+    if precision == "fp8" and fp8_recipe not in entry.fp8_recipes:
+        return (f"{framework} has no FP8 {fp8_recipe} recipe (FP8_RECIPE={'|'.join(entry.fp8_recipes)} runs it "
+                "there)")
+    lacking = (precisions.primus_lacks(stack.primus, stack.megatron_core, precision, fp8_recipe)
+               if entry.precision_api == "primus" else
+               precisions.megatron_core_lacks(stack.megatron_core, precision, fp8_recipe)
+               if entry.precision_api == "megatron-core" else "")
+    return f"{framework} on stack {stack.name}: {lacking}" if lacking else ""
 
 
 def run_name(framework: str, model: str, strategy: str, repeat: int, *, named_strategy: bool,
@@ -99,7 +123,7 @@ def build_plan(cfg: Config) -> list[Run]:
     """Every run in execution order: repeats outermost, so a slow drift of the machine spreads evenly. A run its
     framework cannot do (skip_reason), or with SKIP_WONT_FIT=1 one predicted not to fit the device's memory, is in
     the list with the reason, and the matrix does not start it."""
-    runs = _runs(cfg)
+    runs = _runs(cfg, plan_device(cfg))
     if not cfg["SKIP_WONT_FIT"]:
         return runs
     found = predictions(cfg, runs)
@@ -107,12 +131,20 @@ def build_plan(cfg: Config) -> list[Run]:
             if run.name in found and found[run.name].fits is False else run for run in runs]
 
 
-def _runs(cfg: Config) -> list[Run]:
+def plan_device(cfg: Config) -> DeviceSpec | None:
+    """The target device's table entry when the precision is one some devices lack (else not asked: detecting the
+    GPUs runs the vendor's tool)."""
+    if cfg["PRECISION"] not in precisions.LOW or cfg.platform == "cpu":
+        return None
+    return _target(cfg.platform, cfg["TARGET_DEVICE"], cfg["GPUS_PER_NODE"]).spec
+
+
+def _runs(cfg: Config, device: DeviceSpec | None = None) -> list[Run]:
     repeats = cfg["RUNS"]
     named = cfg.strategies != [CUSTOM]
     return [Run(run_name(framework, spec.key, strategy, repeat, named_strategy=named, repeats=repeats),
                 framework, spec.key, strategy, repeat, layout,
-                skip_reason(framework, spec.key, layout, cfg.values, stack=cfg.stack))
+                skip_reason(framework, spec.key, layout, cfg.values, stack=cfg.stack, device=device))
             for repeat in range(1, repeats + 1)
             for strategy in cfg.strategies
             for framework in cfg.frameworks
@@ -128,7 +160,7 @@ def request(cfg: Config, run: Run, commit: str | None = None) -> Request:
     v = cfg.values
     spec = cfg.model(run.model)
     lay = run.layout
-    table = profile(v["FAIRNESS"])
+    table = profile(v["FAIRNESS"], v["FP8_RECIPE"])
     digest, digest_note = stacks.image_digest(os.environ)
     return Request(
         identity=Identity(run_id=run.name, platform=cfg.platform, framework=run.framework, model=run.model,

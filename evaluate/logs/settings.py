@@ -12,6 +12,8 @@ import math
 import re
 from typing import TYPE_CHECKING, Iterable
 
+from utils.spec.precision import read_back
+
 if TYPE_CHECKING:
     from evaluate.logs.stream import Run
 
@@ -108,9 +110,10 @@ def complete_batch(values: dict) -> None:
 
 
 def _precision(arguments: dict) -> str:
-    """Megatron's precision flags as one name: fp8 (hybrid, e4m3, ...) over bf16 over fp16, else fp32."""
-    if arguments.get("fp8") not in (None, False):
-        return "fp8"
+    """Megatron's precision flags as one name: below 16 bits as PRECISION names it (fp8 with any recipe, mxfp8,
+    nvfp4, Primus's mxfp4: utils.spec.precision.read_back) over bf16 over fp16, else fp32."""
+    if low := read_back(arguments):
+        return low
     return "bf16" if arguments.get("bf16") else "fp16" if arguments.get("fp16") else "fp32"
 
 
@@ -154,7 +157,7 @@ def effective(run: Run, notes: list[str]) -> dict:
         key = setting_name(name)
         if key and (value is not None or values.get(key) is None):
             values.update(_fitting([(name, key, value)], notes))
-    if "bf16" in run.arguments or "fp8" in run.arguments:
+    if "bf16" in run.arguments or "fp8" in run.arguments or "fp4" in run.arguments:
         values["precision"] = _precision(run.arguments)
     if "num_attention_heads" in values and "group_query_attention" in run.arguments:
         values["num_kv_heads"] = run.arguments.get("num_query_groups") if run.arguments["group_query_attention"] \

@@ -57,7 +57,7 @@ from typing import Iterator
 
 from train.launch.command import REQUEST_FILE, Launch, node_identity, prepare, run_environment
 from train.launch.process import hold_stops, judge, run_supervised
-from train.plan import Run, data_problems, request, run_name, skip_reason
+from train.plan import Run, data_problems, plan_device, precision_reason, request, run_name, skip_reason
 from utils.config.selection import runs_on
 from utils.machine import probe
 from utils.cli import Parser, UsageError, warn
@@ -134,10 +134,12 @@ def planned(args: argparse.Namespace, cfg: Config) -> tuple[Request, Path]:
                          "(a sweep is ./shell/run_train.sh)")
     strategy = cfg.strategies[0]
     layout = cfg.layout(args.model, strategy)
-    skipped = skip_reason(args.framework, args.model, layout, cfg.values, stack=cfg.stack)
-    if skipped:  # a framework the stack lacks: the line names the STACK that has it; else the layout is the fix
-        raise UsageError(skipped if not runs_on(args.framework, cfg.stack)
-                         else f"{skipped}; choose another STRATEGY (or TP, PP, DP, GA) or FRAMEWORK")
+    device = plan_device(cfg)
+    skipped = skip_reason(args.framework, args.model, layout, cfg.values, stack=cfg.stack, device=device)
+    if skipped:  # a framework the stack lacks or a precision it has no switch for: the line names the fix; else the
+        # layout is the fix
+        own_fix = not runs_on(args.framework, cfg.stack) or precision_reason(args.framework, cfg.values, cfg.stack, device)
+        raise UsageError(skipped if own_fix else f"{skipped}; choose another STRATEGY (or TP, PP, DP, GA) or FRAMEWORK")
     missing = "; ".join(data_problems(cfg))
     if missing and not cfg["DRY_RUN"]:
         raise UsageError(f"data not prepared: {missing} (or MOCK_DATA=1 for synthetic tokens)")

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from train.common.fp8 import te_reduce_amax
+from utils.spec.precision import read_back
 from utils.files import write_json
 
 MARKER = "TPRIMAT_EFFECTIVE"  # evaluate.logs.settings.EFFECTIVE_MARKER (train/ imports no evaluate/)
@@ -44,8 +45,8 @@ def plain(value: object) -> object:
 
 
 def _precision(mixed) -> str:
-    if getattr(mixed, "fp8", None):
-        return "fp8"
+    if low := read_back(mixed):
+        return low
     return "bf16" if getattr(mixed, "bf16", False) else "other"
 
 

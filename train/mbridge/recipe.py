@@ -17,6 +17,7 @@ unless tokenizer.use_tokenizer_vocab_size).
 from __future__ import annotations
 
 from train.nemo.recipe import DDP_KEYS, architecture, precision_settings
+from utils.spec.precision import switch_key
 from utils.frameworks import TABLE
 from utils.spec.request import Request
 
@@ -30,7 +31,11 @@ HUB_IDS = {
     "llama.llama32_3b_pretrain_config": "meta-llama/Llama-3.2-3B",
     "qwen.qwen25_7b_pretrain_config": "Qwen/Qwen2.5-7B",
 }
-PRESETS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}  # training/mixed_precision.py
+# Its mixed-precision presets (training/mixed_precision.py) by utils.spec.precision.switch_key; no MXFP4 (megatron-core
+# has no such recipe)
+PRESETS = {"bf16": "bf16_mixed", "delayed": "bf16_with_fp8_delayed_scaling_mixed",
+           "tensorwise": "bf16_with_fp8_current_scaling_mixed", "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+           "mxfp8": "bf16_with_mxfp8_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
 
 # TPrimat's fairness names -> attribute paths on the ConfigContainer.
 FAIRNESS_PATHS = {
@@ -118,7 +123,8 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "set": settings,
         "pipeline_dtype": "bfloat16" if lay.pp > 1 else None,
         "attention_backend": fairness["attention_backend"],
-        "mixed_precision": {"preset": PRESETS[train.precision], "set": precision_settings(req)},
+        "mixed_precision": {"preset": PRESETS[switch_key(train.precision, str(fairness["fp8_recipe"]))],
+                            "set": precision_settings(req)},
         "workload": applied,  # for the record: the sampler is Megatron's sequential one, the warm-up Megatron's
         # Megatron-Bridge's own switches; the platform's (attention kernels, device connections) come from
         # utils/machine/platform_env.py through the launcher.

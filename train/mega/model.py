@@ -34,6 +34,7 @@ from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from train.common.fp8 import te_reduce_amax
+from utils.spec import precision as precisions
 from utils.spec.fairness import WORKLOAD, sequence_parallel
 from utils.spec.models import ModelSpec
 
@@ -97,22 +98,26 @@ def params_dtype(precision: str) -> torch.dtype:
     return torch.float32 if precision == "fp32" else torch.bfloat16
 
 
-def fp8_settings(table: dict) -> dict[str, object]:
-    """The profile's FP8 recipe in TransformerConfig's names; fp8_recipe only where the installed
-    megatron-core has the field (it names the delayed-scaling recipe it would use anyway)."""
-    settings = {"fp8": table["fp8_format"], "fp8_margin": table["fp8_margin"],
-                "fp8_amax_history_len": table["fp8_amax_history_len"],
-                "fp8_amax_compute_algo": table["fp8_amax_compute_algo"]}
-    if "fp8_recipe" in {f.name for f in dataclasses.fields(TransformerConfig)}:
-        settings["fp8_recipe"] = table["fp8_recipe"]
+def fp8_settings(table: dict, precision: str = "fp8") -> dict[str, object]:
+    """A precision below 16 bits in TransformerConfig's names (utils.spec.precision.megatron_settings: fp8 and
+    fp8_recipe, or fp4 and fp4_recipe), with the profile's delayed-scaling fields (read by that recipe only, set
+    under every one so that the read-back recipe is the result's); fp8_recipe only where the installed megatron-core
+    has the field (it names the delayed-scaling recipe it would use anyway)."""
+    settings = precisions.megatron_settings(precision, str(table["fp8_recipe"]), str(table["fp8_format"]))
+    settings.update({"fp8_margin": table["fp8_margin"], "fp8_amax_history_len": table["fp8_amax_history_len"],
+                     "fp8_amax_compute_algo": table["fp8_amax_compute_algo"]})
+    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    if settings.get("fp8_recipe") == "delayed" and "fp8_recipe" not in fields:
+        del settings["fp8_recipe"]
     return settings
 
 
 def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack: Stack,
                        fusions: dict[str, bool], table: dict) -> TransformerConfig:
     """The megatron-core configuration of one model variant under one layout and fairness profile table."""
-    if precision == "fp8" and not stack.transformer_engine:
-        raise ModelError("PRECISION=fp8 needs Transformer Engine on a GPU; this stack has none. Use PRECISION=bf16")
+    if precision in precisions.LOW and not stack.transformer_engine:
+        raise ModelError(f"PRECISION={precision} needs Transformer Engine on a GPU; this stack has none. Use "
+                         "PRECISION=bf16")
     if precision == "fp32" and stack.gpu:
         raise ModelError("PRECISION=fp32 is for CPUs without bf16 instructions; GPUs train in bf16 or fp8")
     return TransformerConfig(
@@ -137,7 +142,7 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         bf16=precision != "fp32",
         params_dtype=params_dtype(precision),
         pipeline_dtype=params_dtype(precision),
-        **(fp8_settings(table) if precision == "fp8" else {"fp8": None}),
+        **(fp8_settings(table, precision) if precision in precisions.LOW else {"fp8": None}),
         deallocate_pipeline_outputs=True,
         cross_entropy_fusion_impl=table["cross_entropy_fusion_impl"],
         **{**fusions, **_sliding_window(spec, stack, fusions)},
@@ -158,20 +163,22 @@ def _sliding_window(spec: ModelSpec, stack: Stack, fusions: dict[str, bool]) -> 
 
 def precision_of(config: TransformerConfig) -> str:
     """The precision the built configuration trains in, named as PRECISION names it."""
-    if config.fp8:
-        return "fp8"
+    if low := precisions.read_back(config):
+        return low
     if config.bf16:
         return "bf16"
     return "fp32" if config.params_dtype == torch.float32 else str(config.params_dtype)
 
 
 def fp8_recipe_of(config: TransformerConfig) -> dict | None:
-    """The FP8 recipe the built configuration trains with (None without FP8), in utils.spec.fairness's names.
-    A megatron-core without the fp8_recipe field has only the delayed-scaling recipe."""
-    if not config.fp8:
+    """The low-precision recipe the built configuration trains with (None in bf16 and fp32), in
+    utils.spec.fairness's names (FP4's format and recipe in the fp8 fields). A megatron-core without the fp8_recipe
+    field has only the delayed-scaling recipe."""
+    fp4 = getattr(config, "fp4", None)
+    if not config.fp8 and not fp4:
         return None
-    recipe = getattr(config, "fp8_recipe", "delayed")
-    return {"fp8_format": str(config.fp8), "fp8_recipe": str(getattr(recipe, "value", recipe)),
+    recipe = getattr(config, "fp4_recipe", None) if fp4 else getattr(config, "fp8_recipe", "delayed")
+    return {"fp8_format": str(fp4 or config.fp8), "fp8_recipe": str(getattr(recipe, "value", recipe)),
             "fp8_margin": config.fp8_margin, "fp8_amax_history_len": config.fp8_amax_history_len,
             "fp8_amax_compute_algo": config.fp8_amax_compute_algo, "fp8_reduce_amax": te_reduce_amax()}
 

@@ -110,9 +110,11 @@ class FsdpEngine:
         self.float8 = precision == "fp8"
         layers = model.model.layers
         if self.float8:
-            from torchao.float8 import convert_to_float8_training
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-            convert_to_float8_training(model, module_filter_fn=lambda module, name: name != "lm_head")
+            # FP8_RECIPE's torchao name: fsdp's entry has "tensorwise" only (the plan skips the others)
+            recipe = Float8LinearConfig.from_recipe_name(str(req.fairness.table["fp8_recipe"]))
+            convert_to_float8_training(model, config=recipe, module_filter_fn=lambda module, name: name != "lm_head")
         if lay.tp > 1:
             from torch.distributed.tensor.parallel import parallelize_module
 

@@ -19,6 +19,7 @@ from megatron.core import parallel_state
 from megatron.core.num_microbatches_calculator import get_current_global_batch_size, get_micro_batch_size
 
 from train.common.fp8 import te_reduce_amax
+from utils.spec.precision import read_back
 
 MARKER = "TPRIMAT_EFFECTIVE"
 
@@ -51,7 +52,7 @@ class EffectiveSettings(Callback):
             "mbs": get_micro_batch_size(),
             "seq_len": config.seq_length,
             "steps": trainer.max_steps,
-            "precision": "fp8" if getattr(config, "fp8", None) else ("bf16" if config.bf16 else "other"),
+            "precision": read_back(config) or ("bf16" if config.bf16 else "other"),
             "sequence_parallel": config.sequence_parallel,
             "mock_data": type(datamodule).__name__ == "MockDataModule",
             "data_path": _data_path(datamodule),

@@ -9,13 +9,18 @@ builds (data module, DDP config, precision plugin, callbacks).
 from __future__ import annotations
 
 from utils.frameworks import TABLE
+from utils.spec import precision as precisions
+from utils.spec.precision import switch_key
 from utils.spec.models import ModelSpec
 from utils.spec.request import Request
 
 # nemo.collections.llm.<recipe> (NeMo 2.3): each model's own recipe, whose architecture TPrimat then sets from its
 # spec (a MODEL_LAYERS proxy's layer count included). mistral_7b's MistralConfig7B attends through a sliding
 # window (window_size [4096, 0]), which megatron-core hands to Transformer Engine's attention.
-PRECISION_PLUGINS = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_mixed"}  # ...recipes.precision.mixed_precision
+# NeMo 2.3's precision plugins (...recipes.precision.mixed_precision) by utils.spec.precision.switch_key; no FP4 and
+# no blockwise FP8 there (its megatron-core 0.12 has neither)
+PRECISION_PLUGINS = {"bf16": "bf16_mixed", "delayed": "bf16_with_fp8_mixed",
+                     "tensorwise": "bf16_with_fp8_current_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
 
 # TPrimat's fairness names -> NeMo's attribute paths on the recipe.
 FAIRNESS_PATHS = {
@@ -35,8 +40,7 @@ FAIRNESS_PATHS = {
 # the precision plugin (MegatronMixedPrecision's argument names).
 DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer", "grad_reduce_in_fp32",
             "check_for_nan_in_grad", "average_in_collective")
-FP8_PLUGIN_KEYS = {"fp8_format": "fp8", "fp8_recipe": "fp8_recipe", "fp8_margin": "fp8_margin",
-                   "fp8_amax_history_len": "fp8_amax_history_len", "fp8_amax_compute_algo": "fp8_amax_compute_algo"}
+DELAYED_KEYS = ("fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo")  # the delayed-scaling recipe's own
 
 
 def architecture(spec: ModelSpec, padded_vocab_size: int, prefix: str) -> dict[str, object]:
@@ -113,7 +117,8 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "pipeline_dtype": "bfloat16" if pp > 1 else None,
         "attention_backend": fairness["attention_backend"],
         "ddp": {key: fairness[key] for key in DDP_KEYS},
-        "precision": {"plugin": PRECISION_PLUGINS[train.precision], "set": precision_settings(req)},
+        "precision": {"plugin": PRECISION_PLUGINS[switch_key(train.precision, str(fairness["fp8_recipe"]))],
+                      "set": precision_settings(req)},
         # What NeMo applies of the workload conventions, for the record: its sampler is Megatron's
         # sequential one (MegatronDataSampler's default), its warm-up its own (utils.spec.fairness).
         "workload": applied,
@@ -129,11 +134,20 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
 def precision_settings(req: Request) -> dict:
     """The mixed-precision settings, in the names NeMo's MegatronMixedPrecision and Megatron-Bridge's
     MixedPrecisionConfig share: their grad_reduce_in_fp32 overrides the DDP config's (bf16_mixed ships True), so
-    both say the profile's; with FP8, the profile's recipe over the FP8 preset's."""
-    fairness = req.fairness.table
+    both say the profile's. Below 16 bits, the precision's switch (utils.spec.precision.megatron_settings) and the
+    profile's FP8 settings over the preset's: every layer quantized (the current-scaling presets keep the first and
+    last in bf16, which mega and Primus do not), the parameters gathered as the profile says (fp8_param_gather, also
+    for FP4's fp4_param_gather)."""
+    fairness, precision = req.fairness.table, req.training.precision
     settings = {key: fairness[key] for key in ("grad_reduce_in_fp32", "fp8_param_gather")}
-    if req.training.precision == "fp8":
-        settings.update({name: fairness[key] for key, name in FP8_PLUGIN_KEYS.items()})
+    if precision not in precisions.LOW:
+        return settings
+    settings.update(precisions.megatron_settings(precision, str(fairness["fp8_recipe"]), str(fairness["fp8_format"])))
+    if precision == "fp8":
+        settings.update({key: fairness[key] for key in DELAYED_KEYS})
+    settings["first_last_layers_bf16"] = False
+    if "fp4" in settings:
+        settings["fp4_param_gather"] = fairness["fp8_param_gather"]
     return settings
 
 

@@ -25,9 +25,15 @@ from train.prim import presets, releases
 from utils.cli import Parser, UsageError, run
 from utils.files import atomic_open
 from utils.frameworks import TABLE
+from utils.spec import precision as precisions
 from utils.spec.request import Request, RequestError
 
 CONFIG_DIR = "examples/megatron/configs/MI300X"
+# The shipped file a precision derives from: FP8's own; the block-scaled formats the BF16 one, with TPrimat's switch
+# (utils.spec.precision.megatron_settings) over it. Primus ships them for the MI355X only
+# (configs/MI355X/llama3.1_8B-{MXFP8,MXFP4}-pretrain.yaml), whose precision keys are exactly that switch (fp8 and
+# fp8_recipe mxfp8; fp4 e2m1 and fp4_recipe mxfp4) and whose other keys TPrimat sets from the profile as for BF16.
+SHIPPED_PRECISION = {"fp8": "FP8"}
 # Shipped experiment files per model, newest naming first (Primus renamed them to -BF16-/-FP8- in
 # late 2025; older images ship the single -pretrain.yaml). {precision} is BF16 or FP8. Primus ships none
 # for Mistral 7B (only Mixtral's MoE models), so mistral is absent: the planner skips prim for it.
@@ -79,13 +85,18 @@ def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
     if names is None:
         raise ShippedConfigMissing(f"Primus ships no experiment config for {model} (utils/frameworks/prim.py's "
                                    "model_names has none); run it with another framework")
-    tried = [directory / name.format(precision=precision.upper()) for name in names]
+    tried = [directory / name.format(precision=SHIPPED_PRECISION.get(precision, "BF16")) for name in names]
     for path in tried:
         if path.is_file():
             return path
     raise ShippedConfigMissing(
         f"no shipped Primus config for {model} in {directory} (looked for "
         + ", ".join(p.name for p in tried) + "); set PRIMUS_PATH to a Primus checkout")
+
+
+def precision_switch(precision: str, fairness: dict) -> dict:
+    """The precision's Megatron-LM arguments (utils.spec.precision.megatron_settings); {} in bf16."""
+    return precisions.megatron_settings(precision, str(fairness["fp8_recipe"]), str(fairness["fp8_format"]))
 
 
 def overrides(req: Request) -> dict:
@@ -121,7 +132,7 @@ def overrides(req: Request) -> dict:
         # precision
         "bf16": True,
         "fp16": False,
-        "fp8": fairness["fp8_format"] if train.precision == "fp8" else None,
+        "fp8": None,  # below 16 bits: fp8 and fp8_recipe (FP8, MXFP8), or fp4 and fp4_recipe (MXFP4, Primus's own)
         # data: real unless mock data was asked for explicitly
         "mock_data": bool(data.mock_data),
         "train_data_path": None if data.mock_data else data.prefix,
@@ -167,6 +178,7 @@ def overrides(req: Request) -> dict:
                          "with another framework")
     settings.update({key: fairness[key] for key in FAIRNESS_KEYS})
     settings.update({name: fairness[key] for key, name in RENAMED_KEYS.items()})
+    settings.update(precision_switch(train.precision, fairness))  # MXFP8's fp8_recipe over the profile's FP8 one
     settings.update(workload_overrides(req))
     return settings
 

@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING
 
 from utils.config.parse import COUNT, POSITIVE, Knob
 from utils.spec.fairness import PROFILES
+from utils.spec.precision import FP8_RECIPES, LOW
 from utils.machine.hardware import cpu_precision
 
 if TYPE_CHECKING:
     from utils.config.resolved import Config
 
-PRECISIONS = {"nvd": ("bf16", "fp8"), "amd": ("bf16", "fp8"), "cpu": ("fp32", "bf16")}
+# What each platform can be asked for (utils.spec.precision): a GPU any of them, the CPU no low precision. Which
+# device, stack and framework has each is the plan's to say, with a skip (train.plan.skip_reason).
+PRECISIONS = {"nvd": ("bf16", *LOW), "amd": ("bf16", *LOW), "cpu": ("fp32", "bf16")}
 
 DATA = {
     "DATASET": Knob("enum", ("bc", "c4", "sample")),
@@ -37,7 +40,8 @@ TRAINING = {
     "BETA1": Knob("float", high=1, bounds="[)"),
     "BETA2": Knob("float", high=1, bounds="[)"),
     "GRAD_CLIP": Knob("float", high=math.inf),
-    "PRECISION": Knob("enum", ("auto", "bf16", "fp8", "fp32")),
+    "PRECISION": Knob("enum", ("auto", "bf16", *LOW, "fp32")),
+    "FP8_RECIPE": Knob("enum", FP8_RECIPES),
     "FAIRNESS": Knob("enum", PROFILES),
 }
 

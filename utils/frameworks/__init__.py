@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from utils.spec.precision import FP8_RECIPES, PRECISIONS
+
 # This package's entries, in the run list's order.
 ENTRY_MODULES = ("mega", "prim", "nemo", "mbridge", "fsdp", "autotp", "torchtitan")
 EXTRA_ENV = "TPRIMAT_FRAMEWORKS"  # entry modules of frameworks kept outside the repository
@@ -29,7 +31,6 @@ PARALLELISMS = ("tp", "pp")  # what a layout splits a model by (sequence paralle
 LOG_FORMATS = ("mega", "prim", "nemo", "torchtitan")  # the logs evaluate.logs reads: Megatron-LM's, Primus's,
 # NeMo's, torchtitan's
 MEMORY_MODELS = ("megatron", "fsdp", "autotp")  # the layouts of memory utils.predict.memory models
-PRECISIONS = ("bf16", "fp8", "fp32")
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,12 @@ class Framework:
     memory_model: str = "megatron"  # one of MEMORY_MODELS
     parallelisms: frozenset[str] = frozenset(PARALLELISMS)  # what it can split a model by; a layout using
     # another one skips it (train.plan.skip_reason)
-    precisions: tuple[str, ...] = PRECISIONS  # what it can train in; another precision skips it
+    precisions: tuple[str, ...] = ("bf16", "fp32")  # what it can train in (utils.spec.precision); another skips it
+    fp8_recipes: tuple[str, ...] = ()  # the FP8_RECIPE values it has a switch for, with "fp8" in precisions
+    # Whose switches its precisions are: "megatron-core" (TransformerConfig's fp8/fp4 recipe fields, so a stack's
+    # megatron-core version decides which recipes exist there: utils.spec.precision.megatron_core_lacks); "primus":
+    # Primus's Megatron-LM, whose release decides (utils.spec.precision.primus_lacks); None: its own
+    precision_api: str | None = None
     knobs: tuple[str, ...] = ()  # the framework-specific knobs it honours (utils/config/native.py's section)
     # Its own name for each model it trains from a shipped recipe or config (utils.spec.models' key -> that name);
     # None: it builds any model of utils.spec.models from the spec. A model missing from the table skips it.
@@ -72,6 +78,9 @@ class Framework:
             problems.append(f"memory_model {self.memory_model!r} is not one of {', '.join(MEMORY_MODELS)}")
         problems += [f"unknown parallelism {name!r}" for name in sorted(self.parallelisms - set(PARALLELISMS))]
         problems += [f"unknown precision {name!r}" for name in self.precisions if name not in PRECISIONS]
+        problems += [f"unknown FP8 recipe {name!r}" for name in self.fp8_recipes if name not in FP8_RECIPES]
+        if bool(self.fp8_recipes) != ("fp8" in self.precisions):
+            problems.append("fp8 in precisions needs its fp8_recipes, and fp8_recipes need fp8")
         if problems:
             raise ValueError(f"framework entry {self.name!r}: " + "; ".join(problems))
         object.__setattr__(self, "env", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.env.items()}))

@@ -16,7 +16,8 @@ from utils.frameworks import Framework
 FRAMEWORK = Framework(
     name="mbridge", display_name="Megatron-Bridge", platforms=("nvd",), warmup_convention="megatron",
     probe_modules=("transformer_engine", "megatron.core", "megatron.bridge"), command="train.mbridge.launch:command",
-    log_format="mega", precisions=("bf16", "fp8"),
+    # Its mixed-precision presets (train/mbridge/recipe.py PRESETS); no MXFP4: megatron-core has none
+    log_format="mega", precisions=("bf16", "fp8", "mxfp8", "nvfp4"), fp8_recipes=("delayed", "tensorwise", "blockwise"), precision_api="megatron-core",
     model_names={"llama": "llama.llama31_8b_pretrain_config", "qwen": "qwen.qwen25_7b_pretrain_config",
                  "llama70b": "llama.llama31_70b_pretrain_config", "llama32": "llama.llama32_3b_pretrain_config"},
 )

@@ -7,4 +7,6 @@ FRAMEWORK = Framework(
     name="mega", display_name="Megatron", platforms=("amd", "nvd", "cpu"), warmup_convention="megatron",
     probe_modules=("transformer_engine", "megatron.core"), trainer="train/train_mega.py",
     log_format="mega",  # its trainer prints Megatron-LM's iteration lines
+    # Transformer Engine's recipes through TransformerConfig (train/mega/model.py); no MXFP4: megatron-core has none
+    precisions=("bf16", "fp8", "mxfp8", "nvfp4", "fp32"), fp8_recipes=("delayed", "tensorwise", "blockwise"), precision_api="megatron-core",
 )

@@ -9,7 +9,10 @@ from utils.frameworks import Framework
 FRAMEWORK = Framework(
     name="prim", display_name="Primus", platforms=("amd",), warmup_convention="megatron",
     probe_modules=("transformer_engine",), command="train.prim.launch:command", log_format="prim",
-    in_this_python=False, precisions=("bf16", "fp8"), fixed=("primus",),
+    in_this_python=False, fixed=("primus",),
+    # Primus's Megatron-LM arguments (train/prim/config.py): its MI355X configs ship MXFP8 (fp8_recipe mxfp8) and
+    # MXFP4 (fp4_recipe mxfp4, Primus's own); FP8 is its delayed recipe, built by Primus itself (fairness.FIXED)
+    precisions=("bf16", "fp8", "mxfp8", "mxfp4"), fp8_recipes=("delayed",), precision_api="primus",
     model_names={
         "llama": ("llama3.1_8B-{precision}-pretrain.yaml", "llama3.1_8B-pretrain.yaml"),
         "qwen": ("qwen2.5_7B-{precision}-pretrain.yaml", "qwen2.5_7B-pretrain.yaml"),

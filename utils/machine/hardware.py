@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from utils.spec.precision import PEAK_CLASS
+
 CPUINFO = Path("/proc/cpuinfo")
 # The /proc/cpuinfo flags of bf16 instructions PyTorch's CPU kernels use (oneDNN): x86's AVX-512 BF16
 # and AMX, and Arm's BF16 extension (listed as "bf16" in the Features line of aarch64).
@@ -33,19 +35,29 @@ class DeviceSpec:
     name: str  # canonical name used in reports, e.g. "NVIDIA H100 SXM"
     vendor: str  # "nvidia" | "amd"
     bf16_tflops: float  # peak dense BF16 TFLOP/s
-    fp8_tflops: float | None  # peak dense FP8 TFLOP/s; None where the data sheet gives none
+    fp8_tflops: float | None  # peak dense FP8 TFLOP/s (MXFP8 too); None where the data sheet gives none
     memory_gib: float | None = None  # device memory as the device reports it (GiB): what a plan must fit in
     intra_gb_s: float | None = None  # GPU-to-GPU bandwidth inside a node, GB/s per direction per GPU (all links)
     max_power_w: float | None = None  # maximum board power (TDP / TBP) of the data sheet, W: no sample is above it
     idle_power_w: float | None = None  # the least a working device of the model draws, W: no mean over steps is below
+    fp6_tflops: float | None = None  # peak dense FP6 (MXFP6) TFLOP/s; None: no FP6 matrix units
+    fp4_tflops: float | None = None  # peak dense FP4 (MXFP4, NVFP4) TFLOP/s; None: no FP4 matrix units
+    # The PRECISION values its matrix units run (utils.spec.precision): FP8 on Hopper and CDNA 3, the OCP MX formats
+    # on Blackwell and CDNA 4, NVFP4 on Blackwell only; another precision skips every run (train.plan.skip_reason)
+    formats: tuple[str, ...] = ("bf16", "fp8")
+    peak_source: str = ""  # the vendor document the peaks are read from
 
     def peak_tflops(self, precision: str) -> float | None:
-        """Peak for a run's precision ("bf16" or "fp8")."""
-        if precision == "bf16":
-            return self.bf16_tflops
-        if precision == "fp8":
-            return self.fp8_tflops
-        raise ValueError(f"unknown precision {precision!r}; expected bf16 or fp8")
+        """Peak dense TFLOP/s at a run's precision (utils.spec.precision.PEAK_CLASS: MXFP8 at the FP8 rate, MXFP4 and
+        NVFP4 at the FP4 rate); None where the device has none (and for fp32, the CPU's)."""
+        if precision not in PEAK_CLASS:
+            raise ValueError(f"unknown precision {precision!r}; one of {', '.join(PEAK_CLASS)}")
+        return self.peaks().get(PEAK_CLASS[precision] or "")
+
+    def peaks(self) -> dict[str, float]:
+        """Its dense peaks by class (bf16, fp8, fp6, fp4), those it has."""
+        found = {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp6": self.fp6_tflops, "fp4": self.fp4_tflops}
+        return {key: value for key, value in found.items() if value}
 
 
 # Memory as the device reports it (nvidia-smi memory.total, amd-smi VRAM total, torch's total_memory), in GiB, and
@@ -88,25 +100,37 @@ CPU_PACKAGE_MIN_W = 1.0
 # above it is no reading, whatever the host.
 HOST_MEMORY_MAX_GIB = 65536.0
 
+# Peaks (dense, no sparsity), each entry's peak_source naming the document: NVIDIA's H100 datasheet (SXM: BF16 989.4,
+# FP8 1978.9; halves of its sparse 1979/3958), the H200 datasheet (the H100 SXM's), the HGX B200 datasheet (per GPU:
+# BF16 2250, FP8 and MXFP8 4500, FP4 9000; halves of its sparse figures); AMD's Instinct MI300X and MI325X datasheets
+# (BF16 1307.4, FP8 2614.9: 304 CUs x 2100 MHz x 2048 and 4096 FLOP per CU and clock) and the CDNA 4 whitepaper for
+# the MI355X (256 CUs x 2400 MHz: BF16 2516.6, FP8 and MXFP8 5033.2, MXFP6 and MXFP4 10066.3; the MI355X datasheet
+# rounds them to 2.5, 5.0 and 10.1 PFLOP/s).
+H100_SOURCE = "NVIDIA H100 Tensor Core GPU datasheet (dense = half the sparse figures)"
+AMD_SOURCE = "AMD Instinct {} datasheet"
 # Order matters: the first pattern that matches the upper-cased device name wins, so the specific
 # variants (NVL, PCIe) come before the generic H100 SXM entry. H100 SXM reports itself as
 # "NVIDIA H100 80GB HBM3"; a bare "H100" (or "H200 NVL", which has lower clocks) matches nothing.
 DEVICES: tuple[tuple[str, DeviceSpec], ...] = (
     (r"\bH100\b.*\bNVL\b", DeviceSpec("NVIDIA H100 NVL", "nvidia", 835, None, **LINKS["h100nvl"], max_power_w=400,
-                                       idle_power_w=20)),
+                                       idle_power_w=20, peak_source=H100_SOURCE)),
     (r"\bH100\b.*\bPCIE\b", DeviceSpec("NVIDIA H100 PCIe", "nvidia", 756, None, **LINKS["h100pcie"], max_power_w=350,
-                                        idle_power_w=20)),
+                                        idle_power_w=20, peak_source=H100_SOURCE)),
     (r"\bH100\b.*\b(SXM\w*|HBM3)\b", DeviceSpec("NVIDIA H100 SXM", "nvidia", 989.4, 1978.9, **LINKS["h100"],
-                                                 max_power_w=700, idle_power_w=30)),
+                                                 max_power_w=700, idle_power_w=30, peak_source=H100_SOURCE)),
     (r"\bH200\b(?!.*\bNVL\b)", DeviceSpec("NVIDIA H200", "nvidia", 989.4, 1978.9, **LINKS["h200"], max_power_w=700,
-                                            idle_power_w=30)),
-    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, **LINKS["b200"], max_power_w=1000, idle_power_w=50)),
+                                            idle_power_w=30, peak_source="NVIDIA H200 Tensor Core GPU datasheet")),
+    (r"\bB200\b", DeviceSpec("NVIDIA B200", "nvidia", 2250, 4500, **LINKS["b200"], max_power_w=1000, idle_power_w=50,
+                             fp4_tflops=9000, formats=("bf16", "fp8", "mxfp8", "mxfp4", "nvfp4"),
+                             peak_source="NVIDIA HGX B200 datasheet, per GPU (dense = half the sparse figures)")),
     (r"\bMI300X\b", DeviceSpec("AMD MI300X", "amd", 1307.4, 2614.9, **LINKS["mi300x"], max_power_w=750,
-                               idle_power_w=40)),
+                               idle_power_w=40, peak_source=AMD_SOURCE.format("MI300X"))),
     (r"\bMI325X\b", DeviceSpec("AMD MI325X", "amd", 1307.4, 2614.9, **LINKS["mi325x"], max_power_w=1000,
-                               idle_power_w=40)),
-    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2500, 5000, **LINKS["mi355x"], max_power_w=1400,
-                               idle_power_w=50)),
+                               idle_power_w=40, peak_source=AMD_SOURCE.format("MI325X"))),
+    (r"\bMI355X\b", DeviceSpec("AMD MI355X", "amd", 2516.6, 5033.2, **LINKS["mi355x"], max_power_w=1400,
+                               idle_power_w=50, fp6_tflops=10066.3, fp4_tflops=10066.3,
+                               formats=("bf16", "fp8", "mxfp8", "mxfp4"),
+                               peak_source="AMD CDNA 4 architecture whitepaper (MI355X); AMD Instinct MI355X datasheet")),
 )
 
 
@@ -145,6 +169,15 @@ def peak_tflops(device_name: str | None, precision: str) -> float | None:
     if peak is None:
         warnings.warn(f"{spec.name} has no {precision.upper()} peak in the table: MFU left empty", stacklevel=2)
     return peak
+
+
+def lacks(spec: DeviceSpec | None, precision: str) -> str:
+    """Why a device cannot train in a precision (one phrase naming the devices that can), or "" when it can or is
+    unknown (an unknown device is not refused on a guess)."""
+    if spec is None or precision not in PEAK_CLASS or PEAK_CLASS[precision] is None or precision in spec.formats:
+        return ""
+    having = ", ".join(dict.fromkeys(entry.name for _, entry in DEVICES if precision in entry.formats))
+    return f"{spec.name} has no {precision.upper()} matrix units ({having} have them)"
 
 
 def cpu_flags(environ: Mapping[str, str] | None = None) -> frozenset[str]:

@@ -89,7 +89,7 @@ def layout(req: Request, on_gpu: bool) -> Layout:
     choose_fusions: the CPU has none)."""
     lay, t, table, native = req.parallelism, req.training, req.fairness.table, req.native
     return Layout(framework=req.identity.framework, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga, mbs=t.mbs,
-                  seq_len=t.seq_len, precision=t.precision,
+                  seq_len=t.seq_len, precision=t.precision, fp8_recipe=str(table["fp8_recipe"]),
                   grad_fp32=bool(table["grad_reduce_in_fp32"]) or t.precision == "fp32",
                   distributed_optimizer=bool(table["use_distributed_optimizer"]),
                   overlap_grad_reduce=bool(table["overlap_grad_reduce"]), data_parallel=native.data_parallel,

@@ -7,9 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from utils import frameworks
+from utils.spec.precision import DEFAULT_FP8_RECIPE, LOW
 
 GIB = 2 ** 30
-DTYPE_BYTES = {"bf16": 2, "fp8": 2, "fp32": 4}  # FP8 trains from bf16 weights: its activations are counted as bf16
+# Every precision below 16 bits trains from bf16 weights, its activations counted as bf16; what it keeps beyond them
+# (the quantized weight copies) is utils.spec.precision.weight_copy_bytes
+DTYPE_BYTES = {"bf16": 2, "fp32": 4, **{name: 2 for name in LOW}}
 PHASES = ("forward-backward", "optimizer step")  # a moment's phase: before the optimizer step, or in it
 
 
@@ -28,7 +31,8 @@ class Layout:
     ga: int
     mbs: int
     seq_len: int
-    precision: str  # bf16 | fp8 | fp32
+    precision: str  # one of utils.spec.precision.PRECISIONS
+    fp8_recipe: str = DEFAULT_FP8_RECIPE  # FP8_RECIPE, with precision fp8
     grad_fp32: bool  # gradients reduced (and kept) in fp32: the profile's grad_reduce_in_fp32, or fp32 training
     distributed_optimizer: bool
     overlap_grad_reduce: bool

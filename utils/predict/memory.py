@@ -26,6 +26,8 @@ fp32 master weights and Adam's two moments for this rank's 1/DP of each bucket, 
 shard of the gradient when gradients are 16-bit (Megatron-LM docs/source/api-guide/dist_optimizer.md: bytes per
 parameter 4 + 16/d for 16-bit parameters and gradients, 6 + 12/d for bf16 parameters with fp32 gradients, 8 + 8/d for
 fp32 both; megatron/core/optimizer/distrib_optimizer.py _copy_model_grads_to_main_grads: shard_model_grad.float()).
+Below 16 bits its weights add the quantized copies of the decoder's GEMM weights (quantized_weights): about 2 bytes
+per such parameter under FP8's per-tensor recipes, 2.06 under MXFP8, 1.06 under MXFP4, 1.13 under NVFP4.
 fsdp (FSDP2 fully_shard per layer and on the root): fp32 parameters, gradients and both moments sharded over DP on
 dimension 0, padded to a multiple of DP rows (torch/distributed/fsdp/_fully_shard/_fsdp_param.py); DDP instead
 keeps the whole fp32 model, its gradients and a flat bucket copy of them (gradient_as_bucket_view=False).
@@ -49,6 +51,7 @@ from utils.predict.layout import DTYPE_BYTES, GIB, PHASES, Layout, Moment
 from utils.predict.parameters import (Buffer, adamw_temporaries, hf_shapes, layer_shapes, megatron_bucket_size,
                                       megatron_buffer, megatron_numels, param_groups, tied_contributions)
 from utils.spec.models import ModelSpec
+from utils.spec.precision import weight_copy_bytes
 
 __all__ = ["DTYPE_BYTES", "GIB", "PHASES", "Buffer", "Layout", "Memory", "MEMORY_MODELS", "Moment", "hf_shapes",
            "layer_shapes", "megatron_buffer", "megatron_numels", "memory"]
@@ -104,6 +107,14 @@ class Memory:
 
 # --- Each memory model: the moments of its step --------------------------------------------------------------------
 
+def quantized_weights(spec: ModelSpec, lay: Layout, layers: int) -> int:
+    """Bytes of the low-precision copies Transformer Engine keeps of a stage's decoder GEMM weights through a step
+    (utils.spec.precision.weight_copy_bytes: two per weight with their scales); the embedding, norms and output layer
+    are no Transformer Engine Linear and stay bf16. 0 for bf16 and fp32."""
+    per_layer = sum(rows * cols for rows, cols in layer_shapes(spec, lay.tp) if cols > 1)
+    return round(weight_copy_bytes(lay.precision, lay.fp8_recipe) * per_layer * layers)
+
+
 def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> list[Moment]:
     """One pipeline stage (the first holds the embedding, the last the final norm and LM head): megatron-core's
     buffer and the distributed optimizer's shard (module docstring). The fp32 copy of the gradient shard lives from
@@ -114,7 +125,7 @@ def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> lis
     numels = megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, first, last)
     buf = megatron_buffer(numels, lay.dp, megatron_bucket_size(lay) if first else None, lay.distributed_optimizer)
     w, g = lay.width, 4 if lay.grad_fp32 else lay.width
-    weights, grad_buffer = buf.numel * w, buf.numel * g
+    weights, grad_buffer = buf.numel * w + quantized_weights(spec, lay, spec.num_layers // lay.pp), buf.numel * g
     master = 0 if lay.precision == "fp32" else 4 * buf.shard_numel  # fp32 weights are their own master copy
     main_grads = 4 * buf.shard_numel if g < 4 else 0  # the step's fp32 copy of the shard's 16-bit gradients
     optimizer = master + 8 * buf.shard_numel + 4 * buf.shard_tensors
@@ -261,7 +272,8 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
         lambda spec, lay: sum(megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, True, lay.pp == 1)),
         MODELLED,
         COMMON_NOT_MODELLED + ("pipeline send and receive buffers (PP > 1)",
-                               "Transformer Engine's FP8 scaling state and casts (PRECISION=fp8)")),
+                               "Transformer Engine's amax histories and scales (a few KiB per tensor) and its "
+                               "casts of activations (PRECISION below 16 bits)")),
     "fsdp": MemoryModel(
         "fsdp", lambda spec, lay: [fsdp_moments(spec, lay)],
         lambda spec, lay: sum(r * c for r, c in hf_shapes(spec, lay.tp, vocab_parallel_head=False)),

@@ -116,7 +116,9 @@ def dp_volume(spec: ModelSpec, lay: Layout) -> tuple[float, bool]:
 
 def bound(spec: ModelSpec, lay: Layout, device: DeviceSpec, net: Links) -> TimeBound | None:
     """The step's lower bound on this device, or None when the device has no peak at the run's precision."""
-    peak = device.peak_tflops("fp8" if lay.precision == "fp8" else "bf16")
+    # at the precision's own peak (MXFP8 at FP8's, the FP4 formats at FP4's); a CPU's fp32 run projected onto a GPU
+    # would train bf16 there
+    peak = device.peak_tflops("bf16" if lay.precision == "fp32" else lay.precision)
     if peak is None or net.intra <= 0:
         return None
     gpus = lay.tp * lay.pp * lay.dp

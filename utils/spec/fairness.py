@@ -15,6 +15,7 @@ Both share every other value, and WORKLOAD is the same in both: it defines the t
 from __future__ import annotations
 
 from utils.frameworks import TABLE
+from utils.spec import precision as precisions
 
 PROFILES = ("spec", "tuned")
 DEFAULT_PROFILE = "spec"
@@ -52,7 +53,7 @@ SPEC: dict[str, object] = {
     # defaults, which NeMo's bf16_with_fp8_mixed and Primus v25.11's trainer_base.yaml both ship;
     # megatron-core's TransformerConfig defaults (1, most_recent) are overridden for mega.
     "fp8_format": "hybrid",  # E4M3 forward, E5M2 backward
-    "fp8_recipe": "delayed",
+    "fp8_recipe": precisions.DEFAULT_FP8_RECIPE,  # FP8_RECIPE replaces it in a run's table (profile())
     "fp8_margin": 0,
     "fp8_amax_history_len": 1024,
     "fp8_amax_compute_algo": "max",
@@ -144,11 +145,12 @@ class ProfileError(ValueError):
     """An unknown fairness profile name."""
 
 
-def profile(name: str) -> dict[str, object]:
-    """The full settings table of one profile."""
+def profile(name: str, fp8_recipe: str | None = None) -> dict[str, object]:
+    """The full settings table of one profile; FP8_RECIPE's value, when given, as its fp8_recipe (every framework
+    with FP8 runs the one recipe asked for, or is skipped: train.plan.skip_reason)."""
     if name not in PROFILES:
         raise ProfileError(f"unknown fairness profile {name!r}; one of {', '.join(PROFILES)}")
-    table = dict(SPEC)
+    table = dict(SPEC, fp8_recipe=fp8_recipe or SPEC["fp8_recipe"])
     if name == "tuned":
         table.update({key: value for key, (value, _why) in TUNED.items()})
     return table
@@ -161,10 +163,16 @@ def workload(framework: str, vocab_size: int, tp: int) -> dict[str, object]:
     return {**WORKLOAD, "padded_vocab_size": vocab_size, "lr_warmup_convention": TABLE[framework].warmup_convention}
 
 
-def fp8_recipe(table: dict) -> dict[str, object]:
-    """The FP8 recipe's settings of a profile table (recorded in results of PRECISION=fp8 runs)."""
-    return {key: table[key] for key in ("fp8_format", "fp8_recipe", "fp8_margin", "fp8_amax_history_len",
-                                        "fp8_amax_compute_algo", "fp8_reduce_amax")}
+def fp8_recipe(table: dict, precision: str = "fp8") -> dict[str, object]:
+    """The low-precision recipe's settings of a profile table (recorded in results of runs below 16 bits): under
+    MXFP8, NVFP4 and MXFP4 fp8_recipe is that format's recipe (megatron-core's fp8_recipe or fp4_recipe), and FP4's
+    format is E2M1; the delayed-scaling fields stay as the table says (no other recipe reads them)."""
+    settings = {key: table[key] for key in ("fp8_format", "fp8_recipe", "fp8_margin", "fp8_amax_history_len",
+                                            "fp8_amax_compute_algo", "fp8_reduce_amax")}
+    settings["fp8_recipe"] = precisions.recipe(precision, str(table["fp8_recipe"]))
+    if precisions.MEGATRON_SWITCH[precision][0] == "fp4":
+        settings["fp8_format"] = precisions.FP4_FORMAT
+    return settings
 
 
 # The result's workload-identity fields (training section), compared across frameworks by evaluate.validate.
@@ -174,9 +182,9 @@ IDENTITY_KEYS = ("fairness_profile", "init_method_std", "padded_vocab_size", "eo
 
 def identity(profile_name: str, table: dict, applied: dict, precision: str) -> dict[str, object]:
     """The workload-identity fields of a result: the profile, the workload a framework applied
-    (workload()), the NaN check and the FP8 recipe (None unless the run trains in FP8)."""
+    (workload()), the NaN check and the low-precision recipe (None unless the run trains below 16 bits)."""
     return {"fairness_profile": profile_name, **applied, "check_for_nan_in_grad": table["check_for_nan_in_grad"],
-            "fp8_recipe": fp8_recipe(table) if precision == "fp8" else None}
+            "fp8_recipe": fp8_recipe(table, precision) if precision in precisions.LOW else None}
 
 
 def sequence_parallel(tp: int) -> bool:
