@@ -31,8 +31,8 @@ BASE = dict(FRAMEWORK="fsdp", PRECISION="fp32", SL=64, TRAIN_ITERS=STEPS, WARMUP
 # split changes only the order of sums (the row-parallel projections' all-reduce, the DP split the gradient
 # reduction; the vocabulary-parallel loss its log-sum-exp), so the losses may differ by float32 rounding, grown
 # over 8 Adam steps. Measured on this machine with sequence and loss parallelism and SAC: the largest loss
-# difference 1.9e-6 (about 2 float32 ulps at 11.7); an LM head left out of the gradient's reduction moved step 1's
-# grad norm from 2.19 to 1.93. The tolerance is five times the rounding:
+# difference 1.9e-6 (about 2 float32 ulps at 11.7); the compiled layers' wrong gradients under sequence
+# parallelism (now refused) moved step 1's grad norm from 2.19 to 1.93. The tolerance is five times the rounding:
 # far below the 0.2 the loss moves in these 8 steps, so a wrong split (a missing all-reduce, a shard mixed up)
 # cannot pass.
 TP_TOLERANCE = 1e-5
