@@ -116,7 +116,7 @@ def test_a_nemo_log_says_its_layout_batch_and_model_but_not_its_precision_or_lr_
     assert code == 2
     assert capsys.readouterr().err == (
         f"evaluate.extract: {log} does not say platform, precision, minimum LR, LR warm-up steps; give "
-        "--platform amd|nvd|cpu --precision bf16|fp8|fp32 --min-lr LR --warmup-steps N\n")
+        "--platform amd|nvd|cpu --precision bf16|fp8|mxfp8|mxfp4|nvfp4|fp32 --min-lr LR --warmup-steps N\n")
     code, result = extract_alone(tmp_path, log, "--platform", "nvd", "--precision", "bf16", "--min-lr", "3e-5",
                                  "--warmup-steps", "5", "--warmup-skip", "2")
     assert code == 0
@@ -186,7 +186,8 @@ def test_a_precision_the_platform_is_not_benchmarked_in_is_refused(tmp_path, cap
     log.write_text(log.read_text().replace(f"  bf16 {'.' * 44} True", f"  bf16 {'.' * 44} False"))
     code, result = extract_alone(tmp_path, log, "--warmup-skip", "2")
     assert (code, result) == (2, None)
-    assert capsys.readouterr().err == ("evaluate.extract: precision fp32 on nvd: TPrimat runs nvd in bf16 or fp8 only, "
+    assert capsys.readouterr().err == ("evaluate.extract: precision fp32 on nvd: TPrimat runs nvd in bf16, fp8, mxfp8, mxfp4 or "
+                                       "nvfp4 only, "
                                        "so no result compares with it\n")
 
 

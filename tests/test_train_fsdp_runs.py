@@ -2,8 +2,9 @@
 tiny models on the bundled sample data (tests/fixtures/train/data_dir.py), fp32.
 
 Four runs of 8 steps, each shared by several tests: FSDP2 over DP=2 with every second layer checkpointed, its
-rerun, DTensor TP=2 (DP=1, the same samples per step) with the layers compiled and every second checkpointed
-(the hardest combination: compile once, where it meets everything), and Qwen under DDP.
+rerun, DTensor TP=2 with sequence and loss parallelism (DP=1, the same samples per step) and every second layer
+checkpointed, and Qwen under DDP with its layers compiled (compile under sequence parallelism is refused:
+tests/test_train_native_tensor_parallel.py).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ BASE = dict(FRAMEWORK="fsdp", PRECISION="fp32", SL=64, TRAIN_ITERS=STEPS, WARMUP
             MIN_LR=MIN_LR, MBS=1, TP=1, PP=1, DP=2, GA=1)
 # TP=2 (DP=1, MBS 2) against DP=2 (TP=1, MBS 1): the same samples per step from the same weights, in fp32. A TP
 # split changes only the order of sums (the row-parallel projections' all-reduce, the DP split the gradient
-# reduction; the compiled layers their kernels' order), so the losses may differ by float32 rounding, grown over
-# 8 Adam steps. Measured on this machine: the largest loss difference 1.9e-6 (about 2 float32 ulps at 11.7) both
-# without and with compile + SAC on the TP run, grad norms 6.1e-7 and 3.8e-7. The tolerance is five times that:
+# reduction; the vocabulary-parallel loss its log-sum-exp), so the losses may differ by float32 rounding, grown
+# over 8 Adam steps. Measured on this machine with sequence and loss parallelism and SAC: the largest loss
+# difference 1.9e-6 (about 2 float32 ulps at 11.7); the compiled layers' wrong gradients under sequence
+# parallelism (now refused) moved step 1's grad norm from 2.19 to 1.93. The tolerance is five times the rounding:
 # far below the 0.2 the loss moves in these 8 steps, so a wrong split (a missing all-reduce, a shard mixed up)
 # cannot pass.
 TP_TOLERANCE = 1e-5
@@ -59,8 +61,8 @@ def runs(tmp_path_factory, data_dir):
     layouts = {
         "fsdp_dp2": dict(SAC_FREQ="1/2", PYTHONWARNINGS="default"),  # Python's warnings shown, as the launcher runs
         "rerun": dict(SAC_FREQ="1/2"),
-        "tp2_compiled": dict(TP=2, DP=1, MBS=2, SAC_FREQ="1/2", COMPILE=1, COMPILE_MODE="default"),
-        "qwen_ddp": dict(model="qwen", DATA_PARALLEL="ddp"),
+        "tp2": dict(TP=2, DP=1, MBS=2, SAC_FREQ="1/2"),
+        "qwen_ddp": dict(model="qwen", DATA_PARALLEL="ddp", COMPILE=1, COMPILE_MODE="default"),
     }
     done: dict[str, Run] = {}
 
@@ -100,14 +102,27 @@ def test_a_rerun_repeats_every_loss_exactly(runs):
 
 
 def test_tensor_parallel_matches_data_parallel(runs):
-    base, tp2 = runs("fsdp_dp2"), runs("tp2_compiled")
+    """torchtitan's plan: the LM head sharded over the vocabulary (loss parallel), the norms over the sequence; the
+    read-back says so and validate holds sequence_parallel to the request's."""
+    base, tp2 = runs("fsdp_dp2"), runs("tp2")
     assert_trained(tp2)
     assert tp2.series("loss") == pytest.approx(base.series("loss"), abs=TP_TOLERANCE)
     assert tp2.series("grad_norm") == pytest.approx(base.series("grad_norm"), abs=TP_TOLERANCE)
-    effective = tp2.result["effective"]
+    result = tp2.result
+    effective, plan = result["effective"], result["effective"]["tp_plan"]
     assert (effective["tp"], effective["dp"], effective["mesh"]["shape"], effective["sharding"]) == \
         (2, 1, [1, 2], "fsdp2")
-    assert effective["tp_plan"]["self_attn.q_proj"] == "colwise" and effective["tp_plan"]["mlp.down_proj"] == "rowwise"
+    assert (effective["sequence_parallel"], effective["loss_parallel"]) == (True, True)
+    assert result["parallelism"]["sequence_parallel"] is True
+    assert effective["lm_head_vocab_rows"] * 2 == result["model"]["vocab_size"] == effective["vocab_size"]
+    assert plan["lm_head"] == "ColwiseParallel Shard(dim=1) -> Shard(dim=-1)"
+    assert plan["model.embed_tokens"] == "RowwiseParallel Replicate() -> Shard(dim=1)"
+    assert plan["model.norm"] == plan["layers.N.input_layernorm"] == "SequenceParallel Shard(dim=1)"
+    assert plan["layers.N.self_attn.q_proj"] == "ColwiseParallel Replicate() -> Shard(dim=-1)"
+    assert plan["layers.N.mlp.down_proj"] == "RowwiseParallel Shard(dim=-1) -> Shard(dim=1)"
+    assert [f.message for f in validate.check_result(Loaded("fsdp", result, {})) if f.fatal] == []
+    base_effective = base.result["effective"]
+    assert (base_effective["sequence_parallel"], base_effective["tp_plan"]) == (False, {})
 
 
 def test_learning_rate_is_megatron_lms_warmup_then_cosine(runs):
@@ -138,12 +153,11 @@ def test_result_is_valid_with_the_breakdown_and_the_read_back(runs, data_dir):
 
 
 def test_compile_and_ddp_are_read_back(runs):
-    compiled, ddp = runs("tp2_compiled").result, runs("qwen_ddp").result
-    assert (compiled["effective"]["compile"], compiled["effective"]["compile_mode"],
-            compiled["effective"]["checkpointed_layers"]) == (True, "default", [1])
-    assert compiled["features"]["torch_compile"] == "default"
-    assert (ddp["effective"]["compile"], ddp["effective"]["sharding"], ddp["features"]["fsdp2"]) == \
-        (False, "ddp", False)
+    ddp, tp2 = runs("qwen_ddp").result, runs("tp2").result
+    assert (ddp["effective"]["compile"], ddp["effective"]["compile_mode"], ddp["features"]["torch_compile"]) == \
+        (True, "default", "default")
+    assert (ddp["effective"]["sharding"], ddp["features"]["fsdp2"]) == ("ddp", False)
+    assert (tp2["effective"]["compile"], tp2["effective"]["checkpointed_layers"]) == (False, [1])
 
 
 def test_a_pipeline_parallel_request_is_refused_in_one_line(tmp_path):

@@ -15,6 +15,7 @@ Tolerances (also in README, "Will it fit, and how fast could it be"):
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -217,8 +218,30 @@ def test_the_step_time_reads_the_parameters_each_memory_model_holds():
     spec = get_model("qwen", "tiny")
     assert stage_parameters(spec, cpu_layout("megatron")) == spec.param_count()
     assert stage_parameters(spec, cpu_layout("fsdp", tp=2)) < spec.param_count()
-    whole_head = stage_parameters(spec, cpu_layout("fsdp", tp=2))
-    assert stage_parameters(spec, cpu_layout("autotp", tp=2)) == whole_head - spec.vocab_size // 2 * spec.hidden_size
+    # autotp splits the head over the vocabulary, fsdp (torchtitan's plan) the embedding too
+    half_table = spec.vocab_size // 2 * spec.hidden_size
+    assert stage_parameters(spec, cpu_layout("fsdp", tp=2)) == stage_parameters(spec, cpu_layout("autotp", tp=2)) \
+        - half_table
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen"])
+def test_fsdp_at_tp_2_shards_the_embedding_head_and_logits_and_the_norms_over_the_sequence(model):
+    """train/native/tensor_parallel.py's plan: embedding and head V/TP rows, loss parallel's fp32 buffers over
+    V/TP, each norm's saved tensors over the sequence shard while the gathered projection inputs stay whole."""
+    spec, tied = get_model(model, "tiny"), replace(get_model(model, "tiny"), tied_embeddings=True)
+    one, two = (memory(spec, cpu_layout("fsdp", tp=tp, dp=1)) for tp in (1, 2))
+    v, h, tokens, w = spec.vocab_size, spec.hidden_size, 2 * 128, 2
+    assert two.logits == one.logits // 2 == tokens * v // 2 * 12
+    table = v * h
+    layers = [r * c for r, c in hf_shapes(spec, 2, False)[1:-2]]
+    assert two.weights == 4 * (table + sum(layers) + h)  # two half tables, layers split, the norm whole
+    assert memory(tied, cpu_layout("fsdp", tp=2, dp=1)).weights == 4 * (table // 2 + sum(layers) + h)
+    d, f, a, g = spec.head_dim, spec.ffn_hidden_size, spec.num_attention_heads, spec.num_kv_heads
+    split = (w * (2 * a * d + 2 * g * d) + 4 * a + 4 * w * f) // 2  # heads and FFN over TP, as before
+    layer = 2 * (4 * h + 4 + w * h) / 2 + 2 * w * h + split  # norms on the sequence shard, gathered inputs whole
+    model_level = 8 + 2 * w * d + (4 * h + 4 + w * h) / 2 + w * h  # RoPE whole, the final norm sharded
+    assert two.activations == math.ceil((spec.num_layers * layer + model_level) * tokens)
+    assert two.activations < one.activations
 
 
 def test_the_optimizer_temporaries_are_torch_adamws_on_the_cpu_and_none_under_megatrons_fused_adam():

@@ -225,8 +225,9 @@ def merged(logs: list[Path], run_dir: Path | None, request: dict, flags: dict, s
         raise UsageError(f"{sources} {verb} not say {', '.join(SETTINGS[key].label for key in missing)}; give {asks}")
     platform, precision = settings["platform"], settings["precision"]
     if precision not in PRECISIONS[platform]:
-        raise UsageError(f"precision {precision} on {platform}: TPrimat runs {platform} in "
-                         f"{' or '.join(PRECISIONS[platform])} only, so no result compares with it")
+        *others, last = PRECISIONS[platform]
+        raise UsageError(f"precision {precision} on {platform}: TPrimat runs {platform} in {', '.join(others)} or "
+                         f"{last} only, so no result compares with it")
     if settings.get("warmup_skip") is None:
         settings["warmup_skip"], source = configured_warmup_skip(settings["platform"])
         notes.append(f"WARMUP_SKIP={settings['warmup_skip']} from {source} (no run directory gave it; "

@@ -1,12 +1,16 @@
 """The fsdp framework's Engine (train/native/engine.py): FSDP2 with DTensor tensor parallelism, or DDP.
 
 The ranks form a 2D mesh (dp, tp), row-major: TP groups are consecutive ranks ({0,1},{2,3} at TP=2), DP groups
-the columns. With TP > 1 each decoder layer is parallelised with TPrimat's TP plan (q, k, v, gate, up column-wise;
-o and down row-wise; embeddings, norms and the LM head stay whole); then FP8 (torchao), torch.compile per layer,
-selective activation checkpointing of every N-th layer around the compiled layer (the other way round, torch 2.13
-fails under TP: the compiled checkpointed region saves a DeviceMesh for backward), and FSDP2's fully_shard per
-layer and on the root over the dp mesh with the run's mixed precision. DATA_PARALLEL=ddp replicates the model with
-torch's DistributedDataParallel instead (TP=1 only). Every refusal is a SettingsError (exit 2).
+the columns. With TP > 1 the model gets torchtitan's plan (torchtitan/models/llama3/infra/parallelize.py's apply_tp)
+under Hugging Face's module names (tp_plan): the embedding row-wise over the vocabulary with its output sharded
+over the sequence, every norm sequence-parallel, attention and MLP all-gathering their input, q, k, v, gate, up
+column-wise, o and down row-wise with a reduce-scatter back to the sequence shards, and the LM head column-wise
+with its logits left sharded over the vocabulary for the loss (loss parallel: forward and backward inside
+torch's loss_parallel()). Then FP8 (torchao), torch.compile per layer, selective activation checkpointing of every
+N-th layer around the compiled layer (the other way round, torch 2.13 fails under TP: the compiled checkpointed
+region saves a DeviceMesh for backward), and FSDP2's fully_shard per layer and on the root over the dp mesh with
+the run's mixed precision. DATA_PARALLEL=ddp replicates the model with torch's DistributedDataParallel instead
+(TP=1 only). Every refusal is a SettingsError (exit 2).
 """
 
 from __future__ import annotations
@@ -16,13 +20,12 @@ from contextlib import nullcontext
 
 import torch
 
+from train.native import tensor_parallel
 from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
 from utils.spec import fairness
 from utils.spec.request import Request
 
-COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
-ROW = ("self_attn.o_proj", "mlp.down_proj")
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -35,6 +38,13 @@ def check(req: Request, device: torch.device) -> None:
     if native.data_parallel == "ddp" and lay.tp != 1:
         raise SettingsError(f"DATA_PARALLEL=ddp with TP={lay.tp}: DDP replicates whole models; set "
                             "DATA_PARALLEL=fsdp or TP=1")
+    if lay.tp > 1 and native.attn_impl == "eager":
+        raise SettingsError(f"ATTN_IMPL=eager with TP={lay.tp}: Hugging Face builds eager attention's mask from the "
+                            "sequence-sharded embedding output (sequence parallelism), which would be wrong; set "
+                            "ATTN_IMPL=sdpa")
+    if lay.tp > 1 and native.compile:  # measured on the CPU: step 1's grad norm 1.93, uncompiled and TP=1 2.19
+        raise SettingsError(f"COMPILE=1 with TP={lay.tp}: torch {torch.__version__.split('+')[0]} computes wrong "
+                            "gradients for a compiled decoder layer under sequence parallelism; set COMPILE=0 or TP=1")
     if native.sac_every and (native.data_parallel != "fsdp" or precision == "fp8"):
         raise SettingsError("SAC_FREQ needs DATA_PARALLEL=fsdp and a precision other than fp8; clear SAC_FREQ")
     if precision == "fp8":
@@ -43,17 +53,6 @@ def check(req: Request, device: torch.device) -> None:
         if importlib.util.find_spec("torchao") is None:
             raise SettingsError("PRECISION=fp8 under fsdp needs torchao's float8 training (pip install torchao); "
                                 "Transformer Engine is not wired into fsdp; or set PRECISION=bf16")
-
-
-def tp_plan(fp8: bool) -> dict:
-    """TPrimat's plan for one Llama/Qwen decoder layer (torchao's float8 styles under FP8)."""
-    if fp8:
-        from torchao.float8.float8_tensor_parallel import Float8ColwiseParallel as Column
-        from torchao.float8.float8_tensor_parallel import Float8RowwiseParallel as Row
-    else:
-        from torch.distributed.tensor.parallel import ColwiseParallel as Column
-        from torch.distributed.tensor.parallel import RowwiseParallel as Row
-    return {**{name: Column() for name in COLUMN}, **{name: Row() for name in ROW}}
 
 
 def by_mesh(parameters: list[torch.nn.Parameter]) -> list[list[torch.Tensor]]:
@@ -115,11 +114,8 @@ class FsdpEngine:
             # FP8_RECIPE's torchao name: fsdp's entry has "tensorwise" only (the plan skips the others)
             recipe = Float8LinearConfig.from_recipe_name(str(req.fairness.table["fp8_recipe"]))
             convert_to_float8_training(model, config=recipe, module_filter_fn=lambda module, name: name != "lm_head")
-        if lay.tp > 1:
-            from torch.distributed.tensor.parallel import parallelize_module
-
-            for layer in layers:
-                parallelize_module(layer, self.mesh["tp"], tp_plan(self.float8))
+        # sequence and loss parallelism with TP, as every framework (utils.spec.fairness.sequence_parallel)
+        self.head_rows = tensor_parallel.apply(model, self.mesh["tp"], self.float8) if lay.tp > 1 else None
         if native.compile:
             for layer in layers:
                 layer.compile(mode=native.compile_mode)
@@ -161,16 +157,29 @@ class FsdpEngine:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.param_dtype)
 
+    def _loss_parallel(self):
+        """torch's loss_parallel() where the logits stay sharded over the vocabulary (TP > 1): the cross-entropy and
+        its backward over the shards, no rank holding the whole logits."""
+        if self.head_rows is None:
+            return nullcontext()
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        return loss_parallel()
+
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The full position_ids always: under sequence parallelism Hugging Face would otherwise number the
+        positions from the embedding's sequence shard (train/native/tensor_parallel.py)."""
         with self._autocast():
             logits = self.model(input_ids=batch["tokens"], position_ids=batch["position_ids"],
                                 use_cache=False).logits
-        return native_trainer.masked_loss(logits, batch)
+        with self._loss_parallel():
+            return native_trainer.masked_loss(logits, batch)
 
     def backward(self, loss: torch.Tensor, last_microbatch: bool) -> None:
         if self.fsdp:
             self.model.set_requires_gradient_sync(last_microbatch)
-            (loss / self.ga).backward()
+            with self._loss_parallel():
+                (loss / self.ga).backward()
             return
         with nullcontext() if last_microbatch else self.model.no_sync():
             (loss / self.ga).backward()
@@ -197,8 +206,9 @@ class FsdpEngine:
             "tp": self.mesh["tp"].size(), "dp": self.mesh["dp"].size(), "pp": 1,
             "num_gpus": self.mesh.size(), "mesh": {"shape": list(self.mesh.shape), "dims": ["dp", "tp"],
                                                    "device_type": self.mesh.device_type},
-            "tp_plan": {**{name: "colwise" for name in COLUMN}, **{name: "rowwise" for name in ROW}}
-            if self.mesh["tp"].size() > 1 else {},
+            "tp_plan": tensor_parallel.description(self.float8) if self.head_rows is not None else {},
+            "sequence_parallel": self.head_rows is not None, "loss_parallel": self.head_rows is not None,
+            "lm_head_vocab_rows": self.head_rows or self.hf_model.lm_head.weight.shape[0],
             "sharding": "fsdp2" if self.fsdp else "ddp", "data_parallel": native.data_parallel,
             "reshard_after_forward": True if self.fsdp else None,
             "precision": self.request.training.precision if not self.float8 else "fp8",

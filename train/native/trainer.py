@@ -68,6 +68,8 @@ def masked_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.T
     """Mean token cross-entropy over the loss mask, in fp32 (the labels are already shifted: train.common.megatron_data)."""
     losses = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), batch["labels"].view(-1),
                                                reduction="none")
+    if hasattr(losses, "full_tensor"):  # loss parallel (fsdp at TP > 1): each token's loss, whole on every TP rank
+        losses = losses.full_tensor()
     mask = batch["loss_mask"].view(-1).float()
     return torch.sum(losses * mask) / mask.sum()
 

@@ -11,16 +11,19 @@ from utils.predict.layout import Layout
 from utils.spec.models import ModelSpec
 
 
-def hf_layer_bytes_per_token(spec: ModelSpec, tp: int, width: int) -> int:
+def hf_layer_bytes_per_token(spec: ModelSpec, tp: int, width: int, sequence_parallel: bool = False) -> float:
     """What one Hugging Face Llama/Qwen decoder layer keeps for backward, per token (torch's autograd saves, counted
     tensor by tensor with saved_tensors_hooks and held against MemTracker in tests/test_utils_predict.py):
     each RMSNorm its input cast to fp32 (4h), 1/rms (4), the normalised value cast back (w h) and its output
     (w h); attention q and k after RoPE, v (w (a d + 2 g d)), the flash/SDPA output (w a d) and its log-sum-exp
     (4 a, fp32); the SwiGLU MLP gate, SiLU, up and their product (4 w f). Flash attention keeps no a x s x s scores;
     grouped-query attention keeps g KV heads (SDPA's enable_gqa, taken when there is no explicit mask). Under TP
-    the heads and the FFN split; the norms stay whole (the torch-native TP plans have no sequence parallelism)."""
+    the heads and the FFN split; autotp's norms stay whole. With sequence parallelism (fsdp at TP > 1: torchtitan's
+    plan) each norm runs on 1/TP of the tokens, but its output all-gathered for the column-parallel projections
+    (what they save: w h per token) is whole. From the sources; the CPU's measured peaks check TP = 1."""
     h, d, f, a, g = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size, spec.num_attention_heads, spec.num_kv_heads
-    norms = 2 * (4 * h + 4 + 2 * width * h)
+    shard = tp if sequence_parallel else 1
+    norms = 2 * (4 * h + 4 + width * h) / shard + 2 * width * h
     attention = width * (2 * a * d + 2 * g * d) + 4 * a
     return norms + (attention + 4 * width * f) // tp
 
@@ -82,11 +85,15 @@ def activations(spec: ModelSpec, lay: Layout, in_flight: int = 1) -> int:
             final_norm = 8 * h + 4 + w * h
         model_level = w * h + final_norm  # the embedding's output stays referenced through the forward
         return math.ceil((per_layer * (spec.num_layers // lay.pp) + model_level) * tokens * in_flight)
-    full = hf_layer_bytes_per_token(spec, lay.tp, w)
+    sequence_parallel = lay.memory_model == "fsdp" and lay.tp > 1  # train/native/tensor_parallel.py
+    shard = lay.tp if sequence_parallel else 1
+    full = hf_layer_bytes_per_token(spec, lay.tp, w, sequence_parallel)
     checkpointed = spec.num_layers // lay.sac_every if lay.sac_every else 0
-    stored = (spec.num_layers - checkpointed) * full + checkpointed * w * h  # a checkpoint keeps its input
-    model_level = 8 + 2 * w * spec.head_dim + 4 * h + 4 + 2 * w * h
-    return (stored + model_level) * tokens
+    stored = (spec.num_layers - checkpointed) * full + checkpointed * w * h / shard  # a checkpoint keeps its input
+    # RoPE's cos and sin (whole: built from the full position_ids), the final norm (on its sequence shard) and its
+    # output gathered for the LM head
+    model_level = 8 + 2 * w * spec.head_dim + (4 * h + 4 + w * h) / shard + w * h
+    return math.ceil((stored + model_level) * tokens)
 
 
 def logits(spec: ModelSpec, lay: Layout) -> int:
@@ -99,7 +106,9 @@ def logits(spec: ModelSpec, lay: Layout) -> int:
     Hugging Face's cross-entropy on .float() logits (fsdp; autotp at TP = 1): the fp32 log-softmax output kept for
     backward (4 V) and the two fp32 gradients that meet at its backward (8 V). autotp's vocabulary-parallel head
     (TP > 1; deepspeed/sequence/cross_entropy.py): the w-wide logits, their .float() copy, logits - max and its exp
-    (kept) at once (12 V + w V, the w V absent in fp32), over V/TP."""
+    (kept) at once (12 V + w V, the w V absent in fp32), over V/TP. fsdp's loss parallel (TP > 1: torch's
+    loss_parallel() over the head's vocabulary-sharded logits) keeps Hugging Face's three fp32 tensors, over V/TP
+    (from the source: torch/distributed/tensor/parallel/loss.py; the CPU's measured peaks check TP = 1)."""
     tokens, w, h = lay.tokens, lay.width, spec.hidden_size
     sixteen = w if w < 4 else 0
     if lay.memory_model == "megatron":
@@ -109,4 +118,6 @@ def logits(spec: ModelSpec, lay: Layout) -> int:
         return max(at_loss, head_backward)
     if lay.memory_model == "autotp" and lay.tp > 1:
         return tokens * (spec.vocab_size // lay.tp) * (12 + sixteen)
+    if lay.memory_model == "fsdp" and lay.tp > 1:
+        return tokens * (spec.vocab_size // lay.tp) * 12
     return tokens * spec.vocab_size * 12

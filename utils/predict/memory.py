@@ -49,7 +49,8 @@ from typing import Callable
 from utils.predict.activations import activations, logits
 from utils.predict.layout import DTYPE_BYTES, GIB, PHASES, Layout, Moment
 from utils.predict.parameters import (Buffer, adamw_temporaries, hf_shapes, layer_shapes, megatron_bucket_size,
-                                      megatron_buffer, megatron_numels, param_groups, tied_contributions)
+                                      fsdp_shapes, megatron_buffer, megatron_numels, param_groups,
+                                      tied_contributions)
 from utils.spec.models import ModelSpec
 from utils.spec.precision import weight_copy_bytes
 
@@ -163,7 +164,7 @@ def fsdp_moments(spec: ModelSpec, lay: Layout) -> list[Moment]:
       then the input, the output (g x its shard) and, when g is 16-bit, the output cast to the fp32 shard.
     DDP: whole fp32 model; its gradients twice (.grad and the bucket, which persists across steps). At the step,
     torch's AdamW over the (sharded) fp32 parameters (adamw_temporaries)."""
-    shapes = hf_shapes(spec, lay.tp, vocab_parallel_head=False)
+    shapes = fsdp_shapes(spec, lay.tp)
     steps = 4 * len(shapes)
     acts, lgts = activations(spec, lay), logits(spec, lay)
     if lay.data_parallel == "ddp":
@@ -173,7 +174,8 @@ def fsdp_moments(spec: ModelSpec, lay: Layout) -> list[Moment]:
         return [Moment("forward-backward", {**held, "gradients": 4 * n, "activations": acts, "logits": lgts}),
                 Moment("forward-backward", {**held, "gradients": 8 * n}),
                 Moment("optimizer step", {**held, "gradients": 8 * n, "temporaries": temporaries})]
-    w, g, h, v, tokens = lay.width, 4 if lay.grad_fp32 else lay.width, spec.hidden_size, spec.vocab_size, lay.tokens
+    w, g, h, tokens = lay.width, 4 if lay.grad_fp32 else lay.width, spec.hidden_size, lay.tokens
+    v = spec.vocab_size // lay.tp  # the head's vocabulary rows and logits on one TP rank (loss parallel at TP > 1)
     sharded = [(-(-r // lay.dp), c) for r, c in shapes]
     shard = sum(r * c for r, c in sharded)
     tied = spec.tied_embeddings
@@ -276,7 +278,7 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
                                "casts of activations (PRECISION below 16 bits)")),
     "fsdp": MemoryModel(
         "fsdp", lambda spec, lay: [fsdp_moments(spec, lay)],
-        lambda spec, lay: sum(r * c for r, c in hf_shapes(spec, lay.tp, vocab_parallel_head=False)),
+        lambda spec, lay: sum(r * c for r, c in fsdp_shapes(spec, lay.tp)),
         WITH_BUFFERS,
         COMMON_NOT_MODELLED + ("FSDP2's gathered parameters and reduce-scatter buffers of the decoder layers (one or "
                                "two layers' at a time; the root's are modelled)",

@@ -39,16 +39,26 @@ def megatron_numels(spec: ModelSpec, tp: int, layers: int, first: bool, last: bo
     return numels + [h] + head
 
 
-def hf_shapes(spec: ModelSpec, tp: int, vocab_parallel_head: bool) -> list[tuple[int, int]]:
-    """The Hugging Face model's parameters on one TP rank: embedding (whole), layers, final norm, LM head (whole, or
-    split over the vocabulary: autotp's vocab_parallel_lm_head). A tied head is the embedding's own tensor
-    (transformers' tie_word_embeddings: model.parameters() yields it once), split over the vocabulary with it when
-    the head is (DeepSpeed shards a tied embedding as the head)."""
+def hf_shapes(spec: ModelSpec, tp: int, vocab_parallel_head: bool,
+              vocab_parallel_embedding: bool = False) -> list[tuple[int, int]]:
+    """The Hugging Face model's parameters on one TP rank: embedding (whole, or split over the vocabulary: fsdp's
+    row-wise embedding at TP > 1), layers, final norm, LM head (whole, or split over the vocabulary: autotp's
+    vocab_parallel_lm_head, fsdp's column-wise head). A tied head is the embedding's own tensor (transformers'
+    tie_word_embeddings: model.parameters() yields it once), split over the vocabulary with it when either is
+    (DeepSpeed shards a tied embedding as the head; fsdp re-ties the head to the sharded embedding)."""
     h, v = spec.hidden_size, spec.vocab_size
     head = (v // tp if vocab_parallel_head else v, h)
     if spec.tied_embeddings:
-        return [head] + layer_shapes(spec, tp) * spec.num_layers + [(h, 1)]
-    return [(v, h)] + layer_shapes(spec, tp) * spec.num_layers + [(h, 1), head]
+        tied = (v // tp if vocab_parallel_head or vocab_parallel_embedding else v, h)
+        return [tied] + layer_shapes(spec, tp) * spec.num_layers + [(h, 1)]
+    embedding = (v // tp if vocab_parallel_embedding else v, h)
+    return [embedding] + layer_shapes(spec, tp) * spec.num_layers + [(h, 1), head]
+
+
+def fsdp_shapes(spec: ModelSpec, tp: int) -> list[tuple[int, int]]:
+    """fsdp's parameters on one TP rank: at TP > 1 torchtitan's plan (train/native/tensor_parallel.py) splits the
+    embedding and the head over the vocabulary; the norms stay whole (sequence parallelism splits their input)."""
+    return hf_shapes(spec, tp, vocab_parallel_head=tp > 1, vocab_parallel_embedding=tp > 1)
 
 
 @dataclass(frozen=True)
