@@ -76,8 +76,8 @@ def test_an_explicit_mask_is_refused_under_sequence_parallelism():
 
 
 @pytest.mark.parametrize("knobs, said", [
-    ({"ATTN_IMPL": "eager"}, "ATTN_IMPL=eager with TP=2: Hugging Face builds eager attention's mask"),
-    ({"COMPILE": "1"}, "COMPILE=1 with TP=2: torch "),
+    ({"ATTN_IMPL": "eager"}, "fsdp cannot run ATTN_IMPL=eager at TP=2: Hugging Face builds eager attention's mask"),
+    ({"COMPILE": "1"}, "fsdp cannot run COMPILE=1 at TP=2: torch.compile computes wrong gradients"),
 ])
 def test_what_sequence_parallelism_cannot_run_is_refused(knobs, said):
     req = run_request("cpu", "fsdp", "llama", FRAMEWORK="fsdp", TP="2", DP="1", **knobs)

@@ -137,6 +137,19 @@ def test_autotp_skips_what_deepspeed_autotp_cannot_do_and_fsdp_runs_it(knobs, re
     assert [(r.name, r.skipped) for r in runs] == [("fsdp-llama", ""), ("autotp-llama", reason)]
 
 
+@pytest.mark.parametrize("knobs, reason", [
+    ({"ATTN_IMPL": "eager"}, "fsdp cannot run ATTN_IMPL=eager at TP=2: Hugging Face builds eager attention's "
+                             "mask from the sequence-sharded embedding output, which would be wrong; ATTN_IMPL=sdpa "
+                             "runs it"),
+    ({"COMPILE": "1"}, "fsdp cannot run COMPILE=1 at TP=2: torch.compile computes wrong gradients for a decoder "
+                       "layer under sequence parallelism (torch 2.15, measured on the CPU); COMPILE=0 runs it"),
+])
+def test_fsdp_skips_what_sequence_parallelism_cannot_run_only_where_tp_shards_the_sequence(knobs, reason):
+    runs = build_plan(node("nvd", FRAMEWORK="fsdp", MODELS="llama", STRATEGY="balanced,minimal_communication", **knobs))
+    assert [(r.name, r.skipped) for r in runs] == [("fsdp-llama-balanced", reason),  # TP2
+                                                   ("fsdp-llama-minimal_communication", "")]  # TP1
+
+
 def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are():
     cfg = node("amd", FRAMEWORK="prim,fsdp", MODELS="mistral,llama70b", MODEL_LAYERS="8")
     runs = build_plan(cfg)

@@ -77,6 +77,8 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
         return f"{framework} has no tensor parallelism (TP={layout.tp}); the other frameworks run this layout"
     if why := precision_reason(framework, knobs, stack, device):
         return why
+    if why := entry.tp_refusal(knobs, layout.tp):
+        return why
     for knob, feature in FEATURE_KNOBS.items():
         if knobs[knob] and entry.torch_native and knob not in entry.knobs:  # the others have none of these
             honoured = ", ".join(name for name, other in TABLE.items() if knob in other.knobs)

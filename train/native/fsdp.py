@@ -23,6 +23,7 @@ import torch
 from train.native import tensor_parallel
 from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
+from utils.frameworks import TABLE
 from utils.spec import fairness
 from utils.spec.request import Request
 
@@ -38,13 +39,8 @@ def check(req: Request, device: torch.device) -> None:
     if native.data_parallel == "ddp" and lay.tp != 1:
         raise SettingsError(f"DATA_PARALLEL=ddp with TP={lay.tp}: DDP replicates whole models; set "
                             "DATA_PARALLEL=fsdp or TP=1")
-    if lay.tp > 1 and native.attn_impl == "eager":
-        raise SettingsError(f"ATTN_IMPL=eager with TP={lay.tp}: Hugging Face builds eager attention's mask from the "
-                            "sequence-sharded embedding output (sequence parallelism), which would be wrong; set "
-                            "ATTN_IMPL=sdpa")
-    if lay.tp > 1 and native.compile:  # measured on the CPU: step 1's grad norm 1.93, uncompiled and TP=1 2.19
-        raise SettingsError(f"COMPILE=1 with TP={lay.tp}: torch {torch.__version__.split('+')[0]} computes wrong "
-                            "gradients for a compiled decoder layer under sequence parallelism; set COMPILE=0 or TP=1")
+    if why := TABLE["fsdp"].tp_refusal({"ATTN_IMPL": native.attn_impl, "COMPILE": native.compile}, lay.tp):
+        raise SettingsError(why)  # the plan skips such a run (train.plan.skip_reason): this is the trainer's guard
     if native.sac_every and (native.data_parallel != "fsdp" or precision == "fp8"):
         raise SettingsError("SAC_FREQ needs DATA_PARALLEL=fsdp and a precision other than fp8; clear SAC_FREQ")
     if precision == "fp8":

@@ -65,6 +65,9 @@ class Framework:
     # What it always does whatever it is told (utils.spec.fairness.FIXED's kinds), added to the effective settings
     # of a result extracted from its log where the log does not say them; a trainer of TPrimat's reads its own back.
     fixed: tuple[str, ...] = ()
+    # Knob values it cannot run at TP > 1 (knob -> (value, why)): the plan skips such a run with the reason, and the
+    # trainer refuses it as its own guard.
+    tp_refuses: Mapping[str, tuple[object, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problems = []
@@ -79,11 +82,14 @@ class Framework:
         problems += [f"unknown parallelism {name!r}" for name in sorted(self.parallelisms - set(PARALLELISMS))]
         problems += [f"unknown precision {name!r}" for name in self.precisions if name not in PRECISIONS]
         problems += [f"unknown FP8 recipe {name!r}" for name in self.fp8_recipes if name not in FP8_RECIPES]
+        problems += [f"tp_refuses names {knob}, not one of its knobs" for knob in self.tp_refuses
+                     if knob not in self.knobs]
         if bool(self.fp8_recipes) != ("fp8" in self.precisions):
             problems.append("fp8 in precisions needs its fp8_recipes, and fp8_recipes need fp8")
         if problems:
             raise ValueError(f"framework entry {self.name!r}: " + "; ".join(problems))
         object.__setattr__(self, "env", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.env.items()}))
+        object.__setattr__(self, "tp_refuses", MappingProxyType(dict(self.tp_refuses)))
 
     @property
     def writes_result(self) -> bool:
@@ -94,6 +100,14 @@ class Framework:
     def torch_native(self) -> bool:
         """It honours the torch-native section's knobs (COMPILE, SAC_FREQ, ...), and results record them."""
         return bool(self.knobs)
+
+    def tp_refusal(self, knobs: Mapping[str, object], tp: int) -> str:
+        """Why it cannot run these knob values at this TP (tp_refuses), or ""."""
+        for knob, (value, why) in self.tp_refuses.items():
+            if tp > 1 and knobs.get(knob) == value:
+                shown = "1" if value is True else value  # as config.env spells it
+                return f"{self.name} cannot run {knob}={shown} at TP={tp}: {why}"
+        return ""
 
     def model_name(self, model: str) -> object | None:
         """Its own name for a model key; the key itself when it builds any model from the spec; None: none."""
