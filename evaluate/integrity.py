@@ -10,11 +10,10 @@ holds). Not-finite numbers never get this far: the readers refuse them (utils.fi
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 from evaluate.logs.parse import step_ranges
-from utils.machine.hardware import DEVICES, HOST_MEMORY_MAX_GIB, lookup_device
+from utils.machine.hardware import DEVICES, HOST_MEMORY_MAX_GIB, find_device
 from utils.spec import metrics
 
 HIGHEST_DEVICE_GIB = max(spec.memory_gib for _, spec in DEVICES if spec.memory_gib)
@@ -95,9 +94,7 @@ def window(result: dict) -> list[Problem]:
 def capacity_gib(result: dict, system: dict) -> tuple[float, str]:
     """The memory of one device the run used (GiB) and whose figure that is."""
     name = (system.get("gpu") or {}).get("name")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spec = lookup_device(name) if name else None
+    spec = find_device(name)
     if spec is not None and spec.memory_gib:
         return spec.memory_gib, f"{spec.name}'s {spec.memory_gib:g} GiB (utils/machine/hardware.py)"
     reported = (system.get("gpu") or {}).get("memory_gib")

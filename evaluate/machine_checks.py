@@ -9,11 +9,10 @@ section says the same of each side of a comparison (evaluate/comparison/energy.p
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 from utils.machine.energy import throttle_warnings
-from utils.machine.hardware import CPU_PACKAGE_MAX_W, CPU_PACKAGE_MIN_W, DEVICES, lookup_device
+from utils.machine.hardware import CPU_PACKAGE_MAX_W, CPU_PACKAGE_MIN_W, DEVICES, find_device
 from utils.machine.stragglers import warning as straggler_warning
 
 # A power sample averages the draw over up to a second and a device's power limit holds over such windows; what
@@ -46,9 +45,7 @@ def _device_watts(platform: str, device_name: str | None, field: str, what: str,
     or, for a device the table lacks, the table's widest bound."""
     if platform == "cpu":
         return cpu
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spec = lookup_device(device_name)
+    spec = find_device(device_name)
     if spec is not None and getattr(spec, field):
         return getattr(spec, field), f"{spec.name}'s {what} (utils/machine/hardware.py)"
     return unknown

@@ -8,14 +8,13 @@ are repeats: their figures are shown as median [min-max] (`spread`) over the suc
 from __future__ import annotations
 
 import statistics
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from evaluate import native_settings
 from evaluate.collect import Loaded
 from utils.frameworks import TABLE
-from utils.machine.hardware import lookup_device
+from utils.machine.hardware import find_device
 from utils.spec.metrics import figure_text
 from utils.spec.models import by_variant
 
@@ -28,9 +27,7 @@ def device_label(item: Loaded) -> str:
     if item.result["platform"] == "cpu":
         return "CPU"
     name = (item.system.get("gpu") or {}).get("name")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spec = lookup_device(name)
+    spec = find_device(name)
     return spec.name if spec else (name or f"unknown {PLATFORM_NAMES[item.result['platform']]} GPU")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,7 +18,7 @@ from evaluate.logs.parse import ParsedLog
 from utils.cli import UsageError
 from utils.config import PLATFORMS, PRECISIONS, ConfigError, load_config
 from utils.spec.fairness import IDENTITY_KEYS, sequence_parallel
-from utils.machine.hardware import lookup_device
+from utils.machine.hardware import find_device
 from utils.spec.models import MODELS
 from utils.spec.request import Request, RequestError
 from utils.spec.result import PARALLELISM_KEYS, PARALLELISM_OPTIONAL, TRAINING_KEYS, TRAINING_OPTIONAL, schema
@@ -103,9 +102,7 @@ def _vendor(device_name: str | None) -> str | None:
     """nvidia | amd for a device name: its entry in the peak table, else the vendor it starts with."""
     if not device_name:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # an unknown device is no problem here
-        spec = lookup_device(device_name)
+    spec = find_device(device_name)
     first = device_name.split()[0].lower()
     return spec.vendor if spec else (first if first in VENDOR_PLATFORM else None)
 

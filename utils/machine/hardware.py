@@ -146,18 +146,23 @@ TARGET_DEVICES: dict[str, str] = {
 }
 
 
+def find_device(device_name: str | None) -> DeviceSpec | None:
+    """The table entry for a reported device name, or None, quietly: for readers to whom an unknown device is no
+    problem (it simply has no peak, power bounds or capacity of its own)."""
+    upper = (device_name or "").upper()
+    return next((spec for pattern, spec in DEVICES if upper and re.search(pattern, upper)), None)
+
+
 def lookup_device(device_name: str | None) -> DeviceSpec | None:
     """The table entry for a reported device name, or None (with a warning) when none matches."""
     if not device_name:
         warnings.warn("no device name: peak TFLOP/s unknown, MFU left empty", stacklevel=2)
         return None
-    upper = device_name.upper()
-    for pattern, spec in DEVICES:
-        if re.search(pattern, upper):
-            return spec
-    warnings.warn(f"device {device_name!r} is not in the peak TFLOP/s table (utils/machine/hardware.py): "
-                  "MFU left empty", stacklevel=2)
-    return None
+    spec = find_device(device_name)
+    if spec is None:
+        warnings.warn(f"device {device_name!r} is not in the peak TFLOP/s table (utils/machine/hardware.py): "
+                      "MFU left empty", stacklevel=2)
+    return spec
 
 
 def peak_tflops(device_name: str | None, precision: str) -> float | None:

@@ -13,13 +13,12 @@ predicted one (result_section).
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from utils.machine import vendor_tools
-from utils.machine.hardware import TARGET_DEVICES, DeviceSpec, lookup_device
+from utils.machine.hardware import TARGET_DEVICES, DeviceSpec, find_device
 from utils.spec.metrics import figure_text
 from utils.predict.memory import GIB, Layout, Memory, memory
 from utils.predict.step_time import TimeBound, bound, links
@@ -60,9 +59,7 @@ def host_target(workers: int, meminfo: Path = MEMINFO) -> Target:
 def gpu_target(name: str | None, reported_gib: float | None, source: str) -> Target:
     """A GPU by the name it reports (the table's entry, quietly: an unknown device simply has no peak) and its
     memory as reported, else as the table has it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spec = lookup_device(name)
+    spec = find_device(name)
     gib = reported_gib if reported_gib else spec.memory_gib if spec else None
     return Target(name, spec, int(gib * GIB) if gib else None, source)
 
