@@ -45,10 +45,14 @@ class Loaded:
         return quoted(f"{self.result.get('platform', '?')}/{run.get('id', '?')}", 120)
 
     @property
+    def overturned(self) -> bool:
+        """The result says ok, but validate fails it (evaluate.gate): it counts as failed."""
+        return bool(self.failures) and (self.result.get("run") or {}).get("status") == "ok"
+
+    @property
     def verdict(self) -> str:
         """How the run counts: its status, but "failed" where validate fails a result that says ok."""
-        status = (self.result.get("run") or {}).get("status")
-        return "failed" if status == "ok" and self.failures else str(status)
+        return "failed" if self.overturned else str((self.result.get("run") or {}).get("status"))
 
     @property
     def ok(self) -> bool:
@@ -146,11 +150,6 @@ def first_problem(result: Any) -> str | None:
     return f"not a TPrimat result ({len(errors)} problem(s), first: {quoted(errors[0])})" if errors else None
 
 
-def _json(data: bytes) -> Any:
-    """The parsed JSON; ValueError (naming the problem) when it is none."""
-    return parse_json(data)
-
-
 def _member(archive: zipfile.ZipFile, name: str) -> bytes:
     """A zip member's bytes, refused (ValueError) when it unpacks to more than any TPrimat file holds."""
     if archive.getinfo(name).file_size > MAX_JSON_BYTES:
@@ -161,7 +160,7 @@ def _member(archive: zipfile.ZipFile, name: str) -> bytes:
 def _result(where: str, read, rejected: list[Rejected]) -> dict | None:
     """One result from read() (its bytes), or None with the reason in rejected."""
     try:
-        value = _json(read())
+        value = parse_json(read())
     except (OSError, ValueError, zipfile.BadZipFile) as err:
         rejected.append(Rejected(where, str(err) if isinstance(err, ValueError) else f"cannot be read ({err})"))
         return None
@@ -175,7 +174,7 @@ def _result(where: str, read, rejected: list[Rejected]) -> dict | None:
 def _system(where: str, data: bytes) -> dict:
     """A run set's system.json; {} (said) when it is not a JSON object: its results are still worth reading."""
     try:
-        value = _json(data)
+        value = parse_json(data)
     except ValueError as err:
         value = err
     if isinstance(value, dict):

@@ -337,7 +337,7 @@ def foreign_results(root: Path, files: list[Path]) -> list[str]:
                       "leave it out" for bad in found.rejected]
             lines += [f"{quoted(str(path.relative_to(root)), 300)}: fails validate ({quoted(item.failures[0])}); "
                       "packed as it is, compare counts it failed" for item in found.results
-                      if item.failures and item.result["run"]["status"] == "ok"]
+                      if item.overturned]
     return lines
 
 

@@ -171,7 +171,7 @@ def displayed(item: Loaded) -> Loaded:
 def failed_lines(items: Sequence[Loaded]) -> list[str]:
     """Each result that says ok but fails validate (evaluate.gate), with its first reason: it is in no figure."""
     return [f"- **FAILED** {item.name}: {item.failures[0]} (counted failed: in no figure, ranking or decision)"
-            for item in items if item.failures and item.result["run"]["status"] == "ok"]
+            for item in items if item.overturned]
 
 
 def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | None = None,
