@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from utils.spec.models import ModelSpec
 
@@ -126,3 +126,21 @@ def figure_text(value: float) -> str:
     digits below 100, so that a CPU's 0.0472 TFLOP/s/GPU is not 0.0, and a whole number with thousands separators
     from 100 up, where more digits are noise."""
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def time_to_target(points: Mapping[str, Sequence], target: float, *, stopped_at_target: bool, how: str) -> dict:
+    """The result's time_to_train: the first evaluation whose validation loss is at or below `target` (MLPerf's
+    rule: the clock stops at the evaluation that reaches the quality), or not reached with the last loss.
+
+    points: the result's evaluation.points (columns step, tokens, train_time_s, wall_s, loss, eval_time_s).
+    stopped_at_target: the framework ended the run there; how: one line saying how the time was found.
+    """
+    losses = list(points.get("loss", ()))
+    first = next((i for i, loss in enumerate(losses) if loss is not None and math.isfinite(loss) and loss <= target),
+                 None)
+    measured = [loss for loss in losses if loss is not None and math.isfinite(loss)]
+    at = (lambda key: points[key][first]) if first is not None else (lambda key: None)
+    return {"target_loss": target, "reached": first is not None, "step": at("step"), "tokens": at("tokens"),
+            "wall_s": at("wall_s"), "train_time_s": at("train_time_s"),
+            "last_loss": measured[-1] if measured else None,
+            "stopped_at_target": stopped_at_target and first is not None, "how": how}

@@ -25,7 +25,7 @@ from utils.machine.hardware import peak_tflops
 from utils.spec.models import MODEL_KEYS, by_variant
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
@@ -140,7 +140,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                  num_gpus: int, device_name: str | None, raw_framework: Mapping | None = None,
                  effective: Mapping | None = None, features: Mapping | None = None,
                  host_rss_gib_per_worker: Sequence[float] = (), breakdown_method: str | None = None,
-                 stack: Mapping | None = None, warnings: Sequence[str] = ()) -> dict:
+                 stack: Mapping | None = None, warnings: Sequence[str] = (), evaluation: Mapping | None = None,
+                 time_to_train: Mapping | None = None) -> dict:
     """Assemble one result from plain data and compute every figure with utils.spec.metrics.
 
     Parameters (all keyword-only; raises ResultError naming the field on unknown or missing keys):
@@ -182,6 +183,9 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
             "image_digest_note" (why there is no digest) where image_digest is None (Request.result_stack); None: a
             result without a request (evaluate.extract), which records no stack.
       warnings: notes from the caller, kept in the result's warnings.
+      evaluation: the held-out validation (the schema's evaluation object: interval_steps, iters, tokens, split,
+            time_s, points); None: the run evaluated nothing (EVAL_INTERVAL=0).
+      time_to_train: utils.spec.metrics.time_to_target's object for TARGET_LOSS; None: no target.
 
     Statistics cover the steady-state window (steps after warmup_skip with a step time); tokens/s
     is tokens per step (GBS x SL) divided by the window's median step time.
@@ -266,6 +270,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         "features": _json_safe(features or {}),
         "warnings": notes,
         **({"stack": dict(stack)} if stack is not None else {}),
+        **({"evaluation": _json_safe(evaluation)} if evaluation is not None else {}),
+        **({"time_to_train": _json_safe(time_to_train)} if time_to_train is not None else {}),
     }
 
 
