@@ -29,6 +29,7 @@ from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepa
 from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
 from utils.cli import Parser
 from utils.config import ConfigError, Config, load_config
+from utils.config.workload import evaluation
 from utils.spec.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
 from utils.machine.hardware import DeviceSpec, cpu_precision
@@ -191,6 +192,7 @@ def request(cfg: Config, run: Run, commit: str | None = None) -> Request:
                                 telemetry=v["TELEMETRY"], telemetry_interval_ms=v["TELEMETRY_INTERVAL_MS"],
                                 target_device=v["TARGET_DEVICE"], stack=cfg.stack.name, image_digest=digest,
                                 image_digest_note=digest_note),
+        evaluation=evaluation(v),
     )
 
 
@@ -295,6 +297,17 @@ def precision_label(cfg: Config) -> str:
     return f"{precision} (asked for; {why})"
 
 
+def evaluation_label(cfg: Config) -> str:
+    """The summary line's held-out validation: cadence, size, split and target; nothing when it is off."""
+    asked = evaluation(cfg.values)
+    if not asked.enabled:
+        return ""
+    iters = asked.iters(cfg.gbs, cfg["SL"])
+    target = f", stop at validation loss <= {asked.target_loss:g}" if asked.target_loss is not None else ""
+    return (f"; validation every {asked.interval_steps} steps over {iters} global batch(es) "
+            f"({iters * cfg.gbs * cfg['SL']:,} tokens), {asked.validation_percent}% of the documents held out{target}")
+
+
 def table(cfg: Config, runs: list[Run]) -> list[str]:
     """The run list as the user reads it before anything starts."""
     stack = cfg.stack
@@ -302,7 +315,8 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
              f"frameworks {', '.join(cfg.frameworks)}; models "
              + ", ".join(s.variant for s in cfg.models) + f"; strategies {', '.join(cfg.strategies)}; "
              f"{cfg['RUNS']} repeat(s); GBS {cfg.gbs}, SL {cfg['SL']}, {cfg['TRAIN_ITERS']} steps, "
-             f"{precision_label(cfg)}, {cfg.num_gpus} {'worker process(es)' if cfg.platform == 'cpu' else 'GPU(s)'}"]
+             f"{precision_label(cfg)}, {cfg.num_gpus} {'worker process(es)' if cfg.platform == 'cpu' else 'GPU(s)'}"
+             f"{evaluation_label(cfg)}"]
     lines += [f"note: {note}" for note in cfg.notes]
     head, predicted = prediction_lines(cfg, runs)
     lines += head

@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from utils.config.parse import COUNT, POSITIVE, Knob
+from utils.spec.evaluation import Evaluation
 from utils.spec.fairness import PROFILES
 from utils.spec.precision import FP8_RECIPES, LOW
 from utils.machine.hardware import cpu_precision
@@ -51,6 +52,12 @@ MEASUREMENT = {
     "PROFILING": Knob("bool"),
     "PROFILE_START_STEP": POSITIVE,
     "PROFILE_END_STEP": POSITIVE,
+    # Held-out validation and time to train (utils/spec/evaluation.py)
+    "EVAL_INTERVAL": COUNT,
+    "EVAL_TOKENS": POSITIVE,
+    "VALIDATION_PERCENT": Knob("int", low=1, high=50, rule="the share of the documents held out, in percent"),
+    "TARGET_LOSS": Knob("float", high=math.inf, bounds="(]", optional=True,
+                        rule="a validation loss in nats (MLPerf's log-perplexity), e.g. 3.3"),
 }
 
 
@@ -59,6 +66,12 @@ def resolve_precision(values: dict, sources: dict[str, str], platform: str, env:
     if values["PRECISION"] == "auto":
         values["PRECISION"], why = cpu_precision(env) if platform == "cpu" else ("bf16", "bf16 on GPUs")
         sources["PRECISION"] = f"{sources.get('PRECISION', 'config.env')}: auto, {why}"
+
+
+def evaluation(values: dict) -> Evaluation:
+    """The request's held-out validation (EVAL_INTERVAL, EVAL_TOKENS, VALIDATION_PERCENT, TARGET_LOSS)."""
+    return Evaluation(interval_steps=values["EVAL_INTERVAL"], tokens=values["EVAL_TOKENS"],
+                      validation_percent=values["VALIDATION_PERCENT"], target_loss=values["TARGET_LOSS"])
 
 
 def problems(config: Config) -> list[str]:
@@ -77,6 +90,9 @@ def problems(config: Config) -> list[str]:
     if v["PROFILING"] and not v["PROFILE_START_STEP"] <= v["PROFILE_END_STEP"] <= v["TRAIN_ITERS"]:
         found.append(f"PROFILE_START_STEP={v['PROFILE_START_STEP']} PROFILE_END_STEP="
                      f"{v['PROFILE_END_STEP']}: need start <= end <= TRAIN_ITERS={v['TRAIN_ITERS']}")
+    if v["TARGET_LOSS"] is not None and not v["EVAL_INTERVAL"]:
+        found.append(f"TARGET_LOSS={config.raw['TARGET_LOSS']}: needs EVAL_INTERVAL > 0 (the target is a validation "
+                     "loss); set EVAL_INTERVAL or leave TARGET_LOSS empty")
     for spec in config.models:
         if v["SL"] > spec.max_position_embeddings:
             found.append(f"SL={v['SL']}: {spec.display_name} has a context of "

@@ -177,14 +177,17 @@ def fp8_recipe(table: dict, precision: str = "fp8") -> dict[str, object]:
 
 # The result's workload-identity fields (training section), compared across frameworks by evaluate.validate.
 IDENTITY_KEYS = ("fairness_profile", "init_method_std", "padded_vocab_size", "eod_mask_loss", "dataloader_type",
-                 "lr_warmup_convention", "check_for_nan_in_grad", "fp8_recipe")
+                 "lr_warmup_convention", "check_for_nan_in_grad", "fp8_recipe", "validation_split")
 
 
-def identity(profile_name: str, table: dict, applied: dict, precision: str) -> dict[str, object]:
+def identity(profile_name: str, table: dict, applied: dict, precision: str, validation_split: str) -> dict[str, object]:
     """The workload-identity fields of a result: the profile, the workload a framework applied
-    (workload()), the NaN check and the low-precision recipe (None unless the run trains below 16 bits)."""
+    (workload()), the NaN check, the low-precision recipe (None unless the run trains below 16 bits) and the
+    validation split (utils.spec.evaluation: the documents held out are never trained on, so runs with other splits
+    train on other documents)."""
     return {"fairness_profile": profile_name, **applied, "check_for_nan_in_grad": table["check_for_nan_in_grad"],
-            "fp8_recipe": fp8_recipe(table, precision) if precision in precisions.LOW else None}
+            "fp8_recipe": fp8_recipe(table, precision) if precision in precisions.LOW else None,
+            "validation_split": validation_split}
 
 
 def sequence_parallel(tp: int) -> bool:

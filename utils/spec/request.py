@@ -7,7 +7,7 @@ the run's config.json; every launcher, trainer and generated framework file read
 a setting: seq_len is seq_len from config.json to result.json.
 
 config.json holds one object per section below (identity, model, parallelism, training, data, fairness, native,
-network, environment), each typed, and nothing else: the model as its utils.spec.models.ModelSpec (its fields; a
+network, environment, evaluation), each typed, and nothing else: the model as its utils.spec.models.ModelSpec (its fields; a
 MODEL_LAYERS proxy's fewer layers included), so that no reader looks it up again from the variant's name, and every
 knob a reader needs as a field of a section (the NET_* network settings in `network`, under the knob's name less its
 NET_ prefix), so that no untyped copy of the configuration rides along.
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from utils.spec import stacks
+from utils.spec.evaluation import Evaluation
 from utils.spec.fairness import identity
 from utils.spec.models import ModelSpec
 from utils.spec.stacks import Stack
@@ -150,6 +151,11 @@ class Network:
         return cls(**{f.name: knobs[f"NET_{f.name.upper()}"] for f in fields(cls) if f"NET_{f.name.upper()}" in knobs})
 
 
+# A config.json written before held-out validation existed (issue 34) asked for none: no EVAL_INTERVAL, all documents
+# train. The numbers besides interval_steps are never read while it is 0.
+NO_EVALUATION = Evaluation(interval_steps=0, tokens=1, validation_percent=1)
+
+
 @dataclass(frozen=True)
 class Request:
     """One run's request (config.json)."""
@@ -163,6 +169,7 @@ class Request:
     native: Native
     network: Network
     environment: Environment
+    evaluation: Evaluation = NO_EVALUATION  # held-out validation and TARGET_LOSS (utils/spec/evaluation.py)
 
     @property
     def stack(self) -> Stack:
@@ -183,6 +190,8 @@ class Request:
         for section in fields(cls):
             kind = globals()[section.type] if isinstance(section.type, str) else section.type
             given = data.get(section.name)
+            if given is None and section.default is not dataclasses.MISSING:
+                continue  # a section added later, which an older request did not ask for
             if not isinstance(given, Mapping):
                 raise RequestError(f"{where}: no '{section.name}' section: written by an older TPrimat or by hand; "
                                    "rerun the launcher to write the request again")
@@ -252,4 +261,4 @@ class Request:
                 "dataset": None if mock else self.data.dataset, "mock_data": mock,
                 "dataset_fingerprint": dataset_fingerprint, "tokenizer_fingerprint": tokenizer_fingerprint,
                 **identity(self.fairness.profile, self.fairness.table, self.fairness.workload,
-                           self.training.precision)}
+                           self.training.precision, self.evaluation.megatron_split())}
