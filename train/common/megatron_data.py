@@ -19,11 +19,13 @@ into sequences and shuffles the sequences again, so a document may come round ag
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import numpy
 import torch
 
 from utils import missing_stacks
@@ -31,7 +33,8 @@ from utils.datafiles import PREPARE as PREPARE_COMMAND
 from utils.datafiles import DataProblem, ensure_dataset_helpers, prove
 from utils.spec.fairness import WORKLOAD
 from utils.spec.models import ModelSpec
-from utils.spec.request import Data
+from utils.spec.evaluation import Evaluation
+from utils.spec.request import NO_EVALUATION, Data
 
 missing_stacks.quiet_notes()  # every trainer imports this module before megatron-core
 
@@ -115,19 +118,65 @@ def locate(data: Data, model: ModelSpec) -> DataSource:
                       tokenizer_fingerprint=verified.tokenizer_fingerprint, eod=eod, tokenizer_vocab=tokenizer_vocab)
 
 
+@dataclass(frozen=True)
+class ValidationSplit:
+    """The held-out documents a run evaluates on (utils/spec/evaluation.py) and the samples one evaluation reads.
+
+    MLPerf evaluates a fixed set: every evaluation reads the same first `samples` (iters x GBS) sequences of the
+    validation split, in the same order (validation_microbatches), so that two evaluations differ by the model alone.
+    """
+
+    dataset: object  # megatron-core's GPTDataset of the validation split
+    iters: int  # global batches per evaluation
+    samples: int  # iters x GBS
+    megatron_split: str
+    percent: int
+    documents: int | None  # validation documents; None with mock data
+    fingerprint: str | None  # sha256 of the validation documents' token ids; None with mock data or off the last rank
+
+    def result_split(self) -> dict:
+        """The result's evaluation.split."""
+        return {"megatron_split": self.megatron_split, "documents": self.documents, "fingerprint": self.fingerprint,
+                "percent": self.percent}
+
+
+def documents_fingerprint(documents) -> str:
+    """sha256 over the documents in order, each as its token count (8 bytes) and its ids (4 bytes each), little
+    endian: the same documents give the same fingerprint whatever dtype the .bin stores them in."""
+    digest = hashlib.sha256()
+    for tokens in documents:
+        ids = numpy.asarray(tokens).astype("<i4")
+        digest.update(len(ids).to_bytes(8, "little"))
+        digest.update(ids.tobytes())
+    return f"sha256:{digest.hexdigest()}"
+
+
 def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int, cache_dir: Path):
-    """The training split (all of the data) with at least num_samples samples; call on every rank.
+    """The training split of a run without validation (all of the data) with at least num_samples samples; call on
+    every rank."""
+    return build_splits(source, seq_len, num_samples, seed, cache_dir)[0]
+
+
+def build_splits(source: DataSource, seq_len: int, num_samples: int, seed: int, cache_dir: Path, *,
+                 evaluation: Evaluation = NO_EVALUATION, gbs: int = 1,
+                 fingerprint: bool = False) -> tuple[object, ValidationSplit | None]:
+    """The training split with num_samples samples and, where the request evaluates, the validation split with one
+    evaluation's samples (evaluation.iters(gbs, seq_len) global batches), both from megatron-core's builder over the
+    request's split (utils.spec.evaluation: 100,0,0 without validation, so such a run trains on what it always did);
+    call on every rank. fingerprint: hash the validation documents (on the rank that writes the result).
 
     megatron-core is imported here, not at the top, so that a missing dataset is reported in a second.
     """
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
 
+    split = evaluation.megatron_split()
+    iters = evaluation.iters(gbs, seq_len) if evaluation.enabled else 0
     config = GPTDatasetConfig(
         random_seed=seed,
         sequence_length=seq_len,
         blend=None if source.mock else ([str(source.prefix)], None),
-        split="100,0,0",
+        split=split,
         path_to_cache=None if source.mock else str(cache_dir),
         tokenizer=DatasetTokenizer(source.eod, source.tokenizer_vocab, source.tokenizer_fingerprint, source.fingerprint),
         reset_position_ids=False,
@@ -140,7 +189,8 @@ def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int,
     except DataProblem as err:
         raise DataError(str(err)) from None
     cls = MockGPTDataset if source.mock else GPTDataset
-    train, _, _ = BlendedMegatronDatasetBuilder(cls, [num_samples, 0, 0], lambda: True, config).build()
+    train, valid, _ = BlendedMegatronDatasetBuilder(cls, [num_samples, iters * gbs, 0], lambda: True,
+                                                    config).build()
     if train is None or len(train) < num_samples:
         raise DataError(f"{source.prefix}: could not build {num_samples} training samples of {seq_len} tokens")
     if not source.mock and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
@@ -149,7 +199,33 @@ def build_dataset(source: DataSource, seq_len: int, num_samples: int, seed: int,
                             int(config.add_extra_token_to_sequence))
         if line:
             print(f"[tprimat] data: {line}", flush=True)
-    return train
+    if not evaluation.enabled:
+        return train, None
+    return train, validation_split(valid, source, evaluation, iters, gbs, seq_len,
+                                   int(config.add_extra_token_to_sequence), fingerprint)
+
+
+def validation_split(valid, source: DataSource, evaluation: Evaluation, iters: int, gbs: int, seq_len: int,
+                     extra: int, fingerprint: bool) -> ValidationSplit:
+    """The built validation split, refused (DataError) when it cannot give one evaluation's samples without reading
+    a document twice: too few documents for VALIDATION_PERCENT, or too few tokens for EVAL_TOKENS."""
+    samples = iters * gbs
+    fix = (f"raise VALIDATION_PERCENT={evaluation.validation_percent} or lower EVAL_TOKENS={evaluation.tokens} "
+           f"(one evaluation reads {iters} global batch(es) of {gbs} x {seq_len} tokens)")
+    documents = 0 if valid is None else len(valid.indices)
+    if documents == 0:
+        raise DataError(f"{source.prefix or 'mock data'}: the validation split {evaluation.megatron_split()} holds no "
+                        f"document; {fix}")
+    lengths = valid.dataset.sequence_lengths[valid.indices]
+    needed = samples * seq_len + extra
+    if int(lengths.sum()) < needed or len(valid) < samples:
+        raise DataError(f"{source.prefix or 'mock data'}: the validation split ({documents:,} documents, "
+                        f"{int(lengths.sum()):,} tokens) is smaller than one evaluation's {needed:,} tokens; {fix}")
+    return ValidationSplit(
+        dataset=valid, iters=iters, samples=samples, megatron_split=evaluation.megatron_split(),
+        percent=evaluation.validation_percent, documents=None if source.mock else documents,
+        fingerprint=documents_fingerprint(valid.dataset[int(index)] for index in valid.indices)
+        if fingerprint and not source.mock else None)
 
 
 def corpus_reads(documents: int, tokens: int, seq_len: int, num_samples: int, seed: int, extra: int = 1) -> str | None:
@@ -172,7 +248,8 @@ def corpus_reads(documents: int, tokens: int, seq_len: int, num_samples: int, se
 
 def microbatches(dataset, *, steps: int, mbs: int, dp: int, dp_rank: int, ga: int,
                  device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
-    """This DP rank's microbatches, step after step, in Megatron-LM's sample order, on the device."""
+    """This DP rank's microbatches, step after step, in Megatron-LM's sample order, on the device (a validation
+    split's: one evaluation's global batches, each evaluation a new iterator from its first sample)."""
     gbs = mbs * dp * ga
     for step in range(steps):
         for micro in range(ga):

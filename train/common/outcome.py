@@ -3,8 +3,9 @@
 
 A framework hands train_and_report a `start(req, source, run_dir, inject_nan_step)` that initialises
 distributed and returns its trainer object, which has build(), train() and the attributes log (StepLog | None),
-notes, effective, features, host_rss_gib_per_worker and breakdown_method (how the step's forward/backward/optimizer
-seconds were timed; None where they are not measured), and reduce_step_record(step, elapsed, ...), which every rank
+notes, effective, features, host_rss_gib_per_worker, breakdown_method (how the step's forward/backward/optimizer
+seconds were timed; None where they are not measured) and evaluator (train/common/evaluation.py; None without
+EVAL_INTERVAL), and reduce_step_record(step, elapsed, ...), which every rank
 calls as a step ends: train_and_report wraps it so that each rank writes its own step times
 (train.common.step_log.RankSteps, for the straggler check) and each step record carries its end on the telemetry's clock.
 
@@ -29,6 +30,7 @@ import torch
 
 from typing import Any, Callable
 
+from train.common.evaluation import EVALS_FILE
 from train.common.step_log import RankSteps, StepLog, is_last_rank
 from train.common import cpu_compat
 from train.common.megatron_data import DataError, DataSource, locate
@@ -118,6 +120,7 @@ def assemble_result(req: Request, trainer: Any, source: DataSource | None, run_d
     if req.data.mock_data:
         notes.append("MOCK DATA: trained on synthetic tokens (MOCK_DATA=1), not on a dataset")
     records = trainer.log.records if trainer is not None and trainer.log is not None else []
+    evaluator = trainer.evaluator if trainer is not None else None
     return build_result(
         run={"id": req.identity.run_id, "started_at": started_at, "ended_at": now_iso(), "status": status,
              "exit_code": exit_code, "error_excerpt": error, "commit": project_commit(), "source": "trainer"},
@@ -128,7 +131,8 @@ def assemble_result(req: Request, trainer: Any, source: DataSource | None, run_d
         effective=trainer.effective if trainer is not None else {},
         features=trainer.features if trainer is not None else {},
         host_rss_gib_per_worker=trainer.host_rss_gib_per_worker if trainer is not None else (), warnings=notes,
-        breakdown_method=trainer.breakdown_method if trainer is not None else None)
+        breakdown_method=trainer.breakdown_method if trainer is not None else None,
+        **(evaluator.result_sections() if evaluator is not None else {}))
 
 
 def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, inject_nan_step: int | None = None) -> int:
@@ -153,6 +157,8 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         trainer.effective["environment"] = env
         if last:
             trainer.log = StepLog(run_dir / "steps.jsonl")
+            if trainer.evaluator is not None:
+                trainer.evaluator.log = StepLog(run_dir / EVALS_FILE)
             print(f"TPRIMAT_EFFECTIVE {json.dumps(trainer.effective, default=str)}", flush=True)
         rank_steps = RankSteps(run_dir, rank, int(os.environ.get("LOCAL_RANK", "0")))
         trainer.reduce_step_record = rank_steps.timed(trainer.reduce_step_record)
@@ -188,9 +194,10 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         except Exception:  # noqa: BLE001 - report, and make sure the exit status says so
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             code = code or 1
-    if trainer is not None and trainer.log is not None:
+    logs = [] if trainer is None else [trainer.log] + ([trainer.evaluator.log] if trainer.evaluator else [])
+    for log in (log for log in logs if log is not None):
         try:
-            trainer.log.close()
+            log.close()
         except DiskError as err:  # said already when a step's write failed
             if code == 0:
                 print(f"{tool}: error: {err}", file=sys.stderr, flush=True)

@@ -108,7 +108,8 @@ def memory_line(rank: int, step: int, allocated_gib: float, max_allocated_gib: f
 
 
 class StepLog:
-    """Appends records to steps.jsonl (flushed per step) and keeps them for the result."""
+    """Appends records to steps.jsonl (flushed per step) and keeps them for the result; any record with as_json()
+    (train/common/evaluation.py's points in evals.jsonl too)."""
 
     def __init__(self, path: Path):
         self.path = path

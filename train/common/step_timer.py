@@ -58,12 +58,21 @@ class StepClock:
     def __init__(self, sync: Callable[[], None] = synchronize):
         self.sync = sync
         self.last: float | None = None  # perf_counter at the previous step's end (the first step: its start)
+        self.first: float | None = None  # perf_counter at the first step's start
 
     def start(self) -> None:
         """Before a step: only the first one starts the clock (later steps start where the previous one ended)."""
         if self.last is None:
             self.sync()
             self.last = time.perf_counter()
+            if self.first is None:
+                self.first = self.last
+
+    def exclude(self, seconds: float) -> None:
+        """Leave out seconds spent between two steps on what is no step (an evaluation): the next step's time
+        does not hold them."""
+        if self.last is not None:
+            self.last += seconds
 
     def lap(self) -> float:
         """At a step's end: its seconds since the previous end."""

@@ -17,6 +17,13 @@ microbatches' forwards and backwards: sums need no order) and the gradient reduc
 completes at the schedule's end (a forward holds its wait for an overlapped parameter gather, profile tuned).
 Each rank measures its own step; the last rank's parts are recorded, beside its own step time. Bench mode
 (instrumented=False) makes no marks at all. Cost: bench/instrumentation.py.
+
+With EVAL_INTERVAL, Megatron-LM's evaluation follows the due steps (train/common/evaluation.py): the model in eval mode
+under no_grad, the overlapped parameter gather's hook disabled around it (its parameters synchronised first, as
+Megatron-LM does), and the validation split's global batches through the same forward-backward schedule with
+forward_only=True (no pipelining or 1F1B's forward-only order at PP > 1) and the same per-token loss and mask as
+training; the loss's sum and token count are added over every rank (tensor-parallel ranks and pipeline stages without
+the loss add the same share to both, or nothing), so every rank holds the mean per-token validation loss.
 """
 
 from __future__ import annotations
@@ -37,9 +44,10 @@ import torch
 
 from train.mega import readback as mega_readback
 from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
-from train.common.megatron_data import DataSource, build_dataset, microbatches
+from train.common.evaluation import Evaluator
+from train.common.megatron_data import DataSource, build_splits, microbatches
 from train.common.outcome import NonFiniteLoss, SettingsError
-from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
+from train.common.step_log import GIB, StepLog, StepRecord, is_last_rank, peak_host_rss_gib
 from train.common.step_timer import StepClock
 from utils.spec.models import ModelSpec
 from utils.spec.request import Request
@@ -127,6 +135,22 @@ class ForwardStep:
         return loss, logged
 
 
+class EvalForwardStep:
+    """forward_step_func of an evaluation: the training forward and per-token loss over the mask, logged as its sum
+    and token count, so that the evaluation's mean is over all its tokens."""
+
+    def __call__(self, data_iterator: Iterator[dict], model: torch.nn.Module):
+        batch = next(data_iterator)
+        output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+        return output, partial(self.loss, batch["loss_mask"])
+
+    @staticmethod
+    def loss(loss_mask: torch.Tensor, output: torch.Tensor):
+        mask = loss_mask.view(-1).float()
+        total = torch.sum(output.float().view(-1) * mask)
+        return total / mask.sum(), {"lm loss": torch.stack([total, mask.sum()]).double()}
+
+
 @dataclass
 class Trainer:
     """The built run: model chunk, optimizer, LR schedule and data, and the step loop over them."""
@@ -141,6 +165,7 @@ class Trainer:
     features: dict = field(default_factory=dict)
     host_rss_gib_per_worker: list[float] = field(default_factory=list)
     log: StepLog | None = None
+    evaluator: Evaluator | None = None  # EVAL_INTERVAL > 0: the held-out validation (train/common/evaluation.py)
     recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench.instrumentation's figure
     clock: StepClock = field(default_factory=lambda: StepClock(lambda: torch.cuda.synchronize()))
     breakdown_method: str = field(init=False)  # the result's performance.breakdown.method
@@ -190,11 +215,14 @@ class Trainer:
         config.finalize_model_grads_func = finalize_model_grads
         config.grad_scale_func = self.optimizer.scale_loss
 
-        dataset = build_dataset(self.source, t.seq_len, t.steps * t.gbs, t.seed,
-                                Path(self.request.data.data_dir) / "index_cache")
+        dataset, validation = build_splits(self.source, t.seq_len, t.steps * t.gbs, t.seed,
+                                           Path(self.request.data.data_dir) / "index_cache",
+                                           evaluation=self.request.evaluation, gbs=t.gbs, fingerprint=is_last_rank())
         device = torch.device("cuda", torch.cuda.current_device())
         self.batches = microbatches(dataset, steps=t.steps, mbs=t.mbs, dp=lay.dp,
                                     dp_rank=parallel_state.get_data_parallel_rank(), ga=lay.ga, device=device)
+        if validation is not None:
+            self.evaluator = Evaluator(self.request, validation, self.clock)
         self.forward_step = ForwardStep(self.inject_nan_step)
         self.config = config
         self.features = mega_readback.features(config, stack, t.precision, self.notes)
@@ -231,6 +259,35 @@ class Trainer:
             marks.mark(OPTIMIZER)
         return losses, grad_norm, success, lr
 
+    def evaluate(self) -> tuple[float, float]:
+        """One evaluation over the validation split's first samples (the same every time): the per-token loss's sum
+        and count, added over every rank."""
+        from megatron.core import parallel_state
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        t, lay, split = self.request.training, self.request.parallelism, self.evaluator.split
+        device = torch.device("cuda", torch.cuda.current_device())
+        batches = microbatches(split.dataset, steps=split.iters, mbs=t.mbs, dp=lay.dp,
+                               dp_rank=parallel_state.get_data_parallel_rank(), ga=lay.ga, device=device)
+        overlapped = self.model.ddp_config.overlap_param_gather
+        if overlapped:
+            self.model.disable_forward_pre_hook(param_sync=True)
+        self.model.eval()
+        totals = torch.zeros(2, dtype=torch.float64, device=device)
+        schedule = get_forward_backward_func()
+        with torch.no_grad():
+            for _ in range(split.iters):
+                for item in schedule(forward_step_func=EvalForwardStep(), data_iterator=batches, model=[self.model],
+                                     num_microbatches=lay.ga, seq_length=t.seq_len, micro_batch_size=t.mbs,
+                                     decoder_seq_length=t.seq_len, forward_only=True):
+                    totals += item["lm loss"]
+        self.model.train()
+        if overlapped:
+            self.model.enable_forward_pre_hook()
+        torch.distributed.all_reduce(totals)
+        total, count = totals.tolist()
+        return total, count
+
     def reduce_step_record(self, step: int, elapsed: float, losses: list, grad_norm: float | None, success: bool,
                            lr: float, parts: dict[str, float]) -> StepRecord:
         """The step's record, through collectives every rank joins: the loss averaged over microbatches and DP
@@ -262,19 +319,22 @@ class Trainer:
         profiler = mega_readback.profiler(self.request.environment, self.run_dir, self.notes)
         with profiler or nullcontext():
             for step in range(1, self.request.training.steps + 1):
-                self.step(step)
+                reached = self.step(step)
                 if profiler is not None:
                     profiler.step()
+                if reached:
+                    break
         self.finish()
 
-    def step(self, step: int) -> None:
+    def step(self, step: int) -> bool:
         """One step, timed from the previous step's end to its own (train/common/step_timer.py's StepClock: the
-        previous step's recording inside), recorded (last rank) and checked for nan; the recording's own seconds (the
-        breakdown marks' included) are added to recording_s."""
+        previous step's recording inside), recorded (last rank), checked for nan and followed by its evaluation when
+        one is due; the recording's own seconds (the breakdown marks' included) are added to recording_s. True: the
+        evaluation reached TARGET_LOSS."""
         if not self.instrumented:
             self.run_step(step)
             self.clock.last = None  # an uninstrumented step (bench.instrumentation) ends no timed interval
-            return
+            return False
         marked = self.marks.own_s
         self.clock.start()
         losses, grad_norm, success, lr = self.run_step(step)
@@ -290,6 +350,7 @@ class Trainer:
             raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not finite; "
                                 "training stopped")
         self.recording_s += time.perf_counter() - end + marked
+        return self.evaluator is not None and self.evaluator.after_step(step, elapsed, self.evaluate)
 
     def finish(self) -> None:
         """Complete the last overlapped parameter gather (profile tuned), then check that the DP replicas agree."""

@@ -26,6 +26,7 @@ class Engine(Protocol):
     dp_group: object  # the process group the loss is averaged over (this rank's data-parallel replicas)
     dp_rank: int  # which DP replica this rank is: it reads that replica's microbatches
     dp_size: int
+    hf_model: torch.nn.Module  # the Hugging Face model inside the wrapping: eval() and train() around an evaluation
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One microbatch (train/common/megatron_data.BATCH_KEYS) through the model: the mean loss over the unmasked

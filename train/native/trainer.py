@@ -11,6 +11,12 @@ Each step is timed from the previous step's end to its own (train/common/step_ti
 backward / optimizer breakdown is mega's (train/common/step_marks.py, the same intervals): device events recorded
 into the stream and read only after the step's final synchronisation, so the measurement adds no synchronisation; on
 the CPU, where the work is synchronous, the host clock at the same points.
+
+With EVAL_INTERVAL, each due step is followed by an evaluation (train/common/evaluation.py): the model in eval mode
+under no_grad, the validation split's global batches through the engine's own forward, so with training's loss and
+mask (loss parallel at TP > 1 as in training); each microbatch's mean times its unmasked tokens gives the loss's sum,
+and sum and count are added over every rank (tensor-parallel ranks hold the same loss and add the same share to
+both), so that every rank holds the mean per-token validation loss.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ import torch
 from train.native import model as native_model
 from train.native import readback as native_readback
 from train.common import step_marks
-from train.common.megatron_data import DataSource, build_dataset, microbatches
+from train.common.evaluation import Evaluator
+from train.common.megatron_data import DataSource, build_splits, microbatches
 from train.native.engine import Engine
 from train.common.outcome import NonFiniteLoss, SettingsError
-from train.common.step_log import GIB, StepLog, StepRecord, peak_host_rss_gib
+from train.common.step_log import GIB, StepLog, StepRecord, is_last_rank, peak_host_rss_gib
 from train.common.step_timer import StepClock
 from utils.machine.hardware import cpu_native_bf16
 from utils.spec.models import ModelSpec
@@ -108,6 +115,7 @@ class NativeTrainer:
     features: dict = field(default_factory=dict)
     host_rss_gib_per_worker: list[float] = field(default_factory=list)
     log: StepLog | None = None
+    evaluator: Evaluator | None = None  # EVAL_INTERVAL > 0: the held-out validation (train/common/evaluation.py)
     spec: ModelSpec = field(init=False)
     marks: step_marks.StepMarks = field(init=False)
     clock: StepClock = field(init=False)
@@ -138,10 +146,13 @@ class NativeTrainer:
             self.engine.optimizer, init_lr=0.0, max_lr=t.lr, min_lr=t.min_lr, lr_warmup_steps=t.warmup_steps,
             lr_decay_steps=t.steps, lr_decay_style=t.lr_decay_style, start_wd=t.weight_decay, end_wd=t.weight_decay,
             wd_incr_steps=t.steps, wd_incr_style="constant")
-        dataset = build_dataset(self.source, t.seq_len, t.steps * t.gbs, t.seed,
-                                Path(self.request.data.data_dir) / "index_cache")
+        dataset, validation = build_splits(self.source, t.seq_len, t.steps * t.gbs, t.seed,
+                                           Path(self.request.data.data_dir) / "index_cache",
+                                           evaluation=self.request.evaluation, gbs=t.gbs, fingerprint=is_last_rank())
         self.batches = microbatches(dataset, steps=t.steps, mbs=t.mbs, dp=self.engine.dp_size,
                                     dp_rank=self.engine.dp_rank, ga=lay.ga, device=self.device)
+        if validation is not None:
+            self.evaluator = Evaluator(self.request, validation, self.clock)
         self.features = self.engine.features()
         if self.device.type == "cpu":
             self.features["cpu_native_bf16"] = cpu_native_bf16()
@@ -178,6 +189,24 @@ class NativeTrainer:
         self._mark(step_marks.OPTIMIZER)
         return losses, grad_norm, lr
 
+    def evaluate(self) -> tuple[float, float]:
+        """One evaluation over the validation split's first samples (the same every time): the per-token loss's sum
+        and count, added over every rank."""
+        split = self.evaluator.split
+        batches = microbatches(split.dataset, steps=split.iters, mbs=self.request.training.mbs,
+                               dp=self.engine.dp_size, dp_rank=self.engine.dp_rank, ga=self.request.parallelism.ga,
+                               device=self.device)
+        totals = torch.zeros(2, dtype=torch.float64, device=self.device)
+        self.engine.hf_model.eval()
+        with torch.no_grad():
+            for batch in batches:
+                tokens = batch["loss_mask"].float().sum()
+                totals += torch.stack([self.engine.forward(batch).detach().double() * tokens, tokens.double()])
+        self.engine.hf_model.train()
+        torch.distributed.all_reduce(totals)
+        total, count = totals.tolist()
+        return total, count
+
     def reduce_step_record(self, step: int, elapsed: float, losses: list[torch.Tensor], grad_norm: float | None,
                            lr: float, parts: dict[str, float]) -> StepRecord:
         """The step's record: the loss averaged over microbatches and DP replicas, the nan flag and peak memory
@@ -203,12 +232,14 @@ class NativeTrainer:
         if self.request.environment.profiling:
             self.notes.append("PROFILING is not wired for the torch-native trainer: no profile/ was written")
         for step in range(1, self.request.training.steps + 1):
-            self.step(step)
+            if self.step(step):
+                break
         self.finish()
 
-    def step(self, step: int) -> None:
+    def step(self, step: int) -> bool:
         """One step, timed from the previous step's end to its own (train/common/step_timer.py's StepClock: the
-        previous step's recording inside), recorded (last rank) and checked for nan."""
+        previous step's recording inside), recorded (last rank), checked for nan and followed by its evaluation when
+        one is due. True: the evaluation reached TARGET_LOSS."""
         self.clock.start()
         losses, grad_norm, lr = self.run_step(step)
         elapsed = self.clock.lap()
@@ -219,6 +250,7 @@ class NativeTrainer:
         if record.nan:
             raise NonFiniteLoss(f"step {step}: loss {record.loss} / grad norm {record.grad_norm} is not finite; "
                                 "training stopped")
+        return self.evaluator is not None and self.evaluator.after_step(step, elapsed, self.evaluate)
 
     def finish(self) -> None:
         """Every worker's peak host memory, in rank order."""
