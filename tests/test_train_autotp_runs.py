@@ -32,7 +32,7 @@ from utils.spec.result import schema_errors
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 6
 BASE = dict(PRECISION="fp32", SL=64, TRAIN_ITERS=STEPS, WARMUP_STEPS=2, WARMUP_SKIP=1, LR=1e-3, MIN_LR=1e-4,
-            MBS=1, TP=2, PP=1, DP=1, GA=2)
+            MBS=1, TP=2, PP=1, DP=1, GA=2, EVAL_INTERVAL=4, EVAL_TOKENS=256)  # validation after steps 4 and 6
 # The same request under fsdp (DTensor TP=2) and autotp (AutoTP TP=2, vocabulary-parallel loss), and autotp at
 # TP=2 against TP=1 x DP=2: the largest loss difference measured over the 6 steps on this machine was
 # MEASURED_DIFFERENCE in this layout (GA=2; 1.9e-6 with MBS=2 instead). The layouts differ only in the order of
@@ -142,6 +142,16 @@ def test_tp2_matches_dp2_and_fsdp_on_the_same_request(runs):
     tp2 = runs("tp2_ga2").series("loss")
     assert tp2 == pytest.approx(runs("dp2_zero2").series("loss"), abs=TOLERANCE)
     assert tp2 == pytest.approx(runs("fsdp_tp2").series("loss"), abs=TOLERANCE)
+
+
+def test_the_validation_loss_agrees_across_layouts_and_frameworks_as_the_training_loss_does(runs):
+    """AutoTP's vocabulary-parallel loss at TP=2, DP=2 under ZeRO-2 and fsdp's loss parallel: the same held-out
+    samples after the same steps, the loss's sum and token count reduced over every rank."""
+    evaluations = [runs(name).result["evaluation"] for name in ("tp2_ga2", "dp2_zero2", "fsdp_tp2")]
+    for evaluation in evaluations:
+        assert evaluation["points"]["step"] == [4, 6] and evaluation["split"] == evaluations[0]["split"]
+        assert evaluation["points"]["loss"] == pytest.approx(evaluations[0]["points"]["loss"], abs=TOLERANCE)
+    assert evaluations[0]["points"]["loss"][1] < evaluations[0]["points"]["loss"][0]
 
 
 def request(**changes) -> SimpleNamespace:

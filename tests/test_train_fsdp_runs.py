@@ -36,6 +36,7 @@ BASE = dict(FRAMEWORK="fsdp", PRECISION="fp32", SL=64, TRAIN_ITERS=STEPS, WARMUP
 # far below the 0.2 the loss moves in these 8 steps, so a wrong split (a missing all-reduce, a shard mixed up)
 # cannot pass.
 TP_TOLERANCE = 1e-5
+EVAL = dict(EVAL_INTERVAL=3, EVAL_TOKENS=256)  # held-out validation after steps 3, 6 and 8: 2 global batches
 
 
 def train(directory: Path, data_dir: Path, *, model: str = "llama", args: tuple[str, ...] = (), **knobs) -> Run:
@@ -59,9 +60,9 @@ def data_dir(tmp_path_factory) -> Path:
 def runs(tmp_path_factory, data_dir):
     """Each named run trained once, on first use."""
     layouts = {
-        "fsdp_dp2": dict(SAC_FREQ="1/2", PYTHONWARNINGS="default"),  # Python's warnings shown, as the launcher runs
-        "rerun": dict(SAC_FREQ="1/2"),
-        "tp2": dict(TP=2, DP=1, MBS=2, SAC_FREQ="1/2"),
+        "fsdp_dp2": dict(**EVAL, SAC_FREQ="1/2", PYTHONWARNINGS="default"),  # warnings shown, as the launcher runs
+        "rerun": dict(**EVAL, SAC_FREQ="1/2"),
+        "tp2": dict(**EVAL, TP=2, DP=1, MBS=2, SAC_FREQ="1/2"),
         "qwen_ddp": dict(model="qwen", DATA_PARALLEL="ddp", COMPILE=1, COMPILE_MODE="default"),
     }
     done: dict[str, Run] = {}
@@ -99,6 +100,7 @@ def test_a_rerun_repeats_every_loss_exactly(runs):
     assert_trained(rerun)
     assert rerun.series("loss") == base.series("loss")
     assert rerun.series("grad_norm") == base.series("grad_norm")
+    assert rerun.result["evaluation"]["points"]["loss"] == base.result["evaluation"]["points"]["loss"]
 
 
 def test_tensor_parallel_matches_data_parallel(runs):
@@ -108,6 +110,9 @@ def test_tensor_parallel_matches_data_parallel(runs):
     assert_trained(tp2)
     assert tp2.series("loss") == pytest.approx(base.series("loss"), abs=TP_TOLERANCE)
     assert tp2.series("grad_norm") == pytest.approx(base.series("grad_norm"), abs=TP_TOLERANCE)
+    evaluation, expected = tp2.result["evaluation"], base.result["evaluation"]
+    assert evaluation["points"]["step"] == [3, 6, 8] and evaluation["split"] == expected["split"]
+    assert evaluation["points"]["loss"] == pytest.approx(expected["points"]["loss"], abs=TP_TOLERANCE)
     result = tp2.result
     effective, plan = result["effective"], result["effective"]["tp_plan"]
     assert (effective["tp"], effective["dp"], effective["mesh"]["shape"], effective["sharding"]) == \

@@ -35,6 +35,9 @@ LR, MIN_LR = 1e-3, 1e-4
 # Every layout of a 4-step run: SL 64, warm-up 2 steps, GBS 2.
 BASE = dict(SL=64, TRAIN_ITERS=4, WARMUP_STEPS=2, WARMUP_SKIP=1, LR=LR, MIN_LR=MIN_LR, MBS=2, TP=1, PP=1, DP=1, GA=1)
 LEARN_STEPS = 8
+EVAL = dict(EVAL_INTERVAL=2, EVAL_TOKENS=256)  # held-out validation after steps 2 and 4: 2 global batches
+# stop_at_target's validation losses without the target, measured: 11.85, 11.62, 11.49, 11.44 after steps 2, 4, 6, 8 (bf16; fp32 within 0.05)
+TARGET_LOSS = 11.55
 AVX2_ONLY = Path(__file__).parent / "fixtures" / "train" / "cpuinfo_avx2_only"  # a CPU without bf16 instructions
 BF16_TOLERANCE = 0.05  # absolute, on losses near 11.7: a bf16 model against the same model in fp32
 LAYOUT_TOLERANCE = 2e-3  # absolute, on losses near 11.7: rounding of a different split of the same sums (bf16 at worst)
@@ -106,16 +109,16 @@ def data_dir(tmp_path_factory) -> Path:
 def runs(tmp_path_factory, data_dir):
     """Each named run trained once, on first use."""
     layouts = {
-        "base": {},
-        "rerun_profiled": dict(PROFILING="true", PROFILE_START_STEP=2, PROFILE_END_STEP=3),
-        "tp2": dict(TP=2),
-        "pp2": dict(PP=2),
-        "ga2": dict(MBS=1, GA=2),
-        "tuned_dp2": dict(MBS=1, DP=2, FAIRNESS="tuned"),
+        "base": EVAL,
+        "rerun_profiled": dict(**EVAL, PROFILING="true", PROFILE_START_STEP=2, PROFILE_END_STEP=3),
+        "tp2": dict(**EVAL, TP=2),
+        "pp2": dict(**EVAL, PP=2),
+        "ga2": dict(**EVAL, MBS=1, GA=2),
+        "tuned_dp2": dict(**EVAL, MBS=1, DP=2, FAIRNESS="tuned"),
         "learn_llama": dict(DP=2, TRAIN_ITERS=LEARN_STEPS, PYTHONWARNINGS="default"),  # warnings shown, as launched
-        "learn_qwen": dict(TRAIN_ITERS=LEARN_STEPS, model="qwen"),
+        "stop_at_target": dict(**EVAL, TRAIN_ITERS=LEARN_STEPS, TARGET_LOSS=TARGET_LOSS, model="qwen"),
         "nan": dict(DP=2, MBS=1, TRAIN_ITERS=3, model="qwen", args=("--inject-nan-at-step", "2")),
-        "bf16_emulated": dict(PRECISION="bf16", TRAIN_ITERS=2, WARMUP_STEPS=1, TPRIMAT_CPUINFO=str(AVX2_ONLY)),
+        "bf16_emulated": dict(**EVAL, PRECISION="bf16", TRAIN_ITERS=2, WARMUP_STEPS=1, TPRIMAT_CPUINFO=str(AVX2_ONLY)),
     }
     done: dict[str, Run] = {}
 
@@ -132,12 +135,26 @@ def assert_trained(run: Run, steps: int) -> None:
     assert run.result["run"]["status"] == "ok" and len(run.steps) == steps
 
 
-@pytest.mark.parametrize("name", ["learn_llama", "learn_qwen"])
-def test_tiny_models_learn_on_the_sample_data(runs, name):
-    run = runs(name)
+def test_tiny_models_learn_on_the_sample_data(runs):
+    run = runs("learn_llama")
     assert_trained(run, LEARN_STEPS)
     losses = run.series("loss")
     assert sum(losses[-3:]) / 3 < losses[0] - 0.3, losses
+
+
+def test_a_run_with_a_target_loss_stops_at_the_first_evaluation_that_reaches_it(runs):
+    run = runs("stop_at_target")
+    assert_trained(run, 6)  # of 8: the evaluation after step 6 is the first at or below the target
+    result = run.result
+    points = result["evaluation"]["points"]
+    assert points["step"] == [2, 4, 6] and points["loss"][-1] <= TARGET_LOSS < points["loss"][-2]
+    assert points["loss"] == sorted(points["loss"], reverse=True)  # the held-out loss falls: the model learns
+    to_train = result["time_to_train"]
+    assert (to_train["reached"], to_train["stopped_at_target"], to_train["step"], to_train["tokens"]) == \
+        (True, True, 6, 6 * 2 * 64)
+    assert to_train["wall_s"] == points["wall_s"][-1] > to_train["train_time_s"] == points["train_time_s"][-1]
+    assert result["run"]["steps_completed"] == 6 and result["training"]["steps"] == LEARN_STEPS
+    assert [f.message for f in validate.check_result(Loaded("target", result, {})) if f.fatal] == []
 
 
 def test_data_parallel_replicas_stay_identical(runs):
@@ -162,8 +179,19 @@ def test_other_layouts_give_the_same_losses(runs, name, readback):
     base, other = runs("base"), runs(name)
     assert_trained(other, 4)
     assert other.series("loss") == pytest.approx(base.series("loss"), abs=LAYOUT_TOLERANCE)
+    assert_same_evaluation(other, base)
     effective = other.result["effective"]
     assert {key: effective[key] for key in readback} == readback
+
+
+def assert_same_evaluation(run: Run, base: Run) -> None:
+    """The same validation documents and samples after the same steps, the losses equal up to the layout's
+    rounding, as the training losses are (a TP or PP split reduces the loss's sum over other ranks)."""
+    evaluation, expected = run.result["evaluation"], base.result["evaluation"]
+    assert evaluation["split"] == expected["split"] and evaluation["split"]["documents"] == 10
+    assert evaluation["points"]["step"] == [2, 4] and evaluation["iters"] == 2 and evaluation["tokens"] == 256
+    assert evaluation["points"]["loss"] == pytest.approx(expected["points"]["loss"], abs=LAYOUT_TOLERANCE)
+    assert all(math.isfinite(loss) for loss in evaluation["points"]["loss"])
 
 
 def test_learning_rate_follows_megatron_lm_warmup_then_cosine(runs):
@@ -195,13 +223,29 @@ def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_set
     assert {key: training[key] for key in IDENTITY_KEYS} == {
         "fairness_profile": "spec", "init_method_std": 0.02, "padded_vocab_size": 128256, "eod_mask_loss": False,
         "dataloader_type": "single", "lr_warmup_convention": "megatron", "check_for_nan_in_grad": False,
-        "fp8_recipe": None}
+        "fp8_recipe": None, "validation_split": "95,5,0"}
     assert {key: effective[key] for key in ("init_method_std", "padded_vocab_size", "eod_mask_loss",
                                             "check_for_nan_in_grad", "overlap_grad_reduce", "overlap_param_gather",
                                             "grad_reduce_in_fp32")} == {
         "init_method_std": 0.02, "padded_vocab_size": 128256, "eod_mask_loss": False, "check_for_nan_in_grad": False,
         "overlap_grad_reduce": False, "overlap_param_gather": False, "grad_reduce_in_fp32": False}
     assert [f.message for f in validate.check_result(Loaded("base", result, {})) if f.fatal] == []
+
+
+def test_evaluations_are_kept_in_evals_jsonl_and_out_of_every_step_time(runs):
+    run = runs("base")
+    evaluation = run.result["evaluation"]
+    kept = [json.loads(line) for line in (run.directory / "evals.jsonl").read_text().splitlines()]
+    assert {key: [point[key] for point in kept] for key in evaluation["points"]} == evaluation["points"]
+    assert evaluation["split"]["fingerprint"].startswith("sha256:") and evaluation["split"]["percent"] == 5
+    assert evaluation["points"]["tokens"] == [2 * 2 * 64, 4 * 2 * 64]
+    times = run.series("step_time_s")
+    assert evaluation["points"]["train_time_s"] == pytest.approx([sum(times[:2]), sum(times)], rel=1e-9)
+    assert evaluation["time_s"] == pytest.approx(sum(evaluation["points"]["eval_time_s"]))
+    # wall_s counts both evaluations, the step times none: were the first inside step 3's time, wall_s would fall
+    # short of the step times plus both evaluations by its length
+    assert evaluation["points"]["wall_s"][1] >= evaluation["points"]["train_time_s"][1] + evaluation["time_s"]
+    assert run.console.count("validation loss at iteration") == 2
 
 
 def test_a_cpu_worker_leaves_the_missing_libraries_to_the_matrix_and_the_result(runs):
@@ -218,6 +262,7 @@ def test_the_tuned_profile_overlaps_data_parallel_communication_with_the_same_lo
     base, tuned = runs("base"), runs("tuned_dp2")
     assert_trained(tuned, 4)
     assert tuned.series("loss") == pytest.approx(base.series("loss"), abs=LAYOUT_TOLERANCE)
+    assert_same_evaluation(tuned, base)  # the overlapped parameter gather finished before each evaluation
     effective = tuned.result["effective"]
     assert (effective["overlap_grad_reduce"], effective["overlap_param_gather"], effective["grad_reduce_in_fp32"],
             effective["dp_replicas_identical"]) == (True, True, True, True)
@@ -240,6 +285,7 @@ def test_bf16_on_a_cpu_without_bf16_instructions_trains_and_warns_with_the_measu
     assert warning and run.console.count(warning.group(0)) == 1, run.console[-2000:]
     assert any(warning.group(0) in note for note in run.result["warnings"])
     assert run.series("loss")[0] == pytest.approx(base.series("loss")[0], abs=BF16_TOLERANCE)  # the same first batch
+    assert run.result["evaluation"]["points"]["step"] == [2]  # after the last step
 
 
 def test_each_worker_records_its_peak_host_memory(runs):

@@ -18,7 +18,8 @@ from train.plan import build_plan, data_problems, estimate_s, request, table
 from utils.config import ROOT, load_config
 from utils.spec import stacks
 from utils.spec.models import get_model
-from utils.spec.request import Network, Request
+from utils.spec.evaluation import Evaluation
+from utils.spec.request import NO_EVALUATION, Network, Request
 
 
 def names(platform: str, **env: str) -> list[str]:
@@ -305,3 +306,21 @@ def test_llama32_plans_at_full_size_on_gpu_nodes_with_its_memory_predicted():
         assert all(request(cfg, run).model.variant == "llama3.2-3b" for run in runs)
         assert all(15 < found[run.name].memory.peak / 2 ** 30 < 40 and found[run.name].fits for run in runs
                    if not run.skipped), {name: p.memory_line() for name, p in found.items()}
+
+
+def test_the_request_carries_the_held_out_validation_and_the_summary_line_its_cadence():
+    off = node("nvd", FRAMEWORK="mega", MODELS="llama")
+    req = request(off, build_plan(off)[0])
+    assert not req.evaluation.enabled and req.evaluation.megatron_split() == "100,0,0"
+    assert "validation" not in table(off, build_plan(off))[0]
+    cfg = node("nvd", FRAMEWORK="mega", MODELS="llama", EVAL_INTERVAL="100", EVAL_TOKENS="200000",
+               VALIDATION_PERCENT="4", TARGET_LOSS="3.3")
+    req = request(cfg, build_plan(cfg)[0])
+    assert req.evaluation == Evaluation(interval_steps=100, tokens=200000, validation_percent=4, target_loss=3.3)
+    assert req.result_training()["validation_split"] == "96,4,0"
+    written = json.loads(json.dumps(req.to_json()))
+    assert Request.from_json(written) == req
+    del written["evaluation"]  # a config.json written before validation existed asked for none
+    assert Request.from_json(written).evaluation == NO_EVALUATION
+    assert ("validation every 100 steps over 2 global batch(es) (262,144 tokens), 4% of the documents held out, "
+            "stop at validation loss <= 3.3") in table(cfg, build_plan(cfg))[0]

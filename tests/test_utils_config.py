@@ -376,3 +376,16 @@ def test_machine_knobs_are_typed_and_an_empty_price_is_none():
 def test_machine_knobs_refuse_bad_values_in_one_line(knob, value, rule):
     [problem] = problems_of({**GPU_NODE, knob: value})
     assert problem.startswith(f"{knob}={value}: ") and rule in problem
+
+
+def test_validation_knobs_and_the_target_that_needs_an_evaluation():
+    config = load_config({**CPU_MACHINE, "EVAL_INTERVAL": "10", "TARGET_LOSS": "7.5"})
+    assert (config["EVAL_INTERVAL"], config["EVAL_TOKENS"], config["VALIDATION_PERCENT"], config["TARGET_LOSS"]) == \
+        (10, 2048, 5, 7.5)  # CPU_EVAL_TOKENS: 4 global batches of 4 x 128 tokens
+    assert load_config(GPU_NODE)["EVAL_INTERVAL"] == 0 and load_config(GPU_NODE)["TARGET_LOSS"] is None
+    assert problems_of({**GPU_NODE, "TARGET_LOSS": "3.3"}) == [
+        "TARGET_LOSS=3.3: needs EVAL_INTERVAL > 0 (the target is a validation loss); set EVAL_INTERVAL or leave "
+        "TARGET_LOSS empty"]
+    assert [line.split(":")[0] for line in problems_of({**GPU_NODE, "EVAL_INTERVAL": "5", "VALIDATION_PERCENT": "60",
+                                                        "TARGET_LOSS": "0", "EVAL_TOKENS": "0"})] == \
+        ["EVAL_TOKENS=0", "VALIDATION_PERCENT=60", "TARGET_LOSS=0"]
