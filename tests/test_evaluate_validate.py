@@ -11,6 +11,7 @@ from evaluate import extract, validate
 from evaluate.collect import Loaded
 from tests.fixtures import energy_results
 from utils.spec.fairness import IDENTITY_KEYS
+from utils.spec.metrics import time_to_target
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -34,6 +35,24 @@ def test_a_sound_run_passes_every_check():
 
 def test_a_cut_off_run_fails_status_and_steps():
     assert checks(result("megatron_truncated")) == {("status", True), ("steps", True)}
+
+
+def stopped_at_target(data, step: int) -> dict:
+    """data as a TARGET_LOSS run that stopped at the evaluation after `step` of twice as many requested."""
+    data["training"]["steps"] = data["effective"]["steps"] = 2 * step
+    points = {"step": [step], "tokens": [step * 1000], "train_time_s": [100.0], "wall_s": [110.0], "loss": [3.2],
+              "eval_time_s": [10.0]}
+    data["evaluation"] = {"interval_steps": step, "iters": 1, "tokens": 1000, "time_s": 10.0, "points": points,
+                          "split": {"megatron_split": "95,5,0", "documents": 30, "fingerprint": None, "percent": 5}}
+    data["time_to_train"] = time_to_target(points, 3.3, stopped_at_target=True, how="the trainer stopped")
+    return data
+
+
+def test_a_run_that_stopped_at_its_target_loss_ran_every_step_it_needed():
+    assert checks(stopped_at_target(result("megatron"), 12)) == set()
+    unstopped = stopped_at_target(result("megatron"), 12)
+    unstopped["time_to_train"]["stopped_at_target"] = False  # read from the series: the steps ran out early
+    assert checks(unstopped) == {("steps", True)}
 
 
 def test_nan_losses_and_nan_iterations_fail():
@@ -85,6 +104,7 @@ def test_schema_violation_is_reported_first():
     ("training", "check_for_nan_in_grad", True, "NaN check"),
     ("training", "fp8_recipe", {"fp8_format": "hybrid", "fp8_recipe": "delayed", "fp8_margin": 0,
                                 "fp8_amax_history_len": 1, "fp8_amax_compute_algo": "most_recent"}, "FP8 recipe"),
+    ("training", "validation_split", "95,5,0", "validation split"),  # other documents held out, others trained on
 ])
 def test_fairness_lists_each_mismatched_field(section, key, value, label):
     nvidia, amd = result("nemo"), result("primus")

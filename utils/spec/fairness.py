@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from utils.frameworks import TABLE
 from utils.spec import precision as precisions
+from utils.spec.evaluation import NO_SPLIT
 
 PROFILES = ("spec", "tuned")
 DEFAULT_PROFILE = "spec"
@@ -180,11 +181,12 @@ IDENTITY_KEYS = ("fairness_profile", "init_method_std", "padded_vocab_size", "eo
                  "lr_warmup_convention", "check_for_nan_in_grad", "fp8_recipe", "validation_split")
 
 
-def identity(profile_name: str, table: dict, applied: dict, precision: str, validation_split: str) -> dict[str, object]:
+def identity(profile_name: str, table: dict, applied: dict, precision: str,
+             validation_split: str = NO_SPLIT) -> dict[str, object]:
     """The workload-identity fields of a result: the profile, the workload a framework applied
     (workload()), the NaN check, the low-precision recipe (None unless the run trains below 16 bits) and the
     validation split (utils.spec.evaluation: the documents held out are never trained on, so runs with other splits
-    train on other documents)."""
+    train on other documents; NO_SPLIT without validation)."""
     return {"fairness_profile": profile_name, **applied, "check_for_nan_in_grad": table["check_for_nan_in_grad"],
             "fp8_recipe": fp8_recipe(table, precision) if precision in precisions.LOW else None,
             "validation_split": validation_split}
