@@ -11,6 +11,11 @@ Sample order follows Megatron-LM's pretraining sampler: step i takes the GBS sam
 first i x GBS; each microbatch is the next MBS x DP of them, and DP rank r takes the r-th MBS.
 So a layout change (DP, GA, MBS) regroups the same samples but never changes which ones a step sees.
 
+With EVAL_INTERVAL (utils/spec/evaluation.py), megatron-core's builder splits the documents by the request's split
+string (95,5,0 at VALIDATION_PERCENT=5; 100,0,0 without validation, as before): the validation documents are a
+contiguous range of the prepared (seed-shuffled) documents, never trained on, the same in every framework; their
+count and the sha256 of their token ids go into the result (ValidationSplit.result_split).
+
 A run asking for more samples than the corpus holds reads it several times, and the first rank says so in one line
 (corpus_reads). megatron-core does not reshuffle each reading apart: it shuffles all the copies of the documents
 together (one numpy RandomState seeded with SEED; a last copy read less than 80% is shuffled apart), cuts that stream
