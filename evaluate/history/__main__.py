@@ -25,25 +25,13 @@ from evaluate.gate import gated
 from evaluate.history import export, records
 from evaluate.history.regressions import ALPHA, GROUPINGS, MIN_CHANGE, regressions
 from evaluate.history.sql import location
+from evaluate.history.query import where_filter
 from evaluate.history.store import FILTERS, open_store
 from utils.cli import Parser, UsageError, now_iso, output_file, positive_number, quoted, run, warn
 from utils.files import atomic_open
 from utils.spec.metrics import figure_text
 
 TOOL = "evaluate.history"
-
-
-def where_filter(text: str) -> dict[str, str]:
-    """--where KEY=VALUE,...: each KEY one of FILTERS."""
-    found = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, equals, value = part.partition("=")
-        if not equals or key.strip() not in FILTERS:
-            raise argparse.ArgumentTypeError(f"{quoted(part, 60)}: give KEY=VALUE with KEY one of {', '.join(FILTERS)}")
-        if key.strip() in records.INTEGER_IDENTITY and not value.strip().isdigit():
-            raise argparse.ArgumentTypeError(f"{quoted(part, 60)}: {key.strip()} is a whole number")
-        found[key.strip()] = value.strip()
-    return found
 
 
 def date(text: str) -> datetime:
