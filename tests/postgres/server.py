@@ -3,7 +3,8 @@
 The distribution's server (tests/postgres/install.sh) in a private temporary data folder, listening on 127.0.0.1
 at a free port and on a socket in that folder, with trust authentication for the one user it was made with: it
 never touches a system cluster. initdb and postgres refuse to run as root, so as root both run as the `postgres`
-user (runuser). The server is a child of this process, stopped by its process id.
+user (setpriv, which execs the program itself: the child's process id is the server's). The server is a child of
+this process, stopped by its process id.
 
     python3 -m tests.postgres.server   # start it, print its URL, stop on Ctrl-C
 """
@@ -48,8 +49,8 @@ def unavailable_reason() -> str | None:
             pwd.getpwnam(SERVICE_USER)
         except KeyError:
             return f"no '{SERVICE_USER}' user to run the server as (root may not): reinstall the postgresql package"
-        if not shutil.which("runuser"):
-            return "no runuser to start the server as the postgres user"
+        if not shutil.which("setpriv"):
+            return "no setpriv (util-linux) to start the server as the postgres user"
     return None
 
 
@@ -62,7 +63,8 @@ class PostgresServer:
     _proc: subprocess.Popen | None = None
 
     def _as_service(self, argv: list[str]) -> list[str]:
-        return ["runuser", "-u", SERVICE_USER, "--", *argv] if os.geteuid() == 0 else argv
+        user = f"--reuid={SERVICE_USER}", f"--regid={SERVICE_USER}", "--init-groups"
+        return ["setpriv", *user, *argv] if os.geteuid() == 0 else argv
 
     def start(self) -> "PostgresServer":
         bin_dir = binaries()
