@@ -313,3 +313,18 @@ def test_the_default_store_is_under_output_dir_and_a_password_in_its_url_is_refu
         "postgresql://bench@db.example/tprimat"
     with pytest.raises(UsageError, match="without a password"):
         location("postgresql://bench:secret@db.example/tprimat")
+
+
+def test_compare_takes_a_history_query_and_its_report_gains_the_history_section(tmp_path):
+    from evaluate.compare import compare
+    from evaluate.history.query import HistoryQuery
+    run_set(tmp_path / "in", "20261101-100000-nvd", "2026-11-01T10:00:00+00:00")
+    run_set(tmp_path / "in", "20261102-100000-nvd", "2026-11-02T10:00:00+00:00", scale=SLOWER)
+    db = tmp_path / "h.sqlite"
+    history("add", "--db", str(db), str(tmp_path / "in"))
+    text = compare([], tmp_path / "out", history=HistoryQuery(Location(path=db), {"model": "llama"}))
+    assert "2 run(s) of Llama 3.1 8B" in text
+    history_part = text[text.index("## History"):text.index("## Fairness")]
+    assert "### NVIDIA H100 SXM mega llama3.1-8b" in history_part and "qwen" not in history_part
+    assert "| 2026-11-01T10:00:00+00:00 | 20261101-100000-nvd | - | ok |" in history_part
+    assert "![history](history.png)" in history_part and (tmp_path / "out" / "history.png").stat().st_size > 0
