@@ -5,10 +5,10 @@
 
 Three default CPU run sets (`FRAMEWORK=mega ./shell/run_train.sh`: tiny Llama and Qwen, DP 2 over two worker
 processes) go into a fresh store. The first two run as they are; the third runs under `taskset -c 0`, both workers
-pinned to one core, which makes each step about twice as long on a 2-core machine (the stated slowdown; its
-measured size is printed). `python3 -m evaluate.history regressions` is asked twice: after the two equal sets
+pinned to one core (the stated slowdown: on a 2-core machine about a quarter slower per step, +23% to +32%
+measured; its size is printed). `python3 -m evaluate.history regressions` is asked twice: after the two equal sets
 (expected: no regression, exit 0) and after the third (expected: both configurations named, exit 1). Each run
-set writes into a temporary OUTPUT_DIR (deleted afterwards). About 6 minutes on a quiet 2-core machine; a shared,
+set writes into a temporary OUTPUT_DIR (deleted afterwards). About 6 minutes on a 2-core machine; a shared,
 busy one is noisier and slower: run it on a quiet one.
 """
 

@@ -26,12 +26,13 @@ from evaluate.history import export, records
 from evaluate.history.regressions import ALPHA, GROUPINGS, MIN_CHANGE, regressions
 from evaluate.history.sql import location
 from evaluate.history.query import where_filter
-from evaluate.history.store import FILTERS, open_store
+from evaluate.history.store import COLUMNS, FILTERS, open_store
 from utils.cli import Parser, UsageError, now_iso, output_file, positive_number, quoted, run, warn
 from utils.files import atomic_open
 from utils.spec.metrics import figure_text
 
 TOOL = "evaluate.history"
+LISTED = tuple(name for name in COLUMNS if name not in records.DOCUMENTS)  # list reads no result JSON
 
 
 def date(text: str) -> datetime:
@@ -73,7 +74,7 @@ def _figure(value: float | None) -> str:
 
 def list_results(args) -> int:
     with open_store(location(args.db)) as store:
-        stored = store.rows(args.where)
+        stored = store.rows(args.where, LISTED)
     print(f"{'ID':<12}  {'date':<25}  {'run set':<22}  {'status':<10}  {'stack':<14}  configuration  "
           "step time (s)  tokens/s/GPU")
     for row in stored:

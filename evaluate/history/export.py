@@ -14,8 +14,7 @@ import csv
 import io
 import json
 
-from evaluate.history.records import FIGURES, IDENTITY
-from evaluate.history.records import ORIGIN
+from evaluate.history.records import FIGURES, IDENTITY, ORIGIN
 
 # madengine's perf.csv header (madengine's container runner writes these, in this order).
 MADENGINE_COLUMNS = ("model", "n_gpus", "nnodes", "gpus_per_node", "training_precision", "pipeline", "args", "tags",
