@@ -191,7 +191,7 @@ def _add_in_a_process(db: str, folders: list[str]) -> None:
 
 
 # Forked writers start in milliseconds (a fresh interpreter takes a second or two); the only other threads of this
-# process are native libraries' idle pools, which the writers never use.
+# process are native libraries' idle pools, which the writers never use (the same for the read-only test's child).
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
 def test_two_writers_at_once_lose_nothing(store, tmp_path):
     folders = [run_set(tmp_path, f"2026110{day}-100000-nvd", f"2026-11-0{day}T10:00:00+00:00") for day in (1, 2, 3, 4)]
@@ -251,6 +251,7 @@ def shared_folder():
     shutil.rmtree(folder)
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
 def test_a_read_only_store_is_one_line_and_keeps_what_it_holds(shared_folder):
     """Root writes any file: the writer is a forked child that has become `nobody` (a fresh interpreter could not
     reach this Python's files as nobody)."""
