@@ -24,6 +24,6 @@ KNOBS = {
     # from PGPASSWORD or ~/.pgpass instead.
     "HISTORY_DB": Knob("str", pattern=r"(?!postgres(ql)?://[^/@]*:[^/@]*@)[!-~]*",
                        rule="empty (OUTPUT_DIR/history.sqlite), a file path without spaces, or a postgresql:// URL "
-                            "without a password (give it in PGPASSWORD or ~/.pgpass)"),
+                            "without a password (give it in PGPASSWORD or ~/.pgpass)", conceals=True),
 }
 
