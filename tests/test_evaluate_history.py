@@ -218,12 +218,22 @@ def test_a_newer_schema_and_a_store_that_is_not_tprimats_are_refused_in_one_line
         history("add", "--db", store, str(tmp_path))
 
 
-def test_a_file_that_is_no_database_is_refused_and_left_as_it_was(tmp_path):
+def test_a_file_that_is_no_store_is_refused_and_left_as_it_was(tmp_path):
+    folder = run_set(tmp_path, "20261101-100000-nvd", "2026-11-01T10:00:00+00:00")
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n" * 100)
     with pytest.raises(UsageError, match="not a TPrimat results store .not an SQLite database"):
-        history("add", "--db", str(notes), str(run_set(tmp_path, "20261101-100000-nvd", "2026-11-01T10:00:00+00:00")))
+        history("add", "--db", str(notes), str(folder))
     assert notes.read_text() == "my notes\n" * 100
+    songs = tmp_path / "songs.sqlite"
+    with sqlite3.connect(songs) as other:
+        other.execute("CREATE TABLE songs (title TEXT)")
+        other.execute("INSERT INTO songs VALUES ('a')")
+    with pytest.raises(UsageError, match="not a TPrimat results store .it holds songs and no"):
+        history("add", "--db", str(songs), str(folder))
+    with sqlite3.connect(songs) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        assert other.execute("SELECT title FROM songs").fetchall() == [("a",)]
 
 
 def test_a_locked_store_is_one_line_and_keeps_what_it_holds(tmp_path):

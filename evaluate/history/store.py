@@ -140,11 +140,12 @@ def open_store(where: Location, create: bool = False, busy_timeout_s: float = BU
     database = Database(where, busy_timeout_s)
     try:
         store = Store(database)
+        version = store.version()  # a database that is not TPrimat's store is refused before anything changes it
         if create:
-            if not database.postgres:  # readers never block the writer; the file keeps the mode once set
+            if version is None and not database.postgres:  # readers never block the writer; the file keeps it
                 database.execute("PRAGMA journal_mode=WAL")
             store.migrate()
-        elif store.version() is None:
+        elif version is None:
             raise UsageError(f"no results in the store at {where} yet: add results first (python3 -m "
                              "evaluate.history add OUTPUT_DIR)")
         yield store
