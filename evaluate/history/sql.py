@@ -56,7 +56,10 @@ def location(given: str | None = None, env: dict | None = None) -> Location:
     if not problems and value.startswith(URL_PREFIXES):
         return Location(url=value)
     if not problems and value:
-        return Location(path=Path(convert(name, value, Knob("file"), problems)))
+        path = Path(convert(name, value, Knob("file"), problems))
+        if path.is_dir():
+            raise UsageError(f"{name}={quoted(value, 120)} is a folder: give the store's file (e.g. {path / DEFAULT_NAME})")
+        return Location(path=path)
     if not problems:
         output = convert("OUTPUT_DIR", knob_text("OUTPUT_DIR", env), DATA["OUTPUT_DIR"], problems)
         if not problems:
