@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from evaluate import native_settings
@@ -64,8 +65,15 @@ def figures(item: Loaded) -> dict:
 
 
 def run_date(result: dict) -> str | None:
+    """When the run started (else ended), as its result writes it; None when neither is an ISO 8601 time."""
     run = result.get("run") or {}
-    return run.get("started_at") or run.get("ended_at")
+    for text in (run.get("started_at"), run.get("ended_at")):
+        try:
+            datetime.fromisoformat(text)
+            return text
+        except (TypeError, ValueError):
+            continue
+    return None
 
 
 def run_set(where: str) -> str:
