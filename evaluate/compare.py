@@ -12,6 +12,9 @@ count (--price-amd, --price-nvd, --project-tokens; else PRICE_PER_GPU_HOUR_AMD, 
 PROJECT_TOKENS from the environment or config.env), checked like the configuration: a bad one is one line, exit 2.
 --project-nodes 1,2,4,...,1024 adds the projection to many nodes (evaluate.project's model, for each platform +
 framework's fastest strategy) as a panel of compare-strategies.png and a section of report.md.
+--history DB takes the results store (python3 -m evaluate.history) as well as or instead of paths (--where
+KEY=VALUE,... chooses its results): report.md then gains a History section with each compared configuration's
+stored runs, and history.png beside compare.png.
 
 The repeats and their figures are evaluate/comparison/repeats.py's, the report evaluate/comparison/report.py's, the plot
 evaluate/comparison/plot.py's, and the cross-strategy view evaluate/comparison/strategies.py's.
@@ -24,13 +27,15 @@ from pathlib import Path
 from typing import Sequence
 
 from evaluate.comparison import strategies as strategy_view
-from evaluate.collect import CollectError
+from evaluate.collect import Collection, CollectError
 from evaluate.gate import gated
 from evaluate.comparison.projection import Ask
 from evaluate.comparison.plot import plot
 from evaluate.comparison.report import report
 from evaluate.comparison.repeats import repeats_of
 from evaluate import project
+from evaluate.history.query import HistoryQuery, where_filter
+from evaluate.history.sql import location
 from utils.cli import Parser, UsageError, output_dir, positive_number, quoted, run, warn
 from utils.config.parse import ConfigError
 from utils.machine.energy_cost import FLAGS, CostSettings, cost_settings
@@ -43,10 +48,12 @@ def write_text(path: Path, text: str) -> None:
 
 
 def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = CostSettings(),
-            ask: Ask | None = None) -> str:
+            ask: Ask | None = None, history: HistoryQuery | None = None) -> str:
     """Write compare.png, report.md (and compare-strategies.png with several strategies or a projection asked
-    for); returns the report."""
-    found = gated(inputs)
+    for, history.png with a store); returns the report."""
+    found = gated(inputs) if inputs else Collection([], [])
+    if history is not None:
+        history.join(found)
     for rejected in found.rejected:
         warn(rejected.line())
     for line in found.duplicate_lines():
@@ -56,7 +63,7 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
             warn(f"{quoted(item.where, 300)}: {item.name} fails validate ({quoted(item.failures[0])}): counted failed, in no figure")
     items = found.results
     if not items:
-        where = ", ".join(map(str, inputs))
+        where = ", ".join([*map(str, inputs), *([f"the store {history}"] if history else [])])
         raise CollectError(f"no result this checkout reads under {where} ({len(found.rejected)} file(s) left out, "
                            "see above)" if found.rejected else
                            f"no result.json under {where}; run a benchmark or extract first")
@@ -68,14 +75,15 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
     if strategy_view.has_strategies(entries) or ask:
         strategies_png = "compare-strategies.png"
         strategy_view.plot(entries, outdir / strategies_png, ask)
-    text = report(items, "compare.png", strategies_png, costs, ask)
+    history_lines = history.section(items, outdir) if history is not None else ()
+    text = report(items, "compare.png", strategies_png, costs, ask, history_lines)
     write_text(outdir / "report.md", text)
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m evaluate.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("inputs", nargs="+", metavar="DIR_OR_ZIP", help="run directories, run sets, output.zip files")
+    parser.add_argument("inputs", nargs="*", metavar="DIR_OR_ZIP", help="run directories, run sets, output.zip files")
     parser.add_argument("-o", "--output", required=True, type=output_dir, metavar="OUTDIR", help="folder for compare.png and report.md")
     for knob, flag in FLAGS.items():
         parser.add_argument(flag, metavar="NUMBER", dest=knob, help=f"overrides {knob} (from the environment, else config.env); empty: none")
@@ -83,7 +91,16 @@ def main(argv: list[str] | None = None) -> int:
                         "(a model-based projection: python3 -m evaluate.project --help)")
     parser.add_argument("--link-gbps", type=positive_number, default=None, help="with --project-nodes: inter-node bandwidth "
                         "per GPU, Gb/s (default NET_LINK_GBPS, else 400)")
+    parser.add_argument("--history", metavar="DB", help="a results store (a path or postgresql:// URL; python3 -m "
+                        "evaluate.history): its results matching --where are compared when no path is given, and "
+                        "report.md gains a History section")
+    parser.add_argument("--where", type=where_filter, default={}, metavar="KEY=VALUE,...",
+                        help="with --history: only the stored results with these values (framework=mega,model=llama)")
     args = parser.parse_args(argv)
+    if not args.inputs and args.history is None:
+        raise UsageError("give the results to compare (run sets, output.zip files) or a store with --history DB")
+    if args.where and args.history is None:
+        raise UsageError("--where chooses results of a store: add --history DB")
     ask = None
     if args.project_nodes is not None:
         link = project.knob("NET_LINK_GBPS", args.link_gbps, "--link-gbps")
@@ -96,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         err.report("evaluate.compare")
         return 2
     try:
-        text = compare(args.inputs, args.output, costs, ask)
+        text = compare(args.inputs, args.output, costs, ask,
+                       HistoryQuery(location(args.history), args.where, bool(args.inputs)) if args.history else None)
     except CollectError as err:
         print(f"evaluate.compare: {err}", file=sys.stderr)
         return 2

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # usage: ./shell/test.sh [PYTEST_ARGUMENT...]
 # Every lint and test: set up the test environment (.venv from requirements/host.txt and dev.txt, built
-# with Python 3.12 or TPRIMAT_HOST_PYTHON; Slurm from the distribution's packages when it can be installed),
-# then shellcheck over every shell script and pytest over tests/, one worker per core (pytest-xdist; a test
+# with Python 3.12 or TPRIMAT_HOST_PYTHON; Slurm and PostgreSQL from the distribution's packages when they can
+# be installed), then shellcheck over every shell script and pytest over tests/, one worker per core (pytest-xdist; a test
 # file stays on one worker, so its module fixtures, e.g. a trained run set, are built once; -n 0 runs serially).
 # Arguments go to pytest, which checks them before anything long starts, e.g.
 #   ./shell/test.sh -k config        ./shell/test.sh tests/test_entry_points.py -x
@@ -33,6 +33,10 @@ main() {
   check_pytest_args "$@"
   if [[ -x "${TPRIMAT_ROOT}/tests/slurm/install.sh" ]]; then
     bash "${TPRIMAT_ROOT}/tests/slurm/install.sh" || tp_warn "Slurm could not be installed; its tests will be skipped"
+  fi
+  if [[ -x "${TPRIMAT_ROOT}/tests/postgres/install.sh" ]]; then
+    bash "${TPRIMAT_ROOT}/tests/postgres/install.sh" \
+      || tp_warn "PostgreSQL could not be installed; the results store's PostgreSQL tests will be skipped"
   fi
   local -a scripts
   mapfile -t scripts < <(shell_scripts)

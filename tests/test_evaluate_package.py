@@ -16,7 +16,7 @@ def test_evaluate_resolves_to_the_repository():
 
 
 @pytest.mark.parametrize("tool", ["extract", "judge", "validate", "probe", "fingerprint", "compare", "wrap",
-                                  "health", "project"])
+                                  "health", "project", "history"])
 def test_each_tool_has_help(tool):
     out = subprocess.run([sys.executable, "-m", f"evaluate.{tool}", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -175,9 +175,11 @@ def failed_lines(items: Sequence[Loaded]) -> list[str]:
 
 
 def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | None = None,
-           costs: CostSettings = CostSettings(), ask: projection.Ask | None = None) -> str:
+           costs: CostSettings = CostSettings(), ask: projection.Ask | None = None,
+           history: Sequence[str] = ()) -> str:
     """report.md of results judged by evaluate.gate; checks on the results as read, everything shown from their
-    Markdown-safe copies."""
+    Markdown-safe copies. history: the History section's lines (evaluate/history/section.py), when a store is
+    given."""
     checks = [f for item in items for f in check_result(item)]
     items = [displayed(item) for item in items]
     found = fairness(items)
@@ -217,6 +219,7 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     if ask:
         out += projection.section(entries, ask, costs.project_tokens, None if several else strategies_png)
     out += scaling.section(scaled, FRAMEWORK_NAMES)
+    out += list(history)
     out += ["## Fairness", ""]
     out += ([f"- {f.message}" for f in unfair] + ["", "The comparison above is UNFAIR where these differ."]
             if unfair else ["- every compared run shares model, sequence length, precision, steps, dataset "

@@ -1,5 +1,6 @@
 """The machine behind a number (config.env's Machine section): telemetry during every run, node health before the
-first, the device a plan is made for, and what the comparison turns the figures into (energy, cost, a projection)."""
+first, the device a plan is made for, what the comparison turns the figures into (energy, cost, a projection), and
+the results store that keeps every result over time (evaluate/history/)."""
 
 from __future__ import annotations
 
@@ -19,5 +20,10 @@ KNOBS = {
     "PRICE_PER_GPU_HOUR_AMD": PRICE,
     "PRICE_PER_GPU_HOUR_NVD": PRICE,
     "PROJECT_TOKENS": Knob("float", high=1e18, bounds="(]", optional=True, rule="a token count such as 1e12"),
+    # A password in a URL would be a secret in config.env and in every line that names the store: libpq reads it
+    # from PGPASSWORD or ~/.pgpass instead.
+    "HISTORY_DB": Knob("str", pattern=r"(?!postgres(ql)?://[^/@]*:[^/@]*@)[!-~]*",
+                       rule="empty (OUTPUT_DIR/history.sqlite), a file path without spaces, or a postgresql:// URL "
+                            "without a password (give it in PGPASSWORD or ~/.pgpass)", conceals=True),
 }
 

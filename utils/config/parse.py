@@ -47,6 +47,7 @@ class Knob:
     pattern: str = ""  # str: a regular expression the whole value must match
     rule: str = ""  # int: why the range; str: what the pattern means
     optional: bool = False  # int, float: an empty value is None ("not given"), not a problem
+    conceals: bool = False  # str: a value the pattern refuses may hold a secret, so its problem line does not repeat it
 
 
 POSITIVE = Knob("int", low=1)
@@ -158,7 +159,7 @@ def convert(name: str, raw: str, knob: Knob, problems: list[str]):
     if knob.kind == "file":
         return _path(name, raw, value, problems) if value else ""
     if knob.pattern and not re.fullmatch(knob.pattern, value):
-        problems.append(f"{name}={raw}: must be {knob.rule}")
+        problems.append(f"{name}={'(not repeated: it may hold a secret)' if knob.conceals else raw}: must be {knob.rule}")
     return value
 
 

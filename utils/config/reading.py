@@ -6,8 +6,10 @@ problem in config.env and a warning in the environment (which holds many other v
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from utils import ROOT
 from utils.config import launch, layout, machine, native, selection, workload
@@ -59,6 +61,15 @@ def read_file(path: Path, env: dict, problems: list[str]) -> Settings:
             problems.append(f"{path.name}: {key} is missing; every knob must be set there")
             settings.raw[key] = ""
     return settings
+
+
+def knob_text(name: str, env: Mapping[str, str] | None = None, path: Path = CONFIG_FILE) -> str:
+    """One knob's text from the environment, else config.env (empty when neither has it): for the tools that need a
+    setting or two (prices, the results store) where the whole configuration need not validate."""
+    env = os.environ if env is None else env
+    if name in env:
+        return env[name]
+    return parse_env_file(path)[0].get(name, "") if path.exists() else ""
 
 
 def overlay(settings: Settings, platform: str, env: dict, detected: bool) -> None:

@@ -16,15 +16,13 @@ that each formula exists once:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from utils.config.machine import KNOBS
 from utils.config.parse import ConfigError, convert
-from utils.config.reading import CONFIG_FILE
-from utils.envfile import parse_env_file
+from utils.config.reading import CONFIG_FILE, knob_text
 
 SECONDS_PER_HOUR = 3600.0
 PRICE_KNOBS = {"amd": "PRICE_PER_GPU_HOUR_AMD", "nvd": "PRICE_PER_GPU_HOUR_NVD"}
@@ -56,19 +54,13 @@ def cost_settings(flags: Mapping[str, str | None], env: Mapping[str, str] | None
     """The prices and projection from the command line (FLAGS' knob -> its text, None: not given), else the
     environment (the matrix exports every knob), else config.env; checked by the knobs' own rules, so a bad value
     is the configuration's one line (ConfigError)."""
-    env = os.environ if env is None else env
-    written: dict[str, str] | None = None
     problems: list[str] = []
     values = {}
     for knob in FLAGS:
         if flags.get(knob) is not None:
             name, raw = FLAGS[knob], str(flags[knob])
-        elif knob in env:
-            name, raw = knob, env[knob]
         else:
-            if written is None:
-                written = parse_env_file(config_file)[0] if config_file.exists() else {}
-            name, raw = knob, written.get(knob, "")
+            name, raw = knob, knob_text(knob, env, config_file)
         values[knob] = convert(name, raw, KNOBS[knob], problems)
     if problems:
         raise ConfigError(problems)

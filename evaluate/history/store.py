@@ -1,0 +1,153 @@
+"""The results store: a versioned schema with its migrations, and the reads and writes of evaluate.history.
+
+A `meta` table says whose store it is (`store` = tprimat-history) and its schema version. Opening a database
+that has tables but no such row is refused (not TPrimat's: one line, exit 2), as is a version above the one this
+checkout knows (written by a newer TPrimat); an older one is brought up to date by MIGRATIONS, each step in the
+same write transaction as the version it records. One `results` row per stored result (evaluate/history/records.py
+has its columns): the whole result and its system description as JSON (figures and per-step series), and the
+identity and figures as columns to filter, list and export by.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Mapping
+
+from evaluate.history.records import DOCUMENTS, FIGURES, INTEGER_IDENTITY, ORIGIN, TEXT_IDENTITY
+from evaluate.history.sql import BUSY_TIMEOUT_S, Database, Location
+from utils.cli import quoted
+from utils.errors import UsageError
+
+STORE_NAME = "tprimat-history"
+SCHEMA_VERSION = 1
+COLUMNS = ORIGIN + TEXT_IDENTITY + INTEGER_IDENTITY + FIGURES + DOCUMENTS
+FILTERS = TEXT_IDENTITY + INTEGER_IDENTITY + ("run_set", "tag", "verdict", "run_id")  # --where KEY=VALUE
+
+
+def _column_type(name: str) -> str:
+    if name == "content_key":
+        return "TEXT PRIMARY KEY"
+    if name in INTEGER_IDENTITY:
+        return "INTEGER"
+    if name in FIGURES:
+        return "DOUBLE PRECISION"
+    return "TEXT NOT NULL" if name in ("added_at", "run_id", "run_set", "source", "verdict", "failures",
+                                       "result", "system") else "TEXT"
+
+
+# Version N's statements bring a store from version N-1 to N (0: an empty database).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE results (" + ", ".join(f"{name} {_column_type(name)}" for name in COLUMNS) + ")",
+        "CREATE INDEX results_by_model ON results (framework, model)",
+        "CREATE INDEX results_by_date ON results (run_date)"),
+}
+
+
+class Store:
+    """An open store; use as a context manager (open_store)."""
+
+    def __init__(self, database: Database):
+        self.db = database
+
+    @property
+    def where(self) -> Location:
+        return self.db.where
+
+    def version(self) -> int | None:
+        """The schema version, None for an empty database; UsageError for a database that is not TPrimat's store."""
+        tables = self.db.tables()
+        if not tables:
+            return None
+        meta = dict(self.db.execute("SELECT key, value FROM meta")) if "meta" in tables else {}
+        if meta.get("store") != STORE_NAME:
+            shown = ", ".join(sorted(tables)[:5])
+            raise UsageError(f"{self.where} is not a TPrimat results store (it holds {quoted(shown, 120)} and no "
+                             f"'{STORE_NAME}' meta row); give another --db or HISTORY_DB")
+        version = int(meta.get("schema_version", "0"))
+        if version > SCHEMA_VERSION:
+            raise UsageError(f"{self.where} was written by a newer TPrimat (store schema {version}; this checkout "
+                             f"knows up to {SCHEMA_VERSION}): update TPrimat to read it")
+        return version
+
+    def migrate(self) -> None:
+        """Create the schema in an empty database or bring an older one up to SCHEMA_VERSION, under the write lock
+        (a second writer creating it at the same time waits, then finds it made)."""
+        if self.version() == SCHEMA_VERSION:
+            return
+        with self.db.writing():
+            current = self.version() or 0
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[version]:
+                    self.db.execute(statement)
+            if current == 0:
+                self.db.execute("INSERT INTO meta (key, value) VALUES (?, ?)", ("store", STORE_NAME))
+                self.db.execute("INSERT INTO meta (key, value) VALUES (?, ?)", ("schema_version", str(SCHEMA_VERSION)))
+            else:
+                self.db.execute("UPDATE meta SET value = ? WHERE key = ?", (str(SCHEMA_VERSION), "schema_version"))
+
+    def add(self, rows: Iterable[Mapping]) -> tuple[int, int]:
+        """Store the rows in one transaction; (new, already stored). A row whose content key is stored is skipped."""
+        rows = list(rows)
+        placeholders = ", ".join("?" for _ in COLUMNS)
+        statement = (f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders}) "
+                     "ON CONFLICT (content_key) DO NOTHING")
+        with self.db.writing():
+            before = self.count()
+            for row in rows:
+                self.insert(statement, row)
+            added = self.count() - before
+        return added, len(rows) - added
+
+    def insert(self, statement: str, row: Mapping) -> None:
+        self.db.execute(statement, [row[name] for name in COLUMNS])
+
+    def count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM results")[0][0]
+
+    def rows(self, where: Mapping[str, str] | None = None, columns: tuple[str, ...] = COLUMNS) -> list[dict]:
+        """Stored results matching every KEY=VALUE of where (FILTERS), oldest run first."""
+        where = where or {}
+        clauses = [f"{key} = ?" for key in where]
+        values = [int(v) if key in INTEGER_IDENTITY else v for key, v in where.items()]
+        statement = (f"SELECT {', '.join(columns)} FROM results"
+                     + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
+                     + " ORDER BY run_date, run_set, run_id, content_key")
+        return [dict(zip(columns, found)) for found in self.db.execute(statement, values)]
+
+    def find(self, prefix: str) -> dict:
+        """The one stored result whose content key starts with prefix (the ID list prints); UsageError otherwise."""
+        if not prefix or any(c not in "0123456789abcdef" for c in prefix.lower()):
+            raise UsageError(f"{quoted(prefix, 80)} is no result ID: give the hexadecimal ID that list prints")
+        found = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM results WHERE content_key >= ? AND content_key < ?",
+                                (prefix.lower(), prefix.lower() + "g"))
+        if len(found) != 1:
+            why = "no stored result has" if not found else f"{len(found)} stored results have"
+            raise UsageError(f"{why} an ID starting with {prefix}: give the ID that list prints"
+                             + (" (more of its digits)" if found else ""))
+        return dict(zip(COLUMNS, found[0]))
+
+
+@contextmanager
+def open_store(where: Location, create: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Iterator[Store]:
+    """The store at where, its schema created or migrated when create (add); reading one that does not exist yet
+    is a usage error naming how to make it."""
+    if not create and where.path is not None and not where.path.is_file():
+        raise UsageError(f"no results store at {where} yet: add results first (python3 -m evaluate.history add "
+                         "OUTPUT_DIR), or give another --db or HISTORY_DB")
+    if create and where.path is not None:
+        where.path.parent.mkdir(parents=True, exist_ok=True)
+    database = Database(where, busy_timeout_s)
+    try:
+        store = Store(database)
+        version = store.version()  # a database that is not TPrimat's store is refused before anything changes it
+        if create:
+            if version is None and not database.postgres:  # readers never block the writer; the file keeps it
+                database.execute("PRAGMA journal_mode=WAL")
+            store.migrate()
+        elif version is None:
+            raise UsageError(f"no results in the store at {where} yet: add results first (python3 -m "
+                             "evaluate.history add OUTPUT_DIR)")
+        yield store
+    finally:
+        database.close()
