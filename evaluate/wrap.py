@@ -32,6 +32,7 @@ from pathlib import Path
 from evaluate import secret_forms as forms
 from evaluate.collect import RESULT_NAME
 from evaluate.gate import gated
+from evaluate.history.sql import DEFAULT_NAME
 from utils.cli import quoted, run
 from utils.files import atomic_open
 from utils.secrets import SecretsError, known_values
@@ -39,6 +40,8 @@ from utils.secrets import SecretsError, known_values
 EXCLUDED_NAMES = {"secrets.env", "__pycache__", ".cache", ".venv", "venv", ".git", ".pytest_cache",
                   "index-cache", "cache"}
 EXCLUDED_SUFFIXES = (".pyc", ".tmp")
+# the default results store (evaluate.history) and SQLite's files beside it
+STORE_FILES = {DEFAULT_NAME + tail for tail in ("", "-wal", "-shm", "-journal")}
 CHUNK = 8 << 20
 MIN_SECRET_LENGTH = 8  # a shorter value would match by chance; such a value is named, not searched for
 MAX_DEPTH = 8  # archives within archives deeper than this are refused, not followed
@@ -70,6 +73,8 @@ def excluded(path: Path, root: Path) -> str | None:
         return "virtual environment"
     if path.name.endswith(EXCLUDED_SUFFIXES):
         return "temporary or compiled file"
+    if path.name in STORE_FILES:  # a live database copied mid-write is no backup: export it instead
+        return "results store (python3 -m evaluate.history export --format jsonl takes it home)"
     return None
 
 

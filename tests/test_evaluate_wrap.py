@@ -24,6 +24,8 @@ def output_dir(tmp_path):
     (root / ".venv" / "pyvenv.cfg").write_text("home = /usr\n")
     (root / "cache").mkdir()
     (root / "cache" / "index.npy").write_bytes(b"\x00")
+    (root / "history.sqlite").write_bytes(b"SQLite format 3\x00")  # the results store and its write-ahead log
+    (root / "history.sqlite-wal").write_bytes(b"")
     return root
 
 
@@ -44,8 +46,10 @@ def test_zip_holds_results_logs_system_plots_and_report(output_dir, tmp_path, mo
 def test_secrets_caches_and_environments_are_left_out_and_said_so(output_dir):
     files, left_out = wrap.files_to_pack(output_dir)
     assert not any(p.name in ("secrets.env", "x.pyc", "pyvenv.cfg", "index.npy") for p in files)
-    assert {line.split(" (")[0] for line in left_out} == {".venv/", "cache/", "secrets.env",
+    assert {line.split(" (")[0] for line in left_out} == {".venv/", "cache/", "secrets.env", "history.sqlite",
+                                                          "history.sqlite-wal",
                                                           "20250501-120000-nvd/mega-llama/__pycache__/"}
+    assert any(line.startswith("history.sqlite (results store") for line in left_out)
 
 
 def test_a_file_holding_the_token_value_stops_the_wrap_without_printing_it(output_dir, tmp_path, capsys, monkeypatch):

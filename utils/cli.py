@@ -207,6 +207,9 @@ def run(main: Callable[[list[str] | None], int], tool: str) -> None:
     except WorkError as err:
         print(f"{tool}: error: {err}", file=sys.stderr)
         code = 1
+    except BrokenPipeError:  # the reader went away (`... list | head`): what it wanted was printed, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that exit's flush raises no second time
+        code = 141  # 128 + SIGPIPE, as a shell reports a command killed by a closed pipe
     except OSError as err:
         line = disk_problem(err)
         if line is None and err.errno in BAD_PATH_ERRNOS:  # a path given, not the work, is wrong: bad input
