@@ -24,6 +24,15 @@ check_pytest_args() {
   ((code != 4)) || tp_die 2 "pytest refuses the arguments: $(grep -i 'error' <<<"${answer}" | tail -n 1) (--help shows the usage)"
 }
 
+# The system packages some tests start for real (tests/*/install.sh, through tests/apt_install.sh): a package that
+# cannot be installed skips its tests with the reason, it does not stop the suite.
+install_test_packages() {
+  local script
+  for script in "${TPRIMAT_ROOT}"/tests/*/install.sh; do
+    bash "${script}" || tp_warn "${script#"${TPRIMAT_ROOT}/"} could not install its packages; their tests will be skipped"
+  done
+}
+
 main() {
   if tp_help_asked "$@"; then
     tp_usage
@@ -31,13 +40,7 @@ main() {
   fi
   tp_ensure_venv requirements/host.txt requirements/dev.txt
   check_pytest_args "$@"
-  if [[ -x "${TPRIMAT_ROOT}/tests/slurm/install.sh" ]]; then
-    bash "${TPRIMAT_ROOT}/tests/slurm/install.sh" || tp_warn "Slurm could not be installed; its tests will be skipped"
-  fi
-  if [[ -x "${TPRIMAT_ROOT}/tests/postgres/install.sh" ]]; then
-    bash "${TPRIMAT_ROOT}/tests/postgres/install.sh" \
-      || tp_warn "PostgreSQL could not be installed; the results store's PostgreSQL tests will be skipped"
-  fi
+  install_test_packages
   local -a scripts
   mapfile -t scripts < <(shell_scripts)
   tp_log "shellcheck: ${#scripts[@]} scripts"
