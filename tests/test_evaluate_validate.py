@@ -9,9 +9,7 @@ import pytest
 
 from evaluate import extract, validate
 from evaluate.collect import Loaded
-from tests.fixtures import energy_results
 from utils.spec.fairness import IDENTITY_KEYS
-from utils.spec.metrics import time_to_target
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -35,24 +33,6 @@ def test_a_sound_run_passes_every_check():
 
 def test_a_cut_off_run_fails_status_and_steps():
     assert checks(result("megatron_truncated")) == {("status", True), ("steps", True)}
-
-
-def stopped_at_target(data, step: int) -> dict:
-    """data as a TARGET_LOSS run that stopped at the evaluation after `step` of twice as many requested."""
-    data["training"]["steps"] = data["effective"]["steps"] = 2 * step
-    points = {"step": [step], "tokens": [step * 1000], "train_time_s": [100.0], "wall_s": [110.0], "loss": [3.2],
-              "eval_time_s": [10.0]}
-    data["evaluation"] = {"interval_steps": step, "iters": 1, "tokens": 1000, "time_s": 10.0, "points": points,
-                          "split": {"megatron_split": "95,5,0", "documents": 30, "fingerprint": None, "percent": 5}}
-    data["time_to_train"] = time_to_target(points, 3.3, stopped_at_target=True, how="the trainer stopped")
-    return data
-
-
-def test_a_run_that_stopped_at_its_target_loss_ran_every_step_it_needed():
-    assert checks(stopped_at_target(result("megatron"), 12)) == set()
-    unstopped = stopped_at_target(result("megatron"), 12)
-    unstopped["time_to_train"]["stopped_at_target"] = False  # read from the series: the steps ran out early
-    assert checks(unstopped) == {("steps", True)}
 
 
 def test_nan_losses_and_nan_iterations_fail():
@@ -344,77 +324,3 @@ def test_figures_without_a_step_time_behind_them_fail():
     found = messages(data, "figures")
     assert found[0] == "no throughput figure: no step after WARMUP_SKIP=2 has a step time"
     assert "tokens_per_s_per_gpu is 3523 in the result, none from its step times" in found
-
-
-# The machine behind the figures (issue 22): results with a telemetry section from tests/fixtures/energy_results.py
-# (8 MI300X at 600 W, 8 H100 at 500 W).
-
-
-def machine_findings(item):
-    return [f for f in validate.check_result(item) if f.check in ("power", "energy", "throttling", "straggler",
-                                                                    "node health")]
-
-
-def test_sound_telemetry_passes():
-    assert machine_findings(energy_results.amd()) == [] and machine_findings(energy_results.nvd()) == []
-
-
-def test_power_above_what_the_device_can_draw_fails_naming_the_gpu_and_the_board_power():
-    item = energy_results.changed(energy_results.amd(), per_gpu={4: {"max_power_w": 900.0}})  # MI300X: 750 W
-    found = machine_findings(item)
-    assert [(f.check, f.fatal) for f in found] == [("power", True)]
-    assert found[0].message.startswith("GPU 4 on node-0: max_power_w 900 W is more than AMD MI300X's board power "
-                                       "(utils/machine/hardware.py), 750 W, allows")
-
-
-def test_power_within_a_samples_averaging_of_the_board_power_passes():
-    item = energy_results.changed(energy_results.amd(), per_gpu={4: {"max_power_w": 800.0}})  # 750 W + 10%
-    assert machine_findings(item) == []
-
-
-def test_a_device_the_table_lacks_is_held_to_the_highest_board_power():
-    item = energy_results.changed(energy_results.nvd(), per_gpu={0: {"name": "NVIDIA X999", "max_power_w": 1600.0},
-                                                                 1: {"name": "NVIDIA X999", "max_power_w": 1500.0}})
-    found = machine_findings(item)
-    assert len(found) == 1 and "GPU 0 on node-0" in found[0].message
-    assert "the highest board power in utils/machine/hardware.py, 1400 W" in found[0].message
-
-
-def test_a_cpu_package_above_any_cpus_limit_fails():
-    cpu = energy_results.cpu_without_sensor()
-    item = energy_results.changed(cpu, power_sensor=True, per_gpu={0: {"mean_power_w": 1200.0}})
-    found = machine_findings(item)
-    assert [(f.check, f.fatal) for f in found] == [("power", True)] and "a CPU package" in found[0].message
-
-
-def test_an_energy_counter_that_went_backwards_fails():
-    item = energy_results.changed(energy_results.nvd(), per_gpu={2: {"energy_j": -1500.0}})
-    found = machine_findings(item)
-    assert [(f.check, f.fatal) for f in found] == [("energy", True)]
-    assert found[0].message == ("GPU 2 on node-0: -1500 J over the steady-state steps: the energy counter went "
-                                "backwards (reset or wrapped during the run)")
-
-
-def test_steady_state_throttling_warns_naming_the_reason_gpu_and_steps():
-    found = machine_findings(energy_results.throttled_nvd())
-    assert [(f.check, f.fatal, f.message) for f in found] == [
-        ("throttling", False, "GPU 3 on node-0 throttled (sw_power_cap) for 12.0 s during steady-state steps 4-5")]
-
-
-def test_health_problems_of_the_node_warn_one_line_each():
-    found = machine_findings(energy_results.amd(health=energy_results.UNHEALTHY))
-    assert [(f.check, f.fatal) for f in found] == [("node health", False)]
-    assert found[0].message == energy_results.UNHEALTHY["problems"][0]["line"]
-
-
-def test_a_flagged_straggler_warns():
-    found = machine_findings(energy_results.with_straggler(energy_results.nvd()))
-    assert [(f.check, f.fatal) for f in found] == [("straggler", False)]
-    assert found[0].message.startswith("GPU 5 on node-0 is 9.0% slower than the median")
-
-
-def test_cli_fails_a_result_with_impossible_power(tmp_path, capsys):
-    item = energy_results.changed(energy_results.amd(), per_gpu={0: {"mean_power_w": 5000.0}})
-    sets = energy_results.write_set(tmp_path, item)
-    assert validate.main([str(s) for s in sets]) == 1
-    assert "FAIL amd/mega-llama-r1: power: GPU 0 on node-0: mean_power_w 5000 W" in capsys.readouterr().out

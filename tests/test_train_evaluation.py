@@ -10,10 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.test_evaluate_validate import checks, result
 from train.common.evaluation import Evaluator
 from train.common.step_log import StepLog
 from train.common.step_timer import StepClock
 from utils.spec.evaluation import Evaluation
+from utils.spec.metrics import time_to_target
 from utils.spec.result import schema_errors
 
 EVALUATION_S = 0.1  # far longer than a stand-in step
@@ -94,3 +96,21 @@ def test_the_sections_fit_the_result_schema():
     evaluator = Evaluator(request(6.0), split(), clock)
     train(evaluator, clock, [7.0, 6.0])
     assert schema_errors({**build(), **evaluator.result_sections()}) == []
+
+
+def stopped_at_target(data, step: int) -> dict:
+    """data as a TARGET_LOSS run that stopped at the evaluation after `step` of twice as many requested."""
+    data["training"]["steps"] = data["effective"]["steps"] = 2 * step
+    points = {"step": [step], "tokens": [step * 1000], "train_time_s": [100.0], "wall_s": [110.0], "loss": [3.2],
+              "eval_time_s": [10.0]}
+    data["evaluation"] = {"interval_steps": step, "iters": 1, "tokens": 1000, "time_s": 10.0, "points": points,
+                          "split": {"megatron_split": "95,5,0", "documents": 30, "fingerprint": None, "percent": 5}}
+    data["time_to_train"] = time_to_target(points, 3.3, stopped_at_target=True, how="the trainer stopped")
+    return data
+
+
+def test_a_run_that_stopped_at_its_target_loss_ran_every_step_it_needed():
+    assert checks(stopped_at_target(result("megatron"), 12)) == set()
+    unstopped = stopped_at_target(result("megatron"), 12)
+    unstopped["time_to_train"]["stopped_at_target"] = False  # read from the series: the steps ran out early
+    assert checks(unstopped) == {("steps", True)}
