@@ -173,16 +173,17 @@ def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: s
     missing = missing_steps(parsed)
     gap = [f"missing steps {step_ranges(missing)} (no iteration line for them)"] if missing else []
     notes.extend(gap)
-    status = _status(parsed, settings["steps"], exit_code, missing)
+    evaluation, time_to_train = evaluation_of(parsed.validations, parsed.records, asked, framework=framework,
+                                              gbs=settings["gbs"], seq_len=settings["seq_len"],
+                                              steps=settings["steps"], notes=notes)
+    stopped = time_to_train is not None and time_to_train["stopped_at_target"]  # a run that ended at its target
+    status = _status(parsed, time_to_train["step"] if stopped else settings["steps"], exit_code, missing)
     parallelism, training = sections(settings, _fingerprints(settings, notes))
     commit = settings.get("commit")
     if commit is None and from_run_dir:  # a log from elsewhere did not run this checkout
         commit = fingerprint.project_commit()
         notes.append("project commit read from the checkout at extraction time")
     effective = _with_fixed(framework, parsed.effective)
-    evaluation, time_to_train = evaluation_of(parsed.validations, parsed.records, asked, framework=framework,
-                                              gbs=settings["gbs"], seq_len=settings["seq_len"],
-                                              steps=settings["steps"], notes=notes)
     run = {"id": settings.get("run_id") or logs[0].stem, "started_at": started_at, "ended_at": ended_at,
            "status": status, "exit_code": exit_code,
            "error_excerpt": error_excerpt(parsed, logs, gap) if status != "ok" else None,

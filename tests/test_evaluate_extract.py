@@ -272,3 +272,15 @@ def test_a_log_without_its_request_keeps_its_validation_losses_out_and_says_so()
         == (None, None)
     assert notes == ["the log holds 1 validation losses, but without the run's request (--run-dir) their cadence "
                      "and split are unknown: left out of the result"]
+
+
+def test_a_nemo_run_stopped_at_its_target_is_complete_and_says_it_stopped_there(tmp_path):
+    code, result = run_extract(tmp_path, "nemo_timed_validation.log", "config-nemo-validation.json")
+    assert code == 0 and schema_errors(result) == []
+    assert result["run"]["status"] == "ok" and result["run"]["steps_completed"] == 8  # of 12: the target ended it
+    points = result["evaluation"]["points"]
+    assert (points["step"], points["loss"], points["eval_time_s"]) == ([4, 8], [9.9, 9.4], [2.5, 2.4])
+    assert result["evaluation"]["time_s"] == pytest.approx(4.9)
+    to_target = result["time_to_train"]
+    assert (to_target["reached"], to_target["step"], to_target["stopped_at_target"]) == (True, 8, True)
+    assert to_target["how"] == "the trainer stopped at the first evaluation at or below the target"
