@@ -63,8 +63,8 @@ def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluatio
     timed = [t for t in points["eval_time_s"] if t is not None]
     if len(timed) < len(validations):
         notes.append(f"{len(validations) - len(timed)} of {len(validations)} validation reports give no duration "
-                     f"({TABLE[framework].display_name} prints none): evaluation.time_s counts only the reports that give it, and "
-                     "wall_s is null (no report has a time of day)")
+                     f"({TABLE[framework].display_name} prints none): evaluation.time_s counts only the reports "
+                     "that give it, and wall_s is null (no report has a time of day)")
     evaluation = {"interval_steps": asked.interval_steps, "iters": iters, "tokens": iters * gbs * seq_len,
                   "split": {"megatron_split": asked.megatron_split(), "documents": None, "fingerprint": None,
                             "percent": asked.validation_percent},

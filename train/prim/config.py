@@ -182,9 +182,9 @@ def overrides(req: Request) -> dict:
 def validation_overrides(req: Request) -> dict:
     """Megatron-LM's own evaluation on the request's validation split (utils/spec/evaluation.py).
 
-    Megatron-LM cuts a split only from `data_path` (with train/valid/test paths it reads each whole), so a run with
-    EVAL_INTERVAL gives the prefix as data_path with the split, and megatron-core's builder sets apart the same
-    documents as in mega; without it the prefix is the training path alone and Megatron never evaluates.
+    Megatron-LM cuts a split only from `data_path` (given separate train, valid and test paths it reads each whole),
+    so a run with EVAL_INTERVAL gives the prefix as data_path with the split, and megatron-core's builder sets apart
+    the same documents as in mega; without it the prefix is the training path alone and Megatron never evaluates.
     """
     asked, train, data = req.evaluation, req.training, req.data
     prefix = None if data.mock_data else data.prefix
