@@ -284,3 +284,10 @@ def test_a_nemo_run_stopped_at_its_target_is_complete_and_says_it_stopped_there(
     to_target = result["time_to_train"]
     assert (to_target["reached"], to_target["step"], to_target["stopped_at_target"]) == (True, 8, True)
     assert to_target["how"] == "the trainer stopped at the first evaluation at or below the target"
+
+
+def test_a_report_before_the_first_step_evaluates_no_training_and_is_not_a_point(tmp_path):
+    log = tmp_path / "skip_train.log"
+    log.write_text((FIXTURES / "megatron.log").read_text() + " validation loss at iteration 0 on validation set | "
+                   "lm loss value: 1.2E+01 | lm loss PPL: 1.6E+05 |\n")
+    assert logs.parse_logs([log]).validations == []

@@ -183,8 +183,10 @@ class Stream:
 
     def _validation(self, step: int, rest: str) -> None:
         """An evaluation of the current run; the one after training at a step already evaluated is the same model
-        on (in Megatron-LM) the next validation samples: the first report of a step is kept."""
-        self.run.validations.setdefault(step, validation_point(step, rest))
+        on (in Megatron-LM) the next validation samples: the first report of a step is kept. One before the first
+        step (Megatron-LM's --skip-train, "iteration 0") evaluates no training."""
+        if step >= 1:
+            self.run.validations.setdefault(step, validation_point(step, rest))
 
     def _memory(self, step: int, rest: str, complete: bool, gib_per_unit: float) -> None:
         values = dict(record_fields(rest, complete, memory_kind))
