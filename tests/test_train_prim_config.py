@@ -154,6 +154,15 @@ def test_validation_is_megatron_lm_s_own_evaluation_on_the_request_s_split_of_da
     assert FACTS["v25.11"].unknown_keys(overrides(on(req, "v25.11"))) == []
 
 
+@pytest.mark.parametrize("release, switch", [("v26.5", {"PRIMUS_MLPERF": "1"}), ("v25.11", {})])
+def test_v26_5_evaluates_the_same_first_validation_samples_every_time_and_v25_11_cannot(release, switch):
+    req = on(run_request("amd", "prim", "llama", EVAL_INTERVAL="50"), release)
+    env = command(req, Path("/primus"), Path("/out/exp.yaml"), "/out/run").env
+    assert {key: env[key] for key in ("PRIMUS_MLPERF",) if key in env} == switch
+    plain = command(on(run_request("amd", "prim", "llama"), release), Path("/primus"), Path("/out/exp.yaml"), "/o")
+    assert "PRIMUS_MLPERF" not in plain.env  # only a run that evaluates
+
+
 def test_without_validation_megatron_lm_never_evaluates_and_trains_on_every_document():
     o = overrides_of(experiment(run_request("amd", "prim", "llama"), shipped("llama"), RUN_DIR))
     assert (o["eval_iters"], o["eval_interval"], o["data_path"], o["split"]) == (0, 500, None, None)

@@ -257,6 +257,7 @@ def command(req: Request, primus_path: Path, exp_path: Path, log_dir: str) -> Co
         "DATA_PATH": req.data.data_dir,
         "HF_HOME": node.hf_home,
         "HF_HUB_OFFLINE": "1",
+        **(release.same_validation_samples if req.evaluation.enabled else {}),
     }
     return Command([word.format(**fill) for word in release.launcher], env, str(primus_path))
 
