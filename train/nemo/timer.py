@@ -26,10 +26,10 @@ below the target.
 
 from __future__ import annotations
 
-from lightning.pytorch.callbacks import Callback
-
 import math
 import time
+
+from lightning.pytorch.callbacks import Callback
 
 from train.common.evaluation import EvalPoint, validation_line
 from train.common.step_timer import MARKER, StepClock, peak_memory, step_line
