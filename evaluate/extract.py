@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 
 from evaluate.logs import worker_failure
+from evaluate.logs.evaluations import evaluation_of
 from evaluate.logs.parse import FRAMEWORKS, ParsedLog, missing_steps, parse_logs, step_ranges
 from evaluate.logs.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
 from utils import fingerprint, frameworks
@@ -49,6 +50,7 @@ from utils.spec import fairness, metrics
 from evaluate.collect import Loaded
 from evaluate.gate import judged
 from utils.cli import Parser, UsageError, WorkError, output_file, quoted
+from utils.spec.evaluation import Evaluation
 from utils.spec.result import ResultError, build_result, write_result
 from utils.runset import system_path
 
@@ -156,8 +158,9 @@ def _with_fixed(framework: str, effective: dict) -> dict:
 
 def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: str | None, system: dict,
             exit_code: int | None, started_at: str | None, ended_at: str | None, from_run_dir: bool,
-            notes: list[str]) -> dict:
-    """Build the result of the parsed logs under the settings (evaluate.logs.run_settings.merged)."""
+            notes: list[str], asked: Evaluation | None = None) -> dict:
+    """Build the result of the parsed logs under the settings (evaluate.logs.run_settings.merged); asked: the
+    request's validation (None: a log without its run directory)."""
     framework = framework or parsed.framework
     if framework is None:
         raise UsageError("the log shows no iteration line to tell its format from: give --framework")
@@ -170,7 +173,11 @@ def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: s
     missing = missing_steps(parsed)
     gap = [f"missing steps {step_ranges(missing)} (no iteration line for them)"] if missing else []
     notes.extend(gap)
-    status = _status(parsed, settings["steps"], exit_code, missing)
+    evaluation, time_to_train = evaluation_of(parsed.validations, parsed.records, asked, framework=framework,
+                                              gbs=settings["gbs"], seq_len=settings["seq_len"],
+                                              steps=settings["steps"], notes=notes)
+    stopped = time_to_train is not None and time_to_train["stopped_at_target"]  # a run that ended at its target
+    status = _status(parsed, time_to_train["step"] if stopped else settings["steps"], exit_code, missing)
     parallelism, training = sections(settings, _fingerprints(settings, notes))
     commit = settings.get("commit")
     if commit is None and from_run_dir:  # a log from elsewhere did not run this checkout
@@ -187,7 +194,8 @@ def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: s
         num_gpus=settings.get("num_gpus") or settings["tp"] * settings["pp"] * settings["dp"],
         device_name=settings.get("device_name") or (system.get("gpu") or {}).get("name"),
         raw_framework=_raw_framework(parsed, settings["warmup_skip"]),
-        effective=effective, features=features(effective), warnings=notes)
+        effective=effective, features=features(effective), warnings=notes, evaluation=evaluation,
+        time_to_train=time_to_train)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -237,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                           shown_by(parsed), system, notes)
         result = extract(parsed, args.logs, settings, framework=framework, system=system, exit_code=args.exit_code,
                          started_at=args.started_at, ended_at=args.ended_at, from_run_dir=args.run_dir is not None,
-                         notes=notes)
+                         notes=notes, asked=request.evaluation if request else None)
         write_result(args.output, result)
     except (UsageError, ResultError) as err:
         print(f"evaluate.extract: {err}", file=sys.stderr)

@@ -12,7 +12,10 @@ import pytest
 
 from evaluate import extract
 from evaluate.logs import parse as logs
+from evaluate.logs.evaluations import evaluation_of
+from evaluate.logs.records import VALIDATION, validation_point
 from tests.fixtures.logs.extracting import FIXTURES, TOKENS_PER_S_PER_GPU, run_extract
+from utils.spec.result import schema_errors
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
 VOLATILE = ("log_files",)
@@ -226,3 +229,65 @@ def test_tokens_in_secrets_never_reach_the_excerpt():
     assert extract.redact("HF_TOKEN=hf_abcdefghijklmnopqrstuvwx fails") == "HF_TOKEN=*** fails"
     assert "hf_abc" not in extract.redact("token hf_abcdefghijklmnopqrstuvwx")
 
+
+
+# --- validation (utils/spec/evaluation.py): the frameworks' own reports, in Megatron-LM's form ---
+
+def test_primus_validation_reports_become_the_result_s_evaluation_and_time_to_train(tmp_path):
+    code, result = run_extract(tmp_path, "primus_validation.log", "config-amd-validation.json")
+    assert code == 0 and schema_errors(result) == []
+    evaluation, step_times = result["evaluation"], result["series"]["step_time_s"]
+    assert result["series"]["step"] == list(range(1, 13))  # a report is no training step
+    assert (evaluation["interval_steps"], evaluation["iters"], evaluation["tokens"]) == (4, 2, 2 * 128 * 2048)
+    assert evaluation["split"] == {"megatron_split": "95,5,0", "documents": None, "fingerprint": None, "percent": 5}
+    points = evaluation["points"]
+    # the report after training at step 12 ("on validation set") repeats step 12's: the first one is kept
+    assert (points["step"], points["loss"]) == ([4, 8, 12], [10.2, 9.5, 9.1])
+    assert points["tokens"] == [step * 128 * 2048 for step in (4, 8, 12)]
+    assert points["train_time_s"] == pytest.approx([sum(step_times[:step]) for step in (4, 8, 12)])
+    assert points["wall_s"] == points["eval_time_s"] == [None] * 3 and evaluation["time_s"] == 0
+    assert any("give no duration (Primus prints none)" in note for note in result["warnings"])
+    to_target = result["time_to_train"]
+    assert (to_target["reached"], to_target["step"], to_target["stopped_at_target"]) == (True, 8, False)
+    assert to_target["train_time_s"] == pytest.approx(sum(step_times[:8]))
+    assert to_target["how"] == "read from the validation series: Primus cannot stop at a target"
+
+
+def test_tprimat_s_validation_line_gives_the_evaluation_s_seconds():
+    line = (" validation loss at iteration 20 on validation set | lm loss value: 6.250000E+00 | "
+            "lm loss PPL: 5.180128E+02 | evaluation time (s): 1.250 |")
+    match = VALIDATION.match(line)
+    assert validation_point(int(match.group(1)), line[match.end():]) == {"step": 20, "loss": 6.25,
+                                                                          "eval_time_s": 1.25}
+
+
+def test_another_validation_set_s_report_is_not_the_held_out_loss():
+    assert VALIDATION.match(" validation-0 loss at iteration 4 | lm loss value: 1.0E+01 |") is None
+
+
+def test_a_log_without_its_request_keeps_its_validation_losses_out_and_says_so():
+    notes = []
+    reports = [{"step": 4, "loss": 10.2, "eval_time_s": None}]
+    assert evaluation_of(reports, [], None, framework="prim", gbs=128, seq_len=2048, steps=12, notes=notes) \
+        == (None, None)
+    assert notes == ["the log holds 1 validation losses, but without the run's request (--run-dir) their cadence "
+                     "and split are unknown: left out of the result"]
+
+
+def test_a_nemo_run_stopped_at_its_target_is_complete_and_says_it_stopped_there(tmp_path):
+    code, result = run_extract(tmp_path, "nemo_timed_validation.log", "config-nemo-validation.json")
+    assert code == 0 and schema_errors(result) == []
+    assert result["run"]["status"] == "ok" and result["run"]["steps_completed"] == 8  # of 12: the target ended it
+    points = result["evaluation"]["points"]
+    assert (points["step"], points["loss"], points["eval_time_s"]) == ([4, 8], [9.9, 9.4], [2.5, 2.4])
+    assert result["evaluation"]["time_s"] == pytest.approx(4.9)
+    to_target = result["time_to_train"]
+    assert (to_target["reached"], to_target["step"], to_target["stopped_at_target"]) == (True, 8, True)
+    assert to_target["how"] == "the trainer stopped at the first evaluation at or below the target"
+
+
+def test_a_report_before_the_first_step_evaluates_no_training_and_is_not_a_point(tmp_path):
+    log = tmp_path / "skip_train.log"
+    log.write_text((FIXTURES / "megatron.log").read_text() + " validation loss at iteration 0 on validation set | "
+                   "lm loss value: 1.2E+01 | lm loss PPL: 1.6E+05 |\n")
+    assert logs.parse_logs([log]).validations == []

@@ -49,7 +49,8 @@ CASES = {
     "qwen-bf16": ("qwen", {}),
     "llama70b-bf16-proxy": ("llama70b", {"MODEL_LAYERS": "4"}),
     "llama32-bf16": ("llama32", {}),
-    "llama-fp8-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned"}),
+    "llama-fp8-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned",
+                                           "EVAL_INTERVAL": "50", "VALIDATION_PERCENT": "10"}),
     "qwen-fp8-pp2": ("qwen", {"PRECISION": "fp8", "STRATEGY": "balanced"}),
     # each other recipe's preset, with TPrimat's switch over it (utils.spec.precision)
     "llama-fp8-tensorwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "tensorwise"}),

@@ -56,6 +56,14 @@ def test_layout_and_workload_override_the_recipe_defaults(model):
     assert {key: s[key] for key in expected} == expected
 
 
+def test_validation_is_megatron_bridges_own_on_the_requests_split():
+    s = settings_for(EVAL_INTERVAL="50", EVAL_TOKENS="300000", VALIDATION_PERCENT="10")["set"]
+    assert (s["validation.eval_interval"], s["validation.eval_iters"], s["dataset.split"]) == (50, 3, "90,10,0")
+    # without EVAL_INTERVAL: no evaluation, and every document trains
+    s = settings_for()["set"]
+    assert (s["validation.eval_interval"], s["validation.eval_iters"], s["dataset.split"]) == (500, 0, "100,0,0")
+
+
 def test_the_architecture_is_the_requested_variant_with_the_workloads_vocabulary():
     s = settings_for("llama70b", MODEL_LAYERS="8")["set"]
     assert (s["model.num_layers"], s["model.hidden_size"], s["model.num_query_groups"], s["model.vocab_size"]) == \

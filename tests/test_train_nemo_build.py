@@ -39,7 +39,8 @@ def nemo_python() -> Path:
 CASES = {
     "llama-bf16": ("llama", {}),
     "qwen-bf16": ("qwen", {}),
-    "llama-fp8-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned"}),
+    "llama-fp8-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned",
+                                           "EVAL_INTERVAL": "50", "TARGET_LOSS": "3.3"}),
     "qwen-fp8-pp2": ("qwen", {"PRECISION": "fp8", "STRATEGY": "balanced"}),
     # NeMo 2.3's other plugins, with TPrimat's switch over them (utils.spec.precision)
     "llama-fp8-tensorwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "tensorwise"}),

@@ -60,6 +60,17 @@ def test_parallelism_and_workload_override_the_recipe_defaults(model):
     assert {key: s[key] for key in expected} == expected
 
 
+def test_validation_is_lightning_s_own_on_the_request_s_split_and_the_timer_knows_the_target():
+    settings = settings_for("llama", EVAL_INTERVAL="50", EVAL_TOKENS="300000", VALIDATION_PERCENT="5",
+                            TARGET_LOSS="3.3")
+    s = settings["set"]
+    # 300,000 tokens = 3 global batches of 64 x 2048 rounded up; the sanity check stays off
+    assert (s["trainer.val_check_interval"], s["trainer.limit_val_batches"], s["trainer.num_sanity_val_steps"]) == \
+        (50, 3, 0)
+    assert settings["data"]["split"] == "95,5,0"
+    assert settings["step_timer"] == {"target_loss": 3.3, "tokens_per_step": 64 * 2048}
+
+
 def test_validation_checkpoints_and_resume_are_off():
     s = settings_for("llama")["set"]
     assert s["trainer.limit_val_batches"] == 0 and s["trainer.num_sanity_val_steps"] == 0

@@ -173,3 +173,45 @@ def test_the_peaks_are_the_maximum_over_every_rank():
     assert out[1] == []
     line = json.loads(out[0][0].split(" ", 1)[1])
     assert (line["peak_allocated_bytes"], line["peak_reserved_bytes"]) == (60 * GIB, 75 * GIB)
+
+
+def validating_trainer(step: int, val_loss: float | None) -> SimpleNamespace:
+    """Lightning's trainer as a validation ends: NeMo's val_loss among the callback metrics."""
+    return SimpleNamespace(global_step=step, max_steps=3, is_global_zero=True, sanity_checking=False,
+                           should_stop=False, callback_metrics={} if val_loss is None else {"val_loss": val_loss},
+                           strategy=SimpleNamespace(reduce_boolean_decision=lambda decision, all: decision))
+
+
+def train_with_a_validation_after_step_2(callback, val_loss: float | None) -> SimpleNamespace:
+    """Three steps with Lightning's validation between the second's batch end and the third's batch start."""
+    validating = validating_trainer(2, val_loss)
+    for index in range(3):
+        callback.on_train_batch_start(trainer(index), None, None, index)
+        callback.on_train_batch_end(trainer(index + 1), None, None, None, index)
+        if index == 1:
+            callback.on_validation_start(validating, None)
+            callback.on_validation_end(validating, None)
+    return validating
+
+
+def test_a_validation_is_reported_with_its_seconds_and_left_out_of_the_next_step(timer, monkeypatch, capsys,
+                                                                                 tmp_path):
+    # batch ends at 10 and 20, validation from 20.5 to 23.5 (3 s), the third batch ends at 33.5: 10.5 s of step
+    monkeypatch.setattr(step_timer.time, "perf_counter", Clock(0.0, 10.0, 20.0, 20.5, 23.5, 33.5))
+    train_with_a_validation_after_step_2(timer.StepTimer(tokens_per_step=1024), 5.0)
+    log = tmp_path / "nemo.log"
+    log.write_text(capsys.readouterr().out)
+    parsed = logs.parse_logs([log])
+    assert [r["step_time_s"] for r in parsed.records] == [10.0, 10.0, 10.5]
+    assert parsed.validations == [{"step": 2, "loss": 5.0, "eval_time_s": 3.0}]
+
+
+@pytest.mark.parametrize("target, stops", [(5.5, True), (5.0, True), (4.0, False), (None, False)])
+def test_the_run_stops_at_the_first_validation_at_or_below_the_target(timer, capsys, target, stops):
+    assert train_with_a_validation_after_step_2(timer.StepTimer(target_loss=target), 5.0).should_stop is stops
+
+
+def test_a_validation_without_nemo_s_val_loss_says_so_and_never_stops_the_run(timer, capsys):
+    assert train_with_a_validation_after_step_2(timer.StepTimer(target_loss=9.0), None).should_stop is False
+    out = capsys.readouterr().out
+    assert "NeMo logged no val_loss on rank 0" in out and "lm loss value: nan" in out

@@ -144,6 +144,30 @@ def test_mock_data_only_when_asked_for():
     assert o["mock_data"] is True and o["train_data_path"] is None
 
 
+def test_validation_is_megatron_lm_s_own_evaluation_on_the_request_s_split_of_data_path():
+    req = run_request("amd", "prim", "llama", EVAL_INTERVAL="50", EVAL_TOKENS="300000", VALIDATION_PERCENT="5")
+    o = overrides_of(experiment(req, shipped("llama"), RUN_DIR))
+    assert {key: o[key] for key in ("eval_interval", "eval_iters", "split", "data_path", "train_data_path")} == {
+        "eval_interval": 50, "eval_iters": 3, "split": "95,5,0", "data_path": "/data/bc_llama_text_document",
+        "train_data_path": None}  # 300,000 tokens = 3 global batches of 64 x 2048 rounded up
+    assert FACTS["v26.5"].unknown_keys(overrides(req)) == []
+    assert FACTS["v25.11"].unknown_keys(overrides(on(req, "v25.11"))) == []
+
+
+@pytest.mark.parametrize("release, switch", [("v26.5", {"PRIMUS_MLPERF": "1"}), ("v25.11", {})])
+def test_v26_5_evaluates_the_same_first_validation_samples_every_time_and_v25_11_cannot(release, switch):
+    req = on(run_request("amd", "prim", "llama", EVAL_INTERVAL="50"), release)
+    env = command(req, Path("/primus"), Path("/out/exp.yaml"), "/out/run").env
+    assert {key: env[key] for key in ("PRIMUS_MLPERF",) if key in env} == switch
+    plain = command(on(run_request("amd", "prim", "llama"), release), Path("/primus"), Path("/out/exp.yaml"), "/o")
+    assert "PRIMUS_MLPERF" not in plain.env  # only a run that evaluates
+
+
+def test_without_validation_megatron_lm_never_evaluates_and_trains_on_every_document():
+    o = overrides_of(experiment(run_request("amd", "prim", "llama"), shipped("llama"), RUN_DIR))
+    assert (o["eval_iters"], o["eval_interval"], o["data_path"], o["split"]) == (0, 500, None, None)
+
+
 def test_profiling_switches_primus_profiler_over_the_configured_steps():
     o = overrides_of(experiment(run_request("amd", "prim", "llama", PROFILING="true"), shipped("llama"), RUN_DIR))
     assert (o["profile"], o["use_pytorch_profiler"], o["profile_step_start"], o["profile_step_end"]) == \

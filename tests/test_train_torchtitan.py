@@ -98,6 +98,7 @@ def test_megatrons_parameter_groups_leave_norms_and_biases_without_weight_decay(
     ({"native": {"data_parallel": "ddp"}, "parallelism": {"tp": 2}}, "DATA_PARALLEL=ddp with TP=2"),
     ({"native": {"compile": True, "compile_mode": "max-autotune"}}, "COMPILE_MODE=max-autotune"),
     ({"native": {"sac_every": 2}}, "SAC_FREQ: torchtitan 0.3.0 checkpoints by operation on every layer"),
+    ({"evaluation": {"interval_steps": 10}}, "EVAL_INTERVAL: TPrimat does not evaluate torchtitan runs yet"),
 ])
 def test_what_torchtitan_cannot_run_is_refused_in_one_line_naming_the_fix(change, refused):
     req = request()

@@ -56,7 +56,7 @@ def build_recipe(settings: dict):
     callbacks = [run.Config(callback_classes[c["class"]], **{k: v for k, v in c.items() if k != "class"})
                  for c in settings["callbacks"]]
     # TPrimat's step timer and peak memory beside NeMo's TimingCallback, whose figure stays a raw one
-    recipe.trainer.callbacks = callbacks + [run.Config(EffectiveSettings), run.Config(StepTimer)]
+    recipe.trainer.callbacks = callbacks + [run.Config(EffectiveSettings), run.Config(StepTimer, **settings["step_timer"])]
     return recipe
 
 

@@ -63,6 +63,7 @@ class ParsedLog:
     vendor_evidence: str | None  # the line that showed gpu_vendor
     warnings: list[str] = field(default_factory=list)
     lines_read: int = 0
+    validations: list[dict] = field(default_factory=list)  # the last run's evaluations by step: step, loss, eval_time_s
 
 
 def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> ParsedLog:
@@ -114,7 +115,8 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
                      runs_found=stream.runs_found + (1 if records else 0), effective=settings,
                      mock_evidence=run.mock_evidence, error_seen=stream.error_seen, tail=clean_tail(tail),
                      device_name=run.device_name, gpu_vendor=run.gpu_vendor, vendor_evidence=run.vendor_evidence,
-                     warnings=notes, lines_read=lines)
+                     warnings=notes, lines_read=lines,
+                     validations=[run.validations[step] for step in sorted(run.validations)])
 
 
 def missing_steps(parsed: ParsedLog) -> list[int]:

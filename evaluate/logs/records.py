@@ -44,6 +44,12 @@ TITAN_FIELDS = {"loss": "loss", "grad_norm": "grad_norm", "tps": "fw_tokens_per_
                 "tflops": "fw_tflop_per_s_per_gpu", "mfu": "fw_mfu_pct", "memory": "fw_mem_reserved_gib"}
 TITAN_NUMBER = re.compile(r"^([-+]?(?:[\d,]+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?:GiB\([\d.]+%\)|%)?$",
                           re.IGNORECASE)
+# Megatron-LM's and Megatron-Bridge's evaluation report (training.py / eval.py, evaluate_and_print_results; printed
+# by the last rank with no timestamp), also printed by TPrimat's trainers and NeMo timer with the evaluation's
+# seconds: " validation loss at iteration 50 | lm loss value: 6.1E+00 | lm loss PPL: 4.5E+02 |", the one after
+# training "... at iteration 100 on validation set | ...". Another set's ("validation-0 loss at") is not read.
+VALIDATION = re.compile(RECORD_START + r"\s*validation loss at iteration (\d+)(?: on validation set)?\s*\|")
+VALIDATION_FIELDS = {"lm loss value": "loss", "evaluation time (s)": "eval_time_s"}
 STEP_MARKER = "TPRIMAT_STEP"  # train/common/step_timer.py: NeMo's and torchtitan's device-synchronised step time
 # and every rank's peak memory
 STEP_LINE = re.compile(RECORD_START + STEP_MARKER + r" (.*)$")
@@ -188,6 +194,14 @@ def nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int | 
         elif kind == "fw_tflops":  # NeMo's FLOPs callback: its own (non-causal) convention
             record["fw_tflop_per_s_per_gpu"] = first
     return record, gbs
+
+
+def validation_point(step: int, rest: str) -> dict:
+    """One validation report -> {step, loss, eval_time_s} (None where the line does not say)."""
+    point = {"step": step, "loss": None, "eval_time_s": None}
+    for kind, numbers in record_fields(rest, False, lambda name: VALIDATION_FIELDS.get(" ".join(name.split()))):
+        point[kind] = numbers[0]
+    return point
 
 
 def titan_record(step: int, rest: str, complete: bool) -> dict:

@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass, field
 
 from evaluate.logs.records import (GIB, MEGATRON_ITERATION, MEMORY_REPORT, MEMORY_UNIT_GIB, NEMO_ITERATION,
-                                  PRIMUS_PREFIX, STEP_LINE, STEP_MARKER, TITAN_STEP, megatron_record, memory_kind,
-                                  nemo_record, new_record, record_fields, titan_record)
+                                  PRIMUS_PREFIX, STEP_LINE, STEP_MARKER, TITAN_STEP, VALIDATION, megatron_record,
+                                  memory_kind, nemo_record, new_record, record_fields, titan_record,
+                                  validation_point)
 from evaluate.logs.settings import (ARGUMENT, COLLECTIVE_NETWORK, CONFIG_ITEM, CONFIG_REPR, DEVICE_LINE,
                                    EFFECTIVE_MARKER, GPU_STACKS, GROUP_FIELDS, HIP_MEMORY, MICROBATCHES, MOCK_CLASSES,
                                    PADDED_VOCAB, PARALLEL_GROUP, PARAMETERS, TITAN_TRAINER, TITAN_TRAINER_FIELDS,
@@ -41,6 +42,7 @@ class Run:
     vendor_evidence: str | None = None
     networks: set[str] = field(default_factory=set)  # the collective library's networks, every rank's
     timed: bool = False  # a TPRIMAT_STEP line was seen: step time and memory come from TPrimat's own timer
+    validations: dict[int, dict] = field(default_factory=dict)  # step -> its evaluation (records.validation_point)
 
 
 class Stream:
@@ -60,6 +62,10 @@ class Stream:
             self._timer(number, timer.group(1))
             return
         if "iteration" in text:
+            validation = VALIDATION.match(text) if "validation loss at" in text else None
+            if validation:
+                self._validation(int(validation.group(1)), text[validation.end():])
+                return
             nemo = NEMO_ITERATION.match(text) if "Training epoch" in text else None
             if nemo:
                 rest = text[nemo.end():]
@@ -174,6 +180,13 @@ class Stream:
                 record[name] = values[key] / GIB
         self._step(number, record, steps, None, "timer", True, payload)
         self.run.timed = True
+
+    def _validation(self, step: int, rest: str) -> None:
+        """An evaluation of the current run; the one after training at a step already evaluated is the same model
+        on (in Megatron-LM) the next validation samples: the first report of a step is kept. One before the first
+        step (Megatron-LM's --skip-train, "iteration 0") evaluates no training."""
+        if step >= 1:
+            self.run.validations.setdefault(step, validation_point(step, rest))
 
     def _memory(self, step: int, rest: str, complete: bool, gib_per_unit: float) -> None:
         values = dict(record_fields(rest, complete, memory_kind))

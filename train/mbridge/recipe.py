@@ -53,7 +53,7 @@ FAIRNESS_PATHS = {
 
 def recipe_settings(req: Request, run_dir: str) -> dict:
     """Everything train_mbridge.py sets on the recipe's ConfigContainer for one run, from the run's request."""
-    lay, train, data, env = req.parallelism, req.training, req.data, req.environment
+    lay, train, data, env, evaluation = req.parallelism, req.training, req.data, req.environment, req.evaluation
     fairness, applied = req.fairness.table, req.fairness.workload
     recipe = TABLE["mbridge"].model_name(req.identity.model)
     work = f"{run_dir}/mbridge"
@@ -64,7 +64,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "model.virtual_pipeline_model_parallel_size": None,
         "model.pipeline_model_parallel_layout": None,
         "model.sequence_parallel": lay.sequence_parallel,
-        # workload: steps, batch, sequence, seed; a step logged every step; no validation, no checkpoints
+        # workload: steps, batch, sequence, seed; a step logged every step; no checkpoints
         "train.train_iters": train.steps,
         "train.global_batch_size": train.gbs,
         "train.micro_batch_size": train.mbs,
@@ -72,8 +72,10 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "dataset.seq_length": train.seq_len,
         "rng.seed": train.seed,
         "dataset.random_seed": train.seed,
-        "validation.eval_iters": 0,
-        "validation.eval_interval": train.steps,
+        # held-out validation (utils/spec/evaluation.py) through Megatron-Bridge's own loop, which stops its
+        # interval timer around it; without EVAL_INTERVAL none, and every document trains
+        "validation.eval_iters": evaluation.iters(train.gbs, train.seq_len) if evaluation.enabled else 0,
+        "validation.eval_interval": evaluation.interval_steps if evaluation.enabled else train.steps,
         "checkpoint.save": None,
         "checkpoint.load": None,
         "logger.log_interval": 1,
@@ -102,10 +104,10 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "tokenizer.tokenizer_type": "HuggingFaceTokenizer",
         "tokenizer.tokenizer_model": data.tokenizer_dir,
         "tokenizer.use_tokenizer_vocab_size": False,
-        # data: the prepared .bin/.idx prefix (no suffix), all of it for training; none: mock data
+        # data: the prepared .bin/.idx prefix (no suffix) cut by the request's split; none: mock data
         "dataset.data_path": None if data.mock_data else [data.prefix],
         "dataset.blend": None,
-        "dataset.split": "100,0,0",
+        "dataset.split": evaluation.megatron_split(),
         "dataset.path_to_cache": f"{work}/index_cache",
         "dataset.eod_mask_loss": applied["eod_mask_loss"],
         "dataset.dataloader_type": applied["dataloader_type"],

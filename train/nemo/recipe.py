@@ -68,6 +68,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
     lay, train, who = req.parallelism, req.training, req.identity
     tp, pp, steps = lay.tp, lay.pp, train.steps
     fairness, applied = req.fairness.table, req.fairness.workload
+    evaluation = req.evaluation
     settings: dict[str, object] = {
         # parallelism
         "trainer.strategy.tensor_model_parallel_size": tp,
@@ -77,11 +78,12 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "trainer.num_nodes": lay.nnodes,
         "trainer.devices": lay.gpus_per_node,
         "trainer.accumulate_grad_batches": 1,  # NeMo derives GA from GBS / (MBS x DP)
-        # steps, logging every step, no validation, no checkpoints
+        # steps, logging every step, no checkpoints; held-out validation (utils/spec/evaluation.py) through
+        # Lightning's loop, a global batch per validation batch: every EVAL_INTERVAL steps over its batches, else none
         "trainer.max_steps": steps,
         "trainer.log_every_n_steps": 1,
-        "trainer.val_check_interval": steps,
-        "trainer.limit_val_batches": 0,
+        "trainer.val_check_interval": evaluation.interval_steps if evaluation.enabled else steps,
+        "trainer.limit_val_batches": evaluation.iters(train.gbs, train.seq_len) if evaluation.enabled else 0,
         "trainer.limit_test_batches": 0,
         "trainer.num_sanity_val_steps": 0,
         "trainer.enable_checkpointing": False,
@@ -124,6 +126,8 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "workload": applied,
         "data": _data(req, run_dir),
         "callbacks": _callbacks(req),
+        # TPrimat's timer (train/nemo/timer.py) also reports each evaluation and stops the run at TARGET_LOSS
+        "step_timer": {"target_loss": evaluation.target_loss, "tokens_per_step": train.gbs * train.seq_len},
         # NeMo's own switches; the platform's (attention kernels, device connections) come from
         # utils/machine/platform_env.py through the launcher.
         "env": {"NEMO_LOG_MEMORY_USAGE": "1", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
@@ -162,7 +166,7 @@ def _data(req: Request, run_dir: str) -> dict:
     return {
         "module": "PreTrainingDataModule",
         "paths": [data.prefix],
-        "split": "100,0,0",
+        "split": req.evaluation.megatron_split(),
         "seed": train.seed,
         "index_mapping_dir": f"{run_dir}/nemo/index_mapping",
         "eod_mask_loss": req.fairness.workload["eod_mask_loss"],

@@ -116,8 +116,6 @@ def overrides(req: Request) -> dict:
         "seq_length": train.seq_len,
         "max_position_embeddings": spec.max_position_embeddings,
         "train_iters": steps,
-        "eval_iters": 0,
-        "eval_interval": steps,
         # optimizer and schedule
         "lr": train.lr,
         "min_lr": train.min_lr,
@@ -135,9 +133,6 @@ def overrides(req: Request) -> dict:
         "fp8": None,  # below 16 bits: fp8 and fp8_recipe (FP8, MXFP8), or fp4 and fp4_recipe (MXFP4, Primus's own)
         # data: real unless mock data was asked for explicitly
         "mock_data": bool(data.mock_data),
-        "train_data_path": None if data.mock_data else data.prefix,
-        "valid_data_path": None,
-        "test_data_path": None,
         "tokenizer_type": "HuggingFaceTokenizer",
         "tokenizer_model": data.tokenizer_dir,
         # architecture from TPrimat's spec, so the variant is exactly the one requested
@@ -180,7 +175,25 @@ def overrides(req: Request) -> dict:
     settings.update({name: fairness[key] for key, name in RENAMED_KEYS.items()})
     settings.update(precision_switch(train.precision, fairness))  # MXFP8's fp8_recipe over the profile's FP8 one
     settings.update(workload_overrides(req))
+    settings.update(validation_overrides(req))
     return settings
+
+
+def validation_overrides(req: Request) -> dict:
+    """Megatron-LM's own evaluation on the request's validation split (utils/spec/evaluation.py).
+
+    Megatron-LM cuts a split only from `data_path` (given separate train, valid and test paths it reads each whole),
+    so a run with EVAL_INTERVAL gives the prefix as data_path with the split, and megatron-core's builder sets apart
+    the same documents as in mega; without it the prefix is the training path alone and Megatron never evaluates.
+    """
+    asked, train, data = req.evaluation, req.training, req.data
+    prefix = None if data.mock_data else data.prefix
+    if not asked.enabled:
+        return {"eval_iters": 0, "eval_interval": train.steps, "data_path": None, "split": None,
+                "train_data_path": prefix, "valid_data_path": None, "test_data_path": None}
+    return {"eval_iters": asked.iters(train.gbs, train.seq_len), "eval_interval": asked.interval_steps,
+            "data_path": prefix, "split": asked.megatron_split(),
+            "train_data_path": None, "valid_data_path": None, "test_data_path": None}
 
 
 def workload_overrides(req: Request) -> dict:
@@ -244,6 +257,7 @@ def command(req: Request, primus_path: Path, exp_path: Path, log_dir: str) -> Co
         "DATA_PATH": req.data.data_dir,
         "HF_HOME": node.hf_home,
         "HF_HUB_OFFLINE": "1",
+        **(release.same_validation_samples if req.evaluation.enabled else {}),
     }
     return Command([word.format(**fill) for word in release.launcher], env, str(primus_path))
 

@@ -44,6 +44,9 @@ class Release:
     launcher: tuple[str, ...]  # the pretrain command run from the checkout: {exp} the experiment, {log} its log
     env: Mapping[str, str] = field(default_factory=dict)  # the launcher's own switches ({exp}, {log} as above)
     source: str = ""  # where these facts were read
+    # The switch that makes every evaluation read the same first eval_iters x GBS validation samples (TPrimat's
+    # definition, utils/spec/evaluation.py); empty: Megatron-LM reads the next ones at each evaluation
+    same_validation_samples: Mapping[str, str] = field(default_factory=dict)
 
 
 ROWS = (
@@ -54,8 +57,10 @@ ROWS = (
                       "train", "pretrain", "--config", "{exp}"),
             env=MappingProxyType({"PRIMUS_SKIP_PIP": "1", **NO_INSTALL}),
             source="Primus release/v26.5 at ca7ddda3 (runner/primus-cli-direct.sh, runner/helpers/hooks/train/pretrain/"
-                   "megatron/00_install_requirements.sh); docs/01-getting-started/release-notes.md at main 0c279c53; "
-                   "examples/run_pretrain.sh at v26.5.1 (9a86ba8c)"),
+                   "megatron/00_install_requirements.sh, primus/backends/megatron/patches/"
+                   "validation_data_sampling_patches.py); docs/01-getting-started/release-notes.md at main 0c279c53; "
+                   "examples/run_pretrain.sh at v26.5.1 (9a86ba8c)",
+            same_validation_samples=MappingProxyType({"PRIMUS_MLPERF": "1"})),
     Release(name="v25.11", checkout=DEFAULT_PRIMUS_PATH,
             get_checkout=f"use the rocm/primus:v25.11 image, whose checkout is {DEFAULT_PRIMUS_PATH}",
             launcher=("bash", "./examples/run_pretrain.sh"),

@@ -97,4 +97,6 @@ def _typed(settings: Settings, platform: str, env: dict, problems: list[str]) ->
             convert(CPU_PREFIX + key, value, KNOBS[key], problems)
     selection.resolve_model_size(values, platform)
     workload.resolve_precision(values, settings.sources, platform, env)
+    if not problems:  # the profile reads the batch knobs typed
+        workload.apply_quality_profile(values, settings.sources, platform, problems)
     return values

@@ -10,6 +10,7 @@ from utils.config.parse import COUNT, POSITIVE, Knob
 from utils.spec.evaluation import Evaluation
 from utils.spec.fairness import PROFILES
 from utils.spec.precision import FP8_RECIPES, LOW
+from utils.spec.quality import PROFILES as QUALITY_PROFILES
 from utils.machine.hardware import cpu_precision
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ MEASUREMENT = {
     "VALIDATION_PERCENT": Knob("int", low=1, high=50, rule="the share of the documents held out, in percent"),
     "TARGET_LOSS": Knob("float", high=math.inf, bounds="(]", optional=True,
                         rule="a validation loss in nats (MLPerf's log-perplexity), e.g. 3.3"),
+    "QUALITY_PROFILE": Knob("enum", ("", *QUALITY_PROFILES)),
 }
 
 
@@ -66,6 +68,26 @@ def resolve_precision(values: dict, sources: dict[str, str], platform: str, env:
     if values["PRECISION"] == "auto":
         values["PRECISION"], why = cpu_precision(env) if platform == "cpu" else ("bf16", "bf16 on GPUs")
         sources["PRECISION"] = f"{sources.get('PRECISION', 'config.env')}: auto, {why}"
+
+
+def apply_quality_profile(values: dict, sources: dict[str, str], platform: str, problems: list[str]) -> None:
+    """QUALITY_PROFILE (utils/spec/quality.py): its knobs over config.env's; one the environment sets otherwise, a
+    platform or a GBS it cannot run on, a problem line."""
+    profile = QUALITY_PROFILES.get(values["QUALITY_PROFILE"] or "")
+    if profile is None:
+        return
+    gbs = values["MBS"] * values["DP"] * values["GA"]
+    found = profile.problems(gbs, platform)
+    for key, wanted in profile.knobs(gbs).items():
+        if sources.get(key) == "environment" and values[key] != wanted:
+            found.append(f"{key}={values[key] if not isinstance(values[key], list) else ','.join(values[key])}: "
+                         f"QUALITY_PROFILE={profile.name} sets {key}="
+                         f"{wanted if not isinstance(wanted, list) else ','.join(wanted)}; unset {key} or "
+                         "QUALITY_PROFILE")
+    problems.extend(found)
+    if not found:
+        for key, wanted in profile.knobs(gbs).items():
+            values[key], sources[key] = wanted, f"QUALITY_PROFILE={profile.name}"
 
 
 def evaluation(values: dict) -> Evaluation:

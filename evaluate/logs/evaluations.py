@@ -1,0 +1,81 @@
+"""A log's validation reports -> the result's `evaluation` and `time_to_train` (utils/spec/evaluation.py).
+
+Primus, Megatron-Bridge and NeMo evaluate with their own loops (Megatron-LM's, Megatron-Bridge's, Lightning's under
+TPrimat's timer), and all print Megatron-LM's report ("validation loss at iteration N | lm loss value: X |", read by
+evaluate.logs.records.validation_point). The cadence, batches and split are the run's request: a log alone does not
+say them all, so a log without its run directory keeps its losses out of the result, with a note. A point's
+train_time_s is the sum of the step times up to its step (the frameworks stop their step clock around an
+evaluation); wall_s (from the start of step 1 to the end of the evaluation) is null, since no report carries a time
+of day, and eval_time_s is null unless the report gives the evaluation's seconds (TPrimat's NeMo timer does;
+Megatron-LM and Megatron-Bridge do not print them).
+"""
+
+from __future__ import annotations
+
+import math
+
+from utils.frameworks import TABLE
+from utils.spec.evaluation import Evaluation
+from utils.spec.metrics import time_to_target
+
+STOPPED = "the trainer stopped at the first evaluation at or below the target"
+
+
+TRAIN_ALL_STEPS = frozenset({"prim", "mbridge"})  # no way to end at TARGET_LOSS: they train every step
+
+
+def can_stop_at_target(framework: str) -> bool:
+    """Whether the framework ends a run at TARGET_LOSS (TPrimat's trainers, and NeMo through TPrimat's callback)."""
+    return framework not in TRAIN_ALL_STEPS
+
+
+def _train_time(records: list[dict], step: int) -> float | None:
+    """The step times up to `step`, evaluations excluded; None where one of them is not measured."""
+    times = [r["step_time_s"] for r in records if r["step"] <= step]
+    if len(times) < step or any(t is None or not math.isfinite(t) for t in times):
+        return None
+    return sum(times)
+
+
+def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluation | None, *, framework: str,
+                  gbs: int, seq_len: int, steps: int, notes: list[str]) -> tuple[dict | None, dict | None]:
+    """(evaluation, time_to_train) for build_result; (None, None) when the log has no report or the run asked for
+    none. `asked` is the request's evaluation (None: a log without its run directory)."""
+    if not validations:
+        if asked is not None and asked.enabled and records:
+            notes.append(f"the run asked for an evaluation every {asked.interval_steps} steps, but the log has no "
+                         "validation report")
+        return None, None
+    if asked is None or not asked.enabled:
+        notes.append(f"the log holds {len(validations)} validation losses, but "
+                     + ("its run directory's request asked for no validation" if asked is not None else
+                        "without the run's request (--run-dir) their cadence and split are unknown")
+                     + ": left out of the result")
+        return None, None
+    iters = asked.iters(gbs, seq_len)
+    points = {"step": [p["step"] for p in validations],
+              "tokens": [p["step"] * gbs * seq_len for p in validations],
+              "train_time_s": [_train_time(records, p["step"]) for p in validations],
+              "wall_s": [None for _ in validations],
+              "loss": [p["loss"] if p["loss"] is not None and math.isfinite(p["loss"]) else None
+                       for p in validations],
+              "eval_time_s": [p["eval_time_s"] for p in validations]}
+    timed = [t for t in points["eval_time_s"] if t is not None]
+    if len(timed) < len(validations):
+        notes.append(f"{len(validations) - len(timed)} of {len(validations)} validation reports give no duration "
+                     f"({TABLE[framework].display_name} prints none): evaluation.time_s counts only the reports "
+                     "that give it, and wall_s is null (no report has a time of day)")
+    evaluation = {"interval_steps": asked.interval_steps, "iters": iters, "tokens": iters * gbs * seq_len,
+                  "split": {"megatron_split": asked.megatron_split(), "documents": None, "fingerprint": None,
+                            "percent": asked.validation_percent},
+                  "time_s": sum(timed), "points": points}
+    if asked.target_loss is None:
+        return evaluation, None
+    last = records[-1]["step"] if records else 0
+    reached = next((p["step"] for p in validations if p["loss"] is not None and p["loss"] <= asked.target_loss),
+                   None)
+    stopped = can_stop_at_target(framework) and reached is not None and last == reached and last < steps
+    how = STOPPED if stopped else (
+        f"read from the validation series: {TABLE[framework].display_name} cannot stop at a target"
+        if not can_stop_at_target(framework) else "read from the validation series: the run did not stop at it")
+    return evaluation, time_to_target(points, asked.target_loss, stopped_at_target=stopped, how=how)
