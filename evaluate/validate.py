@@ -252,8 +252,13 @@ def _names(names: list[str], limit: int = 6) -> str:
     return ", ".join(unique[:limit]) + more
 
 
-def fairness(items: Sequence[Loaded]) -> list[Finding]:
-    """Differences between results of the same model that make their comparison unfair, each listed."""
+# What a precision comparison (evaluate.compare --precision-comparison) lets differ: said, not unfair.
+PRECISION_FIELDS = ("precision", "fp8_recipe")
+
+
+def fairness(items: Sequence[Loaded], precision_comparison: bool = False) -> list[Finding]:
+    """Differences between results of the same model that make their comparison unfair, each listed; with
+    precision_comparison, a difference of precision or its recipe is a note (the comparison asked for)."""
     by_model: dict[str, list[Loaded]] = defaultdict(list)
     for item in items:
         model = item.result.get("model", {}).get("key", "?")
@@ -261,6 +266,8 @@ def fairness(items: Sequence[Loaded]) -> list[Finding]:
     found = []
     for model, group in by_model.items():
         for field in FAIRNESS_FIELDS:
+            if precision_comparison and field.key in PRECISION_FIELDS:
+                field = field._replace(fatal=False, why="a precision comparison, as asked (--precision-comparison)")
             parts: dict[int | None, list[Loaded]] = defaultdict(list)
             for item in group:
                 parts[item.nodes if field.per_nodes else None].append(item)

@@ -19,5 +19,7 @@ KNOBS = {
     "PRICE_PER_GPU_HOUR_AMD": PRICE,
     "PRICE_PER_GPU_HOUR_NVD": PRICE,
     "PROJECT_TOKENS": Knob("float", high=1e18, bounds="(]", optional=True, rule="a token count such as 1e12"),
+    "PRECISION_LOSS_TOLERANCE": Knob("float", high=1, optional=True,
+                                     rule="the relative validation-loss gap to BF16 a low precision may have (0.01: 1%)"),
 }
 
