@@ -151,6 +151,7 @@ def test_precisions_are_unfair_unless_a_precision_comparison_is_asked_for(tmp_pa
     assert asked.split("\n")[4].startswith("**Precision comparison**: asked for (--precision-comparison)")
     assert "**UNFAIR COMPARISON**" not in asked and "**Precision comparison**" in console
     assert "- note: llama: precision differs" in asked
+    assert "- every compared run shares model, sequence length, steps," in asked
 
 
 def test_the_tolerance_comes_from_the_flag_the_environment_or_config_env(tmp_path):

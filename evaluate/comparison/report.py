@@ -226,7 +226,8 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     out += scaling.section(scaled, FRAMEWORK_NAMES)
     out += ["## Fairness", ""]
     out += ([f"- {f.message}" for f in unfair] + ["", "The comparison above is UNFAIR where these differ."]
-            if unfair else ["- every compared run shares model, sequence length, precision, steps, dataset "
+            if unfair else ["- every compared run shares model, sequence length, "
+                            f"{'' if quality.precision_comparison else 'precision, '}steps, dataset "
                             "fingerprint and tokenizer fingerprint, fairness profile and workload conventions (init "
                             "std, padded vocabulary, EOD loss masking, sampler, NaN check, FP8 recipe), and runs on "
                             "the same number of nodes share the global batch"])
