@@ -31,10 +31,10 @@ MODEL_HATCHES = ("", "//", "..", "xx")
 
 
 def colours(rows: Sequence[Repeats]) -> dict[int, str]:
-    """A colour per row: the platform's palette, one shade per framework/strategy/device/torch-native settings."""
+    """A colour per row: the platform's palette, one shade per framework/strategy/device/torch-native settings/precision."""
     out, seen = {}, {}
     for index, row in enumerate(rows):
-        key = (row.platform, row.device, row.framework, row.strategy, row.layout, row.settings)
+        key = (row.platform, row.device, row.framework, row.strategy, row.layout, row.settings, row.precision)
         palette = PALETTES[row.platform]
         shade = seen.setdefault(key, len({k for k in seen if k[0] == row.platform}) % len(palette))
         out[index] = palette[shade]
