@@ -113,7 +113,7 @@ def check_result(item: Loaded) -> list[Finding]:
     if run["status"] != "ok":
         excerpt = (run["error_excerpt"] or "").strip().splitlines()[-1:] or ["no error excerpt"]
         found.append(Finding(name, "status", f"{run['status']} (exit code {run['exit_code']}): {excerpt[0][:200]}"))
-    found += _steps(name, run, training, series, r["effective"])
+    found += _steps(name, run, training, series, r["effective"], r.get("time_to_train"))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
     losses = series["loss"]
     bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
@@ -147,9 +147,13 @@ def check_result(item: Loaded) -> list[Finding]:
             + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)])
 
 
-def _steps(name: str, run: dict, training: dict, series: dict, effective: dict) -> list[Finding]:
-    """Every requested step ran and has its record: Megatron's log_interval-th steps where the log said one."""
+def _steps(name: str, run: dict, training: dict, series: dict, effective: dict,
+           time_to_train: dict | None = None) -> list[Finding]:
+    """Every requested step ran and has its record: Megatron's log_interval-th steps where the log said one; a run
+    that stopped at its TARGET_LOSS was asked for the steps up to the evaluation that reached it."""
     completed, requested, recorded = run["steps_completed"], training["steps"], series["step"]
+    if time_to_train and time_to_train["stopped_at_target"]:
+        requested = time_to_train["step"]
     interval = effective.get("log_interval")
     interval = interval if isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1 else 1
     last = max(recorded, default=0)

@@ -16,7 +16,8 @@ from evaluate.collect import load
 from evaluate.comparison import plot as compare_plot
 from evaluate.comparison import quality, time_to_train
 from evaluate.comparison.repeats import repeats_of
-from tests.fixtures.refigure import with_tokens_per_gpu
+from evaluate.validate import check_result
+from tests.fixtures.refigure import refigure, with_tokens_per_gpu
 from utils.config.parse import ConfigError
 from utils.spec.fairness import fp8_recipe, profile
 from utils.spec.metrics import time_to_target
@@ -187,6 +188,22 @@ def test_time_to_train_ranks_reached_runs_by_their_statistic_and_lists_the_other
     assert "+ Megatron" in ranked[1] and "| median |" in ranked[1] and "| 156-186 |" in ranked[1]
     assert "- not reached, not ranked: nvd/nemo-llama-r2" in llama and "last loss 5.200, best 5.200" in llama
     assert "### Qwen 2.5 7B, target 5" in text and "no run reached the target" in text
+
+
+def test_a_run_stopped_at_its_target_passes_validate_and_is_ranked_as_stopped(tmp_path):
+    data = write(tmp_path, "nvd", "mega-llama-r1", (8.0, 6.0, 5.0, 4.5), target=5.0)
+    data["evaluation"]["points"] = {key: values[:3] for key, values in data["evaluation"]["points"].items()}
+    data["time_to_train"] = time_to_target(data["evaluation"]["points"], 5.0, stopped_at_target=True,
+                                           how="the trainer stopped at the first evaluation at or below the target")
+    data["series"] = {key: values[:15] for key, values in data["series"].items()}
+    data["run"]["steps_completed"] = 15
+    refigure(data)
+    (tmp_path / "nvd" / "mega-llama-r1" / "result.json").write_text(json.dumps(data))
+    (item,) = load([tmp_path / "nvd"])
+    assert [f for f in check_result(item) if f.fatal] == []
+    text = section(compare.compare([tmp_path / "nvd"], tmp_path / "out"), "Time to train")
+    assert "| 1 | NVIDIA H100 SXM + Megatron - Llama 3.1 8B | 156 | one run |" in text
+    assert text.rstrip().endswith("| 1 of 1 | stopped at the target |")
 
 
 def test_the_olympic_mean_drops_the_fastest_and_slowest_from_five_repeats():
