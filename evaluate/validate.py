@@ -15,7 +15,8 @@ flagged straggler and the node's health problems (system.health). The set: resul
 the same model must share variant, sequence length, precision, steps, dataset and tokenizer
 fingerprints, the fairness profile and the workload conventions (init std, padded vocabulary, EOD
 loss masking, sampler, NaN check, FP8 recipe; a different LR warm-up convention, NeMo's, is
-warned of), and results on the same number of nodes the global batch (it grows with data
+warned of; a precision comparison, evaluate.compare --precision-comparison, notes a difference of precision or FP8
+recipe instead), and results on the same number of nodes the global batch (it grows with data
 parallelism across nodes: weak scaling). Every framework is held to these alike, the torch-native ones (fsdp,
 autotp) included; their own settings (evaluate/native_settings.py: DP implementation, compile, SAC, attention,
 ZeRO stage) change the memory/time trade-off or the rounding, not the work, so where they differ between runs
