@@ -1,5 +1,6 @@
 """The comparison's report.md: workload, systems, results per model, frameworks side by side on the same layout,
-each run's step time breakdown, AMD vs NVIDIA, energy and cost with the decision per model and a projection
+each run's step time breakdown, the validation loss, each low precision against its BF16 twin and the time to train
+(evaluate/comparison/quality.py, time_to_train.py), AMD vs NVIDIA, energy and cost with the decision per model and a projection
 (evaluate/comparison/energy.py), strategies, scaling, fairness (the machine's too: throttling, node health, stragglers),
 mock data, each run's checks and the FLOPs convention, stated rather than hidden."""
 
