@@ -14,7 +14,9 @@ PROJECT_TOKENS from the environment or config.env), checked like the configurati
 framework's fastest strategy) as a panel of compare-strategies.png and a section of report.md.
 --history DB takes the results store (python3 -m evaluate.history) as well as or instead of paths (--where
 KEY=VALUE,... chooses its results): report.md then gains a History section with each compared configuration's
-stored runs, and history.png beside compare.png.
+stored runs, and history.png beside compare.png. Runs of different precisions are UNFAIR unless
+--precision-comparison asks for a precision comparison; each low precision is checked against its BF16 twin's
+validation loss (--precision-loss-tolerance, else PRECISION_LOSS_TOLERANCE).
 
 The repeats and their figures are evaluate/comparison/repeats.py's, the report evaluate/comparison/report.py's, the plot
 evaluate/comparison/plot.py's, and the cross-strategy view evaluate/comparison/strategies.py's.
@@ -26,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from evaluate.comparison import quality as quality_view
 from evaluate.comparison import strategies as strategy_view
 from evaluate.collect import Collection, CollectError
 from evaluate.gate import gated
@@ -48,7 +51,8 @@ def write_text(path: Path, text: str) -> None:
 
 
 def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = CostSettings(),
-            ask: Ask | None = None, history: HistoryQuery | None = None) -> str:
+            ask: Ask | None = None, history: HistoryQuery | None = None,
+            quality: quality_view.QualitySettings = quality_view.QualitySettings()) -> str:
     """Write compare.png, report.md (and compare-strategies.png with several strategies or a projection asked
     for, history.png with a store); returns the report."""
     found = gated(inputs) if inputs else Collection([], [])
@@ -76,7 +80,7 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
         strategies_png = "compare-strategies.png"
         strategy_view.plot(entries, outdir / strategies_png, ask)
     history_lines = history.section(items, outdir) if history is not None else ()
-    text = report(items, "compare.png", strategies_png, costs, ask, history_lines)
+    text = report(items, "compare.png", strategies_png, costs, ask, history_lines, quality)
     write_text(outdir / "report.md", text)
     return text
 
@@ -87,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", required=True, type=output_dir, metavar="OUTDIR", help="folder for compare.png and report.md")
     for knob, flag in FLAGS.items():
         parser.add_argument(flag, metavar="NUMBER", dest=knob, help=f"overrides {knob} (from the environment, else config.env); empty: none")
+    parser.add_argument(quality_view.FLAGS[quality_view.TOLERANCE_KNOB], metavar="NUMBER",
+                        dest=quality_view.TOLERANCE_KNOB, help=f"overrides {quality_view.TOLERANCE_KNOB}: the relative "
+                        "validation-loss gap to its BF16 twin beyond which a low precision is flagged (default 0.01)")
+    parser.add_argument("--precision-comparison", action="store_true", help="compare runs of different precisions "
+                        "as a precision comparison (said at the top) instead of marking them UNFAIR")
     parser.add_argument("--project-nodes", metavar="N,N,...", help="project each configuration to these node counts "
                         "(a model-based projection: python3 -m evaluate.project --help)")
     parser.add_argument("--link-gbps", type=positive_number, default=None, help="with --project-nodes: inter-node bandwidth "
@@ -109,12 +118,15 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError("--link-gbps goes with --project-nodes: add --project-nodes 1,2,4,... or leave it out")
     try:
         costs = cost_settings({knob: getattr(args, knob) for knob in FLAGS})
+        quality = quality_view.quality_settings({knob: getattr(args, knob) for knob in quality_view.FLAGS},
+                                                args.precision_comparison)
     except ConfigError as err:
         err.report("evaluate.compare")
         return 2
     try:
         text = compare(args.inputs, args.output, costs, ask,
-                       HistoryQuery(location(args.history), args.where, bool(args.inputs)) if args.history else None)
+                       HistoryQuery(location(args.history), args.where, bool(args.inputs)) if args.history else None,
+                       quality)
     except CollectError as err:
         print(f"evaluate.compare: {err}", file=sys.stderr)
         return 2

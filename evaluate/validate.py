@@ -15,7 +15,8 @@ flagged straggler and the node's health problems (system.health). The set: resul
 the same model must share variant, sequence length, precision, steps, dataset and tokenizer
 fingerprints, the fairness profile and the workload conventions (init std, padded vocabulary, EOD
 loss masking, sampler, NaN check, FP8 recipe; a different LR warm-up convention, NeMo's, is
-warned of), and results on the same number of nodes the global batch (it grows with data
+warned of; a precision comparison, evaluate.compare --precision-comparison, notes a difference of precision or FP8
+recipe instead), and results on the same number of nodes the global batch (it grows with data
 parallelism across nodes: weak scaling). Every framework is held to these alike, the torch-native ones (fsdp,
 autotp) included; their own settings (evaluate/native_settings.py: DP implementation, compile, SAC, attention,
 ZeRO stage) change the memory/time trade-off or the rounding, not the work, so where they differ between runs
@@ -258,8 +259,13 @@ def _names(names: list[str], limit: int = 6) -> str:
     return ", ".join(unique[:limit]) + more
 
 
-def fairness(items: Sequence[Loaded]) -> list[Finding]:
-    """Differences between results of the same model that make their comparison unfair, each listed."""
+# What a precision comparison (evaluate.compare --precision-comparison) lets differ: said, not unfair.
+PRECISION_FIELDS = ("precision", "fp8_recipe")
+
+
+def fairness(items: Sequence[Loaded], precision_comparison: bool = False) -> list[Finding]:
+    """Differences between results of the same model that make their comparison unfair, each listed; with
+    precision_comparison, a difference of precision or its recipe is a note (the comparison asked for)."""
     by_model: dict[str, list[Loaded]] = defaultdict(list)
     for item in items:
         model = item.result.get("model", {}).get("key", "?")
@@ -267,6 +273,8 @@ def fairness(items: Sequence[Loaded]) -> list[Finding]:
     found = []
     for model, group in by_model.items():
         for field in FAIRNESS_FIELDS:
+            if precision_comparison and field.key in PRECISION_FIELDS:
+                field = field._replace(fatal=False, why="a precision comparison, as asked (--precision-comparison)")
             parts: dict[int | None, list[Loaded]] = defaultdict(list)
             for item in group:
                 parts[item.nodes if field.per_nodes else None].append(item)

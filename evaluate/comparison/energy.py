@@ -148,9 +148,12 @@ def _price(value: float | None) -> str:
     return "not given" if value is None else f"{value:g} per GPU-hour"
 
 
-def best(rows: Sequence[Repeats], costs: CostSettings, platform: str) -> Figures | None:
-    """The platform's configuration with the highest median tokens/s/GPU among rows."""
-    found = [f for f in (figures_of(row, costs) for row in rows if row.platform == platform) if f is not None]
+def best(rows: Sequence[Repeats], costs: CostSettings, platform: str, unranked: Sequence[Repeats] = ()
+         ) -> Figures | None:
+    """The platform's configuration with the highest median tokens/s/GPU among rows, none of `unranked` (a low
+    precision flagged against its BF16 twin: evaluate/comparison/quality.py)."""
+    found = [f for f in (figures_of(row, costs) for row in rows if row.platform == platform
+                         and not any(row is skipped for skipped in unranked)) if f is not None]
     return max(found, key=lambda f: f.tokens_per_s_per_gpu, default=None)
 
 
@@ -180,7 +183,7 @@ def which(fig: Figures) -> str:
             f"{nodes}{strategy} ({row.status()})")
 
 
-def decision_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str]:
+def decision_section(rows: Sequence[Repeats], costs: CostSettings, unranked: Sequence[Repeats] = ()) -> list[str]:
     """Per model, the best run of each vendor side by side."""
     out = ["## Decision: AMD vs NVIDIA", "",
            "For each model, the best configuration of each vendor (highest median tokens/s/GPU) side by side; the "
@@ -189,7 +192,7 @@ def decision_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str]:
     decided = False
     for variant in dict.fromkeys(r.variant for r in rows):
         mine = [r for r in rows if r.variant == variant]
-        amd, nvd = best(mine, costs, "amd"), best(mine, costs, "nvd")
+        amd, nvd = best(mine, costs, "amd", unranked), best(mine, costs, "nvd", unranked)
         if amd is None or nvd is None:
             continue
         decided = True
@@ -223,9 +226,9 @@ def projection_section(rows: Sequence[Repeats], costs: CostSettings) -> list[str
     return out + [""]
 
 
-def section(rows: Sequence[Repeats], costs: CostSettings) -> list[str]:
-    """report.md's energy, decision and projection sections (markdown lines)."""
-    return energy_section(rows, costs) + decision_section(rows, costs) + projection_section(rows, costs)
+def section(rows: Sequence[Repeats], costs: CostSettings, unranked: Sequence[Repeats] = ()) -> list[str]:
+    """report.md's energy, decision (never won by an `unranked` configuration) and projection sections."""
+    return energy_section(rows, costs) + decision_section(rows, costs, unranked) + projection_section(rows, costs)
 
 
 def fairness_lines(items: Sequence[Loaded]) -> list[str]:

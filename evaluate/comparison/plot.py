@@ -1,6 +1,7 @@
 """compare.png: throughput, TFLOP/s and memory per configuration (bars), loss, learning rate and step time per
-run (lines), each run's step time breakdown (stacked bars, evaluate/comparison/breakdown.py) and, where any run measured
-energy, a row of tokens per joule, mean power per device and cost per million tokens (evaluate/comparison/energy.py);
+run (lines), each run's step time breakdown (stacked bars, evaluate/comparison/breakdown.py), where any run measured
+energy, a row of tokens per joule, mean power per device and cost per million tokens (evaluate/comparison/energy.py),
+and where any run evaluated held-out validation, its loss against tokens (evaluate/comparison/quality.py);
 AMD in reds, NVIDIA in greens, CPU in blues, one hatch or line style per model."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Sequence
 from evaluate.comparison import breakdown as breakdown_view
 from evaluate.comparison import energy as energy_view
 from evaluate.comparison import plot_labels
+from evaluate.comparison import quality as quality_view
 from evaluate.collect import Loaded
 from evaluate.comparison.energy import NOT_MEASURED
 from evaluate.comparison.repeats import FRAMEWORK_NAMES, Repeats, memory, memory_title, tflops, title, tokens
@@ -29,10 +31,10 @@ MODEL_HATCHES = ("", "//", "..", "xx")
 
 
 def colours(rows: Sequence[Repeats]) -> dict[int, str]:
-    """A colour per row: the platform's palette, one shade per framework/strategy/device/torch-native settings."""
+    """A colour per row: the platform's palette, one shade per framework/strategy/device/torch-native settings/precision."""
     out, seen = {}, {}
     for index, row in enumerate(rows):
-        key = (row.platform, row.device, row.framework, row.strategy, row.layout, row.settings)
+        key = (row.platform, row.device, row.framework, row.strategy, row.layout, row.settings, row.precision)
         palette = PALETTES[row.platform]
         shade = seen.setdefault(key, len({k for k in seen if k[0] == row.platform}) % len(palette))
         out[index] = palette[shade]
@@ -42,7 +44,7 @@ def colours(rows: Sequence[Repeats]) -> dict[int, str]:
 def tick_labels(rows: Sequence[Repeats]) -> list[str]:
     """Device, framework, model and strategy per bar; rows alike but for their torch-native settings (compile on
     and off) are told apart by them."""
-    labels = [f"{r.device.removeprefix('AMD ').removeprefix('NVIDIA ')}\n{FRAMEWORK_NAMES[r.framework]}\n"
+    labels = [f"{r.device.removeprefix('AMD ').removeprefix('NVIDIA ')}\n{FRAMEWORK_NAMES[r.framework]}{r.low_text}\n"
               f"{r.short_model}" + ("" if r.strategy == "custom" else f"\n{r.strategy}") for r in rows]
     return [label + ("" if labels.count(label) == 1 else "\n" + "\n".join(textwrap.wrap(r.settings, 24)))
             for label, r in zip(labels, rows)]
@@ -63,8 +65,9 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
     colour = colours(rows)
     variants = list(dict.fromkeys(r.variant for r in rows))
     energy = any(row.figures(energy_view.tokens_per_joule) for row in rows)
-    fig = plt.figure(figsize=(19, 22 if energy else 16.5), dpi=100)
-    grid = fig.add_gridspec(4 if energy else 3, 3)
+    validation = bool(quality_view.evaluated(items))  # a row for held-out validation loss
+    fig = plt.figure(figsize=(19, (22 if energy else 16.5) + 5.5 * validation), dpi=100)
+    grid = fig.add_gridspec((4 if energy else 3) + validation, 3)
     axes = np.array([[fig.add_subplot(grid[r, c]) for c in range(3)] for r in (0, 1, 3) if r < 3 or energy])
     devices = " vs ".join(dict.fromkeys(r.device for r in rows))
     fig.suptitle(f"TPrimat: {devices}\n{title(items)}", fontsize=14, fontweight="bold")
@@ -112,6 +115,8 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
     split = fig.add_subplot(grid[2, :])
     run_items = [item for row in rows for item in row.ok]
     runs = breakdown_view.panel(split, run_items)
+    if validation:
+        validated = quality_view.panel(fig.add_subplot(grid[-1, :]), rows, colour, MODEL_STYLES, variants)
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=colour[x], edgecolor="black",
                              hatch=MODEL_HATCHES[variants.index(r.variant) % len(MODEL_HATCHES)])
                for x, r in enumerate(rows)]
@@ -125,6 +130,8 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
     drawn = {ax.get_title(): sum(isinstance(c, BarContainer) for c in ax.containers) or len(ax.lines)
              for ax in axes.flat}
     drawn[split.get_title()] = runs
+    if validation:
+        drawn[quality_view.PANEL_TITLE] = validated
     plt.close(fig)
     return drawn
 

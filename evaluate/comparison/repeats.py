@@ -15,6 +15,7 @@ from evaluate import native_settings
 from evaluate.collect import Loaded
 from utils.frameworks import TABLE
 from utils.machine.hardware import find_device
+from utils.spec import precision as precisions
 from utils.spec.metrics import figure_text
 from utils.spec.models import by_variant
 
@@ -44,6 +45,7 @@ class Repeats:
     nodes: int | None  # None: unknown (a result without a node count)
     settings: str = "-"  # the torch-native settings (evaluate/native_settings.py); "-" for the other frameworks
     stack: str = "-"  # the stack's name (Loaded.stack); two stacks of one vendor are two configurations
+    precision: str = "bf16"  # precision_of: a run in bf16 and its twin in fp8 are two configurations
     items: list[Loaded] = field(default_factory=list)
 
     @property
@@ -69,7 +71,12 @@ class Repeats:
     @property
     def framework_text(self) -> str:
         """The framework, with its torch-native settings where it has them."""
-        return FRAMEWORK_NAMES[self.framework] + ("" if self.settings == "-" else f" ({self.settings})")
+        return FRAMEWORK_NAMES[self.framework] + ("" if self.settings == "-" else f" ({self.settings})") + self.low_text
+
+    @property
+    def low_text(self) -> str:
+        """", fp8 (delayed)" for a precision below 16 bits, which names its row beside its BF16 twin; else ""."""
+        return f", {self.precision}" if self.precision.split()[0] in precisions.LOW else ""
 
     def figures(self, getter: Callable[[dict], float | None]) -> list[float]:
         return figures(self.items, getter)
@@ -134,17 +141,24 @@ def final_loss(r: dict) -> float | None:
     return next((v for v in reversed(r["series"]["loss"]) if v is not None), None)
 
 
+def precision_of(r: dict) -> str:
+    """A result's precision as utils.spec.precision names it, with its FP8 recipe: "fp8 (tensorwise)", "bf16"."""
+    recipe = (r["training"].get("fp8_recipe") or {}).get("fp8_recipe") or precisions.DEFAULT_FP8_RECIPE
+    return precisions.name(r["training"]["precision"], recipe)
+
+
 def repeats_of(items: Sequence[Loaded]) -> list[Repeats]:
     """Group repeats; ordered by model, platform, framework, strategy, layout, nodes, torch-native settings and
-    stack (runs with compile on and off, or on two stacks, are two configurations, not repeats)."""
+    stack and precision (runs with compile on and off, on two stacks or in two precisions are two configurations, not
+    repeats)."""
     found: dict[tuple, Repeats] = {}
     for item in items:
         r, p = item.result, item.result["parallelism"]
         layout = (p["tp"], p["pp"], p["dp"], p["ga"])
         key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], layout,
-               item.nodes or 0, native_settings.described(r), item.stack)
+               item.nodes or 0, native_settings.described(r), item.stack, precision_of(r))
         found.setdefault(key, Repeats(r["platform"], key[2], r["framework"], key[0], p["strategy"], layout,
-                                      item.nodes, key[-2], key[-1])).items.append(item)
+                                      item.nodes, *key[-3:])).items.append(item)
     return [found[k] for k in sorted(found)]
 
 

@@ -1,5 +1,6 @@
 """The comparison's report.md: workload, systems, results per model, frameworks side by side on the same layout,
-each run's step time breakdown, AMD vs NVIDIA, energy and cost with the decision per model and a projection
+each run's step time breakdown, the validation loss, each low precision against its BF16 twin and the time to train
+(evaluate/comparison/quality.py, time_to_train.py), AMD vs NVIDIA, energy and cost with the decision per model and a projection
 (evaluate/comparison/energy.py), strategies, scaling, fairness (the machine's too: throttling, node health, stragglers),
 mock data, each run's checks and the FLOPs convention, stated rather than hidden."""
 
@@ -11,6 +12,8 @@ from evaluate.comparison import breakdown as breakdown_view
 from evaluate.comparison import energy as energy_view
 from evaluate.comparison import frameworks as framework_view
 from evaluate.comparison import prediction as prediction_view
+from evaluate.comparison import quality as quality_view
+from evaluate.comparison import time_to_train
 from evaluate.comparison import scaling
 from evaluate.comparison import projection
 from evaluate.comparison import strategies as strategy_view
@@ -102,7 +105,8 @@ def speedups(rows: Sequence[Repeats]) -> list[str]:
     lines = []
     for amd in (r for r in rows if r.platform == "amd"):
         for nvd in (r for r in rows if r.platform == "nvd"):
-            if (amd.variant, amd.strategy, amd.layout, amd.nodes) != (nvd.variant, nvd.strategy, nvd.layout, nvd.nodes):
+            if (amd.variant, amd.strategy, amd.layout, amd.nodes, amd.precision) != \
+                    (nvd.variant, nvd.strategy, nvd.layout, nvd.nodes, nvd.precision):
                 continue
             a, n = median_or_none(amd.figures(tokens)), median_or_none(nvd.figures(tokens))
             if a is None or n is None:
@@ -176,15 +180,17 @@ def failed_lines(items: Sequence[Loaded]) -> list[str]:
 
 def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | None = None,
            costs: CostSettings = CostSettings(), ask: projection.Ask | None = None,
-           history: Sequence[str] = ()) -> str:
+           history: Sequence[str] = (),
+           quality: quality_view.QualitySettings = quality_view.QualitySettings()) -> str:
     """report.md of results judged by evaluate.gate; checks on the results as read, everything shown from their
     Markdown-safe copies. history: the History section's lines (evaluate/history/section.py), when a store is
     given."""
     checks = [f for item in items for f in check_result(item)]
     items = [displayed(item) for item in items]
-    found = fairness(items)
+    found = fairness(items, quality.precision_comparison) + quality_view.split_findings(items)
     rows = repeats_of(items)
-    out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""]
+    twins = quality_view.twins(rows)
+    out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""] + quality_view.banner(quality, items)
     mocks = mock_lines(items)
     unfair, noted = [f for f in found if f.fatal], [f for f in found if not f.fatal]
     if mocks:
@@ -209,9 +215,11 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     out += framework_view.section(items)
     out += breakdown_view.table([item for row in rows for item in row.ok])
     out += prediction_view.section([item for row in rows for item in row.ok])
+    out += quality_view.validation_section(rows) + quality_view.twin_section(
+        twins, quality, lambda row: median_or_none(row.figures(tokens))) + time_to_train.section(rows)
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
-    out += energy_view.section(rows, costs)
+    out += energy_view.section(rows, costs, quality_view.flagged_rows(twins, quality))
     entries = strategy_view.entries(rows)
     several = strategy_view.has_strategies(entries)
     if several:
@@ -222,7 +230,8 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     out += list(history)
     out += ["## Fairness", ""]
     out += ([f"- {f.message}" for f in unfair] + ["", "The comparison above is UNFAIR where these differ."]
-            if unfair else ["- every compared run shares model, sequence length, precision, steps, dataset "
+            if unfair else ["- every compared run shares model, sequence length, "
+                            f"{'' if quality.precision_comparison else 'precision, '}steps, dataset "
                             "fingerprint and tokenizer fingerprint, fairness profile and workload conventions (init "
                             "std, padded vocabulary, EOD loss masking, sampler, NaN check, FP8 recipe), and runs on "
                             "the same number of nodes share the global batch"])

@@ -25,5 +25,7 @@ KNOBS = {
     "HISTORY_DB": Knob("str", pattern=r"(?!postgres(ql)?://[^/@]*:[^/@]*@)[!-~]*",
                        rule="empty (OUTPUT_DIR/history.sqlite), a file path without spaces, or a postgresql:// URL "
                             "without a password (give it in PGPASSWORD or ~/.pgpass)", conceals=True),
+    "PRECISION_LOSS_TOLERANCE": Knob("float", high=1, optional=True,
+                                     rule="the relative validation-loss gap to BF16 a low precision may have (0.01: 1%)"),
 }
 

@@ -16,6 +16,7 @@ that each formula exists once:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -49,21 +50,28 @@ class CostSettings:
         return self.price_amd is not None or self.price_nvd is not None
 
 
-def cost_settings(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None,
-                  config_file: Path = CONFIG_FILE) -> CostSettings:
-    """The prices and projection from the command line (FLAGS' knob -> its text, None: not given), else the
-    environment (the matrix exports every knob), else config.env; checked by the knobs' own rules, so a bad value
-    is the configuration's one line (ConfigError)."""
+def knob_values(flags: Mapping[str, str], given: Mapping[str, str | None], env: Mapping[str, str],
+                config_file: Path = CONFIG_FILE) -> dict:
+    """Each knob of `flags` (knob -> its command-line flag) from the command line (given: knob -> its text, None: not
+    given), else the environment (the matrix exports every knob), else config.env (utils.config.reading.knob_text);
+    checked by the knobs' own rules, so a bad value is the configuration's one line (ConfigError)."""
     problems: list[str] = []
     values = {}
-    for knob in FLAGS:
-        if flags.get(knob) is not None:
-            name, raw = FLAGS[knob], str(flags[knob])
+    for knob in flags:
+        if given.get(knob) is not None:
+            name, raw = flags[knob], str(given[knob])
         else:
             name, raw = knob, knob_text(knob, env, config_file)
         values[knob] = convert(name, raw, KNOBS[knob], problems)
     if problems:
         raise ConfigError(problems)
+    return values
+
+
+def cost_settings(flags: Mapping[str, str | None], env: Mapping[str, str] | None = None,
+                  config_file: Path = CONFIG_FILE) -> CostSettings:
+    """The prices and projection (FLAGS), read by knob_values."""
+    values = knob_values(FLAGS, flags, os.environ if env is None else env, config_file)
     return CostSettings(values[PRICE_KNOBS["amd"]], values[PRICE_KNOBS["nvd"]], values[PROJECT_KNOB])
 
 

@@ -1,0 +1,84 @@
+"""report.md's "Time to train": configurations ranked by wall time to their validation target (TARGET_LOSS), in the
+manner of MLPerf Training.
+
+The time is each result's time_to_train.wall_s (utils.spec.metrics.time_to_target: from the start of step 1 to the
+end of the first evaluation at or below the target, evaluations included, as MLPerf's clock runs). Only runs that
+reached the target are ranked; the others are listed with their last and best validation loss. Results of different
+targets (or models) are never ranked together. With repeats the statistic is MLPerf's olympic mean (the fastest and
+the slowest dropped, the rest averaged) from 5 reached repeats, the median below (where dropping two of four or fewer
+would leave too little), with the spread min-max of all reached repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Sequence
+
+from evaluate.comparison.repeats import Repeats
+from utils.spec.metrics import figure_text
+
+OLYMPIC_FROM = 5  # reached repeats from which the fastest and the slowest are dropped (MLPerf's olympic scoring)
+STATISTIC = (f"olympic mean (the fastest and the slowest dropped, MLPerf's scoring) from {OLYMPIC_FROM} reached "
+             f"repeats, else the median; [min-max] over the reached repeats")
+
+
+def statistic(times: Sequence[float]) -> tuple[float, str]:
+    """The ranked time of a configuration's reached repeats, and the statistic's name."""
+    ordered = sorted(times)
+    if len(ordered) >= OLYMPIC_FROM:
+        return statistics.fmean(ordered[1:-1]), f"olympic mean of {len(ordered)}"
+    return statistics.median(ordered), "median" if len(ordered) > 1 else "one run"
+
+
+def _runs(row: Repeats) -> list:
+    return [item for item in row.ok if item.result.get("time_to_train")]
+
+
+def best_loss(result: dict) -> float | None:
+    losses = [v for v in ((result.get("evaluation") or {}).get("points") or {}).get("loss", []) if v is not None]
+    return min(losses) if losses else None
+
+
+def _loss(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def section(rows: Sequence[Repeats]) -> list[str]:
+    """The ranking per model and target; empty when no result has a time_to_train."""
+    groups: dict[tuple[str, float], list[Repeats]] = {}
+    for row in rows:
+        for target in dict.fromkeys(i.result["time_to_train"]["target_loss"] for i in _runs(row)):
+            groups.setdefault((row.variant, target), []).append(row)
+    if not groups:
+        return []
+    out = ["## Time to train", "",
+           "Wall time from the start of step 1 to the end of the first evaluation at or below the target validation "
+           "loss, evaluations included (MLPerf's clock); ranked fastest first, runs that reached the target only. "
+           f"Statistic: {STATISTIC}. Results of different targets are not ranked together.", ""]
+    for (variant, target), mine in groups.items():
+        ranked, missed = [], []
+        for row in mine:
+            runs = [i for i in _runs(row) if i.result["time_to_train"]["target_loss"] == target]
+            reached = [i.result["time_to_train"]["wall_s"] for i in runs if i.result["time_to_train"]["reached"]]
+            missed += [(row, i) for i in runs if not i.result["time_to_train"]["reached"]]
+            if reached:
+                ranked.append((*statistic(reached), reached, row, runs))
+        out += [f"### {mine[0].model_name}, target {target:g}", ""]
+        if ranked:
+            out += ["| Rank | Configuration | Time to target (s) | Statistic | Spread (s) | Tokens | Reached | How |",
+                    "|---|---|---|---|---|---|---|---|"]
+            for rank, (time, name, reached, row, runs) in enumerate(sorted(ranked, key=lambda entry: entry[0]), 1):
+                tokens = sorted({i.result["time_to_train"]["tokens"] for i in runs if i.result["time_to_train"]["reached"]})
+                hows = sorted({"stopped at the target" if i.result["time_to_train"]["stopped_at_target"]
+                               else "read from the validation series" for i in runs})
+                out.append(f"| {rank} | {row.label} | {figure_text(time)} | {name} | "
+                           f"{figure_text(min(reached))}-{figure_text(max(reached))} | "
+                           f"{', '.join(f'{t:,}' for t in tokens)} | {len(reached)} of {len(runs)} | "
+                           f"{'; '.join(hows)} |")
+        else:
+            out.append("- no run reached the target")
+        out += [""] + [f"- not reached, not ranked: {item.name} ({row.label}): last loss "
+                       f"{_loss(item.result['time_to_train']['last_loss'])}, best {_loss(best_loss(item.result))}"
+                       for row, item in missed]
+        out.append("")
+    return out
