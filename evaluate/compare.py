@@ -1,4 +1,5 @@
-"""Turn any set of results into one honest comparison: compare.png, report.md and a console summary.
+"""Turn any set of results into one honest comparison: compare.png, report.md (and the same as one self-contained
+report.html, evaluate/comparison/html.py) and a console summary.
 
     python3 -m evaluate.compare DIR_OR_ZIP... -o OUTDIR
 
@@ -33,6 +34,7 @@ from evaluate.comparison import strategies as strategy_view
 from evaluate.collect import Collection, CollectError
 from evaluate.gate import gated
 from evaluate.comparison.projection import Ask
+from evaluate.comparison.html import page as html_page
 from evaluate.comparison.plot import plot
 from evaluate.comparison.report import report
 from evaluate.comparison.repeats import repeats_of
@@ -53,8 +55,8 @@ def write_text(path: Path, text: str) -> None:
 def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = CostSettings(),
             ask: Ask | None = None, history: HistoryQuery | None = None,
             quality: quality_view.QualitySettings = quality_view.QualitySettings()) -> str:
-    """Write compare.png, report.md (and compare-strategies.png with several strategies or a projection asked
-    for, history.png with a store); returns the report."""
+    """Write compare.png, report.md, report.html (and compare-strategies.png with several strategies or a projection
+    asked for, history.png with a store); returns the report."""
     found = gated(inputs) if inputs else Collection([], [])
     if history is not None:
         history.join(found)
@@ -82,6 +84,7 @@ def compare(inputs: Sequence[str | Path], outdir: Path, costs: CostSettings = Co
     history_lines = history.section(items, outdir) if history is not None else ()
     text = report(items, "compare.png", strategies_png, costs, ask, history_lines, quality)
     write_text(outdir / "report.md", text)
+    write_text(outdir / "report.html", html_page(text, outdir))
     return text
 
 
