@@ -88,3 +88,12 @@ def test_report_html_opens_in_chromium_with_its_plots_and_no_error(browser, repo
     rgb = shot[..., :3]
     coloured = (rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.25  # the plots' bars and lines; text is grey
     assert coloured.mean() > 0.01, "the screenshot shows no plot"
+
+
+def test_the_browser_check_sees_a_console_error_and_a_fetch(browser, tmp_path):
+    """The checks above can fail: a page that logs an error and fetches an image is caught on both counts."""
+    bad = tmp_path / "bad.html"
+    bad.write_text('<img src="http://127.0.0.1:9/x.png"><script>console.error("boom")</script>')
+    visit = browser.visit(bad, {})
+    assert "boom" in visit.console_errors
+    assert "http://127.0.0.1:9/x.png" in visit.fetched
