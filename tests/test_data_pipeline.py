@@ -74,15 +74,6 @@ def test_data_sh_prepares_the_sample_offline_and_skips_it_the_second_time(tmp_pa
         assert f"{name}: up to date, skipped" in second.stderr
 
 
-def test_two_data_sh_on_one_data_dir_both_succeed_the_second_waiting_for_the_first(tmp_path):
-    runs = [subprocess.Popen(["bash", "shell/data.sh"], cwd=REPO, env=sample_env(tmp_path), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    errors = [run.communicate(timeout=600)[1] for run in runs]
-    assert [run.returncode for run in runs] == [0, 0], errors
-    assert sum("another run_data.sh is preparing" in err for err in errors) == 1
-    assert json.loads((tmp_path / "data" / "sample_qwen_text_document.manifest.json").read_text())["verified"]
-
-
 def test_ctrl_c_in_a_stage_is_the_tool_s_one_line_and_exit_130(tmp_path):
     from tests.test_data_encode import big_corpus, partial
     from tests.test_data_tokenizer import offline_tokenizer
