@@ -21,14 +21,6 @@ from utils.spec.metrics import time_to_target
 STOPPED = "the trainer stopped at the first evaluation at or below the target"
 
 
-TRAIN_ALL_STEPS = frozenset({"prim", "mbridge"})  # no way to end at TARGET_LOSS: they train every step
-
-
-def can_stop_at_target(framework: str) -> bool:
-    """Whether the framework ends a run at TARGET_LOSS (TPrimat's trainers, and NeMo through TPrimat's callback)."""
-    return framework not in TRAIN_ALL_STEPS
-
-
 def _train_time(records: list[dict], step: int) -> float | None:
     """The step times up to `step`, evaluations excluded; None where one of them is not measured."""
     times = [r["step_time_s"] for r in records if r["step"] <= step]
@@ -74,8 +66,9 @@ def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluatio
     last = records[-1]["step"] if records else 0
     reached = next((p["step"] for p in validations if p["loss"] is not None and p["loss"] <= asked.target_loss),
                    None)
-    stopped = can_stop_at_target(framework) and reached is not None and last == reached and last < steps
+    can_stop = TABLE[framework].stops_at_target
+    stopped = can_stop and reached is not None and last == reached and last < steps
     how = STOPPED if stopped else (
         f"read from the validation series: {TABLE[framework].display_name} cannot stop at a target"
-        if not can_stop_at_target(framework) else "read from the validation series: the run did not stop at it")
+        if not can_stop else "read from the validation series: the run did not stop at it")
     return evaluation, time_to_target(points, asked.target_loss, stopped_at_target=stopped, how=how)

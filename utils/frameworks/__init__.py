@@ -68,6 +68,9 @@ class Framework:
     # Knob values it cannot run at TP > 1 (knob -> (value, why)): the plan skips such a run with the reason, and the
     # trainer refuses it as its own guard.
     tp_refuses: Mapping[str, tuple[object, str]] = field(default_factory=dict)
+    # Whether it ends a run at TARGET_LOSS (TPrimat's trainers, NeMo through TPrimat's callback); False: it trains
+    # every step and its time to target is read from the validation series (evaluate/logs/evaluations.py)
+    stops_at_target: bool = True
 
     def __post_init__(self) -> None:
         problems = []
