@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: bash bench/torchtitan_gpu_check.sh [--wheels DIR] [--data DIR] [--out DIR] [--steps N] [--layers N] [--frameworks LIST] [--install-only|--dry-run]
+# usage: bash bench/torchtitan_gpu_check.sh [--wheels DIR] [--data DIR] [--out DIR] [--steps N] [--layers N] [--frameworks LIST] [--eval-interval N] [--precision P] [--install-only|--dry-run]
 # TPrimat's torchtitan run on one GPU of a machine without network, end to end, and fsdp beside it on the same
 # layout (torchtitan is the reference fsdp must not be slower than): torchtitan and what it needs installed from
 # a folder of wheels into a folder on PYTHONPATH over the machine's own torch, then TPrimat's launcher
@@ -13,9 +13,17 @@
 #   --steps N     optimizer steps (default 20; the first 5 are left out of the steady state)
 #   --layers N    Llama 3.1 8B's first N layers (MODEL_LAYERS, default 4)
 #   --frameworks LIST  comma list of the frameworks to run, one after the other (default torchtitan,fsdp)
+#   --eval-interval N  held-out validation every N steps and after the last (EVAL_INTERVAL; default 0, none): one
+#                 global batch of a 20% validation split each time (VALIDATION_PERCENT=20: the sample data's 5% holds
+#                 less than one batch of 8 x 2048 tokens), the same documents and samples in every framework
+#   --precision P  PRECISION (default bf16; FP8_RECIPE from the environment, default tensorwise); a run of another precision goes to <framework>-llama-<P>, so that a set
+#                 holds it beside its bf16 twin (fsdp's fp8 is torchao's float8 training: give its wheel)
 #   --install-only  install the folder's wheels into the environment (.device-venv, kept on a warm machine) and
 #                 stop: wheels that do not travel in one call (pyarrow alone is 55 MB) go in an earlier call
 #   --dry-run     no GPU needed: the environment is not built and the launcher only writes the command
+# After the runs, evaluate.compare writes report.md and compare.png over everything in --out (earlier calls' runs too).
+# torchtitan 0.3.0 imports torch.distributed.fsdp.DataParallelMeshDims (torch 2.13), which an older torch lacks: on
+# such a machine the check gives torch a placeholder for it (torch_compat.py), says so, and runs torchtitan anyway.
 # Exit: 0 every run trained and its result is ok, 1 one failed, 2 bad input or a missing GPU, module or data.
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../shell/lib.sh"
 
@@ -54,6 +62,17 @@ PY
 # PYTHONPATH with the wheels' folder in front.
 site_path() { echo "$1${PYTHONPATH:+:${PYTHONPATH}}"; }
 
+# Where the machine's torch lacks what torchtitan imports at start, the folder gets bench/torch_compat.py as its
+# sitecustomize (every Python of the run imports it), and the check says so; else nothing is added.
+torch_compat() {
+  local python="$1" site="$2"
+  rm -f "${site}/sitecustomize.py"
+  if ! "${python}" -c 'import torch.distributed.fsdp as f; raise SystemExit(0 if hasattr(f, "DataParallelMeshDims") else 1)'; then
+    cp "${TPRIMAT_ROOT}/bench/torch_compat.py" "${site}/sitecustomize.py"
+    tp_warn "torch $("${python}" -c 'import torch; print(torch.__version__)') lacks torch.distributed.fsdp.DataParallelMeshDims, which torchtitan 0.3.0 imports at start: bench/torch_compat.py gives it a placeholder (only torchtitan's full_dtensor path would use it, and TPrimat never sets it)"
+  fi
+}
+
 # Stop in one line when the GPU or a module is missing.
 check_environment() {
   local python="$1" frameworks="$2" module missing=() modules="${NEEDED_MODULES}"
@@ -68,19 +87,21 @@ check_environment() {
 }
 
 main() {
-  tp_args "--wheels= --data= --out= --steps= --layers= --frameworks= --install-only --dry-run" "$@"
+  tp_args "--wheels= --data= --out= --steps= --layers= --frameworks= --eval-interval= --precision= --install-only --dry-run" "$@"
   local wheels=".device-wheels" data=".device-data" out="${OUT:-output/torchtitan-gpu-check}" steps=20 layers=4
-  local frameworks="torchtitan,fsdp" dry_run=0 install_only=0 python
+  local frameworks="torchtitan,fsdp" eval_interval=0 precision=bf16 dry_run=0 install_only=0 python
   while (($# > 0)); do
     case "$1" in
-      --wheels | --data | --out | --steps | --layers | --frameworks)
+      --wheels | --data | --out | --steps | --layers | --frameworks | --eval-interval | --precision)
         (($# >= 2)) || tp_die 2 "$1 needs a value"
-        printf -v "${1#--}" '%s' "$2"
+        local name="${1#--}"
+        printf -v "${name//-/_}" '%s' "$2"
         shift 2
         ;;
-      --wheels=* | --data=* | --out=* | --steps=* | --layers=* | --frameworks=*)
+      --wheels=* | --data=* | --out=* | --steps=* | --layers=* | --frameworks=* | --eval-interval=* | --precision=*)
         local name="${1%%=*}"
-        printf -v "${name#--}" '%s' "${1#*=}"
+        name="${name#--}"
+        printf -v "${name//-/_}" '%s' "${1#*=}"
         shift
         ;;
       --dry-run) dry_run=1 && shift ;;
@@ -91,6 +112,7 @@ main() {
   [[ "${layers}" =~ ^[1-9][0-9]*$ ]] || tp_die 2 "--layers ${layers}: give a whole number above 0"
   [[ "${frameworks}" =~ ^(torchtitan|fsdp|mega)(,(torchtitan|fsdp|mega))*$ ]] \
     || tp_die 2 "--frameworks ${frameworks}: give a comma list of torchtitan, fsdp and mega"
+  [[ "${eval_interval}" =~ ^[0-9]+$ ]] || tp_die 2 "--eval-interval ${eval_interval}: give a whole number of steps (0: none)"
   cd "${TPRIMAT_ROOT}"
   if ((install_only)); then
     python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
@@ -107,25 +129,39 @@ main() {
     python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
     PYTHONPATH="$(site_path "${TPRIMAT_ROOT}/.device-venv")"
     export PYTHONPATH
+    [[ ",${frameworks}," != *,torchtitan,* ]] || torch_compat "${python}" "${TPRIMAT_ROOT}/.device-venv"
     check_environment "${python}" "${frameworks}"
     "${python}" -c 'import torch; print(f"[tprimat] torch {torch.__version__} on {torch.cuda.get_device_name()}")'
   fi
   local framework failed=0
   for framework in ${frameworks//,/ }; do
-    run_one "${framework}" "${python}" "${data}" "${out}" "${steps}" "${layers}" "${dry_run}" || failed=1
+    run_one "${framework}" "${python}" "${data}" "${out}" "${steps}" "${layers}" "${eval_interval}" "${precision}" \
+      "${dry_run}" || failed=1
   done
+  ((dry_run)) || compare_runs "${python}" "${out}" || failed=1
   return "${failed}"
+}
+
+# report.md and compare.png over every result in the folder (the precision check pairs a low-precision run with
+# its bf16 twin there).
+compare_runs() {
+  local python="$1" out="$2"
+  (cd "${TPRIMAT_ROOT}" && "${python}" -m evaluate.compare "${out}" -o "${out}/compare") \
+    || { tp_warn "evaluate.compare could not compare the runs in ${out}"; return 1; }
 }
 
 # One framework's run of Llama 3.1 8B's first layers on one GPU (TP = PP = DP = 1), GA 8: GBS 8 x SL 2048 tokens
 # per step; TPrimat's defaults otherwise. torchtitan's result comes from its log (evaluate.extract), fsdp writes
 # its own. Prints the result's line; returns 1 when the run did not end ok.
 run_one() {
-  local framework="$1" python="$2" data="$3" out="$4" steps="$5" layers="$6" dry_run="$7"
-  local run_dir="${out}/${framework}-llama"
+  local framework="$1" python="$2" data="$3" out="$4" steps="$5" layers="$6" eval_interval="$7" precision="$8"
+  local dry_run="$9" run_dir="${out}/${framework}-llama"
+  [[ "${precision}" == bf16 ]] || run_dir+="-${precision}"
   rm -rf "${run_dir}"
   env PLATFORM=nvd RUNTIME=host TPRIMAT_PYTHON="${python}" MODELS=llama MODEL_LAYERS="${layers}" DATASET=sample \
     DATA_DIR="${data}" OUTPUT_DIR="${out}" TRAIN_ITERS="${steps}" WARMUP_STEPS=2 WARMUP_SKIP=5 GPUS_PER_NODE=1 TP=1 PP=1 DP=1 GA=8 \
+    PRECISION="${precision}" FP8_RECIPE="${FP8_RECIPE:-tensorwise}" EVAL_INTERVAL="${eval_interval}" EVAL_TOKENS=16384 \
+    VALIDATION_PERCENT=20 \
     TELEMETRY=0 DRY_RUN="${dry_run}" HF_HUB_OFFLINE=1 ALLOW_FALLBACK_TOKENIZER=1 \
     bash train/launch.sh nvd "${framework}" llama --run-dir "${run_dir}" || tp_log "the ${framework} launcher exited $?"
   ((dry_run)) && return 0
@@ -139,9 +175,12 @@ run_one() {
 import json, sys
 result = json.load(open(sys.argv[1]))
 perf, run = result["performance"], result["run"]
-print(f"[tprimat] {result['framework']} {result['model']['variant']}: status {run['status']}, "
-      f"{run['steps_completed']} steps, tokens/s/GPU {perf['tokens_per_s_per_gpu']}, "
-      f"TFLOP/s/GPU {perf['tflop_per_s_per_gpu']}, MFU {perf.get('mfu')}; warnings: {result['warnings']}")
+evaluation = result.get("evaluation") or {}
+losses = dict(zip(*(evaluation.get("points", {}).get(k, []) for k in ("step", "loss"))))
+print(f"[tprimat] {result['framework']} {result['model']['variant']} {result['training']['precision']}: status "
+      f"{run['status']}, {run['steps_completed']} steps, tokens/s/GPU {perf['tokens_per_s_per_gpu']}, "
+      f"TFLOP/s/GPU {perf['tflop_per_s_per_gpu']}, MFU {perf.get('mfu')}, validation loss by step {losses} "
+      f"(split {evaluation.get('split')}, {evaluation.get('time_s')} s); warnings: {result['warnings']}")
 sys.exit(0 if run["status"] == "ok" else 1)
 PY
 }

@@ -175,7 +175,8 @@ def extract(parsed: ParsedLog, logs: list[Path], settings: dict, *, framework: s
     notes.extend(gap)
     evaluation, time_to_train = evaluation_of(parsed.validations, parsed.records, asked, framework=framework,
                                               gbs=settings["gbs"], seq_len=settings["seq_len"],
-                                              steps=settings["steps"], notes=notes)
+                                              steps=settings["steps"], notes=notes,
+                                              split=parsed.effective.get("validation"))
     stopped = time_to_train is not None and time_to_train["stopped_at_target"]  # a run that ended at its target
     status = _status(parsed, time_to_train["step"] if stopped else settings["steps"], exit_code, missing)
     parallelism, training = sections(settings, _fingerprints(settings, notes))

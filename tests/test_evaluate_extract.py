@@ -15,6 +15,7 @@ from evaluate.logs import parse as logs
 from evaluate.logs.evaluations import evaluation_of
 from evaluate.logs.records import VALIDATION, validation_point
 from tests.fixtures.logs.extracting import FIXTURES, TOKENS_PER_S_PER_GPU, run_extract
+from train.common.evaluation import EvalPoint, validation_line
 from utils.spec.result import schema_errors
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results" / "extract"
@@ -253,12 +254,19 @@ def test_primus_validation_reports_become_the_result_s_evaluation_and_time_to_tr
     assert to_target["how"] == "read from the validation series: Primus cannot stop at a target"
 
 
-def test_tprimat_s_validation_line_gives_the_evaluation_s_seconds():
-    line = (" validation loss at iteration 20 on validation set | lm loss value: 6.250000E+00 | "
-            "lm loss PPL: 5.180128E+02 | evaluation time (s): 1.250 |")
+def test_tprimat_s_validation_line_gives_the_evaluation_s_seconds_and_the_wall_time_since_step_1():
+    line = validation_line(EvalPoint(step=20, tokens=0, train_time_s=30.0, wall_s=41.25, loss=6.25, eval_time_s=1.25))
     match = VALIDATION.match(line)
     assert validation_point(int(match.group(1)), line[match.end():]) == {"step": 20, "loss": 6.25,
-                                                                          "eval_time_s": 1.25}
+                                                                          "eval_time_s": 1.25, "wall_s": 41.25}
+
+
+def test_megatron_lm_s_validation_line_gives_neither():
+    line = (" validation loss at iteration 20 on validation set | lm loss value: 6.250000E+00 | "
+            "lm loss PPL: 5.180128E+02 |")
+    match = VALIDATION.match(line)
+    assert validation_point(int(match.group(1)), line[match.end():]) == {"step": 20, "loss": 6.25,
+                                                                          "eval_time_s": None, "wall_s": None}
 
 
 def test_another_validation_set_s_report_is_not_the_held_out_loss():

@@ -82,3 +82,43 @@ def test_a_torchtitan_run_is_extracted_into_one_result_with_the_common_steady_st
         ("torchtitan", "ok", "torchtitan")
     assert result["performance"]["tokens_per_s_per_gpu"] == pytest.approx(TOKENS_PER_S_PER_GPU, rel=1e-3)
     assert result["raw_framework"]["tflop_per_s_per_gpu_median"] == pytest.approx(169.76, abs=0.2)
+
+
+VALIDATION_SPLIT = {"megatron_split": "95,5,0", "documents": 29, "fingerprint": "ab" * 32, "percent": 5}
+
+
+def titan_log_with_evaluations(tmp_path, losses: dict[int, float], last_step: int):
+    """The fixture cut after last_step, with TPrimat's validation line after each evaluated step and the split the
+    trainer read back in its TPRIMAT_EFFECTIVE line (train/torchtitan/trainer.py)."""
+    lines = []
+    for line in LOG.read_text().splitlines():
+        if line.startswith("TPRIMAT_EFFECTIVE "):
+            line = "TPRIMAT_EFFECTIVE " + json.dumps({**json.loads(line.split(" ", 1)[1]),
+                                                      "validation": VALIDATION_SPLIT})
+        lines.append(line)
+        if line.startswith("TPRIMAT_STEP "):
+            step = json.loads(line.split(" ", 1)[1])["step"]
+            if step in losses:
+                lines.append(f" validation loss at iteration {step} on validation set | lm loss value: "
+                             f"{losses[step]:.6E} | lm loss PPL: 1.0E+04 | evaluation time (s): 2.000 |")
+            if step == last_step:
+                break
+    log = tmp_path / "titan_validation.log"
+    log.write_text("\n".join(lines) + "\n")
+    return log
+
+
+def test_a_torchtitan_run_stopped_at_its_target_records_the_split_it_read_and_its_time_to_train(tmp_path):
+    request = json.loads((FIXTURES / "config-nemo-validation.json").read_text())  # every 4 steps, target 9.5
+    request["identity"]["framework"] = "torchtitan"
+    request["fairness"]["workload"]["lr_warmup_convention"] = "torchtitan"
+    config = tmp_path / "config-torchtitan.json"
+    config.write_text(json.dumps(request))
+    code, result = run_extract(tmp_path, titan_log_with_evaluations(tmp_path, {4: 9.9, 8: 9.4}, last_step=8), config)
+    assert code == 0, result
+    assert (result["run"]["status"], result["run"]["steps_completed"]) == ("ok", 8)  # of 12: the target ended it
+    evaluation = result["evaluation"]
+    assert (evaluation["points"]["step"], evaluation["points"]["loss"]) == ([4, 8], [9.9, 9.4])
+    assert evaluation["split"] == VALIDATION_SPLIT and evaluation["time_s"] == pytest.approx(4.0)
+    to_target = result["time_to_train"]
+    assert (to_target["reached"], to_target["step"], to_target["stopped_at_target"]) == (True, 8, True)

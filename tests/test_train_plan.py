@@ -151,13 +151,9 @@ def test_fsdp_skips_what_sequence_parallelism_cannot_run_only_where_tp_shards_th
                                                    ("fsdp-llama-minimal_communication", "")]  # TP1
 
 
-def test_torchtitan_is_skipped_with_its_reason_when_validation_is_asked_and_the_others_evaluate():
-    runs = build_plan(node("nvd", FRAMEWORK="mega,torchtitan", MODELS="llama", EVAL_INTERVAL="10"))
-    assert [(r.name, r.skipped) for r in runs] == [
-        ("mega-llama", ""),
-        ("torchtitan-llama", "EVAL_INTERVAL: TPrimat does not evaluate torchtitan runs yet (its validator reads "
-                             "Hugging Face datasets, not the prepared validation split); clear EVAL_INTERVAL, or "
-                             "compare validation losses with the other frameworks")]
+def test_validation_runs_in_every_framework_of_the_set_torchtitan_too():
+    runs = build_plan(node("nvd", FRAMEWORK="mega,fsdp,torchtitan", MODELS="llama", EVAL_INTERVAL="10"))
+    assert [(r.name, r.skipped) for r in runs] == [("mega-llama", ""), ("fsdp-llama", ""), ("torchtitan-llama", "")]
 
 
 def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are():

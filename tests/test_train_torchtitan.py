@@ -98,7 +98,6 @@ def test_megatrons_parameter_groups_leave_norms_and_biases_without_weight_decay(
     ({"native": {"data_parallel": "ddp"}, "parallelism": {"tp": 2}}, "DATA_PARALLEL=ddp with TP=2"),
     ({"native": {"compile": True, "compile_mode": "max-autotune"}}, "COMPILE_MODE=max-autotune"),
     ({"native": {"sac_every": 2}}, "SAC_FREQ: torchtitan 0.3.0 checkpoints by operation on every layer"),
-    ({"evaluation": {"interval_steps": 10}}, "EVAL_INTERVAL: TPrimat does not evaluate torchtitan runs yet"),
 ])
 def test_what_torchtitan_cannot_run_is_refused_in_one_line_naming_the_fix(change, refused):
     req = request()
@@ -150,7 +149,7 @@ dp = dims.dp_shard * dims.dp_replicate
 ga = config.training.global_batch_size // (config.training.local_batch_size * dp)
 built = SimpleNamespace(config=config, parallel_dims=dims, model_config=config.model_spec.model,
                         gradient_accumulation_steps=ga, dataloader=SimpleNamespace(source=SimpleNamespace(
-                            mock=False, prefix=settings["request"])))
+                            mock=False, prefix=settings["request"]), validation=None))
 print(json.dumps({
     "effective": effective(built),
     "type": type(config).__qualname__,
@@ -243,7 +242,7 @@ DATA_PROBE = r"""
 import json, sys
 import torch
 from torchtitan.components.loss import IGNORE_INDEX
-from train.common.megatron_data import build_dataset, locate, microbatches
+from train.common.megatron_data import build_splits, locate, microbatches
 from train.torchtitan.data import PreparedDataLoader
 from utils.spec.request import Request
 from pathlib import Path
@@ -255,25 +254,43 @@ dp_rank = lay.dp - 1
 loader = PreparedDataLoader.Config(request=sys.argv[1]).build(dp_world_size=lay.dp, dp_rank=dp_rank, tokenizer=None,
                                                               seq_len=t.seq_len, local_batch_size=t.mbs)
 source = locate(req.data, req.model)
-dataset = build_dataset(source, t.seq_len, t.steps * t.gbs, t.seed, Path(req.data.data_dir) / "index_cache")
-expected = list(microbatches(dataset, steps=t.steps, mbs=t.mbs, dp=lay.dp, dp_rank=dp_rank, ga=lay.ga,
-                             device=torch.device("cpu")))
-found = list(loader)
-same = [torch.equal(inputs["input"], batch["tokens"]) and torch.equal(inputs["positions"], batch["position_ids"])
+# what fsdp trains and evaluates on (train/native/trainer.py)
+dataset, validation = build_splits(source, t.seq_len, t.steps * t.gbs, t.seed, Path(req.data.data_dir) / "index_cache",
+                                   evaluation=req.evaluation, gbs=t.gbs, fingerprint=True)
+
+def same(found, dataset, steps):
+    expected = list(microbatches(dataset, steps=steps, mbs=t.mbs, dp=lay.dp, dp_rank=dp_rank, ga=lay.ga,
+                                 device=torch.device("cpu")))
+    return len(found) == len(expected) and all(
+        torch.equal(inputs["input"], batch["tokens"]) and torch.equal(inputs["positions"], batch["position_ids"])
         and torch.equal(labels, torch.where(batch["loss_mask"] == 0, IGNORE_INDEX, batch["labels"]))
-        for (inputs, labels), batch in zip(found, expected)]
-print(json.dumps({"microbatches": len(found), "expected": len(expected), "same": all(same),
-                  "positions": found[0][0]["positions"][0, :4].tolist(), "mock": loader.source.mock}))
+        for (inputs, labels), batch in zip(found, expected))
+
+found = list(loader)
+report = {"microbatches": len(found), "same": same(found, dataset, t.steps),
+          "positions": found[0][0]["positions"][0, :4].tolist(), "mock": loader.source.mock}
+if validation is not None:
+    held_out = set(loader.validation.dataset.document_index.tolist())
+    report["validation"] = {
+        "microbatches": len(list(loader.validation_pairs())),
+        "same": same(list(loader.validation_pairs()), validation.dataset, validation.iters),
+        # the same split; its fingerprint hashed on the first DP rank only (the one that prints it)
+        "split": loader.validation.result_split() == {**validation.result_split(), "fingerprint": None},
+        "trained_on_held_out": bool(held_out & set(loader.dataset.document_index.tolist()))}
+print(json.dumps(report))
 """
 
 
-def test_the_dataloader_yields_the_prepared_samples_in_megatrons_order_for_its_dp_rank(torchtitan_path, tmp_path):
+@pytest.mark.parametrize("eval_interval", ["0", "1"])
+def test_the_dataloader_yields_the_prepared_samples_in_megatrons_order_for_its_dp_rank(torchtitan_path, tmp_path,
+                                                                                       eval_interval):
     """What torchtitan trains on is mega's and fsdp's data: each microbatch of this DP rank as
     train/common/megatron_data.py orders it, positions 0..SL-1 (a causal mask over the whole sequence), and the
-    tokens the loss mask leaves out labelled IGNORE_INDEX."""
+    tokens the loss mask leaves out labelled IGNORE_INDEX. With EVAL_INTERVAL it trains on the training split only
+    and evaluates on fsdp's validation samples, its split and fingerprint the same."""
     data = make_data_dir(tmp_path / "data", model_keys=("llama",), documents=60)
     req = request(DATA_DIR=str(data), DATASET="sample", MODEL_SIZE="tiny", SL="64", TRAIN_ITERS="2",
-                  WARMUP_STEPS="1", WARMUP_SKIP="1")
+                  WARMUP_STEPS="1", WARMUP_SKIP="1", EVAL_INTERVAL=eval_interval, VALIDATION_PERCENT="50", EVAL_TOKENS="64")
     path = tmp_path / "config.json"
     req.write(path)
     env = {**os.environ, "PYTHONPATH": str(torchtitan_path), "PYTHONWARNINGS": "ignore"}
@@ -281,5 +298,7 @@ def test_the_dataloader_yields_the_prepared_samples_in_megatrons_order_for_its_d
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
-    assert found == {"microbatches": 2 * req.parallelism.ga, "expected": 2 * req.parallelism.ga, "same": True,
-                     "positions": [0, 1, 2, 3], "mock": False}
+    evaluated = {"validation": {"microbatches": req.evaluation.iters(req.training.gbs, 64) * req.parallelism.ga,
+                                "same": True, "split": True, "trained_on_held_out": False}} if eval_interval != "0" else {}
+    assert found == {"microbatches": 2 * req.parallelism.ga, "same": True, "positions": [0, 1, 2, 3],
+                     "mock": False, **evaluated}

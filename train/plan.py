@@ -36,7 +36,6 @@ from utils.machine.hardware import DeviceSpec, cpu_precision
 from utils.machine.hardware import lacks as device_lacks
 from utils.spec import precision as precisions
 from utils.config.native import FEATURE_KNOBS, sac_every
-from train.torchtitan.settings import NO_VALIDATION as TORCHTITAN_NO_VALIDATION
 from utils.config.selection import runs_on
 from utils.spec import stacks
 from utils.spec.stacks import Stack
@@ -86,8 +85,6 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
             honoured = ", ".join(name for name, other in TABLE.items() if knob in other.knobs)
             value = "1" if knobs[knob] is True else knobs[knob]  # as config.env spells it
             return f"{framework} has no {feature} ({knob}={value} applies to {honoured})"
-    if framework == "torchtitan" and knobs.get("EVAL_INTERVAL"):
-        return TORCHTITAN_NO_VALIDATION
     if entry.model_name(model) is None:
         return f"{framework} has no name for {model} (utils/frameworks/{framework}.py's model_names has none)"
     return ""

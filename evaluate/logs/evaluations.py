@@ -5,9 +5,10 @@ TPrimat's timer), and all print Megatron-LM's report ("validation loss at iterat
 evaluate.logs.records.validation_point). The cadence, batches and split are the run's request: a log alone does not
 say them all, so a log without its run directory keeps its losses out of the result, with a note. A point's
 train_time_s is the sum of the step times up to its step (the frameworks stop their step clock around an
-evaluation); wall_s (from the start of step 1 to the end of the evaluation) is null, since no report carries a time
-of day, and eval_time_s is null unless the report gives the evaluation's seconds (TPrimat's NeMo timer does;
-Megatron-LM and Megatron-Bridge do not print them).
+evaluation). eval_time_s and wall_s (from the start of step 1 to the end of the evaluation, MLPerf's clock) come from
+TPrimat's own report (train.common.evaluation.validation_line: NeMo's timer, torchtitan's trainer); Megatron-LM's and
+Megatron-Bridge's give neither, and carry no time of day to derive them from, so theirs are null. The split's documents and fingerprint are known where the
+framework read TPrimat's split itself and printed it (torchtitan's TPRIMAT_EFFECTIVE line: `validation`); else null.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ def _train_time(records: list[dict], step: int) -> float | None:
 
 
 def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluation | None, *, framework: str,
-                  gbs: int, seq_len: int, steps: int, notes: list[str]) -> tuple[dict | None, dict | None]:
+                  gbs: int, seq_len: int, steps: int, notes: list[str],
+                  split: dict | None = None) -> tuple[dict | None, dict | None]:
     """(evaluation, time_to_train) for build_result; (None, None) when the log has no report or the run asked for
-    none. `asked` is the request's evaluation (None: a log without its run directory)."""
+    none. `asked` is the request's evaluation (None: a log without its run directory); `split` the split the log
+    says it evaluated on (the result's evaluation.split), else the request's without documents or fingerprint."""
     if not validations:
         if asked is not None and asked.enabled and records:
             notes.append(f"the run asked for an evaluation every {asked.interval_steps} steps, but the log has no "
@@ -48,7 +51,7 @@ def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluatio
     points = {"step": [p["step"] for p in validations],
               "tokens": [p["step"] * gbs * seq_len for p in validations],
               "train_time_s": [_train_time(records, p["step"]) for p in validations],
-              "wall_s": [None for _ in validations],
+              "wall_s": [p.get("wall_s") for p in validations],
               "loss": [p["loss"] if p["loss"] is not None and math.isfinite(p["loss"]) else None
                        for p in validations],
               "eval_time_s": [p["eval_time_s"] for p in validations]}
@@ -57,9 +60,15 @@ def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluatio
         notes.append(f"{len(validations) - len(timed)} of {len(validations)} validation reports give no duration "
                      f"({TABLE[framework].display_name} prints none): evaluation.time_s counts only the reports "
                      "that give it, and wall_s is null (no report has a time of day)")
+    said = {"megatron_split": asked.megatron_split(), "documents": None, "fingerprint": None,
+            "percent": asked.validation_percent}
+    if split is not None and split.get("megatron_split") != said["megatron_split"]:
+        notes.append(f"the log says it evaluated on the split {split.get('megatron_split')}, the request asked for "
+                     f"{said['megatron_split']}: the request's is recorded, without documents or fingerprint")
+    elif split is not None:
+        said = {**said, "documents": split.get("documents"), "fingerprint": split.get("fingerprint")}
     evaluation = {"interval_steps": asked.interval_steps, "iters": iters, "tokens": iters * gbs * seq_len,
-                  "split": {"megatron_split": asked.megatron_split(), "documents": None, "fingerprint": None,
-                            "percent": asked.validation_percent},
+                  "split": said,
                   "time_s": sum(timed), "points": points}
     if asked.target_loss is None:
         return evaluation, None

@@ -49,7 +49,8 @@ TITAN_NUMBER = re.compile(r"^([-+]?(?:[\d,]+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|i
 # seconds: " validation loss at iteration 50 | lm loss value: 6.1E+00 | lm loss PPL: 4.5E+02 |", the one after
 # training "... at iteration 100 on validation set | ...". Another set's ("validation-0 loss at") is not read.
 VALIDATION = re.compile(RECORD_START + r"\s*validation loss at iteration (\d+)(?: on validation set)?\s*\|")
-VALIDATION_FIELDS = {"lm loss value": "loss", "evaluation time (s)": "eval_time_s"}
+VALIDATION_FIELDS = {"lm loss value": "loss", "evaluation time (s)": "eval_time_s",
+                     "wall time since step 1 (s)": "wall_s"}  # the last two: TPrimat's line (train.common.evaluation)
 STEP_MARKER = "TPRIMAT_STEP"  # train/common/step_timer.py: NeMo's and torchtitan's device-synchronised step time
 # and every rank's peak memory
 STEP_LINE = re.compile(RECORD_START + STEP_MARKER + r" (.*)$")
@@ -197,8 +198,8 @@ def nemo_record(iteration: int, rest: str, complete: bool) -> tuple[dict, int | 
 
 
 def validation_point(step: int, rest: str) -> dict:
-    """One validation report -> {step, loss, eval_time_s} (None where the line does not say)."""
-    point = {"step": step, "loss": None, "eval_time_s": None}
+    """One validation report -> {step, loss, eval_time_s, wall_s} (None where the line does not say)."""
+    point = {"step": step, "loss": None, "eval_time_s": None, "wall_s": None}
     for kind, numbers in record_fields(rest, False, lambda name: VALIDATION_FIELDS.get(" ".join(name.split()))):
         point[kind] = numbers[0]
     return point

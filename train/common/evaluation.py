@@ -47,11 +47,12 @@ class EvalPoint:
 
 
 def validation_line(point: EvalPoint) -> str:
-    """Megatron-LM's validation report, with the evaluation's seconds."""
+    """Megatron-LM's validation report, with the evaluation's seconds and MLPerf's clock (for a log's reader)."""
     loss = "nan" if point.loss is None else f"{point.loss:.6E}"
     ppl = "nan" if point.loss is None else f"{math.exp(min(point.loss, 700.0)):.6E}"
     return (f" validation loss at iteration {point.step} on validation set | lm loss value: {loss} | "
-            f"lm loss PPL: {ppl} | evaluation time (s): {point.eval_time_s:.3f} |")
+            f"lm loss PPL: {ppl} | evaluation time (s): {point.eval_time_s:.3f} | "
+            f"wall time since step 1 (s): {point.wall_s:.3f} |")
 
 
 @dataclass

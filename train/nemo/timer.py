@@ -71,9 +71,9 @@ class StepTimer(Callback):
                 print("TPrimat: NeMo logged no val_loss on rank 0 for this validation: its loss is unknown",
                       flush=True)
             step = trainer.global_step
+            first = now if self.clock.first is None else self.clock.first  # a perf_counter of 0.0 is a time
             point = EvalPoint(step=step, tokens=step * self.tokens_per_step, train_time_s=self.train_time_s,
-                              wall_s=now - (self.clock.first or now), loss=loss if math.isfinite(loss) else None,
-                              eval_time_s=seconds)
+                              wall_s=now - first, loss=loss if math.isfinite(loss) else None, eval_time_s=seconds)
             print(validation_line(point), flush=True)
         if self.target_loss is not None:
             reached = math.isfinite(loss) and loss <= self.target_loss

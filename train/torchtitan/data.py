@@ -7,6 +7,9 @@ takes GA microbatches of it per step (trainer.py, Trainer.train_step), each a pa
 positions}, labels): the positions are GPTDataset's (0..SL-1 in every row, as reset_position_ids is off), so
 torchtitan's block-causal attention mask is the plain causal mask the other frameworks train with, and a token the
 loss mask leaves out is labelled IGNORE_INDEX, which torchtitan's loss skips.
+
+With EVAL_INTERVAL the data is cut as every framework cuts it (train.common.megatron_data.build_splits): the loader
+trains on the training split only and holds the validation split, which TPrimat's evaluation in trainer.py reads.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.loss import IGNORE_INDEX
 
-from train.common.megatron_data import build_dataset, locate, microbatches
+from train.common.megatron_data import build_splits, locate, microbatches
 from utils.spec.request import Request
 
 
@@ -40,14 +43,25 @@ class PreparedDataLoader(BaseDataLoader):
         if wrong:
             raise ValueError(f"torchtitan built its dataloader with {', '.join(wrong)}: {config.request} and the "
                              "settings disagree; rerun the launcher")
-        self.source = locate(req.data, req.model)
-        self.dataset = build_dataset(self.source, t.seq_len, t.steps * t.gbs, t.seed,
-                                     Path(req.data.data_dir) / "index_cache")
-        self.steps, self.mbs, self.dp, self.dp_rank, self.ga = t.steps, t.mbs, lay.dp, dp_rank, lay.ga
+        self.request, self.source = req, locate(req.data, req.model)
+        # the fingerprint is hashed on the first DP rank, whose global rank 0 prints it (trainer.py)
+        self.dataset, self.validation = build_splits(
+            self.source, t.seq_len, t.steps * t.gbs, t.seed, Path(req.data.data_dir) / "index_cache",
+            evaluation=req.evaluation, gbs=t.gbs, fingerprint=dp_rank == 0)
+        self.dp_rank = dp_rank
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
-        for batch in microbatches(self.dataset, steps=self.steps, mbs=self.mbs, dp=self.dp, dp_rank=self.dp_rank,
-                                  ga=self.ga, device=torch.device("cpu")):
+        return self.pairs(self.dataset, self.request.training.steps)
+
+    def validation_pairs(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+        """One evaluation's microbatches of this DP rank: the validation split's first samples, the same each time."""
+        return self.pairs(self.validation.dataset, self.validation.iters)
+
+    def pairs(self, dataset, steps: int) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+        """This DP rank's microbatches of `steps` global batches of `dataset`, as torchtitan's (inputs, labels)."""
+        t, lay = self.request.training, self.request.parallelism
+        for batch in microbatches(dataset, steps=steps, mbs=t.mbs, dp=lay.dp, dp_rank=self.dp_rank, ga=lay.ga,
+                                  device=torch.device("cpu")):
             labels = batch["labels"].masked_fill(batch["loss_mask"] == 0, IGNORE_INDEX)
             yield {"input": batch["tokens"], "positions": batch["position_ids"]}, labels
 

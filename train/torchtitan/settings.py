@@ -20,12 +20,6 @@ from utils.spec.request import Request
 SETTINGS_ENV = "TPRIMAT_TORCHTITAN_SETTINGS"  # where config_registry.tprimat finds the settings
 SETTINGS_FILE = "torchtitan_settings.json"
 CONFIG_FILE = "torchtitan_config.json"  # torchtitan's own dump of the config it built (DebugConfig.save_config_file)
-# Held-out validation is not mapped: torchtitan's own validator reads a Hugging Face dataset through its tokenizer,
-# not the prepared split, and TPrimat's evaluation (train/common/evaluation.py) is not wired into its trainer. The
-# plan skips such runs with this reason (train/plan.py), and a request that asks anyway is refused.
-NO_VALIDATION = ("EVAL_INTERVAL: TPrimat does not evaluate torchtitan runs yet (its validator reads Hugging Face "
-                 "datasets, not the prepared validation split); clear EVAL_INTERVAL, or compare validation losses "
-                 "with the other frameworks")
 # LRSchedulersContainer.Config.decay_type's values that are TPrimat's LR_DECAY_STYLE too.
 DECAY_STYLES = ("cosine", "linear")
 
@@ -53,8 +47,6 @@ def refusals(req: Request) -> list[str]:
         found.append(f"LR_DECAY_STYLE={t.lr_decay_style}: torchtitan decays {' or '.join(DECAY_STYLES)}")
     if req.model.sliding_window is not None:
         found.append(f"{req.model.key}: torchtitan's llama3 model has no sliding-window attention")
-    if req.evaluation.enabled:
-        found.append(NO_VALIDATION)
     return found
 
 
@@ -110,7 +102,8 @@ def settings(req: Request, run_dir: str) -> dict:
         "lr_scheduler.total_steps": None,
         "compile.enable": native.compile,
         "activation_checkpoint": None,  # SAC_FREQ is refused above: no checkpointing
-        # every step logged on the console, nothing else written: no checkpoints, validation, profiles, loggers
+        # every step logged on the console, nothing else written: no checkpoints, profiles, loggers; torchtitan's
+        # validator stays off, as TPrimat's evaluation runs in the trainer (train/torchtitan/trainer.py)
         "metrics.log_freq": 1,
         "metrics.enable_tensorboard": False,
         "metrics.enable_wandb": False,

@@ -7,6 +7,13 @@ memory, one TPRIMAT_STEP line per step from global rank 0, the interval since th
 loop runs between steps is inside). Once built it prints the settings it really trains with, read from the built
 trainer, as a TPRIMAT_EFFECTIVE line, which evaluate.judge compares with the request.
 
+With EVAL_INTERVAL it evaluates as mega, fsdp and autotp do (train/common/evaluation.py's Evaluator: after every
+interval and the last step, the same first samples of the prepared validation split each time, the seconds taken out
+of the step clock, evals.jsonl and Megatron-LM's validation line, the stop at TARGET_LOSS), with torchtitan's own
+model forward and loss in eval mode without gradients, as its Validator runs them. torchtitan's Validator itself
+stays off: it evaluates at step 1 and every `freq` steps but not after the last, and gives its loss only to its
+metrics logger.
+
 torchtitan builds it through Trainer.Config.build (torchtitan/config/configurable.py wires a nested Config to its
 owner class), from the Config config_registry.tprimat returns.
 """
@@ -15,10 +22,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
+import torch
 import torch.distributed as dist
+from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.trainer import Trainer
 
+from train.common.evaluation import EVALS_FILE, Evaluator
+from train.common.step_log import StepLog
 from train.common.step_timer import StepClock, peak_memory, step_line
 from utils.spec import fairness
 
@@ -33,6 +45,13 @@ class TimedTrainer(Trainer):
     def __init__(self, config: Config) -> None:
         super().__init__(config)
         self.clock = StepClock()
+        self.evaluator: Evaluator | None = None
+        self.reached_target = False
+        loader = self.dataloader
+        if loader.validation is not None:
+            run_dir = Path(config.dataloader.request).parent
+            log = StepLog(run_dir / EVALS_FILE) if dist.get_rank() == 0 else None
+            self.evaluator = Evaluator(loader.request, loader.validation, self.clock, log)
         if dist.get_rank() == 0:
             print(f"TPRIMAT_EFFECTIVE {json.dumps(effective(self), default=str)}", flush=True)
 
@@ -43,6 +62,32 @@ class TimedTrainer(Trainer):
         peaks = peak_memory()  # a collective: in the next step's interval, as every trainer's per-step reductions
         if dist.get_rank() == 0:
             print(step_line(self.step, self.config.training.steps, seconds, peaks), flush=True)
+        if self.evaluator is not None:
+            self.reached_target = self.evaluator.after_step(self.step, seconds, self.evaluate)
+
+    def should_continue_training(self) -> bool:
+        """torchtitan's own test, and no further step once an evaluation reached TARGET_LOSS."""
+        return not self.reached_target and super().should_continue_training()
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        """One evaluation of this DP rank's validation microbatches with torchtitan's forward and (summing) loss: the
+        per-token loss's sum and count, added over every rank (each TP rank holds its group's whole loss, so both
+        are counted TP times and their ratio is the mean)."""
+        model = self.model_parts[0]
+        totals = torch.zeros(2, dtype=torch.float64, device=self.device)
+        model.eval()
+        for inputs, labels in self.dataloader.validation_pairs():
+            inputs = {key: value.to(self.device) for key, value in inputs.items()}
+            labels = labels.to(self.device)
+            inputs, labels, extra = self.post_dataloading_process(inputs, labels)
+            with self.train_context():
+                loss_sum, _ = self.loss_fn(model(inputs, **extra), labels)
+            totals += torch.stack([loss_sum.detach().double(), (labels != IGNORE_INDEX).sum().double()])
+        model.train()
+        dist.all_reduce(totals)
+        total, count = totals.tolist()
+        return total, count
 
 
 def effective(trainer: Trainer) -> dict:
@@ -70,4 +115,6 @@ def effective(trainer: Trainer) -> dict:
         "num_layers": len(model.layers), "hidden_size": model.dim, "padded_vocab_size": model.vocab_size,
         "num_attention_heads": attention.n_heads, "num_kv_heads": attention.n_kv_heads,
         "mock_data": loader.source.mock, "data_path": None if loader.source.mock else str(loader.source.prefix),
+        # the held-out documents it evaluates on (evaluate/logs/evaluations.py puts them in the result's evaluation)
+        "validation": None if loader.validation is None else loader.validation.result_split(),
     }
