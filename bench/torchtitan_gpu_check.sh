@@ -22,8 +22,6 @@
 #                 stop: wheels that do not travel in one call (pyarrow alone is 55 MB) go in an earlier call
 #   --dry-run     no GPU needed: the environment is not built and the launcher only writes the command
 # After the runs, evaluate.compare writes report.md and compare.png over everything in --out (earlier calls' runs too).
-# torchtitan 0.3.0 imports torch.distributed.fsdp.DataParallelMeshDims (torch 2.13), which an older torch lacks: on
-# such a machine the check gives torch a placeholder for it (torch_compat.py), says so, and runs torchtitan anyway.
 # Exit: 0 every run trained and its result is ok, 1 one failed, 2 bad input or a missing GPU, module or data.
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../shell/lib.sh"
 
@@ -61,17 +59,6 @@ PY
 
 # PYTHONPATH with the wheels' folder in front.
 site_path() { echo "$1${PYTHONPATH:+:${PYTHONPATH}}"; }
-
-# Where the machine's torch lacks what torchtitan imports at start, the folder gets bench/torch_compat.py as its
-# sitecustomize (every Python of the run imports it), and the check says so; else nothing is added.
-torch_compat() {
-  local python="$1" site="$2"
-  rm -f "${site}/sitecustomize.py"
-  if ! "${python}" -c 'import torch.distributed.fsdp as f; raise SystemExit(0 if hasattr(f, "DataParallelMeshDims") else 1)'; then
-    cp "${TPRIMAT_ROOT}/bench/torch_compat.py" "${site}/sitecustomize.py"
-    tp_warn "torch $("${python}" -c 'import torch; print(torch.__version__)') lacks torch.distributed.fsdp.DataParallelMeshDims, which torchtitan 0.3.0 imports at start: bench/torch_compat.py gives it a placeholder (only torchtitan's full_dtensor path would use it, and TPrimat never sets it)"
-  fi
-}
 
 # Stop in one line when the GPU or a module is missing.
 check_environment() {
@@ -129,7 +116,6 @@ main() {
     python="$(build_environment "$(cd "${wheels}" && pwd)" "${TPRIMAT_ROOT}/.device-venv")"
     PYTHONPATH="$(site_path "${TPRIMAT_ROOT}/.device-venv")"
     export PYTHONPATH
-    [[ ",${frameworks}," != *,torchtitan,* ]] || torch_compat "${python}" "${TPRIMAT_ROOT}/.device-venv"
     check_environment "${python}" "${frameworks}"
     "${python}" -c 'import torch; print(f"[tprimat] torch {torch.__version__} on {torch.cuda.get_device_name()}")'
   fi

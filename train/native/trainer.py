@@ -159,6 +159,10 @@ class NativeTrainer:
             if t.precision == "bf16" and not self.features["cpu_native_bf16"]:
                 self.notes.append("PRECISION=bf16 on a CPU without bf16 instructions: every bf16 product is emulated "
                                   "(many times slower than fp32); the step times say nothing about bf16 hardware")
+        if self.features.get("float8") == "torchao" and not self.request.native.compile:
+            self.notes.append("PRECISION=fp8 without COMPILE=1: torchao's float8 scaling and casts run as separate "
+                              "kernels around each matmul (0.48x bf16's tokens/s on an H100, docs/results.md); "
+                              "COMPILE=1 fuses them")
         self.effective = {**native_readback.run_settings(self, model, dataset), **self.engine.read_back()}
 
     def run_step(self, step: int) -> tuple[list[torch.Tensor], float | None, float]:
