@@ -38,3 +38,15 @@ def test_without_prepared_data_or_with_too_few_steps_it_stops_in_one_line(tmp_pa
     assert (missing.returncode, few.returncode) == (2, 2)
     assert "no prepared data at" in missing.stderr and "./shell/run_data.sh" in missing.stderr
     assert few.stderr.strip().count("\n") == 0 and "--steps 3" in few.stderr
+
+
+def test_a_low_precision_run_with_validation_goes_beside_its_bf16_twin(tmp_path):
+    data = make_data_dir(tmp_path / "data", model_keys=("llama",), documents=60)
+    out = check("--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", "--frameworks", "fsdp",
+                "--precision", "fp8", "--eval-interval", "5")
+    assert out.returncode == 0, out.stderr
+    config = json.loads((tmp_path / "out" / "fsdp-llama-fp8" / "config.json").read_text())
+    assert config["training"]["precision"] == "fp8"
+    assert (config["evaluation"]["interval_steps"], config["evaluation"]["validation_percent"]) == (5, 20)
+    bad = check("--data", str(data), "--dry-run", "--eval-interval", "often")
+    assert bad.returncode == 2 and "--eval-interval often" in bad.stderr

@@ -19,25 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures import envs
+from tests.fixtures.train import torchtitan_overlay
 from tests.fixtures.train.data_dir import make_data_dir
+from tests.fixtures.train.torchtitan_overlay import request
 from tests.fixtures.train_matrix.shell import machine, read, run_dirs
 from tests.fixtures.train_matrix.shell import request as request_of
-from tests.fixtures.train_matrix.requests import run_request
 from train.torchtitan.launch import command
 from train.torchtitan.settings import SETTINGS_ENV, settings
 from utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIREMENTS = ROOT / "requirements" / "torchtitan.txt"
-# What the vendor images carry and a CPU host's .venv lacks: triton (torchtitan imports it at start), and tensorboard's
-# protobuf and absl-py.
-CPU_HOST_EXTRAS = ["triton==3.9.0", "protobuf==7.36.2", "absl-py==2.5.1"]
 RUN_DIR = "/out/set/torchtitan-llama"
-
-
-def request(model: str = "llama", **env: str):
-    return run_request("nvd", "torchtitan", model, MODELS=model, **env)
 
 
 def test_the_layout_batch_and_schedule_are_the_requests():
@@ -167,7 +159,7 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def torchtitan_path():
-    return envs.overlay("torchtitan", envs.requirement_lines(REQUIREMENTS) + CPU_HOST_EXTRAS)
+    return torchtitan_overlay.installed()
 
 
 def probe(torchtitan_path: Path, tmp_path: Path, req) -> dict:
