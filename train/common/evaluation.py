@@ -1,5 +1,5 @@
-"""Held-out validation in TPrimat's own trainers (mega, fsdp, autotp): when to evaluate, its clock, its points and
-TARGET_LOSS (utils/spec/evaluation.py is the definition every framework follows).
+"""Held-out validation in TPrimat's own trainers (mega, fsdp, autotp) and its torchtitan trainer: when to evaluate,
+its clock, its points and TARGET_LOSS (utils/spec/evaluation.py is the definition every framework follows).
 
 After every EVAL_INTERVAL-th step and after the last, every rank evaluates the mean per-token cross-entropy over the
 same validation samples (train.common.megatron_data.ValidationSplit), with the model in eval mode and no gradients;
