@@ -16,8 +16,9 @@
 #   --eval-interval N  held-out validation every N steps and after the last (EVAL_INTERVAL; default 0, none): one
 #                 global batch of a 20% validation split each time (VALIDATION_PERCENT=20: the sample data's 5% holds
 #                 less than one batch of 8 x 2048 tokens), the same documents and samples in every framework
-#   --precision P  PRECISION (default bf16; FP8_RECIPE from the environment, default tensorwise); a run of another precision goes to <framework>-llama-<P>, so that a set
-#                 holds it beside its bf16 twin (fsdp's fp8 is torchao's float8 training: give its wheel)
+#   --precision P  PRECISION (default bf16; FP8_RECIPE from the environment, default tensorwise); a run of another
+#                 precision goes to <framework>-llama-<P>, so that a set holds it beside its bf16 twin (fsdp's fp8
+#                 is torchao's float8 training: give its wheel)
 #   --install-only  install the folder's wheels into the environment (.device-venv, kept on a warm machine) and
 #                 stop: wheels that do not travel in one call (pyarrow alone is 55 MB) go in an earlier call
 #   --dry-run     no GPU needed: the environment is not built and the launcher only writes the command

@@ -5,11 +5,14 @@ lines (train/torchtitan/trainer.py); the fixture is tests/fixtures/logs/torchtit
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
+from evaluate.logs.evaluations import evaluation_of
 from evaluate.logs.parse import parse_logs
 from tests.fixtures.logs.extracting import FIXTURES, TOKENS_PER_S_PER_GPU, run_extract
+from utils.spec.evaluation import Evaluation
 
 LOG = FIXTURES / "torchtitan_timed.log"
 LINE = ("[titan] 2026-11-26 12:00:19,100 - root - INFO - step:  {step}  loss: 10.80000  grad_norm:  3.0416  "
@@ -122,3 +125,27 @@ def test_a_torchtitan_run_stopped_at_its_target_records_the_split_it_read_and_it
     assert evaluation["split"] == VALIDATION_SPLIT and evaluation["time_s"] == pytest.approx(4.0)
     to_target = result["time_to_train"]
     assert (to_target["reached"], to_target["step"], to_target["stopped_at_target"]) == (True, 8, True)
+
+
+@pytest.mark.parametrize("printed", [
+    "95,5,0",  # not an object
+    {**VALIDATION_SPLIT, "megatron_split": "80,20,0"},  # another cut than the request's
+    {**VALIDATION_SPLIT, "documents": -3},
+    {**VALIDATION_SPLIT, "documents": True},
+    {**VALIDATION_SPLIT, "fingerprint": 7},
+])
+def test_a_printed_split_that_is_not_the_requests_keeps_only_the_requests_with_a_note(printed):
+    notes = []
+    evaluation, _ = evaluation_of([{"step": 4, "loss": 9.9, "eval_time_s": 2.0, "wall_s": 40.0}], [],
+                                  Evaluation(interval_steps=4, tokens=16384, validation_percent=5), framework="torchtitan", gbs=8, seq_len=2048,
+                                  steps=12, notes=notes, split=printed)
+    assert evaluation["split"] == {"megatron_split": "95,5,0", "documents": None, "fingerprint": None, "percent": 5}
+    assert len(notes) == 1 and "is not a split of the request's 95,5,0" in notes[0]
+
+
+def test_a_time_or_loss_that_is_not_finite_is_no_figure():
+    evaluation, _ = evaluation_of([{"step": 4, "loss": math.inf, "eval_time_s": math.nan, "wall_s": math.inf}], [],
+                                  Evaluation(interval_steps=4, tokens=16384, validation_percent=5), framework="torchtitan", gbs=8, seq_len=2048,
+                                  steps=12, notes=[])
+    points = evaluation["points"]
+    assert (points["loss"], points["eval_time_s"], points["wall_s"]) == ([None], [None], [None])

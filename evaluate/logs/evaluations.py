@@ -7,13 +7,16 @@ say them all, so a log without its run directory keeps its losses out of the res
 train_time_s is the sum of the step times up to its step (the frameworks stop their step clock around an
 evaluation). eval_time_s and wall_s (from the start of step 1 to the end of the evaluation, MLPerf's clock) come from
 TPrimat's own report (train.common.evaluation.validation_line: NeMo's timer, torchtitan's trainer); Megatron-LM's and
-Megatron-Bridge's give neither, and carry no time of day to derive them from, so theirs are null. The split's documents and fingerprint are known where the
-framework read TPrimat's split itself and printed it (torchtitan's TPRIMAT_EFFECTIVE line: `validation`); else null.
+Megatron-Bridge's give neither, and carry no time of day to derive them from, so theirs are null, as is any value
+that is not finite. The split's documents and fingerprint are known where the framework read TPrimat's split itself
+and printed it (torchtitan's TPRIMAT_EFFECTIVE line: `validation`); else, or where what it printed is not a split of
+the request's cut, they are null, with a note.
 """
 
 from __future__ import annotations
 
 import math
+import reprlib
 
 from utils.frameworks import TABLE
 from utils.spec.evaluation import Evaluation
@@ -30,9 +33,32 @@ def _train_time(records: list[dict], step: int) -> float | None:
     return sum(times)
 
 
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _split(asked: Evaluation, said: object, notes: list[str]) -> dict:
+    """The result's evaluation.split: the request's cut, with the documents and fingerprint the log printed where
+    they are a split of that cut (said: the log's `validation` read-back, None where it printed none)."""
+    split = {"megatron_split": asked.megatron_split(), "documents": None, "fingerprint": None,
+             "percent": asked.validation_percent}
+    if said is None:
+        return split
+    documents = said.get("documents") if isinstance(said, dict) else None
+    fitting = (isinstance(said, dict) and said.get("megatron_split") == split["megatron_split"]
+               and (documents is None or (isinstance(documents, int) and not isinstance(documents, bool)
+                                          and documents >= 0))
+               and isinstance(said.get("fingerprint"), (str, type(None))))
+    if not fitting:
+        notes.append(f"the log's validation split {reprlib.repr(said)} is not a split of the request's {split['megatron_split']} "
+                     "with a document count and a fingerprint: the request's is recorded, without them")
+        return split
+    return {**split, "documents": documents, "fingerprint": said.get("fingerprint")}
+
+
 def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluation | None, *, framework: str,
                   gbs: int, seq_len: int, steps: int, notes: list[str],
-                  split: dict | None = None) -> tuple[dict | None, dict | None]:
+                  split: object = None) -> tuple[dict | None, dict | None]:
     """(evaluation, time_to_train) for build_result; (None, None) when the log has no report or the run asked for
     none. `asked` is the request's evaluation (None: a log without its run directory); `split` the split the log
     says it evaluated on (the result's evaluation.split), else the request's without documents or fingerprint."""
@@ -51,25 +77,16 @@ def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluatio
     points = {"step": [p["step"] for p in validations],
               "tokens": [p["step"] * gbs * seq_len for p in validations],
               "train_time_s": [_train_time(records, p["step"]) for p in validations],
-              "wall_s": [p.get("wall_s") for p in validations],
-              "loss": [p["loss"] if p["loss"] is not None and math.isfinite(p["loss"]) else None
-                       for p in validations],
-              "eval_time_s": [p["eval_time_s"] for p in validations]}
+              "wall_s": [_finite(p.get("wall_s")) for p in validations],
+              "loss": [_finite(p["loss"]) for p in validations],
+              "eval_time_s": [_finite(p["eval_time_s"]) for p in validations]}
     timed = [t for t in points["eval_time_s"] if t is not None]
     if len(timed) < len(validations):
         notes.append(f"{len(validations) - len(timed)} of {len(validations)} validation reports give no duration "
                      f"({TABLE[framework].display_name} prints none): evaluation.time_s counts only the reports "
-                     "that give it, and wall_s is null (no report has a time of day)")
-    said = {"megatron_split": asked.megatron_split(), "documents": None, "fingerprint": None,
-            "percent": asked.validation_percent}
-    if split is not None and split.get("megatron_split") != said["megatron_split"]:
-        notes.append(f"the log says it evaluated on the split {split.get('megatron_split')}, the request asked for "
-                     f"{said['megatron_split']}: the request's is recorded, without documents or fingerprint")
-    elif split is not None:
-        said = {**said, "documents": split.get("documents"), "fingerprint": split.get("fingerprint")}
+                     "that give it, and their wall_s is null (no report has a time of day)")
     evaluation = {"interval_steps": asked.interval_steps, "iters": iters, "tokens": iters * gbs * seq_len,
-                  "split": said,
-                  "time_s": sum(timed), "points": points}
+                  "split": _split(asked, split, notes), "time_s": sum(timed), "points": points}
     if asked.target_loss is None:
         return evaluation, None
     last = records[-1]["step"] if records else 0
