@@ -50,8 +50,9 @@ def _split(asked: Evaluation, said: object, notes: list[str]) -> dict:
                                           and documents >= 0))
                and isinstance(said.get("fingerprint"), (str, type(None))))
     if not fitting:
-        notes.append(f"the log's validation split {reprlib.repr(said)} is not a split of the request's {split['megatron_split']} "
-                     "with a document count and a fingerprint: the request's is recorded, without them")
+        notes.append(f"the log's validation split {reprlib.repr(said)} is not a split of the request's "
+                     f"{split['megatron_split']} with a document count and a fingerprint: the request's is recorded, "
+                     "without them")
         return split
     return {**split, "documents": documents, "fingerprint": said.get("fingerprint")}
 
