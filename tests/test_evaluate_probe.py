@@ -1,5 +1,6 @@
 """evaluate.probe: the system description, from vendor tools when present and empty when not."""
 
+import importlib.util
 import json
 import socket
 import stat
@@ -170,7 +171,9 @@ def test_every_framework_names_the_modules_its_trainer_needs():
 
 
 def test_this_machines_python_reports_what_it_sees_and_is_refused_for_gpu_training():
-    facts = probe.stack_facts()
+    facts = probe.facts_of(sys.executable, ["mega"])
+    assert set(facts["modules"]) == {"transformer_engine", "megatron.core"}
+    assert facts["modules"]["megatron.core"] == "" and facts["modules"]["transformer_engine"] == probe.NOT_INSTALLED
     assert facts["gpus"] == 0 and facts["hip"] is None  # a CPU-only torch, as a GPU node's .venv would hold
     problem = probe.stack_problem("amd", ["mega"], sys.executable)
     assert problem.startswith(f"{sys.executable} cannot train mega on AMD GPUs: torch {facts['torch']} is not a ROCm build")
@@ -188,3 +191,34 @@ def test_megatron_core_is_reported_as_the_version_that_imports_first_pre_release
                           "print(software_info()['megatron_core'])"], cwd=repo, capture_output=True, text=True,
                          env={"PYTHONPATH": f"{tmp_path}:{repo}", "PATH": "/usr/bin:/bin"}, check=True)
     assert out.stdout.strip() == "0.15.0rc8"
+
+
+@pytest.fixture
+def broken_package(tmp_path, monkeypatch) -> str:
+    """A package that is installed (find_spec finds it) and fails at import, as torchtitan 0.3 does on torch 2.12."""
+    package = tmp_path / "brokenpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from torch.distributed.fsdp import NoSuchMeshDims\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "brokenpkg"
+
+
+def test_a_module_that_is_found_but_fails_at_import_is_named_with_its_error(broken_package):
+    assert importlib.util.find_spec(broken_package) is not None  # what the probe asked before, and got yes
+    assert probe.import_problem(broken_package).startswith("ImportError: cannot import name 'NoSuchMeshDims'")
+    assert probe.import_problem("no_such_module_anywhere") == probe.NOT_INSTALLED
+    assert probe.import_problem("json") == ""
+
+
+def test_a_framework_whose_module_fails_at_import_is_refused_with_the_error_and_its_torch_floor(tmp_path,
+                                                                                               monkeypatch):
+    facts = {"torch": "2.12.0+rocm7.15", "hip": "7.15", "cuda": None, "gpus": 8,
+             "modules": {"torchtitan.train": "ImportError: cannot import name 'DataParallelMeshDims'",
+                         "megatron.core": "", "transformers": "", "deepspeed": probe.NOT_INSTALLED}}
+    monkeypatch.setenv("FAKE_STACK_FACTS", json.dumps(facts))
+    monkeypatch.setenv("FAKE_REAL_PYTHON", sys.executable)
+    fake = str(Path(__file__).parent / "fakebin" / "fake-gpu-python")
+    refusals = probe.import_refusals(["torchtitan", "fsdp", "autotp"], fake)
+    assert refusals == {"torchtitan": (
+        f"torchtitan does not import in {fake} (torch 2.12.0+rocm7.15): torchtitan.train: ImportError: cannot import "
+        f"name 'DataParallelMeshDims'; {frameworks.TABLE['torchtitan'].torch_refusal('2.12.0+rocm7.15')}")}

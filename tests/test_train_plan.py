@@ -14,7 +14,7 @@ import pytest
 from tests.fixtures.data.verified import write_manifest
 from tests.fixtures.train_matrix.requests import node
 from utils.spec.fairness import profile
-from train.plan import build_plan, data_problems, estimate_s, request, table
+from train.plan import build_plan, data_problems, estimate_s, importable, request, table
 from utils.config import ROOT, load_config
 from utils.spec import stacks
 from utils.spec.models import get_model
@@ -329,3 +329,46 @@ def test_the_request_carries_the_held_out_validation_and_the_summary_line_its_ca
     assert Request.from_json(written).evaluation == NO_EVALUATION
     assert ("validation every 100 steps over 2 global batch(es) (262,144 tokens), 4% of the documents held out, "
             "stop at validation loss <= 3.3") in table(cfg, build_plan(cfg))[0]
+
+
+def test_torchtitan_on_the_amd_stack_whose_torch_is_too_old_is_skipped_with_the_floor():
+    runs = build_plan(node("amd", FRAMEWORK="mega,torchtitan", MODELS="llama"))
+    assert [(run.name, run.skipped) for run in runs] == [
+        ("mega-llama", ""),
+        ("torchtitan-llama", "torchtitan (torchtitan) is on no amd stack: torchtitan needs torch 2.13 or later "
+                             "(torchtitan 0.3.0 imports torch.distributed.fsdp.DataParallelMeshDims and calls "
+                             "create_block_mask(separate_full_blocks=...), both new in torch 2.13), not 2.12.0 "
+                             "(stack primus-v26.5)")]
+
+
+@pytest.fixture
+def image_python(monkeypatch, tmp_path) -> Path:
+    """The image's Python as the docker runtime's matrix sees it, whose torchtitan fails at import; its calls logged."""
+    facts = {"torch": "2.11.0+cu130", "hip": None, "cuda": "13.0", "gpus": 8,
+             "modules": {"torchtitan.train": "ImportError: cannot import name 'DataParallelMeshDims'",
+                         "megatron.core": "", "transformer_engine": ""}}
+    log = tmp_path / "calls"
+    for key, value in {"TPRIMAT_RUNTIME": "docker", "FAKE_STACK_FACTS": json.dumps(facts), "FAKE_LOG": str(log),
+                       "FAKE_REAL_PYTHON": sys.executable,
+                       "TPRIMAT_PYTHON": str(ROOT / "tests" / "fakebin" / "fake-gpu-python")}.items():
+        monkeypatch.setenv(key, value)
+    return log
+
+
+def test_in_the_image_a_framework_that_does_not_import_is_skipped_with_the_import_error(image_python):
+    cfg = node("nvd", FRAMEWORK="mega,torchtitan", MODELS="llama")
+    runs = importable(cfg, build_plan(cfg))
+    assert [(run.name, run.skipped.split(": ")[:2]) for run in runs] == [
+        ("mega-llama", [""]),
+        ("torchtitan-llama", [f"torchtitan does not import in {ROOT}/tests/fakebin/fake-gpu-python (torch "
+                              "2.11.0+cu130)", "torchtitan.train"])]
+    assert "needs torch 2.13 or later" in runs[1].skipped
+    assert "--frameworks mega\\,torchtitan" in image_python.read_text()  # printf %q escapes the comma
+
+
+@pytest.mark.parametrize("change", [{"DRY_RUN": "1"}, {"TPRIMAT_RUNTIME": "host"}])
+def test_a_dry_run_and_the_host_runtime_do_not_ask_the_image(image_python, monkeypatch, change):
+    for key, value in change.items():
+        monkeypatch.setenv(key, value)
+    cfg = node("nvd", FRAMEWORK="mega,torchtitan", MODELS="llama", **({"DRY_RUN": "1"} if "DRY_RUN" in change else {}))
+    assert importable(cfg, build_plan(cfg)) == build_plan(cfg) and not image_python.exists()

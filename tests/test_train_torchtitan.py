@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,8 @@ from tests.fixtures.train_matrix.shell import request as request_of
 from train.torchtitan.launch import command
 from train.torchtitan.settings import SETTINGS_ENV, settings
 from utils.errors import UsageError
+from utils.frameworks.torchtitan import FRAMEWORK
+from utils.upstream import FACTS
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = "/out/set/torchtitan-llama"
@@ -210,9 +213,34 @@ def test_without_an_accelerator_torchtitan_picks_cuda_so_it_cannot_train_on_a_cp
     assert found["device_type"] == "cuda"
 
 
+def test_importing_torchtitans_entry_point_imports_what_needs_torch_2_13(torchtitan_path):
+    """The probe imports the entry point the run starts (utils/frameworks/torchtitan.py's probe_modules), and that
+    import reaches the module whose first lines need torch 2.13 (utils/upstream.py's torchtitan facts), so an image
+    with an older torch is found out before any run; the facts themselves read as recorded in the installed
+    torchtitan."""
+    assert FRAMEWORK.probe_modules[0] == "torchtitan.train"
+    env = {**os.environ, "PYTHONPATH": str(torchtitan_path), "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run([sys.executable, "-c", "import sys, torchtitan.train; "
+                          "print('torchtitan.distributed.full_dtensor' in sys.modules)"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["True"], out.stderr[-2000:]
+    check = subprocess.run([sys.executable, "-m", "utils.upstream", "check", "--installed"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+    read, of = re.fullmatch(r"(\d+) of (\d+) upstream facts read as recorded", check.stdout.strip()).groups()
+    titan = sum(fact.source == "torchtitan-0.3.0" for fact in FACTS)
+    assert check.returncode == 0 and read == of and int(of) >= titan > 0, check.stderr
+
+
 # --- a dry run on faked 8-GPU nodes ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("vendor", ["nvidia", "amd"])
+def test_a_dry_run_on_an_amd_node_skips_torchtitan_where_no_amd_stacks_torch_can_import_it(tmp_path):
+    result = machine(tmp_path, amd=8).run("shell/train.sh", DRY_RUN="1", FRAMEWORK="torchtitan", MODELS="llama")
+    assert result.returncode == 2
+    assert "skipped: torchtitan (torchtitan) is on no amd stack: torchtitan needs torch 2.13" in result.stdout
+    assert "not 2.12.0 (stack primus-v26.5)" in result.stdout and run_dirs(tmp_path / "output") == []
+
+
+@pytest.mark.parametrize("vendor", ["nvidia"])
 def test_a_dry_run_on_an_8_gpu_node_writes_torchtitans_command_and_settings(tmp_path, vendor):
     fake = machine(tmp_path, **{vendor: 8})
     result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="torchtitan", MODELS="llama,qwen")

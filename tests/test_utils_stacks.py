@@ -93,3 +93,27 @@ def test_a_gpu_run_outside_any_image_records_the_host_stack_not_its_row_s_image(
     assert row.name in on_host["image_digest_note"] and "host runtime" in on_host["image_digest_note"]
     assert (in_image["name"], in_image["image"]) == (row.name, row.image)
     assert in_image["image_digest"].endswith("0" * 64)
+
+
+def test_no_stack_lists_a_framework_its_published_torch_is_too_old_for():
+    """A row lists a framework only where its pinned version imports on the image's torch: torchtitan 0.3.0 needs
+    torch 2.13 (utils/upstream.py's torchtitan and torch facts), rocm/primus:v26.5 ships 2.12.0."""
+    listed = {(row.name, name): why for row in stacks.ROWS for name in row.frameworks
+              if (why := frameworks.TABLE[name].torch_refusal(row.torch))}
+    assert listed == {}
+    assert frameworks.TABLE["torchtitan"].torch_refusal(stacks.get("primus-v26.5").torch) == (
+        "torchtitan needs torch 2.13 or later (torchtitan 0.3.0 imports torch.distributed.fsdp.DataParallelMeshDims "
+        "and calls create_block_mask(separate_full_blocks=...), both new in torch 2.13), not 2.12.0")
+    assert "torchtitan" not in stacks.get("primus-v26.5").frameworks
+
+
+def test_the_torch_floor_names_the_pinned_torchtitan():
+    pin = next(line for line in (REPO / "requirements" / "torchtitan.txt").read_text().splitlines()
+               if line.startswith("torchtitan=="))
+    assert f"torchtitan {pin.split('==')[1]} " in frameworks.TABLE["torchtitan"].torch_floor[1]
+
+
+@pytest.mark.parametrize("torch, refused", [("2.12.0", True), ("2.12.0a0+git", True), ("2.13.0", False),
+                                            ("2.13", False), ("2.15.0+cu132", False), (None, False)])
+def test_a_torch_below_the_floor_is_refused_and_an_unpublished_one_is_left_to_the_import(torch, refused):
+    assert bool(frameworks.TABLE["torchtitan"].torch_refusal(torch)) is refused

@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         err.report("train.matrix")
         return 2
-    runs = plan.build_plan(cfg)
+    runs = plan.importable(cfg, plan.build_plan(cfg))
     print("\n".join(plan.table(cfg, runs)))
     if not any(not run.skipped for run in runs):
         die(2, "the run list has nothing to run (each skip's reason is on its line); check FRAMEWORK, MODELS, STRATEGY and PRECISION")

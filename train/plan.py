@@ -34,6 +34,7 @@ from utils.spec.fairness import profile, sequence_parallel, workload
 from utils.files import read_json
 from utils.machine.hardware import DeviceSpec, cpu_precision
 from utils.machine.hardware import lacks as device_lacks
+from utils.machine.probe import import_refusals
 from utils.spec import precision as precisions
 from utils.config.native import FEATURE_KNOBS, sac_every
 from utils.config.selection import runs_on
@@ -70,8 +71,12 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
     entry = TABLE[framework]
     if not runs_on(framework, stack):
         other = stacks.having(framework, stack.platform)
-        return (f"{framework} ({entry.display_name}) is not on stack {stack.name}; it runs on {other.name}: "
-                f"STACK={other.name}")
+        why = entry.torch_refusal(stack.torch)
+        if other is None:
+            return (f"{framework} ({entry.display_name}) is on no {stack.platform} stack"
+                    + (f": {why} (stack {stack.name})" if why else ""))
+        return (f"{framework} ({entry.display_name}) is not on stack {stack.name}"
+                + (f" ({why})" if why else "") + f"; it runs on {other.name}: STACK={other.name}")
     if layout.pp > 1 and "pp" not in entry.parallelisms:
         return f"{framework} has no pipeline parallelism (PP={layout.pp}); the other frameworks run this layout"
     if layout.tp > 1 and "tp" not in entry.parallelisms:
@@ -132,6 +137,18 @@ def build_plan(cfg: Config) -> list[Run]:
     found = predictions(cfg, runs)
     return [replace(run, skipped=f"predicted not to fit (SKIP_WONT_FIT=1): {found[run.name].memory_line()}")
             if run.name in found and found[run.name].fits is False else run for run in runs]
+
+
+def importable(cfg: Config, runs: list[Run]) -> list[Run]:
+    """In a GPU image (the docker runtime), the runs with each framework whose modules do not import in the image's
+    Python skipped with the import's error (utils.machine.probe.import_refusals). The host runtime refuses such a
+    Python before the matrix starts (shell/lib.sh's stack check); a dry run and the CPU are not asked."""
+    wanted = sorted({run.framework for run in runs if not run.skipped and TABLE[run.framework].in_this_python})
+    if cfg.platform == "cpu" or cfg["DRY_RUN"] or os.environ.get("TPRIMAT_RUNTIME") != "docker" or not wanted:
+        return runs
+    refusals = import_refusals(wanted, os.environ.get("TPRIMAT_PYTHON") or sys.executable)
+    return [replace(run, skipped=refusals[run.framework]) if not run.skipped and run.framework in refusals else run
+            for run in runs]
 
 
 def plan_device(cfg: Config) -> DeviceSpec | None:

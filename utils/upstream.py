@@ -52,11 +52,36 @@ class Fact:
 
 SOURCES = {
     "primus-v26.5": Source("AMD-AGI/Primus", "ca7ddda370ae10afa1a714a357cdf3e98d64456f"),
+    "torchtitan-0.3.0": Source("pytorch/torchtitan", "v0.3.0", package="torchtitan==0.3.0"),
+    "torch-2.13.0": Source("pytorch/pytorch", "v2.13.0", package="torch==2.13.0"),
 }
 
 # One section per source; a fact is added where its source's section is.
 FACTS: tuple[Fact, ...] = (
     # --- AMD-AGI/Primus release/v26.5 (ca7ddda3) -------------------------------------------------------------
+    # --- pytorch/torchtitan v0.3.0 (requirements/torchtitan.txt) ----------------------------------------------
+    Fact("torchtitan-0.3.0-trainer-imports-full-dtensor", "torchtitan-0.3.0", "torchtitan/trainer.py", (40, 40),
+         "8ee9787acffd26cfb736172eda5640a385313b09426f6d4b3d0d911ebd59eb32",
+         "the trainer that torchtitan.train (the run's entry point) imports imports torchtitan.distributed's "
+         "full_dtensor, so importing the entry point is what shows whether the run can start",
+         "tests/test_train_torchtitan.py::test_importing_torchtitans_entry_point_imports_what_needs_torch_2_13"),
+    Fact("torchtitan-0.3.0-mesh-dims", "torchtitan-0.3.0", "torchtitan/distributed/full_dtensor.py", (23, 23),
+         "bc07fd4409183ed53d1c6a48e86c3f8cc3e150d587f6650a30078f9beda89f5e",
+         "full_dtensor imports DataParallelMeshDims from torch.distributed.fsdp at module level",
+         "tests/test_utils_stacks.py::test_no_stack_lists_a_framework_its_published_torch_is_too_old_for"),
+    Fact("torchtitan-0.3.0-block-mask", "torchtitan-0.3.0", "torchtitan/models/common/decoder.py", (274, 274),
+         "092e86476bdb93e65eae007eafb68292aa561db2befed6bd10b2a64c64f30300",
+         "the decoder's block mask is built with create_block_mask's separate_full_blocks argument",
+         "tests/test_utils_stacks.py::test_no_stack_lists_a_framework_its_published_torch_is_too_old_for"),
+    # --- pytorch/pytorch v2.13.0 (the Megatron-Bridge test environment's torch, requirements/mbridge.txt) -----
+    Fact("torch-2.13-mesh-dims", "torch-2.13.0", "torch/distributed/fsdp/__init__.py", (53, 53),
+         "61083ced4f3f57fd2dd20746b55e6968c58694c3887dd1b1a0e0a176d3e69e93",
+         "torch 2.13 exports DataParallelMeshDims from torch.distributed.fsdp (torch 2.11 on a lent H100 did not)",
+         "tests/test_utils_stacks.py::test_no_stack_lists_a_framework_its_published_torch_is_too_old_for"),
+    Fact("torch-2.13-block-mask", "torch-2.13.0", "torch/nn/attention/flex_attention.py", (1838, 1847),
+         "37979171e0ba37ce197182687e9b0cad1369fe4dabec930de51f9a20b2951f25",
+         "create_block_mask takes separate_full_blocks in torch 2.13",
+         "tests/test_utils_stacks.py::test_no_stack_lists_a_framework_its_published_torch_is_too_old_for"),
 )
 
 

@@ -88,8 +88,13 @@ def resolve_stack(value: str, platform: str, problems: list[str]) -> stacks.Stac
 
 def runs_on(framework: str, stack: stacks.Stack) -> bool:
     """Whether a framework runs on a stack: it is in the stack's row, or no row of that platform lists it (a
-    framework kept outside the repository, TPRIMAT_FRAMEWORKS, runs on whatever stack is chosen)."""
-    return framework in stack.frameworks or not any(framework in row.frameworks for row in stacks.of(stack.platform))
+    framework kept outside the repository, TPRIMAT_FRAMEWORKS, runs on whatever stack is chosen) and the stack's
+    torch is not older than the framework's floor (utils.frameworks.Framework.torch_floor)."""
+    if framework in stack.frameworks:
+        return True
+    entry = frameworks.TABLE.get(framework)
+    return (not any(framework in row.frameworks for row in stacks.of(stack.platform))
+            and not (entry and entry.torch_refusal(stack.torch)))
 
 
 def stack_frameworks(stack: stacks.Stack) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -71,6 +72,10 @@ class Framework:
     # Whether it ends a run at TARGET_LOSS (TPrimat's trainers, NeMo through TPrimat's callback); False: it trains
     # every step and its time to target is read from the validation series (evaluate/logs/evaluations.py)
     stops_at_target: bool = True
+    # The oldest torch its pinned version imports on, and why (the upstream lines: utils/upstream.py): a stack whose
+    # published torch is older does not list it (tests/test_utils_stacks.py), and the plan skips it there with this
+    # reason; where a stack's torch is not published, the probe's import in the image decides (train.plan)
+    torch_floor: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -112,9 +117,22 @@ class Framework:
                 return f"{self.name} cannot run {knob}={shown} at TP={tp}: {why}"
         return ""
 
+    def torch_refusal(self, torch: str | None) -> str:
+        """Why its pinned version cannot import on this torch (torch_floor), or "": also "" for an unpublished one."""
+        if self.torch_floor is None or torch is None or release(torch) >= release(self.torch_floor[0]):
+            return ""
+        return f"{self.name} needs torch {self.torch_floor[0]} or later ({self.torch_floor[1]}), not {torch}"
+
     def model_name(self, model: str) -> object | None:
         """Its own name for a model key; the key itself when it builds any model from the spec; None: none."""
         return model if self.model_names is None else self.model_names.get(model)
+
+
+def release(version: str) -> tuple[int, int, int]:
+    """A version's first three numbers ("2.12.0a0+git" -> (2, 12, 0); "2.13" -> (2, 13, 0)), to order torch releases
+    with the standard library."""
+    numbers = [int(part) for part in re.match(r"\d*(?:\.\d+)*", version).group().split(".") if part]
+    return tuple((numbers + [0, 0, 0])[:3])
 
 
 def _collect() -> dict[str, Framework]:

@@ -23,8 +23,13 @@ MODEL_NAMES = {spec.key: "llama3" for spec, _ in ENTRIES if spec.sliding_window 
 
 FRAMEWORK = Framework(
     name="torchtitan", display_name="torchtitan", platforms=("amd", "nvd"), warmup_convention="torchtitan",
-    probe_modules=("torchtitan", "megatron.core"),  # TPrimat's dataloader reads data through megatron.core
+    # torchtitan's entry point, which the run starts (it imports the trainer and its distributed pieces), and
+    # megatron.core, through which TPrimat's dataloader reads data
+    probe_modules=("torchtitan.train", "megatron.core"),
     command="train.torchtitan.launch:command", log_format="torchtitan", memory_model="fsdp",
     parallelisms=frozenset({"tp"}), precisions=("bf16",), knobs=("DATA_PARALLEL", "COMPILE"), model_names=MODEL_NAMES,
     env={"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},  # as fsdp's: the same torch on the same GPUs
+    # utils/upstream.py: torchtitan-0.3.0-mesh-dims, torchtitan-0.3.0-block-mask, torch-2.13-mesh-dims
+    torch_floor=("2.13", "torchtitan 0.3.0 imports torch.distributed.fsdp.DataParallelMeshDims and calls "
+                         "create_block_mask(separate_full_blocks=...), both new in torch 2.13"),
 )

@@ -23,6 +23,7 @@ otherwise train there, on the CPU, a run labelled amd or nvd.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -208,17 +209,32 @@ def probe(env: Mapping[str, str] | None = None) -> dict:
 
 VENDOR_STACK = {"amd": ("hip", "ROCm", "AMD"), "nvd": ("cuda", "CUDA", "NVIDIA")}  # torch.version.<attr>, names
 FRAMEWORK_MODULES = {name: entry.probe_modules for name, entry in TABLE.items()}  # each beyond torch
+NOT_INSTALLED = "not installed"  # a module's import problem when neither it nor a package above it is there
+IMPORTS_TIMEOUT_S = 300  # importing every framework's modules (NeMo's take longest) in a fresh process
 
 
-def stack_facts() -> dict:
-    """What this Python sees: its torch build and GPUs, and which framework modules it can import."""
-    modules = sorted({name for names in FRAMEWORK_MODULES.values() for name in names})
-    facts: dict = {"torch": None, "hip": None, "cuda": None, "gpus": 0, "modules": {}}
-    for name in modules:
-        try:
-            facts["modules"][name] = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):  # a parent package that is missing or broken
-            facts["modules"][name] = False
+def import_problem(name: str) -> str:
+    """Why a module does not import in this Python ("" when it does). It is imported, not only found: a framework
+    installed over a torch too old for it (torchtitan 0.3 on torch 2.12) is found and then fails at its first
+    import, and the run would fail there instead of being skipped."""
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and (name == err.name or name.startswith(err.name + ".")):
+            return NOT_INSTALLED
+        return f"ModuleNotFoundError: {err}"
+    except Exception as err:  # anything an import raises is the answer, named in one line
+        message = str(err).splitlines()[0][:200] if str(err) else ""
+        return f"{type(err).__name__}: {message}" if message else type(err).__name__
+    return ""
+
+
+def stack_facts(frameworks: list[str]) -> dict:
+    """What this Python sees: its torch build and GPUs, and for each module of the frameworks the import's problem
+    ("" when it imports)."""
+    modules = sorted({name for framework in frameworks for name in FRAMEWORK_MODULES[framework]})
+    facts: dict = {"torch": None, "hip": None, "cuda": None, "gpus": 0,
+                   "modules": {name: import_problem(name) for name in modules}}
     if importlib.util.find_spec("torch") is not None:
         import torch
 
@@ -227,18 +243,43 @@ def stack_facts() -> dict:
     return facts
 
 
+def facts_of(python: str, frameworks: list[str]) -> dict | None:
+    """stack_facts() as the Python `python` sees them, asked in a process of its own (so that the caller never
+    initialises a GPU runtime); None when it does not answer."""
+    try:
+        answer = subprocess.run([python, "-m", "evaluate.probe", "--stack-facts", "--frameworks", ",".join(frameworks)],
+                                cwd=ROOT, capture_output=True, text=True, timeout=IMPORTS_TIMEOUT_S)
+        return json.loads(answer.stdout) if answer.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        return None
+
+
+def import_refusals(frameworks: list[str], python: str) -> dict[str, str]:
+    """Each framework whose modules are installed in `python` but do not import there, with the import's error:
+    the plan skips its runs with that reason (a framework pinned above the image's torch, a broken dependency)
+    instead of starting runs that fail at their first import. A module not reported is not judged here: the
+    stack check (stack_problem) names what is missing, and an image that lacks one fails the run at its import."""
+    facts = facts_of(python, frameworks)
+    if facts is None:
+        return {}
+    refusals = {}
+    for name in frameworks:
+        failed = [f"{module}: {facts['modules'][module]}" for module in FRAMEWORK_MODULES[name]
+                  if facts["modules"].get(module) not in (None, "", NOT_INSTALLED)]
+        if failed:
+            why = TABLE[name].torch_refusal(facts.get("torch"))
+            refusals[name] = (f"{name} does not import in {python} (torch {facts.get('torch')}): {'; '.join(failed)}"
+                              + (f"; {why}" if why else ""))
+    return refusals
+
+
 def stack_problem(platform: str, frameworks: list[str], python: str, primus_path: str | None = None) -> str | None:
     """One line naming what the Python `python` lacks to train the frameworks on the platform's GPUs,
     and the two ways out; None when it has everything. Asked in a process of its own, so that the
     caller never initialises a GPU runtime."""
     attribute, build, vendor = VENDOR_STACK[platform]
     missing: list[str] = []
-    try:
-        answer = subprocess.run([python, "-m", "evaluate.probe", "--stack-facts"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=120)
-        facts = json.loads(answer.stdout) if answer.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
-        facts = None
+    facts = facts_of(python, frameworks)
     if facts is None:
         missing.append(f"no working Python at {python}")
     else:
@@ -249,7 +290,12 @@ def stack_problem(platform: str, frameworks: list[str], python: str, primus_path
         elif not facts["gpus"]:
             missing.append(f"torch {facts['torch']} sees no {vendor} GPU")
         wanted = dict.fromkeys(name for framework in frameworks for name in FRAMEWORK_MODULES[framework])
-        missing += [f"no {name}" for name in wanted if not facts["modules"].get(name)]
+        for name in wanted:
+            problem = facts["modules"].get(name)
+            if problem in (None, NOT_INSTALLED):
+                missing.append(f"no {name}")
+            elif problem:
+                missing.append(f"{name} does not import ({problem})")
     if "prim" in frameworks:
         from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
 
@@ -269,20 +315,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=output_file, help="system.json to write (default: print)")
     parser.add_argument("--require-stack", choices=sorted(VENDOR_STACK), metavar="PLATFORM",
                         help="amd or nvd: exit 2 with one line unless --python can train --frameworks there")
-    parser.add_argument("--frameworks", default="", help="comma list of frameworks (utils.frameworks; with --require-stack)")
+    parser.add_argument("--frameworks", default="", help="comma list of frameworks (utils.frameworks; with --require-stack or --stack-facts)")
     parser.add_argument("--python", default=sys.executable, help="the Python that would train (default: this one)")
-    parser.add_argument("--stack-facts", action="store_true", help="print what this Python sees, as JSON")
+    parser.add_argument("--stack-facts", action="store_true", help="print what this Python sees of --frameworks' modules, as JSON")
     args = parser.parse_args(argv)
-    if args.stack_facts:
-        print(json.dumps(stack_facts()))
-        return 0
-    if args.require_stack:
+    if args.stack_facts or args.require_stack:
         frameworks = [name for name in args.frameworks.split(",") if name]
         unknown = [name for name in frameworks if name not in FRAMEWORK_MODULES]
         if unknown or not frameworks:
             print(f"evaluate.probe: --frameworks {args.frameworks!r}: give a comma list of "
                   f"{', '.join(FRAMEWORK_MODULES)}", file=sys.stderr)
             return 2
+    if args.stack_facts:
+        with contextlib.redirect_stdout(sys.stderr):  # what an import prints must not break the JSON line
+            facts = stack_facts(frameworks)
+        print(json.dumps(facts))
+        return 0
+    if args.require_stack:
         problem = stack_problem(args.require_stack, frameworks, args.python, os.environ.get("PRIMUS_PATH"))
         if problem:
             print(f"[tprimat] error: PLATFORM={args.require_stack}: {problem}", file=sys.stderr)
