@@ -235,6 +235,17 @@ def test_v26_5_runs_primus_cli_direct_with_no_pip_install_and_this_nodes_rendezv
     assert "EXP" not in cmd.env
 
 
+def test_v26_5_on_one_node_shows_local_rank_0_and_the_last_one_whose_validation_lines_only_it_prints():
+    cmd = command(run_request("amd", "prim", "llama"), Path("/primus"), Path("/out/exp.yaml"), "/out/run")
+    # primus-cli-direct.sh puts LOCAL_RANKS after its own --local-ranks-filter 0, and torchrun's later one wins
+    assert cmd.env["LOCAL_RANKS"] == "--local-ranks-filter 0,7"
+
+
+def test_v26_5_on_several_nodes_keeps_primus_own_filter_which_shows_the_last_rank_on_the_last_node():
+    cmd = command(run_request("amd", "prim", "llama", **RENDEZVOUS), Path("/primus"), Path("/out/exp.yaml"), "/out/run")
+    assert "LOCAL_RANKS" not in cmd.env
+
+
 def test_v25_11_runs_run_pretrain_sh_as_before():
     req = on(run_request("amd", "prim", "llama", **RENDEZVOUS), "v25.11")
     cmd = command(req, Path("/workspace/Primus"), Path("/out/exp.yaml"), "/out/run")
@@ -243,7 +254,7 @@ def test_v25_11_runs_run_pretrain_sh_as_before():
                                     "MASTER_PORT")} == \
         {"EXP": "/out/exp.yaml", "TRAIN_LOG": "/out/run/primus_launcher.log", "NNODES": "2", "NODE_RANK": "1",
          "GPUS_PER_NODE": "8", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600"}
-    assert "PRIMUS_SKIP_PIP" not in cmd.env
+    assert "PRIMUS_SKIP_PIP" not in cmd.env and "LOCAL_RANKS" not in cmd.env
 
 
 # The facts each release's presets are checked against: primus_v25_11.py, primus_v26_5.py.

@@ -104,7 +104,7 @@ class Stream:
 
     def _megatron(self, number: int, match: re.Match, text: str, complete: bool) -> None:
         rest = text[match.end():]
-        record, gbs, primus_fields = megatron_record(int(match.group(1)), rest)
+        record, gbs, primus_fields = megatron_record(int(match.group(1)), rest, complete)
         primus = primus_fields or bool(PRIMUS_PREFIX.search(match.group(0)))
         self._step(number, record, int(match.group(2)), gbs, "prim" if primus else "mega", complete, rest)
         usage = HIP_MEMORY.search(text) if primus_fields else None

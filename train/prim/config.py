@@ -259,6 +259,10 @@ def command(req: Request, primus_path: Path, exp_path: Path, log_dir: str) -> Co
         "HF_HUB_OFFLINE": "1",
         **(release.same_validation_samples if req.evaluation.enabled else {}),
     }
+    if release.filters_to_rank_0 and lay.nnodes == 1 and lay.gpus_per_node > 1:
+        # torchrun keeps the last --local-ranks-filter it is given (its argparse action stores each value over the
+        # last), so this one, after the launcher's own, is the one that applies
+        env["LOCAL_RANKS"] = f"--local-ranks-filter 0,{lay.gpus_per_node - 1}"
     return Command([word.format(**fill) for word in release.launcher], env, str(primus_path))
 
 

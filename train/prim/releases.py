@@ -47,6 +47,10 @@ class Release:
     # The switch that makes every evaluation read the same first eval_iters x GBS validation samples (TPrimat's
     # definition, utils/spec/evaluation.py); empty: Megatron-LM reads the next ones at each evaluation
     same_validation_samples: Mapping[str, str] = field(default_factory=dict)
+    # The launcher shows only local rank 0 on a single node (torchrun --local-ranks-filter 0) and reads extra torchrun
+    # arguments from LOCAL_RANKS after its own: TPrimat shows the last local rank too, whose validation reports (and
+    # own iteration lines) Primus does not forward to rank 0 (utils/upstream.py: primus-v26.5 "local ranks filter").
+    filters_to_rank_0: bool = False
 
 
 ROWS = (
@@ -60,7 +64,7 @@ ROWS = (
                    "megatron/00_install_requirements.sh, primus/backends/megatron/patches/"
                    "validation_data_sampling_patches.py); docs/01-getting-started/release-notes.md at main 0c279c53; "
                    "examples/run_pretrain.sh at v26.5.1 (9a86ba8c)",
-            same_validation_samples=MappingProxyType({"PRIMUS_MLPERF": "1"})),
+            same_validation_samples=MappingProxyType({"PRIMUS_MLPERF": "1"}), filters_to_rank_0=True),
     Release(name="v25.11", checkout=DEFAULT_PRIMUS_PATH,
             get_checkout=f"use the rocm/primus:v25.11 image, whose checkout is {DEFAULT_PRIMUS_PATH}",
             launcher=("bash", "./examples/run_pretrain.sh"),
