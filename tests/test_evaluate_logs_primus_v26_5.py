@@ -63,3 +63,18 @@ def test_a_primus_v26_5_log_gives_the_usual_figures(tmp_path, log):
     assert result["performance"]["step_time_s"]["median"] == pytest.approx(9.3)
     assert result["performance"]["tokens_per_s_per_gpu"] == pytest.approx(TOKENS_PER_S_PER_GPU)
     assert result["memory"]["peak_device_used_gib"] == pytest.approx(150.32)
+
+
+PATCHED = ("[20260730 10:10:30][rank-0/8][INFO]     [-----delayed_scaling_patches.py:66] : "
+           "[Patch:megatron.te.delayed_scaling_reduce_amax]   Patched TEDelayedScaling.__init__ to set reduce_amax={} ")
+
+
+@pytest.mark.parametrize("said", [True, False])
+def test_primus_v26_5_fp8_amax_reduction_is_what_its_delayed_scaling_patch_says_it_set(tmp_path, said):
+    # v26.5 reduces the amax exactly with sequence parallelism at TP > 1 and logs its choice on rank 0
+    log = tmp_path / "primus.log"
+    log.write_text(PATCHED.format(said) + "\n" + RANK0.read_text())
+    assert logs.parse_logs([log]).effective["fp8_reduce_amax"] is said
+    _, result = run_extract(tmp_path, log, "config-amd.json")
+    assert result["effective"]["fp8_reduce_amax"] is said and "fp8_reduce_amax" not in result["effective"].get(
+        "profile_fixed", {})
