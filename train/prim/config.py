@@ -71,11 +71,12 @@ def checkout(req: Request) -> Path:
 
 
 def require_checkout(req: Request, primus_path: Path) -> None:
-    """One line saying how to get the release's checkout when there is none at primus_path."""
-    if not Path(primus_path).is_dir():
-        release = releases.of(req.stack.primus)
-        raise ShippedConfigMissing(f"no Primus {release.name} checkout at {primus_path}: {release.get_checkout} "
-                                   "(or set PRIMUS_PATH to one)")
+    """One line saying how to get the release's checkout when primus_path is none (it lacks the release's launcher:
+    another release's checkout is not one)."""
+    release = releases.of(req.stack.primus)
+    if not (Path(primus_path) / release.marker).is_file():
+        raise ShippedConfigMissing(f"no Primus {release.name} checkout at {primus_path} (it holds no "
+                                   f"{release.marker}): {release.get_checkout} (or set PRIMUS_PATH to one)")
 
 
 def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
