@@ -214,8 +214,8 @@ def test_a_dry_run_refuses_it_too_with_exit_status_2(tmp_path, monkeypatch):
 
 
 def test_a_missing_release_checkout_says_how_to_get_it(tmp_path):
-    with pytest.raises(ShippedConfigMissing, match=r"^no Primus v26.5 checkout at .*/nowhere \(it holds no primus-cli\): "
-                       r"git clone --branch "
+    with pytest.raises(ShippedConfigMissing, match=r"^no Primus v26.5 checkout at .*/nowhere \(it holds no "
+                       r"primus-cli\): git clone --branch "
                        r"release/v26.5 --recurse-submodules https://github.com/AMD-AGI/Primus.git .* "
                        r"\(or set PRIMUS_PATH to one\)$"):
         write_experiment(run_request("amd", "prim", "llama"), tmp_path / "nowhere", tmp_path / "e.yaml", str(tmp_path))
@@ -224,8 +224,8 @@ def test_a_missing_release_checkout_says_how_to_get_it(tmp_path):
 def test_a_directory_without_the_release_s_launcher_is_no_checkout_of_it(tmp_path):
     (tmp_path / "v25.11" / "examples").mkdir(parents=True)
     (tmp_path / "v25.11" / "examples" / "run_pretrain.sh").write_text("")  # v25.11's layout has no primus-cli
-    with pytest.raises(ShippedConfigMissing, match=r"^no Primus v26.5 checkout at .*/v25.11 \(it holds no primus-cli\): "
-                       r"git clone --branch release/v26.5 "):
+    with pytest.raises(ShippedConfigMissing, match=r"^no Primus v26.5 checkout at .*/v25.11 \(it holds no "
+                       r"primus-cli\): git clone --branch release/v26.5 "):
         write_experiment(run_request("amd", "prim", "llama"), tmp_path / "v25.11", tmp_path / "e.yaml", str(tmp_path))
 
 

@@ -17,7 +17,8 @@ from utils.machine.platform_env import apply, platform_env
 # (143-240) sets the same but HSA_NO_SCRATCH_RECLAIM=1 and NVTE_CK_USES_BWD_V3=1, and v26.5's notes for MI300X
 # (docs/02-user-guide/megatron-lm-training.md at fd1eeabb) add NVTE_CK_IS_V3_ATOMIC_FP32=1. Both export
 # NVTE_ROCM_ENABLE_MXFP8=1 (utils/upstream.py: primus-v26.5 "MXFP8 switch").
-PRIMUS_COMMON = {"NVTE_ROCM_ENABLE_MXFP8": "1", "NCCL_CHECKS_DISABLE": "1", "RCCL_MSCCL_ENABLE": "0", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
+PRIMUS_COMMON = {"NVTE_ROCM_ENABLE_MXFP8": "1",
+                 "NCCL_CHECKS_DISABLE": "1", "RCCL_MSCCL_ENABLE": "0", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
                  "GPU_MAX_HW_QUEUES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "TORCH_NCCL_HIGH_PRIORITY": "1",
                  "NCCL_PXN_DISABLE": "1", "NVTE_USE_CAST_TRANSPOSE_TRITON": "1"}
 PRIMUS = {"primus-v25.11": {**PRIMUS_COMMON, "HSA_NO_SCRATCH_RECLAIM": "0", "NVTE_CK_USES_BWD_V3": "0"},

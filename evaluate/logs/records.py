@@ -15,7 +15,7 @@ import time
 from functools import lru_cache
 from typing import Iterable
 
-# Primus v26.5's compute field, "X (avg Y)" (utils/upstream.py: primus-v26.5 "compute and tokens segments").
+# Primus v26.5's compute field, "X (avg Y)" (utils/upstream.py: primus-v26.5 "compute segment").
 WITH_AVERAGE = re.compile(r"^\s*(\S+) \(avg (\S+)\)\s*$")
 NUMBER = re.compile(r"^([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?))\s*(GiB|GB|MiB|MB|%)?$",
                     re.IGNORECASE)

@@ -104,10 +104,10 @@ FIXED: dict[str, dict[str, tuple[object, str]]] = {
         "fp8_amax_compute_algo": ("max", "torchao's dynamic scaling takes the current tensor's amax"),
         "fp8_reduce_amax": (False, "torchao's dynamic scaling takes each tensor's amax on its own rank"),
     },
-    # prim, whatever its experiment file says: Primus's Megatron trainer builds the FP8 recipe itself. v25.11 always
-    # without the reduction (utils/upstream.py: primus-v25.11 "delayed scaling reduce_amax"); v26.5 with it exactly
-    # under sequence parallelism at TP > 1 and says which on rank 0 (primus-v26.5 "delayed scaling reduce_amax"),
-    # a line the log reader takes over this entry, which stands for a log without it.
+    # prim, whatever its experiment file says: Primus's Megatron trainer builds the FP8 recipe itself. v25.11
+    # always without the reduction (utils/upstream.py: primus-v25.11 "v25.11 delayed scaling reduce_amax"); v26.5
+    # with it exactly under sequence parallelism at TP > 1, and says which on rank 0 (primus-v26.5 "delayed scaling
+    # reduce_amax"): a line the log reader takes over this entry, which stands for a log without it.
     "primus": {
         "fp8_reduce_amax": (False, "Primus builds Transformer Engine's DelayedScaling with reduce_amax=False "
                                    "(v25.11 at every layout; v26.5 below TP 2 or without sequence parallelism, and "
