@@ -179,6 +179,17 @@ def test_this_machines_python_reports_what_it_sees_and_is_refused_for_gpu_traini
     assert problem.startswith(f"{sys.executable} cannot train mega on AMD GPUs: torch {facts['torch']} is not a ROCm build")
 
 
+@pytest.mark.parametrize("release, launcher, other", [("v26.5", "primus-cli", "examples/run_pretrain.sh"),
+                                                     ("v25.11", "examples/run_pretrain.sh", "primus-cli")])
+def test_a_primus_checkout_is_the_one_that_holds_its_release_s_launcher(tmp_path, release, launcher, other):
+    for name, holds in (("right", launcher), ("wrong", other)):
+        (tmp_path / name / holds).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name / holds).write_text("")
+    missing = [probe.primus_missing(release, str(tmp_path / name)) for name in ("right", "wrong")]
+    assert missing[0] is None
+    assert missing[1] == f"no Primus {release} checkout at {tmp_path / 'wrong'} (PRIMUS_PATH; it holds {launcher})"
+
+
 def test_megatron_core_is_reported_as_the_version_that_imports_first_pre_release_included(tmp_path):
     """Primus's Megatron-LM checkout on PYTHONPATH, in front of the installed wheel, is what runs."""
     core = tmp_path / "megatron" / "core"

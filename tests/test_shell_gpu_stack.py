@@ -65,7 +65,8 @@ def test_prim_needs_its_primus_checkout(tmp_path):
     fake = machine(tmp_path, amd=8)
     error = the_error(fake.run("shell/run_train.sh", FRAMEWORK="prim", PRIMUS_PATH=str(tmp_path / "none"),
                                TPRIMAT_PYTHON=str(FAKEBIN / "fake-gpu-python"), FAKE_REAL_PYTHON=sys.executable))
-    assert f"cannot train prim on AMD GPUs: no Primus checkout at {tmp_path / 'none'} (PRIMUS_PATH)" in error
+    assert (f"cannot train prim on AMD GPUs: no Primus v26.5 checkout at {tmp_path / 'none'} (PRIMUS_PATH; it holds "
+            "primus-cli)") in error
 
 
 def test_a_gpu_that_torch_cannot_see_is_named(tmp_path):

@@ -194,7 +194,9 @@ def test_a_primus_run_ends_with_its_log_result_and_read_back_settings(tmp_path):
     result = fake.run("train/train_amd_prim_llama.sh", STRATEGY="balanced", **SHORT_RUN)
     assert result.returncode == 0, result.output
     (run_dir,) = run_dirs(tmp_path / "output")
-    assert "iteration        6/       6" in (run_dir / "train.log").read_text()
+    log = (run_dir / "train.log").read_text()
+    # rank 0's forwarded line and, with the last local rank shown (LOCAL_RANKS), the last rank's own: one step
+    assert log.count("iteration        6/       6") == 2
     outcome = read(run_dir / "result.json")
     assert outcome["run"]["status"] == "ok" and outcome["run"]["steps_completed"] == 6
     assert (outcome["effective"]["tp"], outcome["effective"]["mock_data"]) == (2, False)

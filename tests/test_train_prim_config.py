@@ -214,10 +214,19 @@ def test_a_dry_run_refuses_it_too_with_exit_status_2(tmp_path, monkeypatch):
 
 
 def test_a_missing_release_checkout_says_how_to_get_it(tmp_path):
-    with pytest.raises(ShippedConfigMissing, match=r"^no Primus v26.5 checkout at .*/nowhere: git clone --branch "
+    with pytest.raises(ShippedConfigMissing, match=r"^no Primus v26.5 checkout at .*/nowhere \(it holds no "
+                       r"primus-cli\): git clone --branch "
                        r"release/v26.5 --recurse-submodules https://github.com/AMD-AGI/Primus.git .* "
                        r"\(or set PRIMUS_PATH to one\)$"):
         write_experiment(run_request("amd", "prim", "llama"), tmp_path / "nowhere", tmp_path / "e.yaml", str(tmp_path))
+
+
+def test_a_directory_without_the_release_s_launcher_is_no_checkout_of_it(tmp_path):
+    (tmp_path / "v25.11" / "examples").mkdir(parents=True)
+    (tmp_path / "v25.11" / "examples" / "run_pretrain.sh").write_text("")  # v25.11's layout has no primus-cli
+    with pytest.raises(ShippedConfigMissing, match=r"^no Primus v26.5 checkout at .*/v25.11 \(it holds no "
+                       r"primus-cli\): git clone --branch release/v26.5 "):
+        write_experiment(run_request("amd", "prim", "llama"), tmp_path / "v25.11", tmp_path / "e.yaml", str(tmp_path))
 
 
 RENDEZVOUS = dict(NNODES="2", GPUS_PER_NODE="8", NODE_RANK="1", MASTER_ADDR="10.0.0.1", MASTER_PORT="29600",
@@ -235,6 +244,17 @@ def test_v26_5_runs_primus_cli_direct_with_no_pip_install_and_this_nodes_rendezv
     assert "EXP" not in cmd.env
 
 
+def test_v26_5_on_one_node_shows_local_rank_0_and_the_last_one_whose_validation_lines_only_it_prints():
+    cmd = command(run_request("amd", "prim", "llama"), Path("/primus"), Path("/out/exp.yaml"), "/out/run")
+    # primus-cli-direct.sh puts LOCAL_RANKS after its own --local-ranks-filter 0, and torchrun's later one wins
+    assert cmd.env["LOCAL_RANKS"] == "--local-ranks-filter 0,7"
+
+
+def test_v26_5_on_several_nodes_keeps_primus_own_filter_which_shows_the_last_rank_on_the_last_node():
+    cmd = command(run_request("amd", "prim", "llama", **RENDEZVOUS), Path("/primus"), Path("/out/exp.yaml"), "/out/run")
+    assert "LOCAL_RANKS" not in cmd.env
+
+
 def test_v25_11_runs_run_pretrain_sh_as_before():
     req = on(run_request("amd", "prim", "llama", **RENDEZVOUS), "v25.11")
     cmd = command(req, Path("/workspace/Primus"), Path("/out/exp.yaml"), "/out/run")
@@ -243,7 +263,7 @@ def test_v25_11_runs_run_pretrain_sh_as_before():
                                     "MASTER_PORT")} == \
         {"EXP": "/out/exp.yaml", "TRAIN_LOG": "/out/run/primus_launcher.log", "NNODES": "2", "NODE_RANK": "1",
          "GPUS_PER_NODE": "8", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29600"}
-    assert "PRIMUS_SKIP_PIP" not in cmd.env
+    assert "PRIMUS_SKIP_PIP" not in cmd.env and "LOCAL_RANKS" not in cmd.env
 
 
 # The facts each release's presets are checked against: primus_v25_11.py, primus_v26_5.py.

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.fixtures.train_matrix.requests import run_request
+from train.launch.command import vendor_env
 from utils.machine.platform_env import apply, platform_env
 
 # Primus's run environment for a Megatron pretrain when the caller sets none, read in github.com/AMD-AGI/Primus:
@@ -13,8 +15,10 @@ from utils.machine.platform_env import apply, platform_env
 # CUDA_DEVICE_MAX_CONNECTIONS (298), TORCH_NCCL_HIGH_PRIORITY (301), NCCL_PXN_DISABLE (307),
 # NVTE_USE_CAST_TRANSPOSE_TRITON (311), NVTE_CK_USES_BWD_V3 (318); v26.5 runner/helpers/envs/base_env.sh at ca7ddda3
 # (143-240) sets the same but HSA_NO_SCRATCH_RECLAIM=1 and NVTE_CK_USES_BWD_V3=1, and v26.5's notes for MI300X
-# (docs/02-user-guide/megatron-lm-training.md at fd1eeabb) add NVTE_CK_IS_V3_ATOMIC_FP32=1.
-PRIMUS_COMMON = {"NCCL_CHECKS_DISABLE": "1", "RCCL_MSCCL_ENABLE": "0", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
+# (docs/02-user-guide/megatron-lm-training.md at fd1eeabb) add NVTE_CK_IS_V3_ATOMIC_FP32=1. Both export
+# NVTE_ROCM_ENABLE_MXFP8=1 (utils/upstream.py: primus-v26.5 "MXFP8 switch").
+PRIMUS_COMMON = {"NVTE_ROCM_ENABLE_MXFP8": "1",
+                 "NCCL_CHECKS_DISABLE": "1", "RCCL_MSCCL_ENABLE": "0", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
                  "GPU_MAX_HW_QUEUES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "TORCH_NCCL_HIGH_PRIORITY": "1",
                  "NCCL_PXN_DISABLE": "1", "NVTE_USE_CAST_TRANSPOSE_TRITON": "1"}
 PRIMUS = {"primus-v25.11": {**PRIMUS_COMMON, "HSA_NO_SCRATCH_RECLAIM": "0", "NVTE_CK_USES_BWD_V3": "0"},
@@ -26,6 +30,14 @@ PRIMUS = {"primus-v25.11": {**PRIMUS_COMMON, "HSA_NO_SCRATCH_RECLAIM": "0", "NVT
 @pytest.mark.parametrize("framework", ["mega", "prim", "fsdp", "autotp", "torchtitan"])
 def test_every_amd_framework_gets_the_environment_its_stacks_primus_runs_megatron_with(stack, framework):
     assert PRIMUS[stack].items() <= platform_env("amd", framework, stack).items()
+
+
+@pytest.mark.parametrize("stack", sorted(PRIMUS))
+@pytest.mark.parametrize("framework", ["mega", "fsdp"])
+def test_mxfp8_on_amd_is_switched_on_as_primus_does_without_which_its_arguments_check_refuses_the_recipe(stack,
+                                                                                                        framework):
+    req = run_request("amd", framework, "llama", PRECISION="mxfp8", STACK=stack)
+    assert vendor_env(req)["NVTE_ROCM_ENABLE_MXFP8"] == "1"
 
 
 def test_without_a_stack_the_platforms_default_stack_is_meant():

@@ -20,7 +20,8 @@ ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
 MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback",
            b"out of memory", b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
            b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network",
-           b"vocab", b"[titan]")
+           b"vocab", b"[titan]",
+           b"reduce_amax")
 TAIL_LINES = 20
 TAIL_BYTES = 64 << 10
 BLOCK = 8 << 20

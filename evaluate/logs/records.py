@@ -15,15 +15,21 @@ import time
 from functools import lru_cache
 from typing import Iterable
 
+# Primus v26.5's compute field, "X (avg Y)" (utils/upstream.py: primus-v26.5 "compute segment").
+WITH_AVERAGE = re.compile(r"^\s*(\S+) \(avg (\S+)\)\s*$")
 NUMBER = re.compile(r"^([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?))\s*(GiB|GB|MiB|MB|%)?$",
                     re.IGNORECASE)
 # A record counts only where the framework printed it: at the start of a line, after nothing but a launcher's
 # rank label (srun --label "7: ", torchrun --tee "[rank7]:" or "[default7]:") and the framework's own prefix
 # (Megatron's timestamp, Primus's logger prefix, NeMo's logging prefix). The same text quoted by a traceback
 # (an indented source line, a string, an exception message) is not a record.
+# Primus v26.5 logs the last rank's Megatron-LM line, timestamp included, under its own prefix on rank 0's console
+# (utils/upstream.py: primus-v26.5 "console prefix", "forwarded to rank 0").
+MEGATRON_STAMP = r" ?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\]"
 RECORD_START = (r"^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
-                r"(?: ?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\]"
+                r"(?:" + MEGATRON_STAMP +
                 r"|\[\d{8} \d\d:\d\d:\d\d\]\[rank-\d+/\d+\]\[(?:INFO|WARNING|DEBUG|ERROR)\s*\]\s*\[[^\]]*\]\s*:"
+                r"(?:" + MEGATRON_STAMP + r")?"
                 r"|\[NeMo [IWDEC] [^\]]*\])? {0,2}")
 NEMO_ITERATION = re.compile(RECORD_START + r"Training epoch (\d+), iteration (\d+)/(\d+)")
 MEGATRON_ITERATION = re.compile(RECORD_START + r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
@@ -96,7 +102,8 @@ def _nemo_kind(raw_name: str) -> str | None:
 
 
 def _value(text: str) -> list[float] | None:
-    """A field's numbers: "9.1E+00" -> [9.1]; "9004.1/9010.7" -> [9004.1, 9010.7]; units dropped.
+    """A field's numbers: "9.1E+00" -> [9.1]; "9004.1/9010.7" and "9004.1 (avg 9010.7)" -> [9004.1, 9010.7]; units
+    dropped.
 
     None unless every piece is a whole number, so a value cut or glued to other output is refused.
     """
@@ -104,8 +111,9 @@ def _value(text: str) -> list[float] | None:
         return [float(text)]
     except ValueError:
         pass
+    paired = WITH_AVERAGE.match(text)
     numbers = []
-    for piece in text.split("/"):
+    for piece in paired.groups() if paired else text.split("/"):
         match = NUMBER.match(piece.strip())
         if not match:
             return None
@@ -131,6 +139,10 @@ def record_fields(rest: str, complete: bool, kind_of) -> Iterable[tuple[str, lis
     segments = rest.split("|")
     if not complete:
         segments = segments[:-1]
+    yield from _fields(segments, kind_of)
+
+
+def _fields(segments: Iterable[str], kind_of) -> Iterable[tuple[str, list[float]]]:
     for segment in segments:
         name, sep, value = segment.rpartition(":")
         if not sep:
@@ -148,14 +160,27 @@ def new_record(step: int) -> dict:
             "mem_allocated_gib": None, "mem_reserved_gib": None}
 
 
-def megatron_record(step: int, rest: str) -> tuple[dict, int | None, bool]:
+def _whole_memory_field(segment: str) -> bool:
+    """Primus's memory field with a value for each of its names and the last one a percentage ("hip mem
+    usage/free/total/usage_ratio: 150.21GB/41.79GB/192.00GB/78.23%"): none of its shorter pieces is."""
+    name, _, value = segment.rpartition(":")
+    pieces = value.strip().split("/")
+    return _megatron_kind(name) == "device_mem" and len(pieces) == name.count("/") + 1 and pieces[-1].endswith("%")
+
+
+def megatron_record(step: int, rest: str, complete: bool = False) -> tuple[dict, int | None, bool]:
     """One Megatron/Primus iteration line -> (record, global batch size, shows Primus fields).
 
-    Both end every field with " |", so text after the last "|" is no field: a line cut off, or cut short by
-    another rank's output ("elapsed time per iteration (ms): 9" and a line end is a piece of 9295.0).
+    Megatron-LM ends every field with " |", so text after the last "|" is no field: a line cut off, or cut short by
+    another rank's output ("elapsed time per iteration (ms): 9" and a line end is a piece of 9295.0). Primus v26.5
+    re-renders the line without that "|" and with its memory field last (utils/upstream.py: primus-v26.5 "rendered
+    line"), which counts only in a whole line (complete) and in its whole form.
     """
     record, gbs, primus = new_record(step), None, False
-    for kind, numbers in record_fields(rest, False, _megatron_kind):
+    segments = rest.split("|")
+    last = segments.pop()
+    fields = _fields(segments + ([last] if complete and _whole_memory_field(last) else []), _megatron_kind)
+    for kind, numbers in fields:
         first = numbers[0]
         average = numbers[1] if len(numbers) > 1 else None
         if kind == "step_time_ms":

@@ -17,7 +17,8 @@ from evaluate.logs.records import (GIB, MEGATRON_ITERATION, MEMORY_REPORT, MEMOR
                                   validation_point)
 from evaluate.logs.settings import (ARGUMENT, COLLECTIVE_NETWORK, CONFIG_ITEM, CONFIG_REPR, DEVICE_LINE,
                                    EFFECTIVE_MARKER, GPU_STACKS, GROUP_FIELDS, HIP_MEMORY, MICROBATCHES, MOCK_CLASSES,
-                                   PADDED_VOCAB, PARALLEL_GROUP, PARAMETERS, TITAN_TRAINER, TITAN_TRAINER_FIELDS,
+                                   PADDED_VOCAB, PARALLEL_GROUP, PARAMETERS, PRIMUS_REDUCE_AMAX,
+                                   TITAN_TRAINER, TITAN_TRAINER_FIELDS,
                                    argument_value, setting_name)
 
 
@@ -104,7 +105,7 @@ class Stream:
 
     def _megatron(self, number: int, match: re.Match, text: str, complete: bool) -> None:
         rest = text[match.end():]
-        record, gbs, primus_fields = megatron_record(int(match.group(1)), rest)
+        record, gbs, primus_fields = megatron_record(int(match.group(1)), rest, complete)
         primus = primus_fields or bool(PRIMUS_PREFIX.search(match.group(0)))
         self._step(number, record, int(match.group(2)), gbs, "prim" if primus else "mega", complete, rest)
         usage = HIP_MEMORY.search(text) if primus_fields else None
@@ -133,6 +134,9 @@ class Stream:
         found = TITAN_TRAINER.search(text)
         if found:
             target.printed.update(zip(TITAN_TRAINER_FIELDS, map(int, found.groups())))
+        found = PRIMUS_REDUCE_AMAX.search(text)
+        if found:
+            target.printed["fp8_reduce_amax"] = found.group(1) == "True"
         found = PADDED_VOCAB.search(text)
         if found:
             target.printed["padded_vocab_size"] = int(found.group(1) or found.group(2))

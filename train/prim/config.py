@@ -71,11 +71,12 @@ def checkout(req: Request) -> Path:
 
 
 def require_checkout(req: Request, primus_path: Path) -> None:
-    """One line saying how to get the release's checkout when there is none at primus_path."""
-    if not Path(primus_path).is_dir():
-        release = releases.of(req.stack.primus)
-        raise ShippedConfigMissing(f"no Primus {release.name} checkout at {primus_path}: {release.get_checkout} "
-                                   "(or set PRIMUS_PATH to one)")
+    """One line saying how to get the release's checkout when primus_path is none (it lacks the release's launcher:
+    another release's checkout is not one)."""
+    release = releases.of(req.stack.primus)
+    if not (Path(primus_path) / release.marker).is_file():
+        raise ShippedConfigMissing(f"no Primus {release.name} checkout at {primus_path} (it holds no "
+                                   f"{release.marker}): {release.get_checkout} (or set PRIMUS_PATH to one)")
 
 
 def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
@@ -259,6 +260,10 @@ def command(req: Request, primus_path: Path, exp_path: Path, log_dir: str) -> Co
         "HF_HUB_OFFLINE": "1",
         **(release.same_validation_samples if req.evaluation.enabled else {}),
     }
+    if release.filters_to_rank_0 and lay.nnodes == 1 and lay.gpus_per_node > 1:
+        # torchrun keeps the last --local-ranks-filter it is given (its argparse action stores each value over the
+        # last), so this one, after the launcher's own, is the one that applies
+        env["LOCAL_RANKS"] = f"--local-ranks-filter 0,{lay.gpus_per_node - 1}"
     return Command([word.format(**fill) for word in release.launcher], env, str(primus_path))
 
 

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from utils.config import ROOT
-from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
+from utils.machine.platform_env import PRIMUS_CHECKOUTS
 
 REPOSITORY = "https://github.com/AMD-AGI/Primus.git"
 # pip's settings under which a launcher's `pip install` (of requirements or of a local checkout) installs nothing.
@@ -39,7 +38,8 @@ NO_INSTALL = MappingProxyType({"PIP_NO_INDEX": "1", "PIP_DRY_RUN": "1", "PIP_NO_
 @dataclass(frozen=True)
 class Release:
     name: str  # a stack's `primus`, e.g. "v26.5"
-    checkout: str  # the checkout used when PRIMUS_PATH is unset
+    checkout: str  # the checkout used when PRIMUS_PATH is unset (utils/machine/platform_env.py, PRIMUS_CHECKOUTS)
+    marker: str  # the file that makes a directory a checkout of this release: its launcher
     get_checkout: str  # how to get that checkout, for the line that says it is missing
     launcher: tuple[str, ...]  # the pretrain command run from the checkout: {exp} the experiment, {log} its log
     env: Mapping[str, str] = field(default_factory=dict)  # the launcher's own switches ({exp}, {log} as above)
@@ -47,12 +47,16 @@ class Release:
     # The switch that makes every evaluation read the same first eval_iters x GBS validation samples (TPrimat's
     # definition, utils/spec/evaluation.py); empty: Megatron-LM reads the next ones at each evaluation
     same_validation_samples: Mapping[str, str] = field(default_factory=dict)
+    # The launcher shows only local rank 0 on a single node (torchrun --local-ranks-filter 0) and reads extra torchrun
+    # arguments from LOCAL_RANKS after its own: TPrimat shows the last local rank too, whose validation reports (and
+    # own iteration lines) Primus does not forward to rank 0 (utils/upstream.py: primus-v26.5 "local ranks filter").
+    filters_to_rank_0: bool = False
 
 
 ROWS = (
-    Release(name="v26.5", checkout=str(ROOT / "third_party" / "primus-release-v26.5"),
+    Release(name="v26.5", checkout=PRIMUS_CHECKOUTS["v26.5"][0], marker=PRIMUS_CHECKOUTS["v26.5"][1],
             get_checkout=f"git clone --branch release/v26.5 --recurse-submodules {REPOSITORY} "
-                         f"{ROOT / 'third_party' / 'primus-release-v26.5'}",
+                         f"{PRIMUS_CHECKOUTS['v26.5'][0]}",
             launcher=("bash", "./primus-cli", "direct", "--log_file", "{log}", "--",
                       "train", "pretrain", "--config", "{exp}"),
             env=MappingProxyType({"PRIMUS_SKIP_PIP": "1", **NO_INSTALL}),
@@ -60,9 +64,9 @@ ROWS = (
                    "megatron/00_install_requirements.sh, primus/backends/megatron/patches/"
                    "validation_data_sampling_patches.py); docs/01-getting-started/release-notes.md at main 0c279c53; "
                    "examples/run_pretrain.sh at v26.5.1 (9a86ba8c)",
-            same_validation_samples=MappingProxyType({"PRIMUS_MLPERF": "1"})),
-    Release(name="v25.11", checkout=DEFAULT_PRIMUS_PATH,
-            get_checkout=f"use the rocm/primus:v25.11 image, whose checkout is {DEFAULT_PRIMUS_PATH}",
+            same_validation_samples=MappingProxyType({"PRIMUS_MLPERF": "1"}), filters_to_rank_0=True),
+    Release(name="v25.11", checkout=PRIMUS_CHECKOUTS["v25.11"][0], marker=PRIMUS_CHECKOUTS["v25.11"][1],
+            get_checkout=f"use the rocm/primus:v25.11 image, whose checkout is {PRIMUS_CHECKOUTS['v25.11'][0]}",
             launcher=("bash", "./examples/run_pretrain.sh"),
             env=MappingProxyType({"EXP": "{exp}", "TRAIN_LOG": "{log}", **NO_INSTALL}),
             source="Primus clairlee/release/v25.11 at 66bed3ce (examples/run_pretrain.sh, examples/megatron/prepare.py)"),

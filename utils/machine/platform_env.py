@@ -23,16 +23,21 @@ import shlex
 import sys
 from typing import MutableMapping
 
-from utils.config import ConfigError, load_config
+from utils.config import ROOT, ConfigError, load_config
 from utils.frameworks import TABLE
 from utils.spec import stacks
 
 DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where rocm/primus images hold their checkout (PRIMUS_PATH overrides)
+# Each Primus release's checkout where PRIMUS_PATH is unset, and the file that makes a directory a checkout of that
+# release: the launcher TPrimat starts there (train/prim/releases.py), v26.5's primus-cli, which v25.11 lacks
+# (utils/upstream.py: primus-v26.5 "checkout marker"), and v25.11's examples/run_pretrain.sh.
+PRIMUS_CHECKOUTS = {"v26.5": (str(ROOT / "third_party" / "primus-release-v26.5"), "primus-cli"),
+                    "v25.11": (DEFAULT_PRIMUS_PATH, "examples/run_pretrain.sh")}
 
 PLATFORM_ENV: dict[str, dict[str, str]] = {
     # The run environment Primus gives a Megatron run when the caller sets none, the same in v25.11
-    # (examples/run_pretrain.sh at 66bed3ce, lines 148-311) and v26.5 (runner/helpers/envs/base_env.sh at ca7ddda3,
-    # lines 143-234), so that mega, fsdp and autotp on AMD run with the environment prim runs with. The values that
+    # (examples/run_pretrain.sh at 66bed3ce, lines 148-315) and v26.5 (runner/helpers/envs/base_env.sh at ca7ddda3,
+    # lines 143-238), so that mega, fsdp and autotp on AMD run with the environment prim runs with. The values that
     # differ between Primus releases (scratch reclaim, the CK attention backward kernel) are the stack's
     # (utils/spec/stacks.py, Stack.env).
     "amd": {
@@ -47,8 +52,11 @@ PLATFORM_ENV: dict[str, dict[str, str]] = {
         "RCCL_MSCCL_ENABLE": "0",
         "NCCL_PXN_DISABLE": "1",
         "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
-        # Transformer Engine (ROCm): FP8 cast-transpose through its Triton kernel.
+        # Transformer Engine (ROCm): FP8 cast-transpose through its Triton kernel, and MXFP8 switched on: both Primus
+        # releases export it for every run, and Primus's ROCm argument check refuses the mxfp8 recipe without it
+        # (utils/upstream.py: primus-v26.5 "MXFP8 switch", "MXFP8 refused without it").
         "NVTE_USE_CAST_TRANSPOSE_TRITON": "1",
+        "NVTE_ROCM_ENABLE_MXFP8": "1",
     },
     "nvd": {
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",

@@ -273,6 +273,18 @@ def import_refusals(frameworks: list[str], python: str) -> dict[str, str]:
     return refusals
 
 
+def primus_missing(release: str, primus_path: str | None = None) -> str | None:
+    """Why there is no checkout of the Primus release at PRIMUS_PATH (else the release's own), or None: a checkout
+    holds its release's launcher (utils/machine/platform_env.py, PRIMUS_CHECKOUTS)."""
+    from utils.machine.platform_env import PRIMUS_CHECKOUTS
+
+    default, launcher = PRIMUS_CHECKOUTS[release]
+    primus = Path(primus_path or default)
+    if (primus / launcher).is_file():
+        return None
+    return f"no Primus {release} checkout at {primus} (PRIMUS_PATH; it holds {launcher})"
+
+
 def stack_problem(platform: str, frameworks: list[str], python: str, primus_path: str | None = None) -> str | None:
     """One line naming what the Python `python` lacks to train the frameworks on the platform's GPUs,
     and the two ways out; None when it has everything. Asked in a process of its own, so that the
@@ -297,11 +309,12 @@ def stack_problem(platform: str, frameworks: list[str], python: str, primus_path
             elif problem:
                 missing.append(f"{name} does not import ({problem})")
     if "prim" in frameworks:
-        from utils.machine.platform_env import DEFAULT_PRIMUS_PATH
+        from utils.spec import stacks
 
-        primus = Path(primus_path or DEFAULT_PRIMUS_PATH)
-        if not (primus / "examples" / "run_pretrain.sh").is_file():
-            missing.append(f"no Primus checkout at {primus} (PRIMUS_PATH)")
+        stack = stacks.get(os.environ["STACK"]) if os.environ.get("STACK") in stacks.TABLE else \
+            stacks.default(platform)
+        problem = primus_missing(stack.primus or "", primus_path)
+        missing += [problem] if problem else []
     if not missing:
         return None
     return (f"{python} cannot train {','.join(frameworks)} on {vendor} GPUs: {', '.join(missing)}; run in the "

@@ -60,7 +60,8 @@ SPEC: dict[str, object] = {
     "fp8_amax_compute_algo": "max",
     # Whether each step's amax is all-reduced across the ranks before the scales are computed: Transformer Engine's
     # DelayedScaling default, which megatron-core (TEDelayedScaling passes no reduce_amax), so mega, NeMo and
-    # Megatron-Bridge, run. Primus builds its own recipe with it off (FIXED["primus"]).
+    # Megatron-Bridge, run. Primus builds its own recipe, with it off but in v26.5 at TP > 1 with sequence
+    # parallelism (FIXED["primus"]).
     "fp8_reduce_amax": True,
 }
 
@@ -103,10 +104,14 @@ FIXED: dict[str, dict[str, tuple[object, str]]] = {
         "fp8_amax_compute_algo": ("max", "torchao's dynamic scaling takes the current tensor's amax"),
         "fp8_reduce_amax": (False, "torchao's dynamic scaling takes each tensor's amax on its own rank"),
     },
-    "primus": {  # prim, whatever its experiment file says: Primus's Megatron trainer builds the FP8 recipe itself
+    # prim, whatever its experiment file says: Primus's Megatron trainer builds the FP8 recipe itself. v25.11
+    # always without the reduction (utils/upstream.py: primus-v25.11 "v25.11 delayed scaling reduce_amax"); v26.5
+    # with it exactly under sequence parallelism at TP > 1, and says which on rank 0 (primus-v26.5 "delayed scaling
+    # reduce_amax"): a line the log reader takes over this entry, which stands for a log without it.
+    "primus": {
         "fp8_reduce_amax": (False, "Primus builds Transformer Engine's DelayedScaling with reduce_amax=False "
-                                   "(primus/modules/trainer/megatron/trainer.py:458-479, release v25.11); no "
-                                   "option turns the reduction on"),
+                                   "(v25.11 at every layout; v26.5 below TP 2 or without sequence parallelism, and "
+                                   "its log says so); no option turns the reduction on"),
     },
     "deepspeed_zero0": {
         "overlap_grad_reduce": (False, "ZeRO stage 0: DeepSpeed all-reduces the gradients after the backward "
