@@ -9,7 +9,8 @@ in one process. Every attribute TPrimat sets must exist on the recipe's ConfigCo
 finalization; the mixed-precision preset, attention backend, pipeline dtype and data blend must be built as asked;
 the read-back the run writes must say what the finalized container holds. Transformer Engine cannot be installed
 here: the probe answers Megatron-Bridge's one unguarded import of it with an inert stand-in, and the first test holds
-that to exactly that import.
+that to exactly that import. The last test re-reads utils/upstream.py's Megatron-Bridge and megatron-core facts from
+the installed packages.
 """
 
 from __future__ import annotations
@@ -206,3 +207,11 @@ def test_the_effective_settings_are_the_requests_layout_and_workload(built):
          wanted["train.global_batch_size"], wanted["train.micro_batch_size"], wanted["model.seq_length"],
          wanted["train.train_iters"], wanted["model.num_layers"], wanted["model.vocab_size"])
 
+
+def test_every_megatron_bridge_and_megatron_core_fact_reads_as_recorded_in_the_installed_packages(built):
+    """utils/upstream.py's facts of the pinned packages, re-read from the files this environment installed."""
+    interpreter = envs.virtualenv("mbridge", envs.requirement_lines(REQUIREMENTS), python=python_312(), no_deps=True)
+    out = subprocess.run([str(interpreter), "-m", "utils.upstream", "check", "--installed"], capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "upstream facts read as recorded" in out.stdout and not out.stdout.startswith("0 of")

@@ -98,7 +98,7 @@ ROWS = (
           env=MappingProxyType({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_NVLS_ENABLE": "0",
                                 "NCCL_GRAPH_REGISTER": "0", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
                                 "TORCH_NCCL_HIGH_PRIORITY": "1"}),
-          env_source="megatron-bridge 0.6.2 megatron/bridge/recipes/utils/environment_utils.py:22-34 "
+          env_source="megatron-bridge 0.6.2 megatron/bridge/recipes/utils/environment_utils.py:22-33 "
                      "(COMMON_RECIPE_ENV_VARS; utils/upstream.py fact mbridge-common-recipe-env-vars), which every "
                      "recipe TPrimat runs sets as cfg.env_vars"),
     Stack(name="nemo-25.04", platform="nvd", image="nvcr.io/nvidia/nemo:25.04", released="2025-04",
