@@ -1,11 +1,16 @@
-"""train/train_mbridge.py's configs built by Megatron-Bridge 0.6.2 itself, without a GPU and without training.
+"""train/train_mbridge.py's configs built and finalized by Megatron-Bridge 0.6.2 itself, without a GPU and without
+training.
 
 requirements/mbridge.txt is installed without dependencies into a Python 3.12 environment (tests/fixtures/envs.py;
-Megatron-Bridge needs 3.12), then tests/fixtures/train/mbridge_build_probe.py calls build_config there for each
-model and precision as a run does. Every attribute TPrimat sets must exist on the recipe's ConfigContainer and keep
-its value; the mixed-precision preset, attention backend, pipeline dtype and data blend must be built as asked.
-Transformer Engine cannot be installed here: the probe answers Megatron-Bridge's one unguarded import of it with an
-inert stand-in, and the first test holds that to exactly that import.
+Megatron-Bridge needs 3.12), then tests/fixtures/train/mbridge_build_probe.py calls build_config there for every
+model, precision and strategy TPrimat offers mbridge, as a run does, and finalizes each container as pretrain() does
+before training (its runtime_config_update: the mixed-precision and communication-overlap setups, validate()), all
+in one process. Every attribute TPrimat sets must exist on the recipe's ConfigContainer and keep its value through
+finalization; the mixed-precision preset, attention backend, pipeline dtype and data blend must be built as asked;
+the read-back the run writes must say what the finalized container holds. Transformer Engine cannot be installed
+here: the probe answers Megatron-Bridge's one unguarded import of it with an inert stand-in, and the first test holds
+that to exactly that import. The last test re-reads utils/upstream.py's Megatron-Bridge and megatron-core facts from
+the installed packages.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from tests.fixtures.train.data_dir import DATASET, make_data_dir
 from tests.fixtures.train_matrix.requests import run_request
 from train.mbridge.launch import write_model_dir
 from train.mbridge.recipe import recipe_settings
+from utils.frameworks import TABLE
+from utils.spec import stacks
+from utils.spec.fairness import profile
+from utils.spec.strategies import BUILTIN, lookup
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "requirements" / "mbridge.txt"
@@ -44,22 +53,30 @@ def python_312() -> str | None:
     return None
 
 
+MBRIDGE = TABLE["mbridge"]
+# Every precision mbridge offers, FP8 under each of its recipes, as PRECISION and FP8_RECIPE name them
+PRECISIONS = {**{p: {"PRECISION": p} for p in MBRIDGE.precisions if p != "fp8"},
+              **{f"fp8-{r}": {"PRECISION": "fp8", "FP8_RECIPE": r} for r in MBRIDGE.fp8_recipes}}
+# every model x precision x strategy with a layout for that model on NVIDIA, and the knobs that change what is
+# built: the tuned profile with validation, a layer-cut proxy, a tiny model on mock data with profiling
 CASES = {
-    "llama-bf16": ("llama", {}),
-    "qwen-bf16": ("qwen", {}),
+    **{f"{model}-{precision}-{strategy}": (model, {**env, "STRATEGY": strategy})
+       for model in MBRIDGE.model_names for precision, env in PRECISIONS.items() for strategy in sorted(BUILTIN)
+       if lookup(BUILTIN, strategy, "nvd", model)},
+    "llama-fp8-delayed-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned",
+                                                   "EVAL_INTERVAL": "50", "VALIDATION_PERCENT": "10"}),
     "llama70b-bf16-proxy": ("llama70b", {"MODEL_LAYERS": "4"}),
-    "llama32-bf16": ("llama32", {}),
-    "llama-fp8-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned",
-                                           "EVAL_INTERVAL": "50", "VALIDATION_PERCENT": "10"}),
-    "qwen-fp8-pp2": ("qwen", {"PRECISION": "fp8", "STRATEGY": "balanced"}),
-    # each other recipe's preset, with TPrimat's switch over it (utils.spec.precision)
-    "llama-fp8-tensorwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "tensorwise"}),
-    "llama-fp8-blockwise": ("llama", {"PRECISION": "fp8", "FP8_RECIPE": "blockwise"}),
-    "llama-mxfp8": ("llama", {"PRECISION": "mxfp8"}),
-    "llama-nvfp4": ("llama", {"PRECISION": "nvfp4"}),
     "llama-tiny-mock-profiled": ("llama", {"MODEL_SIZE": "tiny", "MOCK_DATA": "1", "PROFILING": "1",
                                            "TRAIN_ITERS": "20", "WARMUP_STEPS": "2", "WARMUP_SKIP": "2"}),
 }
+
+
+def underived(values: dict, case: str) -> dict:
+    """The paths finalization does not derive from others: validate()'s GPTDatasetConfig.finalize makes data_path the
+    blend (TPrimat sets None beside it), and on mock data megatron-core's dataset config takes an even split of its
+    own (blended_megatron_dataset_config.py: mock data has no documents to hold out)."""
+    derived = ("dataset.blend", "dataset.split") if "MOCK_DATA" in CASES[case][1] else ("dataset.blend",)
+    return {path: value for path, value in values.items() if path not in derived}
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +88,16 @@ def built(tmp_path_factory) -> tuple[dict, dict]:
     interpreter = envs.virtualenv("mbridge", envs.requirement_lines(REQUIREMENTS), python=python, no_deps=True)
     data_dir = make_data_dir(tmp_path_factory.mktemp("data"), model_keys=("llama", "qwen"), documents=20)
     run_root = tmp_path_factory.mktemp("runs")
-    settings = {}
+    settings, world_sizes = {}, {}
     for name, (model, env) in CASES.items():
         req = run_request("nvd", "mbridge", model, FRAMEWORK="mbridge", MODELS=model, DATA_DIR=str(data_dir),
                           DATASET=DATASET, **env)
         settings[name] = recipe_settings(req, str(run_root / name))
+        world_sizes[name] = req.parallelism.nnodes * req.parallelism.gpus_per_node
         write_model_dir(req, settings[name])
     cases = run_root / "cases.json"
-    cases.write_text(json.dumps([{"name": name, "settings": s} for name, s in settings.items()]))
+    cases.write_text(json.dumps([{"name": name, "settings": s, "world_size": world_sizes[name]}
+                                 for name, s in settings.items()]))
     out = subprocess.run([str(interpreter), str(PROBE), str(cases)], capture_output=True, text=True, timeout=900,
                          cwd=run_root, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                             "MEGATRON_CONFIG_LOCK_DIR": str(run_root)})
@@ -86,50 +105,113 @@ def built(tmp_path_factory) -> tuple[dict, dict]:
     return settings, json.loads(out.stdout.splitlines()[-1])
 
 
-def test_the_environment_holds_megatron_bridge_0_6_and_only_its_unguarded_transformer_engine_import_is_stood_in(built):
+def test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in(built):
     versions, stand_ins = built[1]["versions"], built[1]["stand_ins"]
     assert versions["megatron-bridge"] == envs.pinned(REQUIREMENTS, "megatron-bridge") == "0.6.2"
     assert versions["megatron-core"] == envs.pinned(REQUIREMENTS, "megatron-core")
     assert stand_ins == ["transformer_engine", "transformer_engine.pytorch"]
+    assert built[1]["te_answers"] == ["megatron.core.utils._te_version",
+                                      "megatron.core.models.common.embeddings.rope_utils.fused_apply_rotary_pos_emb",
+                                      "megatron.bridge.training.comm_overlap.HAVE_TE"]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_every_setting_exists_on_the_recipes_config_container_and_keeps_its_value(built, case):
     report = built[1]["cases"][case]
-    assert report["errors"] == {}
+    assert "build" not in report["errors"]
     assert report["missing"] == []
     assert report["set_mismatch"] == {}
     assert report["built"]["config"] == "ConfigContainer"
 
 
 @pytest.mark.parametrize("case", CASES)
+def test_every_case_finalizes_as_pretrain_finalizes_it_and_keeps_every_setting(built, case):
+    """runtime_config_update (the mixed-precision and communication-overlap setups, validate()) raises nothing and
+    overrides nothing TPrimat set."""
+    report = built[1]["cases"][case]
+    assert report["errors"] == {}
+    assert underived(report["finalized"]["set_mismatch"], case) == {}
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_precision_attention_backend_and_pipeline_dtype_are_built_as_set(built, case):
-    settings, report = built[0][case], built[1]["cases"][case]["built"]
-    assert report["mixed_precision"] == settings["mixed_precision"]["set"]
-    assert report["attention_backend"] == settings["attention_backend"]
-    assert report["pipeline_dtype"] == ("torch.bfloat16" if settings["pipeline_dtype"] else None)
-    precision = CASES[case][1].get("PRECISION", "bf16")  # the read-back names it as PRECISION does
-    assert (report["effective"]["precision"], report["mixed_precision"].get("fp8"), report["mixed_precision"].get("fp4")) \
+    settings, report = built[0][case], built[1]["cases"][case]
+    assert report["built"]["mixed_precision"] == settings["mixed_precision"]["set"]
+    assert report["built"]["attention_backend"] == settings["attention_backend"]
+    assert report["built"]["pipeline_dtype"] == ("torch.bfloat16" if settings["pipeline_dtype"] else None)
+    precision, mixed = CASES[case][1].get("PRECISION", "bf16"), report["built"]["mixed_precision"]
+    assert (report["finalized"]["effective"]["precision"], mixed.get("fp8"), mixed.get("fp4")) \
         == (precision, "hybrid" if "fp8" in precision else None, "e2m1" if precision == "nvfp4" else None)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_finalized_ddp_overlap_is_the_profiles_with_no_communication_overlap_setup_or_manual_gc(built, case):
+    """The 70B recipe's CommOverlapConfig would turn on both DDP overlaps and a 128 MiB bucket at DP > 1, over the
+    profile; no recipe's manual GC runs (mega, Primus and the torch-native engines run none)."""
+    effective = built[1]["cases"][case]["finalized"]["effective"]
+    table = profile(CASES[case][1].get("FAIRNESS", "spec"))
+    assert (effective["overlap_grad_reduce"], effective["overlap_param_gather"], effective["bucket_size"]) == \
+        (table["overlap_grad_reduce"], table["overlap_param_gather"], None)  # None: megatron-core's own bucket, as mega
+    assert (effective["tp_comm_overlap"], effective["manual_gc"]) == (False, False)
+
+
+@pytest.mark.parametrize("case", [name for name in CASES if "mxfp8" in name])
+def test_mxfp8_reuses_the_grad_buffer_only_when_the_profile_gathers_parameters_in_fp8(built, case):
+    effective = built[1]["cases"][case]["finalized"]["effective"]
+    assert effective["fp8_param_gather"] is profile("spec")["fp8_param_gather"] is False
+    assert effective["reuse_grad_buf_for_mxfp8_param_ag"] is False
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_read_back_the_run_writes_is_the_finalized_containers(built, case):
+    settings, report = built[0][case], built[1]["cases"][case]["finalized"]
+    written = json.loads(Path(settings["readback"]).read_text())
+    assert written == {key: value for key, value in report.items() if key not in ("set_mismatch", "blend")}
+    assert underived(written["set"], case) == underived(json.loads(json.dumps(settings["set"])), case)
+
+
+def test_the_recipes_process_environment_is_the_stacks_for_every_framework_and_none_is_left_in_the_container(built):
+    """Megatron-Bridge's recipes set COMMON_RECIPE_ENV_VARS as cfg.env_vars, applied inside the process: on the
+    stack row instead, TPrimat's launcher gives them to every framework of the stack (and results record them)."""
+    from utils.machine.platform_env import platform_env
+
+    shipped = built[1]["recipe_env_vars"]
+    assert set(shipped) == set(MBRIDGE.model_names.values()) and all(shipped.values())
+    recipes = {name: str(value) for env_vars in shipped.values() for name, value in env_vars.items()}
+    row = stacks.get("nemo-26.08")
+    assert recipes.items() <= row.env.items()
+    assert all(recipes.items() <= platform_env("nvd", framework, row.name).items() for framework in row.frameworks)
+    assert {case: report["finalized"]["effective"]["recipe_env_vars"] for case, report in built[1]["cases"].items()
+            if report["finalized"]["effective"]["recipe_env_vars"] != {}} == {}
 
 
 @pytest.mark.parametrize("case", [name for name in CASES if "mock" not in name])
 def test_real_data_is_the_prepared_prefix_as_the_datasets_blend(built, case):
-    settings, report = built[0][case], built[1]["cases"][case]["built"]
+    settings, report = built[0][case], built[1]["cases"][case]["finalized"]
     assert report["blend"] == [settings["set"]["dataset.data_path"], None]
     assert report["effective"]["mock_data"] is False
 
 
 def test_mock_data_leaves_the_dataset_without_a_blend(built):
-    report = built[1]["cases"]["llama-tiny-mock-profiled"]["built"]
+    report = built[1]["cases"]["llama-tiny-mock-profiled"]["finalized"]
     assert report["blend"] is None and report["effective"]["mock_data"] is True
 
 
 def test_the_effective_settings_are_the_requests_layout_and_workload(built):
-    settings, effective = built[0]["qwen-fp8-pp2"], built[1]["cases"]["qwen-fp8-pp2"]["built"]["effective"]
+    case = "qwen-fp8-delayed-balanced"
+    settings, effective = built[0][case], built[1]["cases"][case]["finalized"]["effective"]
     wanted = settings["set"]
-    assert (effective["tp"], effective["pp"], effective["gbs"], effective["mbs"], effective["seq_len"],
+    assert (effective["tp"], effective["pp"], effective["dp"], effective["gbs"], effective["mbs"], effective["seq_len"],
             effective["steps"], effective["num_layers"], effective["padded_vocab_size"]) == \
-        (wanted["model.tensor_model_parallel_size"], wanted["model.pipeline_model_parallel_size"],
+        (wanted["model.tensor_model_parallel_size"], wanted["model.pipeline_model_parallel_size"], 2,
          wanted["train.global_batch_size"], wanted["train.micro_batch_size"], wanted["model.seq_length"],
          wanted["train.train_iters"], wanted["model.num_layers"], wanted["model.vocab_size"])
+
+
+def test_every_megatron_bridge_and_megatron_core_fact_reads_as_recorded_in_the_installed_packages(built):
+    """utils/upstream.py's facts of the pinned packages, re-read from the files this environment installed."""
+    interpreter = envs.virtualenv("mbridge", envs.requirement_lines(REQUIREMENTS), python=python_312(), no_deps=True)
+    out = subprocess.run([str(interpreter), "-m", "utils.upstream", "check", "--installed"], capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "upstream facts read as recorded" in out.stdout and not out.stdout.startswith("0 of")

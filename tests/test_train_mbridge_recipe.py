@@ -12,7 +12,7 @@ from train.mbridge.launch import command
 from train.mbridge.recipe import FAIRNESS_PATHS, HUB_IDS, recipe_settings
 from utils.cli import UsageError
 from utils.frameworks import TABLE
-from utils.spec.fairness import profile
+from utils.spec.fairness import SPEC, profile
 
 RUN_DIR = "/out/set/mbridge-llama"
 
@@ -89,10 +89,29 @@ def test_the_fairness_profile_reaches_the_ddp_model_and_optimizer(fairness):
 
 def test_fp8_takes_the_delayed_scaling_preset_with_the_profiles_recipe():
     bf16, fp8 = settings_for()["mixed_precision"], settings_for(PRECISION="fp8")["mixed_precision"]
-    assert bf16 == {"preset": "bf16_mixed", "set": {"grad_reduce_in_fp32": False, "fp8_param_gather": False}}
+    assert bf16 == {"preset": "bf16_mixed", "set": {"grad_reduce_in_fp32": False, "fp8_param_gather": False,
+                                                    "reuse_grad_buf_for_mxfp8_param_ag": False}}
     assert fp8["preset"] == "bf16_with_fp8_delayed_scaling_mixed"
     assert {key: fp8["set"][key] for key in ("fp8", "fp8_recipe", "fp8_amax_history_len")} == \
         {"fp8": "hybrid", "fp8_recipe": "delayed", "fp8_amax_history_len": 1024}
+
+
+def test_mxfp8_reuses_the_grad_buffer_for_the_parameter_gather_only_when_the_profile_gathers_in_fp8(monkeypatch):
+    mxfp8 = settings_for(PRECISION="mxfp8")["mixed_precision"]
+    assert mxfp8["preset"] == "bf16_with_mxfp8_mixed"  # which ships the reuse on
+    assert (mxfp8["set"]["fp8_param_gather"], mxfp8["set"]["reuse_grad_buf_for_mxfp8_param_ag"]) == (False, False)
+    monkeypatch.setitem(SPEC, "fp8_param_gather", True)
+    gathered = settings_for(PRECISION="mxfp8")["mixed_precision"]["set"]
+    assert (gathered["fp8_param_gather"], gathered["reuse_grad_buf_for_mxfp8_param_ag"]) == (True, True)
+    assert settings_for(PRECISION="fp8")["mixed_precision"]["set"]["reuse_grad_buf_for_mxfp8_param_ag"] is False
+
+
+@pytest.mark.parametrize("model", ["llama", "llama70b"])
+def test_no_recipe_overlaps_communication_collects_garbage_or_sets_its_own_environment(model):
+    """The 70B recipe's communication-overlap setup, every recipe's manual GC and cfg.env_vars: as the other
+    frameworks run (the environment is the stack's, for all of them)."""
+    s = settings_for(model)["set"]
+    assert (s["comm_overlap"], s["train.manual_gc"], s["env_vars"]) == (None, False, {})
 
 
 def test_profiling_sets_megatrons_nsys_range_on_rank_0():

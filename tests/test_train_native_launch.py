@@ -16,9 +16,11 @@ GPUS = {"nvd": {"nvidia": 8}, "amd": {"amd": 8}}
 # What each launch sets on top of the inherited environment: the platform's variables (utils/machine/platform_env), the
 # framework's, and unbuffered Python.
 VENDOR_ENV = {
-    ("nvd", "fsdp"): {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1"},
-    ("nvd", "autotp"): {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1",
-                        "DS_ACCELERATOR": "cuda"},
+    ("nvd", "fsdp"): {**(NEMO_26_08 := {  # the platform's, and what Megatron-Bridge's recipes run with (issue 43)
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "1",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_NVLS_ENABLE": "0", "NCCL_GRAPH_REGISTER": "0",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "TORCH_NCCL_HIGH_PRIORITY": "1"})},
+    ("nvd", "autotp"): {**NEMO_26_08, "DS_ACCELERATOR": "cuda"},
     ("amd", "fsdp"): {**(PRIMUS_V26_5 := {  # what Primus v26.5 runs with, whatever the framework (issue 32)
         "CUDA_DEVICE_MAX_CONNECTIONS": "1", "GPU_MAX_HW_QUEUES": "2", "TORCH_NCCL_HIGH_PRIORITY": "1",
         "NCCL_CHECKS_DISABLE": "1", "RCCL_MSCCL_ENABLE": "0", "NCCL_PXN_DISABLE": "1",

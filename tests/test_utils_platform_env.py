@@ -64,3 +64,20 @@ def test_a_trainer_started_by_hand_gets_its_frameworks_variables_and_a_users_val
     assert apply("amd", environ, framework="autotp", stack="primus-v25.11") == \
         {**PRIMUS["primus-v25.11"], "DISABLE_ADDMM_HIP_LT": "0", "DS_ACCELERATOR": "cpu"}
     assert apply("cpu", {}, framework="autotp") == {"DS_ACCELERATOR": "cpu"}  # glibc and OpenMP: process start only
+
+
+# Megatron-Bridge 0.6.2's COMMON_RECIPE_ENV_VARS (utils/upstream.py fact mbridge-common-recipe-env-vars), which its
+# recipes would set inside the mbridge process only; tests/test_train_mbridge_build.py reads them from the package
+MEGATRON_BRIDGE_RECIPES = {"NCCL_GRAPH_REGISTER": "0", "NCCL_NVLS_ENABLE": "0",
+                           "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                           "TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "TORCH_NCCL_HIGH_PRIORITY": "1"}
+
+
+@pytest.mark.parametrize("framework", ["mega", "mbridge", "fsdp", "autotp", "torchtitan"])
+def test_every_framework_on_the_megatron_bridge_stack_gets_its_recipes_environment(framework):
+    assert MEGATRON_BRIDGE_RECIPES.items() <= platform_env("nvd", framework, "nemo-26.08").items()
+
+
+def test_the_nemo_2_stack_keeps_the_platforms_environment_alone():
+    assert platform_env("nvd", "nemo", "nemo-25.04") == platform_env("nvd", stack="nemo-25.04")
+    assert not MEGATRON_BRIDGE_RECIPES.keys() & platform_env("nvd", stack="nemo-25.04").keys()

@@ -37,7 +37,7 @@ def test_every_fact_is_located_hashed_explained_and_held_by_a_test_that_exists()
 def test_every_source_is_pinned_to_a_tag_or_commit_and_a_package_to_its_version():
     for key, source in upstream.SOURCES.items():
         assert re.fullmatch(r"[\w.-]+/[\w.-]+", source.repo), key
-        assert re.fullmatch(r"[0-9a-f]{40}|v?\d[\w.]*", source.ref), key
+        assert re.fullmatch(r"[0-9a-f]{40}|(core_)?v?\d[\w.]*", source.ref), key  # Megatron-LM: core_vX.Y.Z
         assert source.package is None or re.fullmatch(r"[\w.-]+==[\w.]+", source.package), key
 
 

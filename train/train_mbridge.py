@@ -4,10 +4,15 @@ Started by the launcher under torchrun on every rank (Megatron-Bridge initialise
 
     torchrun --nproc_per_node=8 -m train.train_mbridge --settings RUN_DIR/mbridge_settings.json
 
-build_config builds the recipe's ConfigContainer with every TPrimat setting applied; main writes the read-back
-(train/mbridge/readback.py) and calls Megatron-Bridge's pretrain(config, forward_step) with its GPT forward step
-(v0.6.0: src/megatron/bridge/training/pretrain.py, .../training/gpt_step.py). Megatron-Bridge is imported here
-only, inside the functions, so the rest of TPrimat (and its tests) never needs it.
+build_config builds the recipe's ConfigContainer with every TPrimat setting applied; main calls Megatron-Bridge's
+pretrain(config, forward_step) with its GPT forward step (v0.6.0: src/megatron/bridge/training/pretrain.py,
+.../training/gpt_step.py) and writes the read-back (train/mbridge/readback.py) when training starts: pretrain()
+finalizes the container first (runtime_config_update: the mixed-precision and communication-overlap setups, which
+write into the model, optimizer and DDP configs, then validate(); setup() then fixes the vocabulary), so only a
+read-back taken after it records what ran. It is hooked there (on_train_start) rather than taken after a
+finalization of TPrimat's own, because pretrain() finalizes whatever it is given again, and a second finalization
+is not one the run would otherwise have gone through. Megatron-Bridge is imported here only, inside the functions,
+so the rest of TPrimat (and its tests) never needs it.
 """
 
 from __future__ import annotations
@@ -47,13 +52,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg = build_config(settings)
 
+    from megatron.bridge.training.callbacks import CallbackManager
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
 
     from train.mbridge import readback
 
-    readback.write(cfg, settings, *readback.world())
-    pretrain(cfg, forward_step)
+    callbacks = CallbackManager()
+    callbacks.register("on_train_start", lambda context: readback.write(context.state.cfg, settings,
+                                                                        *readback.world()))
+    pretrain(cfg, forward_step, callbacks=callbacks)
     return 0
 
 

@@ -55,10 +55,24 @@ SOURCES = {
     "primus-v25.11": Source("AMD-AGI/Primus", "66bed3ce8bd4086d00741c4aa35dbf08b7e4c962"),
     "torchtitan-0.3.0": Source("pytorch/torchtitan", "v0.3.0", package="torchtitan==0.3.0"),
     "torch-2.13.0": Source("pytorch/pytorch", "v2.13.0", package="torch==2.13.0"),
+    # megatron-bridge 0.6.2 was built from an r0.6.0 commit no public copy read here holds (no v0.6.2 tag; its
+    # training/config.py matches no stored version): v0.6.0 is the nearest tag. Every fact below is hashed from the
+    # installed 0.6.2 files (check --installed, run by tests/test_train_mbridge_build.py); at v0.6.0 the same lines
+    # hash alike but for training/config.py's three facts, which sit 5 lines higher there.
+    "megatron-bridge-0.6.2": Source("NVIDIA-NeMo/Megatron-Bridge", "v0.6.0", package="megatron-bridge==0.6.2",
+                                    prefix="src/"),
+    "megatron-core-0.19.2": Source("NVIDIA/Megatron-LM", "core_v0.19.2", package="megatron-core==0.19.2"),
 }
 _LOG = "tests/test_evaluate_logs_primus_v26_5.py::"
 _RENDER = "primus/backends/megatron/patches/training_log/print_rank_last_patches.py"
 _AMAX = "primus/backends/megatron/patches/te_patches/delayed_scaling_patches.py"
+
+# The tests that hold TPrimat to a fact (tests/<file>.py::<test function>)
+BUILD = "tests/test_train_mbridge_build.py::"
+OVERLAP = "test_the_finalized_ddp_overlap_is_the_profiles_with_no_communication_overlap_setup_or_manual_gc"
+ENVIRONMENT = "test_the_recipes_process_environment_is_the_stacks_for_every_framework_and_none_is_left_in_the_container"
+READBACK = "test_the_read_back_the_run_writes_is_the_finalized_containers"
+STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in"
 
 # One section per source; a fact is added where its source's section is.
 FACTS: tuple[Fact, ...] = (
@@ -187,6 +201,93 @@ FACTS: tuple[Fact, ...] = (
          "37979171e0ba37ce197182687e9b0cad1369fe4dabec930de51f9a20b2951f25",
          "create_block_mask takes separate_full_blocks in torch 2.13",
          "tests/test_utils_stacks.py::test_no_stack_lists_a_framework_its_published_torch_is_too_old_for"),
+    # --- NVIDIA-NeMo/Megatron-Bridge, megatron-bridge 0.6.2 --------------------------------------------------
+    Fact("mbridge-mxfp8-preset-reuses-grad-buffer", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/training/mixed_precision.py", (255, 266),
+         "5b288fa5e6f2cf2799040b8553026b4d2427c257a1581d1d287a297e5dda9282",
+         "bf16_with_mxfp8_mixed gathers parameters in FP8 and reuses the grad buffer for that gather; TPrimat sets "
+         "both from the profile's fp8_param_gather", BUILD + "test_mxfp8_reuses_the_grad_buffer_only_when_the_profile_"
+         "gathers_parameters_in_fp8"),
+    Fact("mbridge-llama31-70b-comm-overlap", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/recipes/llama/h100/llama3.py", (1185, 1189),
+         "fd79c264300c1b325b3150a1c5f731d2f92a9e0c9c5c130ddc94e983671883fc",
+         "llama31_70b_pretrain_config sets a CommOverlapConfig with TP communication overlap on; TPrimat sets "
+         "comm_overlap None", BUILD + OVERLAP),
+    Fact("mbridge-comm-overlap-tp-conditions", "megatron-bridge-0.6.2", "src/megatron/bridge/training/comm_overlap.py",
+         (442, 451), "ee99225b7e290f974702850f2680bc3a0947407e25ac4a063b5467c86ccac541",
+         "TP communication overlap stays on at TP >= 2 with sequence parallelism where Transformer Engine imports (so "
+         "on the GPU, not on a CPU without it: the build test's probe answers as the stack's TE)", BUILD + OVERLAP),
+    Fact("mbridge-comm-overlap-ddp-at-dp-above-1", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/training/comm_overlap.py", (576, 579),
+         "a767fb071e4d425c9858108b405e42cc7a5a452e29161ba3dbaf2135fa334174",
+         "at DP > 1 the comm-overlap setup turns on gradient-reduce and parameter-gather overlap with a 128 MiB bucket",
+         BUILD + OVERLAP),
+    Fact("mbridge-comm-overlap-writes-ddp", "megatron-bridge-0.6.2", "src/megatron/bridge/training/comm_overlap.py",
+         (635, 643), "a9a0f427f77a2df7ab875ef074f5ef17bf4f18247adffc2c26707ad240edbc2a",
+         "with the distributed optimizer those overlap settings are written over the optimizer and DDP configs",
+         BUILD + OVERLAP),
+    Fact("mbridge-common-recipe-env-vars", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/recipes/utils/environment_utils.py", (22, 33),
+         "d66d3498634963ecbcb992c9870d8c92caadf3155fe83492da98802b61461759",
+         "the recipes' process environment: NCCL_GRAPH_REGISTER=0, NCCL_NVLS_ENABLE=0, PYTORCH_CUDA_ALLOC_CONF="
+         "expandable_segments:True, TORCH_NCCL_AVOID_RECORD_STREAMS=1, TORCH_NCCL_HIGH_PRIORITY=1: the nemo-26.08 "
+         "stack row's env", BUILD + ENVIRONMENT),
+    Fact("mbridge-llama31-70b-env-vars", "megatron-bridge-0.6.2", "src/megatron/bridge/recipes/llama/h100/llama3.py",
+         (1193, 1196), "bc1eb2fbd3222fba6a259256892efd79ee1af57eb8e732378d0375da0cd9cff2",
+         "a recipe carries that environment as cfg.env_vars (TPrimat clears it)", BUILD + ENVIRONMENT),
+    Fact("mbridge-env-vars-applied-in-process", "megatron-bridge-0.6.2", "src/megatron/bridge/training/config.py",
+         (1845, 1850), "cd0c1c97748298002998c855c141e36364374a1e0280e79dbe285a5b68f4bc32",
+         "cfg.env_vars is applied inside the training process, where unset", BUILD + ENVIRONMENT),
+    Fact("mbridge-recipes-manual-gc", "megatron-bridge-0.6.2", "src/megatron/bridge/recipes/common.py", (64, 71),
+         "96940736891ccaaa3a3500fbd611db73c0b8f8eeeba19da3e5e39d1d619e83df",
+         "_pretrain_common, under every recipe TPrimat runs, collects garbage by hand every 100 steps; TPrimat sets "
+         "manual_gc False", BUILD + OVERLAP),
+    Fact("mbridge-pretrain-finalizes-first", "megatron-bridge-0.6.2", "src/megatron/bridge/training/pretrain.py",
+         (74, 74), "22bf86e78feb7e6c87c89738b8ea925b04a6f61b2ee85edad2f1aa9068a335ec",
+         "pretrain() finalizes the container it is given (runtime_config_update) before anything else",
+         BUILD + "test_every_case_finalizes_as_pretrain_finalizes_it_and_keeps_every_setting"),
+    Fact("mbridge-runtime-config-update", "megatron-bridge-0.6.2", "src/megatron/bridge/training/config.py",
+         (1869, 1888), "be41b29de07858dee96f71eff4e9201939e5f64483872f8caa4e8cf087aa273d",
+         "finalization: the recipe's environment, the mixed-precision setup, the DP size, the comm-overlap setup, "
+         "validate(); the build test's probe runs it", BUILD + "test_every_case_finalizes_as_pretrain_finalizes_it_"
+         "and_keeps_every_setting"),
+    Fact("mbridge-setup-before-training", "megatron-bridge-0.6.2", "src/megatron/bridge/training/pretrain.py",
+         (136, 136), "bad27634567ccb94cf84f31c754487cdf1574caa33a2eee680209816e3f39686",
+         "setup() (initialize_megatron, the vocabulary) runs after finalization and before training",
+         BUILD + READBACK),
+    Fact("mbridge-on-train-start", "megatron-bridge-0.6.2", "src/megatron/bridge/training/train.py", (349, 351),
+         "9c1edce7c17055326bf4d6565f30dc5356ca56202ac3fdd17a1666855841ce20",
+         "on_train_start fires in train(), after setup(): train_mbridge's read-back runs there", BUILD + READBACK),
+    Fact("mbridge-dp-from-world-size", "megatron-bridge-0.6.2", "src/megatron/bridge/training/config.py",
+         (1035, 1037), "1aca643f16feb683b719d9dd941a92747cfbff8062f563814c7786754566c584",
+         "finalization takes DP from the world size (megatron-core's safe_get_world_size)",
+         BUILD + "test_the_effective_settings_are_the_requests_layout_and_workload"),
+    Fact("mbridge-fp4-needs-te", "megatron-bridge-0.6.2", "src/megatron/bridge/training/mixed_precision.py",
+         (110, 111), "4180befc95a419ad20e692bb02b810bcf95f7e4ac36c476b77bd120961d89679",
+         "NVFP4 finalization asks Transformer Engine's version (the probe answers the stack's)", BUILD + STAND_INS),
+    # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
+    Fact("mcore-ddp-reuse-needs-fp8-param-gather", "megatron-core-0.19.2",
+         "megatron/core/distributed/distributed_data_parallel_config.py", (253, 254),
+         "f08775cef223e0857b084ed66c18c0a81f1011498a74445cb6256fc03fb906b4",
+         "the DDP config refuses the MXFP8 grad-buffer reuse without fp8_param_gather",
+         BUILD + "test_every_case_finalizes_as_pretrain_finalizes_it_and_keeps_every_setting"),
+    Fact("mcore-rope-fusion-needs-te", "megatron-core-0.19.2", "megatron/core/transformer/transformer_config.py",
+         (2179, 2187), "7a1cbc4072c8a9a1f8ec028fa16d2cce843684f0857d654567208a0a86393618",
+         "apply_rope_fusion (the profile's) needs Transformer Engine's fused RoPE kernel (the probe answers it)",
+         BUILD + STAND_INS),
+    Fact("mcore-te-version-cache", "megatron-core-0.19.2", "megatron/core/utils.py", (317, 323),
+         "aeebc2457181b3e89d18df19bb242a32ae2b0f7596f05bbde0ee859976038aa2",
+         "Transformer Engine's version is cached in _te_version, which every is_te_min_version reads",
+         BUILD + STAND_INS),
+    Fact("mcore-world-size-from-env", "megatron-core-0.19.2", "megatron/core/_rank_utils.py", (60, 64),
+         "87901edc02c3d3baacbe5f6ea25dfe8f25061de54dab7342f288b34954db9d92",
+         "without a process group the world size is WORLD_SIZE, as torchrun exports it (the probe sets it)",
+         BUILD + "test_the_effective_settings_are_the_requests_layout_and_workload"),
+    Fact("mcore-mock-data-even-split", "megatron-core-0.19.2",
+         "megatron/core/datasets/blended_megatron_dataset_config.py", (137, 144),
+         "a845a4a06ecd135e8b61a32aea10a1cfbab1985356dc974dfa922a267855f374",
+         "with no blend (mock data) the dataset config takes split 1,1,1 of its own",
+         BUILD + "test_every_case_finalizes_as_pretrain_finalizes_it_and_keeps_every_setting"),
 )
 
 

@@ -1,7 +1,8 @@
 """The settings Megatron-Bridge trains with, read back from the ConfigContainer train/train_mbridge.py built.
 
-Two records, both from the container after the recipe and TPrimat's settings are applied (before pretrain()
-finalizes it): the run directory's mbridge_readback.json holds every attribute path TPrimat set with the value the
+Two records, both from the container as pretrain() finalized it (train/train_mbridge.py reads it when training
+starts: the mixed-precision and communication-overlap setups have written into the model, optimizer and DDP configs
+by then): the run directory's mbridge_readback.json holds every attribute path TPrimat set with the value the
 container holds (what differs from the request shows there), and global rank 0 prints the effective settings in
 TPrimat's names as one line, as train/nemo/readback.py does for NeMo:
 
@@ -23,7 +24,7 @@ from utils.files import write_json
 
 MARKER = "TPRIMAT_EFFECTIVE"  # evaluate.logs.settings.EFFECTIVE_MARKER (train/ imports no evaluate/)
 DDP_READ = ("check_for_nan_in_grad", "overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32",
-            "average_in_collective")
+            "average_in_collective", "bucket_size", "fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag")
 
 
 def read(root: object, path: str) -> object:
@@ -73,6 +74,9 @@ def effective(cfg, world_size: int) -> dict:
         "fp8_amax_compute_algo": getattr(mixed, "fp8_amax_compute_algo", None),
         "fp8_reduce_amax": te_reduce_amax() if getattr(mixed, "fp8", None) else None,
         "eod_mask_loss": dataset.eod_mask_loss, "dataloader_type": dataset.dataloader_type,
+        # what only Megatron-Bridge's recipes would switch on (train/mbridge/recipe.py RUN_AS_THE_OTHERS)
+        "tp_comm_overlap": model.tp_comm_overlap, "manual_gc": cfg.train.manual_gc,
+        "recipe_env_vars": plain(cfg.env_vars),
         **{key: getattr(cfg.ddp, key) for key in DDP_READ},
     }
 

@@ -51,6 +51,17 @@ FAIRNESS_PATHS = {
 }
 
 
+# What the recipes switch on that no other framework runs, set as they all run (the upstream lines are
+# utils/upstream.py's facts): no communication-overlap setup (the 70B recipe's CommOverlapConfig turns on TP
+# communication overlap, and at DP > 1 Megatron-Bridge's setup then also turns on the DDP gradient-reduce and
+# parameter-gather overlaps with a 128 MiB bucket, over the fairness profile's), so the DDP settings are the
+# profile's and TP communication is not overlapped, as in mega and Primus; no manual garbage collection (every recipe
+# collects every 100 steps; Megatron-LM and Primus leave it off, the torch-native engines have none); and no process
+# environment of the recipe's own (cfg.env_vars, applied inside the process): its variables are the stack's
+# (utils/spec/stacks.py), which the launcher gives every framework on the stack.
+RUN_AS_THE_OTHERS = {"comm_overlap": None, "train.manual_gc": False, "env_vars": {}}
+
+
 def recipe_settings(req: Request, run_dir: str) -> dict:
     """Everything train_mbridge.py sets on the recipe's ConfigContainer for one run, from the run's request."""
     lay, train, data, env, evaluation = req.parallelism, req.training, req.data, req.environment, req.evaluation
@@ -113,6 +124,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "dataset.dataloader_type": applied["dataloader_type"],
         **{f"ddp.{key}": fairness[key] for key in DDP_KEYS},
         **{path: fairness[name] for name, path in FAIRNESS_PATHS.items()},
+        **RUN_AS_THE_OTHERS,
     }
     if env.profiling:  # megatron's nsys capture range, rank 0
         settings.update({"profiling.use_nsys_profiler": True, "profiling.profile_step_start": env.profile_start_step,
@@ -126,10 +138,20 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "pipeline_dtype": "bfloat16" if lay.pp > 1 else None,
         "attention_backend": fairness["attention_backend"],
         "mixed_precision": {"preset": PRESETS[switch_key(train.precision, str(fairness["fp8_recipe"]))],
-                            "set": precision_settings(req)},
+                            "set": mixed_precision(req)},
         "workload": applied,  # for the record: the sampler is Megatron's sequential one, the warm-up Megatron's
-        # Megatron-Bridge's own switches; the platform's (attention kernels, device connections) come from
-        # utils/machine/platform_env.py through the launcher.
-        "env": {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+        # Megatron-Bridge's own switches; the platform's and the stack's (attention kernels, device connections,
+        # the recipes' allocator and NCCL settings) come from utils/machine/platform_env.py through the launcher.
+        "env": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "MEGATRON_CONFIG_LOCK_DIR": work},
     }
+
+
+def mixed_precision(req: Request) -> dict:
+    """The preset's settings as NeMo's mapping gives them (train/nemo/recipe.py precision_settings), and the MXFP8
+    parameter gather's grad-buffer reuse as the profile gathers parameters: bf16_with_mxfp8_mixed ships it on, and
+    megatron-core's DDP config refuses it unless the parameters are gathered in MXFP8 (fp8_param_gather), which
+    the profile turns off."""
+    settings = precision_settings(req)
+    settings["reuse_grad_buf_for_mxfp8_param_ag"] = req.training.precision == "mxfp8" and settings["fp8_param_gather"]
+    return settings

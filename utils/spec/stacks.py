@@ -92,7 +92,17 @@ ROWS = (
                  "container'); the newest public NeMo tag found, after 26.04.01 (DGX Cloud benchmarking v26.06.01) "
                  "and 26.06.01 (Megatron-Bridge 0.5.1); 3rdparty/Megatron-LM cd4afffa (package_info 0.19.0); uv.lock "
                  "transformer-engine 2.17.1+4329ff84; pyproject requires-python 3.12; CUDA and torch of the image "
-                 "are not published in the repository"),
+                 "are not published in the repository",
+          # The process environment Megatron-Bridge's recipes carry (cfg.env_vars) for every framework on the stack,
+          # not only inside mbridge's process: the expandable caching allocator, no NVLink SHARP and no NCCL graph
+          # registration, collectives on high-priority streams without record_stream; mbridge clears the recipe's copy
+          # (train/mbridge/recipe.py), so one list applies, and results record it.
+          env=MappingProxyType({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NCCL_NVLS_ENABLE": "0",
+                                "NCCL_GRAPH_REGISTER": "0", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+                                "TORCH_NCCL_HIGH_PRIORITY": "1"}),
+          env_source="megatron-bridge 0.6.2 megatron/bridge/recipes/utils/environment_utils.py:22-33 "
+                     "(COMMON_RECIPE_ENV_VARS; utils/upstream.py fact mbridge-common-recipe-env-vars), which every "
+                     "recipe TPrimat runs sets as cfg.env_vars"),
     Stack(name="nemo-25.04", platform="nvd", image="nvcr.io/nvidia/nemo:25.04", released="2025-04",
           runtime=None, torch=None, transformer_engine=None, megatron_core="0.12",
           frameworks=("mega", "nemo", "fsdp", "autotp"), nemo="2.3",
