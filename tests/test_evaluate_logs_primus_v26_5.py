@@ -4,7 +4,7 @@ The fixtures are what Primus release/v26.5 at ca7ddda3 prints (primus/backends/m
 print_rank_last_patches.py: `render_training_log_line` joins the segments of Megatron-LM d3528a21's `training_log`
 line, and `_forward_single_node_training_log` logs it on rank 0's console sink under primus/core/utils/logger.py's
 stderr format), with the last rank's own plain print beside it when torchrun shows the last local rank
-(utils/upstream.py: primus-v26.5 facts).
+(utils/upstream/table.py: primus-v26.5 facts).
 """
 
 from __future__ import annotations

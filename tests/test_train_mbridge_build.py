@@ -9,7 +9,7 @@ in one process. Every attribute TPrimat sets must exist on the recipe's ConfigCo
 finalization; the mixed-precision preset, attention backend, pipeline dtype and data blend must be built as asked;
 the read-back the run writes must say what the finalized container holds. Transformer Engine cannot be installed
 here: the probe answers Megatron-Bridge's one unguarded import of it with an inert stand-in, and the first test holds
-that to exactly that import. The last test re-reads utils/upstream.py's Megatron-Bridge and megatron-core facts from
+that to exactly that import. The last test re-reads utils/upstream/table.py's Megatron-Bridge and megatron-core facts from
 the installed packages.
 """
 
@@ -209,7 +209,7 @@ def test_the_effective_settings_are_the_requests_layout_and_workload(built):
 
 
 def test_every_megatron_bridge_and_megatron_core_fact_reads_as_recorded_in_the_installed_packages(built):
-    """utils/upstream.py's facts of the pinned packages, re-read from the files this environment installed."""
+    """utils/upstream/table.py's facts of the pinned packages, re-read from the files this environment installed."""
     interpreter = envs.virtualenv("mbridge", envs.requirement_lines(REQUIREMENTS), python=python_312(), no_deps=True)
     out = subprocess.run([str(interpreter), "-m", "utils.upstream", "check", "--installed"], capture_output=True,
                          text=True, cwd=ROOT, timeout=300)

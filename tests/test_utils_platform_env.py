@@ -16,7 +16,7 @@ from utils.machine.platform_env import apply, platform_env
 # NVTE_USE_CAST_TRANSPOSE_TRITON (311), NVTE_CK_USES_BWD_V3 (318); v26.5 runner/helpers/envs/base_env.sh at ca7ddda3
 # (143-240) sets the same but HSA_NO_SCRATCH_RECLAIM=1 and NVTE_CK_USES_BWD_V3=1, and v26.5's notes for MI300X
 # (docs/02-user-guide/megatron-lm-training.md at fd1eeabb) add NVTE_CK_IS_V3_ATOMIC_FP32=1. Both export
-# NVTE_ROCM_ENABLE_MXFP8=1 (utils/upstream.py: primus-v26.5 "MXFP8 switch").
+# NVTE_ROCM_ENABLE_MXFP8=1 (utils/upstream/table.py: primus-v26.5 "MXFP8 switch").
 PRIMUS_COMMON = {"NVTE_ROCM_ENABLE_MXFP8": "1",
                  "NCCL_CHECKS_DISABLE": "1", "RCCL_MSCCL_ENABLE": "0", "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
                  "GPU_MAX_HW_QUEUES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "TORCH_NCCL_HIGH_PRIORITY": "1",
@@ -66,7 +66,7 @@ def test_a_trainer_started_by_hand_gets_its_frameworks_variables_and_a_users_val
     assert apply("cpu", {}, framework="autotp") == {"DS_ACCELERATOR": "cpu"}  # glibc and OpenMP: process start only
 
 
-# Megatron-Bridge 0.6.2's COMMON_RECIPE_ENV_VARS (utils/upstream.py fact mbridge-common-recipe-env-vars), which its
+# Megatron-Bridge 0.6.2's COMMON_RECIPE_ENV_VARS (utils/upstream/table.py fact mbridge-common-recipe-env-vars), which its
 # recipes would set inside the mbridge process only; tests/test_train_mbridge_build.py reads them from the package
 MEGATRON_BRIDGE_RECIPES = {"NCCL_GRAPH_REGISTER": "0", "NCCL_NVLS_ENABLE": "0",
                            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",

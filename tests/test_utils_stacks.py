@@ -97,7 +97,7 @@ def test_a_gpu_run_outside_any_image_records_the_host_stack_not_its_row_s_image(
 
 def test_no_stack_lists_a_framework_its_published_torch_is_too_old_for():
     """A row lists a framework only where its pinned version imports on the image's torch: torchtitan 0.3.0 needs
-    torch 2.13 (utils/upstream.py's torchtitan and torch facts), rocm/primus:v26.5 ships 2.12.0."""
+    torch 2.13 (utils/upstream/table.py's torchtitan and torch facts), rocm/primus:v26.5 ships 2.12.0."""
     listed = {(row.name, name): why for row in stacks.ROWS for name in row.frameworks
               if (why := frameworks.TABLE[name].torch_refusal(row.torch))}
     assert listed == {}

@@ -1,4 +1,4 @@
-"""The upstream-fact table (utils/upstream.py): each entry is complete and names a test that exists, and the re-check
+"""The upstream-fact table (utils/upstream/table.py): each entry is complete and names a test that exists, and the re-check
 reads a fact's lines back from a checkout at its ref and fails on any change to them."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import time
 from functools import lru_cache
 from typing import Iterable
 
-# Primus v26.5's compute field, "X (avg Y)" (utils/upstream.py: primus-v26.5 "compute segment").
+# Primus v26.5's compute field, "X (avg Y)" (utils/upstream/table.py: primus-v26.5 "compute segment").
 WITH_AVERAGE = re.compile(r"^\s*(\S+) \(avg (\S+)\)\s*$")
 NUMBER = re.compile(r"^([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?))\s*(GiB|GB|MiB|MB|%)?$",
                     re.IGNORECASE)
@@ -24,7 +24,7 @@ NUMBER = re.compile(r"^([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:i
 # (Megatron's timestamp, Primus's logger prefix, NeMo's logging prefix). The same text quoted by a traceback
 # (an indented source line, a string, an exception message) is not a record.
 # Primus v26.5 logs the last rank's Megatron-LM line, timestamp included, under its own prefix on rank 0's console
-# (utils/upstream.py: primus-v26.5 "console prefix", "forwarded to rank 0").
+# (utils/upstream/table.py: primus-v26.5 "console prefix", "forwarded to rank 0").
 MEGATRON_STAMP = r" ?\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\]"
 RECORD_START = (r"^(?:\d+: )?(?:\[(?:rank|default)\d+\]: ?)?"
                 r"(?:" + MEGATRON_STAMP +
@@ -173,7 +173,7 @@ def megatron_record(step: int, rest: str, complete: bool = False) -> tuple[dict,
 
     Megatron-LM ends every field with " |", so text after the last "|" is no field: a line cut off, or cut short by
     another rank's output ("elapsed time per iteration (ms): 9" and a line end is a piece of 9295.0). Primus v26.5
-    re-renders the line without that "|" and with its memory field last (utils/upstream.py: primus-v26.5 "rendered
+    re-renders the line without that "|" and with its memory field last (utils/upstream/table.py: primus-v26.5 "rendered
     line"), which counts only in a whole line (complete) and in its whole form.
     """
     record, gbs, primus = new_record(step), None, False

@@ -36,7 +36,7 @@ DEVICE_LINE = re.compile(r"\bGPU \d+: (.+?) \(UUID: |\bCard [Ss]eries:\s*(.+?)\s
 # The collective library's start-up line names the GPU stack: NCCL built for CUDA, or RCCL (ROCm).
 GPU_STACKS = ((re.compile(r"\bNCCL version \S+\+cuda"), "nvidia"), (re.compile(r"\bRCCL version\b"), "amd"))
 # Primus v26.5's delayed-scaling patch says on rank 0 whether Transformer Engine reduces the FP8 amax across ranks
-# (on exactly with sequence parallelism at TP > 1: utils/upstream.py, primus-v26.5 "delayed scaling reduce_amax").
+# (on exactly with sequence parallelism at TP > 1: utils/upstream/table.py, primus-v26.5 "delayed scaling reduce_amax").
 PRIMUS_REDUCE_AMAX = re.compile(r"\[Patch:megatron\.te\.delayed_scaling_reduce_amax\].*\bset "
                                 r"reduce_amax=(True|False)\b")
 HIP_MEMORY = re.compile(r"\b(?:hip|rocm) mem usage[^|]*")  # Primus's iteration field: only ROCm has HIP

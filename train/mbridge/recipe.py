@@ -52,7 +52,7 @@ FAIRNESS_PATHS = {
 
 
 # What the recipes switch on that no other framework runs, set as they all run (the upstream lines are
-# utils/upstream.py's facts): no communication-overlap setup (the 70B recipe's CommOverlapConfig turns on TP
+# utils/upstream/table.py's facts): no communication-overlap setup (the 70B recipe's CommOverlapConfig turns on TP
 # communication overlap, and at DP > 1 Megatron-Bridge's setup then also turns on the DDP gradient-reduce and
 # parameter-gather overlaps with a 128 MiB bucket, over the fairness profile's), so the DDP settings are the
 # profile's and TP communication is not overlapped, as in mega and Primus; no manual garbage collection (every recipe

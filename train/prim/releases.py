@@ -49,7 +49,7 @@ class Release:
     same_validation_samples: Mapping[str, str] = field(default_factory=dict)
     # The launcher shows only local rank 0 on a single node (torchrun --local-ranks-filter 0) and reads extra torchrun
     # arguments from LOCAL_RANKS after its own: TPrimat shows the last local rank too, whose validation reports (and
-    # own iteration lines) Primus does not forward to rank 0 (utils/upstream.py: primus-v26.5 "local ranks filter").
+    # own iteration lines) Primus does not forward to rank 0 (utils/upstream/table.py: primus-v26.5 "local ranks filter").
     filters_to_rank_0: bool = False
 
 

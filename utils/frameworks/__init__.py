@@ -72,7 +72,7 @@ class Framework:
     # Whether it ends a run at TARGET_LOSS (TPrimat's trainers, NeMo through TPrimat's callback); False: it trains
     # every step and its time to target is read from the validation series (evaluate/logs/evaluations.py)
     stops_at_target: bool = True
-    # The oldest torch its pinned version imports on, and why (the upstream lines: utils/upstream.py): a stack whose
+    # The oldest torch its pinned version imports on, and why (the upstream lines: utils/upstream/table.py): a stack whose
     # published torch is older does not list it (tests/test_utils_stacks.py), and the plan skips it there with this
     # reason; where a stack's torch is not published, the probe's import in the image decides (train.plan)
     torch_floor: tuple[str, str] | None = None

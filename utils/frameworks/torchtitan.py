@@ -29,7 +29,7 @@ FRAMEWORK = Framework(
     command="train.torchtitan.launch:command", log_format="torchtitan", memory_model="fsdp",
     parallelisms=frozenset({"tp"}), precisions=("bf16",), knobs=("DATA_PARALLEL", "COMPILE"), model_names=MODEL_NAMES,
     env={"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},  # as fsdp's: the same torch on the same GPUs
-    # utils/upstream.py: torchtitan-0.3.0-mesh-dims, torchtitan-0.3.0-block-mask, torch-2.13-mesh-dims
+    # utils/upstream/table.py: torchtitan-0.3.0-mesh-dims, torchtitan-0.3.0-block-mask, torch-2.13-mesh-dims
     torch_floor=("2.13", "torchtitan 0.3.0 imports torch.distributed.fsdp.DataParallelMeshDims and calls "
                          "create_block_mask(separate_full_blocks=...), both new in torch 2.13"),
 )

@@ -30,7 +30,7 @@ from utils.spec import stacks
 DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where rocm/primus images hold their checkout (PRIMUS_PATH overrides)
 # Each Primus release's checkout where PRIMUS_PATH is unset, and the file that makes a directory a checkout of that
 # release: the launcher TPrimat starts there (train/prim/releases.py), v26.5's primus-cli, which v25.11 lacks
-# (utils/upstream.py: primus-v26.5 "checkout marker"), and v25.11's examples/run_pretrain.sh.
+# (utils/upstream/table.py: primus-v26.5 "checkout marker"), and v25.11's examples/run_pretrain.sh.
 PRIMUS_CHECKOUTS = {"v26.5": (str(ROOT / "third_party" / "primus-release-v26.5"), "primus-cli"),
                     "v25.11": (DEFAULT_PRIMUS_PATH, "examples/run_pretrain.sh")}
 
@@ -54,7 +54,7 @@ PLATFORM_ENV: dict[str, dict[str, str]] = {
         "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK": "0",
         # Transformer Engine (ROCm): FP8 cast-transpose through its Triton kernel, and MXFP8 switched on: both Primus
         # releases export it for every run, and Primus's ROCm argument check refuses the mxfp8 recipe without it
-        # (utils/upstream.py: primus-v26.5 "MXFP8 switch", "MXFP8 refused without it").
+        # (utils/upstream/table.py: primus-v26.5 "MXFP8 switch", "MXFP8 refused without it").
         "NVTE_USE_CAST_TRANSPOSE_TRITON": "1",
         "NVTE_ROCM_ENABLE_MXFP8": "1",
     },

@@ -105,7 +105,7 @@ FIXED: dict[str, dict[str, tuple[object, str]]] = {
         "fp8_reduce_amax": (False, "torchao's dynamic scaling takes each tensor's amax on its own rank"),
     },
     # prim, whatever its experiment file says: Primus's Megatron trainer builds the FP8 recipe itself. v25.11
-    # always without the reduction (utils/upstream.py: primus-v25.11 "v25.11 delayed scaling reduce_amax"); v26.5
+    # always without the reduction (utils/upstream/table.py: primus-v25.11 "v25.11 delayed scaling reduce_amax"); v26.5
     # with it exactly under sequence parallelism at TP > 1, and says which on rank 0 (primus-v26.5 "delayed scaling
     # reduce_amax"): a line the log reader takes over this entry, which stands for a log without it.
     "primus": {

@@ -101,7 +101,7 @@ ROWS = (
                                 "NCCL_GRAPH_REGISTER": "0", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
                                 "TORCH_NCCL_HIGH_PRIORITY": "1"}),
           env_source="megatron-bridge 0.6.2 megatron/bridge/recipes/utils/environment_utils.py:22-33 "
-                     "(COMMON_RECIPE_ENV_VARS; utils/upstream.py fact mbridge-common-recipe-env-vars), which every "
+                     "(COMMON_RECIPE_ENV_VARS; utils/upstream/table.py fact mbridge-common-recipe-env-vars), which every "
                      "recipe TPrimat runs sets as cfg.env_vars"),
     Stack(name="nemo-25.04", platform="nvd", image="nvcr.io/nvidia/nemo:25.04", released="2025-04",
           runtime=None, torch=None, transformer_engine=None, megatron_core="0.12",
