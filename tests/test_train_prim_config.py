@@ -244,6 +244,16 @@ def test_v26_5_runs_primus_cli_direct_with_no_pip_install_and_this_nodes_rendezv
     assert "EXP" not in cmd.env
 
 
+def test_v25_11s_launch_time_pip_installs_install_nothing_and_download_nothing():
+    """v25.11's launcher pip-installs requirements.txt and builds Emerging-Optimizers at every launch, with no
+    switch (utils/upstream/table.py): pip's own settings make both resolve against what the image holds only."""
+    req = on(run_request("amd", "prim", "llama", STACK="primus-v25.11"), "v25.11")
+    cmd = command(req, SHIPPED["v25.11"], Path("/out/exp.yaml"), "/out/run")
+    assert cmd.argv == ["bash", "./examples/run_pretrain.sh"]
+    assert {k: cmd.env[k] for k in ("PIP_NO_INDEX", "PIP_DRY_RUN", "PIP_NO_BUILD_ISOLATION")} == \
+        {"PIP_NO_INDEX": "1", "PIP_DRY_RUN": "1", "PIP_NO_BUILD_ISOLATION": "0"}
+
+
 def test_v26_5_on_one_node_shows_local_rank_0_and_the_last_one_whose_validation_lines_only_it_prints():
     cmd = command(run_request("amd", "prim", "llama"), Path("/primus"), Path("/out/exp.yaml"), "/out/run")
     # primus-cli-direct.sh puts LOCAL_RANKS after its own --local-ranks-filter 0, and torchrun's later one wins

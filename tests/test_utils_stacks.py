@@ -117,3 +117,13 @@ def test_the_torch_floor_names_the_pinned_torchtitan():
                                             ("2.13", False), ("2.15.0+cu132", False), (None, False)])
 def test_a_torch_below_the_floor_is_refused_and_an_unpublished_one_is_left_to_the_import(torch, refused):
     assert bool(frameworks.TABLE["torchtitan"].torch_refusal(torch)) is refused
+
+
+@pytest.mark.parametrize("name, scratch_reclaim_off, ck_backward_v3", [("primus-v26.5", "1", "1"),
+                                                                      ("primus-v25.11", "0", "0")])
+def test_each_amd_row_runs_its_primus_releases_own_scratch_and_attention_defaults(name, scratch_reclaim_off,
+                                                                                  ck_backward_v3):
+    """What each Primus release's launcher exports when the caller sets nothing (utils/upstream/table.py), so mega,
+    fsdp and autotp on that image run as prim does."""
+    env = stacks.get(name).env
+    assert (env["HSA_NO_SCRATCH_RECLAIM"], env["NVTE_CK_USES_BWD_V3"]) == (scratch_reclaim_off, ck_backward_v3)

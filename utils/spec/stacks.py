@@ -68,7 +68,8 @@ ROWS = (
           # NVTE_CK_IS_V3_ATOMIC_FP32=0, as the image ships it.
           env=MappingProxyType({"HSA_NO_SCRATCH_RECLAIM": "1", "NVTE_CK_USES_BWD_V3": "1",
                                 "NVTE_CK_IS_V3_ATOMIC_FP32": "1"}),
-          env_source="AMD-AGI/Primus release/v26.5 ca7ddda3 runner/helpers/envs/base_env.sh:200,240 (both 1); "
+          env_source="AMD-AGI/Primus release/v26.5 ca7ddda3 runner/helpers/envs/base_env.sh:200,240 (both 1; "
+                     "utils/upstream/table.py); "
                      "main fd1eeabb docs/02-user-guide/megatron-lm-training.md 'Important notes for v26.5' (gfx942: "
                      "HSA_NO_SCRATCH_RECLAIM=1, NVTE_CK_IS_V3_ATOMIC_FP32=1) and docs/01-getting-started/"
                      "bare-metal-installation.md 1.6 (Inf gradients without fp32 atomics)"),
@@ -81,7 +82,8 @@ ROWS = (
                  "(its release notes start at v26.1), so Transformer Engine's version is not published",
           # Scratch memory reclaimed, the CK attention backward v3 kernel off ("accuracy issues", until TE 2.1).
           env=MappingProxyType({"HSA_NO_SCRATCH_RECLAIM": "0", "NVTE_CK_USES_BWD_V3": "0"}),
-          env_source="AMD-AGI/Primus clairlee/release/v25.11 66bed3ce examples/run_pretrain.sh:223,318"),
+          env_source="AMD-AGI/Primus clairlee/release/v25.11 66bed3ce examples/run_pretrain.sh:223,318 "
+                     "(utils/upstream/table.py)"),
     Stack(name="nemo-26.08", platform="nvd", image="nvcr.io/nvidia/nemo:26.08", released="2026-08",
           runtime=None, torch=None, transformer_engine="2.17.1 (4329ff84)",
           megatron_core="0.19.0 (Megatron-LM cd4afffa)",
