@@ -14,8 +14,8 @@ tests/test_train_prim_config.py); what differs is where the checkout comes from 
   (PRIMUS_STRICT_REQUIREMENTS=1 would make its requirements check fatal, but that check counts the
   `git+https://...mlcommons/logging` line of requirements.txt as missing whatever the image holds.)
 - v25.11 has no switch (utils/upstream/table.py): examples/run_pretrain.sh:87-92 runs `pip install -r
-  requirements.txt` (unpinned torchao, mlflow==3.4.0, datasets>=3.6.0) and examples/megatron/prepare.py:173 `pip install -e third_party/Emerging-Optimizers`
-  with check=True at every launch. pip's own settings make both install nothing: PIP_NO_INDEX=1 (nothing is
+  requirements.txt` (unpinned torchao, mlflow==3.4.0, datasets>=3.6.0) and examples/megatron/prepare.py:173
+  `pip install -e third_party/Emerging-Optimizers` with check=True at every launch. pip's own settings make both install nothing: PIP_NO_INDEX=1 (nothing is
   downloaded), PIP_DRY_RUN=1 (pip resolves and says what it would install, installing nothing: the editable
   Emerging-Optimizers, which Primus imports only for Muon, is never rebuilt into site-packages) and
   PIP_NO_BUILD_ISOLATION=0 (pip's inverted switch: build isolation off, so that dry run reads the checkout's
