@@ -52,9 +52,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg = build_config(settings)
 
-    from megatron.bridge.training.callbacks import CallbackManager
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
+
+    train(cfg, settings, pretrain, forward_step)
+    return 0
+
+
+def train(cfg, settings: dict, pretrain, forward_step) -> None:
+    """pretrain(cfg, forward_step) with the read-back written when training starts, from the configuration pretrain()
+    finalized (its on_train_start event; tests/fixtures/train/mbridge_build_probe.py drives the same wiring)."""
+    from megatron.bridge.training.callbacks import CallbackManager
 
     from train.mbridge import readback
 
@@ -62,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     callbacks.register("on_train_start", lambda context: readback.write(context.state.cfg, settings,
                                                                         *readback.world()))
     pretrain(cfg, forward_step, callbacks=callbacks)
-    return 0
 
 
 if __name__ == "__main__":
