@@ -25,6 +25,7 @@ from utils.spec.result import SCHEMA_VERSION, schema, schema_errors
 from utils.runset import SYSTEM_FILE
 
 RESULT_NAME = "result.json"
+EVALS_NAME = "evals.jsonl"  # train/common/evaluation.py's EVALS_FILE (evaluate reads no trainer module)
 SAMPLED_SERIES = 64  # a series longer than this is schema-checked on its sample first
 
 
@@ -36,6 +37,8 @@ class Loaded:
     result: dict
     system: dict  # the result's own system description, else the nearest system.json above it ({} when none)
     failures: list[str] = field(default_factory=list)  # validate's failed checks, "check: message" (evaluate.gate)
+    evals: list[dict] | str | None = None  # the trainer's evals.jsonl beside it (evaluate.evaluation_checks' evidence),
+    # its problem where it cannot be read, None where there is none
 
     @property
     def name(self) -> str:
@@ -194,15 +197,19 @@ def collect(inputs: Sequence[str | Path]) -> Collection:
             raise CollectError(f"{item}: no such file or directory")
         if item.is_file() and zipfile.is_zipfile(item):
             with zipfile.ZipFile(item) as archive:
-                names = [n for n in sorted(archive.namelist()) if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE)]
+                names = [n for n in sorted(archive.namelist())
+                         if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE, EVALS_NAME)]
                 _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _member(archive, n)) for n in names}, loaded,
                            rejected)
         elif item.is_dir():
-            paths = [p for p in sorted(item.rglob("*.json")) if p.name in (RESULT_NAME, SYSTEM_FILE) and p.is_file()]
+            paths = [p for p in sorted(item.rglob("*.json*")) if p.name in (RESULT_NAME, SYSTEM_FILE, EVALS_NAME)
+                     and p.is_file()]
             _read_tree(str(item), {PurePosixPath(p.relative_to(item).as_posix()): (lambda p=p: read_bounded(p))
                                    for p in paths}, loaded, rejected)
         elif (result := _result(str(item), lambda: read_bounded(item), rejected)) is not None:  # a single result
-            loaded.append(Loaded(str(item), result, result.get("system") or {}))
+            beside = item.parent / EVALS_NAME
+            loaded.append(Loaded(str(item), result, result.get("system") or {},
+                                 evals=_evals(lambda: read_bounded(beside)) if beside.is_file() else None))
     return _once(loaded, rejected)
 
 
@@ -236,7 +243,20 @@ def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rej
         result = _result(f"{source}:{path}", read, rejected)
         if result is not None:
             nearest = next((systems[parent] for parent in path.parents if parent in systems), {})
-            loaded.append(Loaded(f"{source}:{path}", result, result.get("system") or nearest))
+            evals = tree.get(path.parent / EVALS_NAME)
+            loaded.append(Loaded(f"{source}:{path}", result, result.get("system") or nearest,
+                                 evals=None if evals is None else _evals(evals)))
+
+
+def _evals(read) -> list[dict] | str:
+    """evals.jsonl's points (one JSON object a line), or why they cannot be read (then said by validate)."""
+    try:
+        lines = [parse_json(line) for line in read().splitlines() if line.strip()]
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        return f"{EVALS_NAME} cannot be read: {err}"
+    if not all(isinstance(line, dict) for line in lines):
+        return f"{EVALS_NAME} holds a line that is no JSON object"
+    return lines
 
 
 def load(inputs: Sequence[str | Path]) -> list[Loaded]:

@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from evaluate import effective_settings, integrity, machine_checks, native_settings
+from evaluate import effective_settings, evaluation_checks, integrity, machine_checks, native_settings
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
@@ -116,8 +116,9 @@ def check_result(item: Loaded) -> list[Finding]:
     if run["status"] != "ok":
         excerpt = (run["error_excerpt"] or "").strip().splitlines()[-1:] or ["no error excerpt"]
         found.append(Finding(name, "status", f"{run['status']} (exit code {run['exit_code']}): {excerpt[0][:200]}"))
-    found += _steps(name, run, training, series, r["effective"], r.get("time_to_train"))
+    found += _steps(name, run, training, series, r["effective"], evaluation_checks.stopped_at(r))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
+    found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals)]
     losses = series["loss"]
     bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
     if bad:
@@ -151,12 +152,13 @@ def check_result(item: Loaded) -> list[Finding]:
 
 
 def _steps(name: str, run: dict, training: dict, series: dict, effective: dict,
-           time_to_train: dict | None = None) -> list[Finding]:
+           stopped_at: int | None = None) -> list[Finding]:
     """Every requested step ran and has its record: Megatron's log_interval-th steps where the log said one. A run
-    that stopped at TARGET_LOSS requested the steps up to the evaluation that reached it."""
+    that stopped at TARGET_LOSS (stopped_at: where evaluation_checks.stopped_at finds the stop in its evidence, not
+    where the result merely claims one) requested the steps up to the evaluation that reached it."""
     completed, requested, recorded = run["steps_completed"], training["steps"], series["step"]
-    if time_to_train and time_to_train["stopped_at_target"] and time_to_train["step"] is not None:
-        requested = min(requested, time_to_train["step"])
+    if stopped_at is not None:
+        requested = min(requested, stopped_at)
     interval = effective.get("log_interval")
     interval = interval if isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1 else 1
     last = max(recorded, default=0)

@@ -29,14 +29,23 @@ EVAL_STEPS = (5, 10, 15, 20)
 SPLIT = {"megatron_split": "95,5,0", "documents": 120, "fingerprint": "sha256:" + "a" * 64, "percent": 5}
 
 
-def evaluation(losses, split=SPLIT, step_time=10.0, eval_time=2.0) -> dict:
-    """Validation every 5 steps of the fixtures' 20, each evaluation eval_time seconds."""
+def evaluation(losses, step_times, split=SPLIT, wall_scale=1.0, eval_time=2.0) -> dict:
+    """Validation every 5 steps of the fixtures' 20, each evaluation eval_time seconds; the training time the run's
+    step times up to each (evaluate.validate recomputes it), the wall clock wall_scale times that plus the
+    evaluations."""
+    train = [sum(step_times[:s]) for s in EVAL_STEPS]
     return {"interval_steps": 5, "iters": 4, "tokens": 4 * TOKENS_PER_STEP, "split": split,
             "time_s": eval_time * len(losses),
             "points": {"step": list(EVAL_STEPS), "tokens": [s * TOKENS_PER_STEP for s in EVAL_STEPS],
-                       "train_time_s": [s * step_time for s in EVAL_STEPS],
-                       "wall_s": [s * step_time + (n + 1) * eval_time for n, s in enumerate(EVAL_STEPS)],
+                       "train_time_s": train, "wall_s": [t * wall_scale + (n + 1) * eval_time
+                                                         for n, t in enumerate(train)],
                        "loss": list(losses), "eval_time_s": [eval_time] * len(losses)}}
+
+
+def first_points(evaluation_: dict, n: int) -> None:
+    """Only the first n evaluations (a run that ended or stopped earlier), time_s theirs."""
+    evaluation_["points"] = {key: values[:n] for key, values in evaluation_["points"].items()}
+    evaluation_["time_s"] = sum(evaluation_["points"]["eval_time_s"])
 
 
 def write(root: Path, platform: str, run: str, losses, *, name: str | None = None, target: float | None = None,
@@ -46,10 +55,6 @@ def write(root: Path, platform: str, run: str, losses, *, name: str | None = Non
     shutil.copy(RESULTS / platform / "system.json", root / platform / "system.json")
     data = json.loads((RESULTS / platform / run / "result.json").read_text())
     data["schema_version"] = "1.6"
-    data["evaluation"] = evaluation(losses, split, step_time=10.0 * wall_scale)
-    if target is not None:
-        data["time_to_train"] = time_to_target(data["evaluation"]["points"], target, stopped_at_target=False,
-                                               how="read from the validation series")
     if precision != "bf16":
         recipe = fp8_recipe(profile("spec"), precision)
         data["training"].update(precision=precision, fp8_recipe=recipe)
@@ -57,6 +62,10 @@ def write(root: Path, platform: str, run: str, losses, *, name: str | None = Non
                                                                      "fp8_reduce_amax")})
     if speed != 1.0:
         with_tokens_per_gpu(data, data["performance"]["tokens_per_s_per_gpu"] * speed)
+    data["evaluation"] = evaluation(losses, data["series"]["step_time_s"], split, wall_scale=wall_scale)
+    if target is not None:
+        data["time_to_train"] = time_to_target(data["evaluation"]["points"], target, stopped_at_target=False,
+                                               how="read from the validation series")
     data["run"]["id"] = name or run
     assert schema_errors(data) == []
     (root / platform / data["run"]["id"]).mkdir()
@@ -95,10 +104,8 @@ def test_results_without_validation_have_no_panel_and_no_section(tmp_path):
 
 def test_the_validation_section_states_loss_at_equal_tokens_cadence_split_and_evaluation_time(tmp_path):
     write(tmp_path, "nvd", "mega-llama-r1", BF16)
-    short = evaluation((8.2, 7.2, 6.7, 6.2))
-    short["points"] = {key: values[:3] for key, values in short["points"].items()}  # its last evaluation at step 15
     data = write(tmp_path, "nvd", "nemo-llama-r1", (8.2, 7.2, 6.7, 6.2))
-    data["evaluation"] = short
+    first_points(data["evaluation"], 3)  # its last evaluation at step 15
     (tmp_path / "nvd" / "nemo-llama-r1" / "result.json").write_text(json.dumps(data))
     text = section(compare.compare([tmp_path / "nvd"], tmp_path / "out"), "Validation loss")
     assert "Evaluation time is outside the throughput" in text
@@ -184,15 +191,15 @@ def test_time_to_train_ranks_reached_runs_by_their_statistic_and_lists_the_other
     assert "olympic mean" in text and "Results of different targets are not ranked together" in text
     llama = text.split("### Llama 3.1 8B, target 5")[1].split("###")[0]
     ranked = [line for line in llama.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
-    assert "+ NeMo" in ranked[0] and "| 104 | one run |" in ranked[0] and "| 1 of 2 |" in ranked[0]
-    assert "+ Megatron" in ranked[1] and "| median |" in ranked[1] and "| 156-186 |" in ranked[1]
+    assert "+ NeMo" in ranked[0] and "| 112 | one run |" in ranked[0] and "| 1 of 2 |" in ranked[0]
+    assert "+ Megatron" in ranked[1] and "| median |" in ranked[1] and "| 168-205 |" in ranked[1]
     assert "- not reached, not ranked: nvd/nemo-llama-r2" in llama and "last loss 5.200, best 5.200" in llama
     assert "### Qwen 2.5 7B, target 5" in text and "no run reached the target" in text
 
 
 def test_a_run_stopped_at_its_target_passes_validate_and_is_ranked_as_stopped(tmp_path):
     data = write(tmp_path, "nvd", "mega-llama-r1", (8.0, 6.0, 5.0, 4.5), target=5.0)
-    data["evaluation"]["points"] = {key: values[:3] for key, values in data["evaluation"]["points"].items()}
+    first_points(data["evaluation"], 3)
     data["time_to_train"] = time_to_target(data["evaluation"]["points"], 5.0, stopped_at_target=True,
                                            how="the trainer stopped at the first evaluation at or below the target")
     data["series"] = {key: values[:15] for key, values in data["series"].items()}
@@ -202,7 +209,7 @@ def test_a_run_stopped_at_its_target_passes_validate_and_is_ranked_as_stopped(tm
     (item,) = load([tmp_path / "nvd"])
     assert [f for f in check_result(item) if f.fatal] == []
     text = section(compare.compare([tmp_path / "nvd"], tmp_path / "out"), "Time to train")
-    assert "| 1 | NVIDIA H100 SXM + Megatron - Llama 3.1 8B | 156 | one run |" in text
+    assert "| 1 | NVIDIA H100 SXM + Megatron - Llama 3.1 8B | 168 | one run |" in text
     assert text.rstrip().endswith("| 1 of 1 | stopped at the target |")
 
 

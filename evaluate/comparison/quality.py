@@ -104,19 +104,31 @@ def panel(ax, rows: Sequence[Repeats], colour: dict[int, str], styles: Sequence[
 
 
 def split_findings(items: Sequence[Loaded]) -> list[Finding]:
-    """A fairness problem per model whose compared runs evaluated on different validation splits: their losses are
-    not over the same documents (and they trained on different ones)."""
+    """A fairness problem per model whose compared runs evaluated on different validation splits (their losses are
+    not over the same documents, and they trained on different ones) or over different evaluation sizes (a loss
+    over 3 tokens is no measure beside one over 512,000)."""
     found = []
     for variant in dict.fromkeys(i.result["model"]["variant"] for i in evaluated(items)):
-        splits: dict[str, list[str]] = {}
-        for item in evaluated(items):
-            if item.result["model"]["variant"] == variant:
-                split = item.result["evaluation"]["split"]
-                splits.setdefault(f"{split['megatron_split']} {split['fingerprint']}", []).append(item.name)
-        if len(splits) > 1:
-            found.append(Finding("set", "fairness", f"{variant}: validation split differs: " + "; ".join(
-                f"{split} in {', '.join(names)}" for split, names in splits.items())))
+        mine = [item for item in evaluated(items) if item.result["model"]["variant"] == variant]
+        for label, key in (("validation split", split_key), ("evaluation tokens", tokens_key)):
+            values: dict[str, list[str]] = {}
+            for item in mine:
+                values.setdefault(key(item.result), []).append(item.name)
+            if len(values) > 1:
+                found.append(Finding("set", "fairness", f"{variant}: {label} differs: " + "; ".join(
+                    f"{value} in {', '.join(names)}" for value, names in values.items())))
     return found
+
+
+def tokens_key(result: dict) -> str:
+    """The tokens each of a result's evaluations read."""
+    return f"{result['evaluation']['tokens']:,}"
+
+
+def split_key(result: dict) -> str:
+    """The validation split a result evaluated on: its cut and fingerprint."""
+    split = result["evaluation"]["split"]
+    return f"{split['megatron_split']} {split['fingerprint']}"
 
 
 def validation_section(rows: Sequence[Repeats]) -> list[str]:
@@ -202,9 +214,15 @@ def twins(rows: Sequence[Repeats]) -> list[Twin]:
     return out
 
 
-def flagged_rows(found: Sequence[Twin], settings: QualitySettings) -> list[Repeats]:
-    """The low-precision configurations no ranking may count as a win."""
-    return [t.low for t in found if t.flagged(settings.tolerance)]
+def orphans(rows: Sequence[Repeats], found: Sequence[Twin]) -> list[Repeats]:
+    """The low-precision configurations without a BF16 twin among rows: their quality is unchecked."""
+    return [row for row in rows if row.precision.split()[0] in precisions.LOW
+            and not any(row is twin.low for twin in found)]
+
+
+def unranked_rows(rows: Sequence[Repeats], found: Sequence[Twin], settings: QualitySettings) -> list[Repeats]:
+    """The low-precision configurations no ranking may count as a win: flagged against their twin, or without one."""
+    return [t.low for t in found if t.flagged(settings.tolerance)] + orphans(rows, found)
 
 
 def twin_section(found: Sequence[Twin], settings: QualitySettings, throughput) -> list[str]:

@@ -219,7 +219,10 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
         twins, quality, lambda row: median_or_none(row.figures(tokens))) + time_to_train.section(rows)
     ups = speedups(rows)
     out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
-    out += energy_view.section(rows, costs, quality_view.flagged_rows(twins, quality))
+    orphans = [f"- no BF16 twin, quality unchecked, ranked nowhere as a win: {row.label}"
+               for row in quality_view.orphans(rows, twins)]
+    out += orphans + ([""] if orphans else [])
+    out += energy_view.section(rows, costs, quality_view.unranked_rows(rows, twins, quality))
     entries = strategy_view.entries(rows)
     several = strategy_view.has_strategies(entries)
     if several:

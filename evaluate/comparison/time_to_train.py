@@ -4,7 +4,7 @@ manner of MLPerf Training.
 The time is each result's time_to_train.wall_s (utils.spec.metrics.time_to_target: from the start of step 1 to the
 end of the first evaluation at or below the target, evaluations included, as MLPerf's clock runs). Only runs that
 reached the target are ranked; the others are listed with their last and best validation loss. Results of different
-targets (or models) are never ranked together. With repeats the statistic is MLPerf's olympic mean (the fastest and
+targets (or models), or of different evaluations (tokens per evaluation, split), are never ranked together. With repeats the statistic is MLPerf's olympic mean (the fastest and
 the slowest dropped, the rest averaged) from 5 reached repeats, the median below (where dropping two of four or fewer
 would leave too little), with the spread min-max of all reached repeats.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
+from evaluate.comparison import quality
 from evaluate.comparison.repeats import Repeats
 from utils.spec.metrics import figure_text
 
@@ -34,6 +35,12 @@ def _runs(row: Repeats) -> list:
     return [item for item in row.ok if item.result.get("time_to_train")]
 
 
+def _evaluation(result: dict) -> str:
+    """What a result's losses were measured over: runs of different evaluations (sizes, splits) are not ranked
+    together, a loss over 3 tokens reaching a target says nothing beside one over 512,000."""
+    return f"{quality.tokens_key(result)} tokens of split {quality.split_key(result)}"
+
+
 def best_loss(result: dict) -> float | None:
     losses = [v for v in ((result.get("evaluation") or {}).get("points") or {}).get("loss", []) if v is not None]
     return min(losses) if losses else None
@@ -45,25 +52,29 @@ def _loss(value: float | None) -> str:
 
 def section(rows: Sequence[Repeats]) -> list[str]:
     """The ranking per model and target; empty when no result has a time_to_train."""
-    groups: dict[tuple[str, float], list[Repeats]] = {}
+    groups: dict[tuple[str, float, str], list[Repeats]] = {}
     for row in rows:
-        for target in dict.fromkeys(i.result["time_to_train"]["target_loss"] for i in _runs(row)):
-            groups.setdefault((row.variant, target), []).append(row)
+        for target, evaluation in dict.fromkeys((i.result["time_to_train"]["target_loss"], _evaluation(i.result))
+                                                for i in _runs(row)):
+            groups.setdefault((row.variant, target, evaluation), []).append(row)
     if not groups:
         return []
     out = ["## Time to train", "",
            "Wall time from the start of step 1 to the end of the first evaluation at or below the target validation "
            "loss, evaluations included (MLPerf's clock); ranked fastest first, runs that reached the target only. "
            f"Statistic: {STATISTIC}. Results of different targets are not ranked together.", ""]
-    for (variant, target), mine in groups.items():
+    for (variant, target, evaluation), mine in groups.items():
         ranked, missed = [], []
         for row in mine:
-            runs = [i for i in _runs(row) if i.result["time_to_train"]["target_loss"] == target]
+            runs = [i for i in _runs(row) if i.result["time_to_train"]["target_loss"] == target
+                    and _evaluation(i.result) == evaluation]
             reached = [i.result["time_to_train"]["wall_s"] for i in runs if i.result["time_to_train"]["reached"]]
             missed += [(row, i) for i in runs if not i.result["time_to_train"]["reached"]]
             if reached:
                 ranked.append((*statistic(reached), reached, row, runs))
-        out += [f"### {mine[0].model_name}, target {target:g}", ""]
+        several = sum(key[:2] == (variant, target) for key in groups) > 1
+        out += [f"### {mine[0].model_name}, target {target:g}" + (f", evaluated on {evaluation}" if several else ""),
+                ""]
         if ranked:
             out += ["| Rank | Configuration | Time to target (s) | Statistic | Spread (s) | Tokens | Reached | How |",
                     "|---|---|---|---|---|---|---|---|"]

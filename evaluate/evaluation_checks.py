@@ -1,0 +1,194 @@
+"""The validation and time-to-train figures again, from their evidence: a result's `evaluation` and `time_to_train`
+are not taken on faith (issue 45).
+
+The evidence is the run's own: the step series (which steps ran, their step times), the trainer's evals.jsonl
+(written point by point during the run, beside result.json: evaluate.collect reads it as Loaded.evals), the split the
+run trained with (training.validation_split) and utils.spec.metrics.time_to_target, the one definition of the time to
+train. FIGURE_EVIDENCE says, for every figure field of the two sections, which check recomputes it; a test walks
+utils/spec/result.schema.json and fails on a figure field without an entry, so a new figure cannot go unchecked.
+"""
+
+from __future__ import annotations
+
+from evaluate.effective_settings import same
+from evaluate.logs.parse import step_ranges
+from utils.frameworks import TABLE
+from utils.spec.evaluation import Evaluation
+from utils.spec.metrics import time_to_target
+
+Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
+COLUMNS = ("step", "tokens", "train_time_s", "wall_s", "loss", "eval_time_s")
+TTT_FIGURES = ("reached", "step", "tokens", "wall_s", "train_time_s", "last_loss")
+SLACK_S = 1e-3  # a wall clock and a sum of step times both rounded to the millisecond in a log
+
+
+def _train_times(series: dict) -> dict[int, float | None]:
+    """Each recorded step's sum of the step times up to it (None from the first unmeasured step on)."""
+    total: float | None = 0.0
+    out = {}
+    for step, time in sorted(zip(series["step"], series["step_time_s"])):
+        total = None if total is None or time is None else total + time
+        out[step] = total
+    return out
+
+
+def cadence(r: dict) -> list[Problem]:
+    """interval_steps, the points' steps and tokens: every point at a step that ran, at the cadence (a multiple of
+    interval_steps, or the run's last step), none of the cadence's skipped, tokens = step x gbs x seq_len."""
+    ev, training, series = r["evaluation"], r["training"], r["series"]
+    points, interval = ev["points"], ev["interval_steps"]
+    lengths = {key: len(points[key]) for key in COLUMNS}
+    if len(set(lengths.values())) > 1:
+        return [("evaluation", f"points' columns differ in length: {lengths}")]
+    steps, found = points["step"], []
+    last = max(series["step"], default=0)
+    beyond = [s for s in steps if s > last]
+    if beyond:
+        found.append(("evaluation", f"evaluation(s) at step(s) {step_ranges(beyond)}, beyond the last step that ran "
+                      f"({last})"))
+    if steps != sorted(set(steps)):
+        found.append(("evaluation", f"evaluation steps {steps[:20]} are not increasing"))
+    off = [s for s in steps if s % interval and s != training["steps"]]
+    skipped = sorted(set(range(interval, max(steps, default=0) + 1, interval)) - set(steps))
+    if off or skipped:
+        found.append(("evaluation cadence", f"every {interval} steps asked: "
+                      + "; ".join(([f"off-cadence evaluation(s) at step(s) {step_ranges(off)}"] if off else [])
+                                  + ([f"no evaluation at step(s) {step_ranges(skipped)}"] if skipped else []))))
+    per_step = training["gbs"] * training["seq_len"]
+    wrong = [s for s, t in zip(steps, points["tokens"]) if t != s * per_step]
+    if wrong:
+        found.append(("evaluation", f"tokens at step(s) {step_ranges(wrong)} are not step x {per_step:,}"))
+    return found
+
+
+def size(r: dict) -> list[Problem]:
+    """iters, tokens and time_s: tokens = iters x gbs x seq_len, time_s the sum of the points' eval_time_s."""
+    ev, training = r["evaluation"], r["training"]
+    found = []
+    if ev["tokens"] != ev["iters"] * training["gbs"] * training["seq_len"]:
+        found.append(("evaluation", f"tokens {ev['tokens']:,} per evaluation are not iters {ev['iters']} x gbs x "
+                      "seq_len"))
+    timed = sum(t for t in ev["points"]["eval_time_s"] if t is not None)
+    if not same(float(ev["time_s"]), float(timed)):
+        found.append(("evaluation", f"time_s {ev['time_s']:g} is not the sum of its evaluations' {timed:g} s"))
+    return found
+
+
+def split(r: dict) -> list[Problem]:
+    """split.percent and split.megatron_split are one cut, the cut training.validation_split trained with; the
+    documents are counted where the fingerprint was taken (both are the framework's read-back of the split)."""
+    cut, trained = r["evaluation"]["split"], r["training"].get("validation_split")
+    found = []
+    asked = Evaluation(interval_steps=1, tokens=1, validation_percent=cut["percent"]).megatron_split()
+    if cut["megatron_split"] != asked:
+        found.append(("validation split", f"evaluation.split {cut['megatron_split']} is not the cut of "
+                      f"{cut['percent']}% ({asked})"))
+    if (cut["documents"] is None) != (cut["fingerprint"] is None):
+        found.append(("validation split", f"{cut['documents']} documents with fingerprint {cut['fingerprint']}: "
+                      "both come from the split read back, or neither"))
+    if trained is not None and trained != cut["megatron_split"]:
+        found.append(("validation split", f"training.validation_split {trained} is not evaluation.split "
+                      f"{cut['megatron_split']}: the run evaluated on documents of another cut than it trained by"))
+    return found
+
+
+def clocks(r: dict) -> list[Problem]:
+    """train_time_s and wall_s per point: the step times up to the point (the step series), and a wall clock no
+    shorter than them (it holds them and the evaluations)."""
+    points, found = r["evaluation"]["points"], []
+    sums = _train_times(r["series"])
+    bad = [s for s, t in zip(points["step"], points["train_time_s"])
+           if t is not None and sums.get(s) is not None and abs(t - sums[s]) > SLACK_S + 1e-6 * sums[s]]
+    if bad:
+        found.append(("evaluation", f"train_time_s at step(s) {step_ranges(bad)} is not the sum of the step times up "
+                      "to it"))
+    short = [s for s, w in zip(points["step"], points["wall_s"])
+             if w is not None and sums.get(s) is not None and w + SLACK_S < sums[s]]
+    if short:
+        found.append(("evaluation", f"wall_s at step(s) {step_ranges(short)} is shorter than the step times it "
+                      "contains"))
+    return found
+
+
+def evals_file(r: dict, evals: list[dict] | str | None) -> list[Problem]:
+    """The points are the trainer's evals.jsonl, written as each evaluation ended: the same steps, the same
+    values (a result edited after the run, its losses lowered, is caught). None: no such file (a log's framework)."""
+    if evals is None:
+        return []
+    if isinstance(evals, str):
+        return [("evaluation evidence", evals)]
+    points = r["evaluation"]["points"]
+    theirs = [tuple(p.get(key) for key in COLUMNS) for p in evals]
+    ours = list(zip(*(points[key] for key in COLUMNS)))
+    differ = sorted({a[0] for a, b in zip(ours, theirs) if not all(_equal(x, y) for x, y in zip(a, b))}
+                    | {p[0] for p in ours[len(theirs):]} | {p[0] for p in theirs[len(ours):]})
+    if differ:
+        return [("evaluation evidence", f"points at step(s) {step_ranges(differ)} are not evals.jsonl's")]
+    return []
+
+
+def _equal(a: object, b: object) -> bool:
+    return a is b is None or (a is not None and b is not None and same(float(a), float(b)))  # type: ignore[arg-type]
+
+
+def target(r: dict) -> list[Problem]:
+    """time_to_train's figures are time_to_target of the points (first evaluation at or below target_loss)."""
+    ttt = r["time_to_train"]
+    if r.get("evaluation") is None:
+        return [("time to train", "a time to train without the evaluation it is read from")]
+    again = time_to_target(r["evaluation"]["points"], ttt["target_loss"],
+                           stopped_at_target=ttt["stopped_at_target"], how=ttt["how"])
+    wrong = [key for key in TTT_FIGURES if not _equal(ttt[key], again[key])]
+    if wrong:
+        return [("time to train", "; ".join(f"{key} is {ttt[key]} in the result, {again[key]} from the validation "
+                                              "points" for key in wrong))]
+    return []
+
+
+def stopped_at(r: dict) -> int | None:
+    """The step a run stopped at its target, where its evidence says so: the framework can stop, the first
+    evaluation at or below the target is that step, and that step is the last that ran, before the steps asked.
+    None otherwise: the run is held to all its steps."""
+    ttt, ev = r.get("time_to_train"), r.get("evaluation")
+    if not ttt or not ev or not ttt["stopped_at_target"]:
+        return None
+    again = time_to_target(ev["points"], ttt["target_loss"], stopped_at_target=True, how="")
+    step, framework = again["step"], TABLE.get(r["framework"])
+    ran = r["run"]["steps_completed"]
+    if (framework is None or not framework.stops_at_target or step is None or step != ttt["step"]
+            or step != ran or step != max(r["series"]["step"], default=0) or ran >= r["training"]["steps"]):
+        return None
+    return step
+
+
+def stop(r: dict) -> list[Problem]:
+    """stopped_at_target only where stopped_at finds the stop in the evidence."""
+    ttt = r["time_to_train"]
+    if ttt["stopped_at_target"] and stopped_at(r) is None:
+        return [("time to train", f"stopped_at_target claimed at step {ttt['step']}, but the run's steps "
+                 f"({r['run']['steps_completed']} of {r['training']['steps']}, last recorded "
+                 f"{max(r['series']['step'], default=0)}) and its validation points show no stop there")]
+    return []
+
+
+# Every figure field of `evaluation` and `time_to_train` -> the function above that checks it against its evidence
+# (evals_file besides, where the trainer wrote evals.jsonl, holds every points column to it).
+FIGURE_EVIDENCE = {
+    "evaluation.interval_steps": "cadence", "evaluation.points.step": "cadence",
+    "evaluation.points.tokens": "cadence", "evaluation.iters": "size", "evaluation.tokens": "size",
+    "evaluation.time_s": "size", "evaluation.points.eval_time_s": "size", "evaluation.split.percent": "split",
+    "evaluation.split.documents": "split", "evaluation.points.train_time_s": "clocks",
+    "evaluation.points.wall_s": "clocks", "evaluation.points.loss": "evals_file",
+    "time_to_train.target_loss": "target", "time_to_train.step": "target", "time_to_train.tokens": "target",
+    "time_to_train.wall_s": "target", "time_to_train.train_time_s": "target", "time_to_train.last_loss": "target",
+}
+
+
+def problems(r: dict, evals: list[dict] | str | None = None) -> list[Problem]:
+    """Every check of a schema-valid result's `evaluation` and `time_to_train` (none when it has neither)."""
+    found: list[Problem] = []
+    if r.get("evaluation") is not None:
+        found += cadence(r) + size(r) + split(r) + clocks(r) + evals_file(r, evals)
+    if r.get("time_to_train") is not None:
+        found += target(r) + (stop(r) if r.get("evaluation") is not None else [])
+    return found
