@@ -4,9 +4,10 @@ manner of MLPerf Training.
 The time is each result's time_to_train.wall_s (utils.spec.metrics.time_to_target: from the start of step 1 to the
 end of the first evaluation at or below the target, evaluations included, as MLPerf's clock runs). Only runs that
 reached the target are ranked; the others are listed with their last and best validation loss. Results of different
-targets (or models), or of different evaluations (tokens per evaluation, split), are never ranked together. With repeats the statistic is MLPerf's olympic mean (the fastest and
-the slowest dropped, the rest averaged) from 5 reached repeats, the median below (where dropping two of four or fewer
-would leave too little), with the spread min-max of all reached repeats.
+targets (or models), or of different evaluations (tokens per evaluation, split), are never ranked together. With
+repeats the statistic is MLPerf's olympic mean (the fastest and the slowest dropped, the rest averaged) from 5
+reached repeats, the median below (where dropping two of four or fewer would leave too little), with the spread
+min-max of all reached repeats.
 """
 
 from __future__ import annotations
