@@ -150,6 +150,18 @@ def test_an_honest_result_added_after_a_failed_copy_of_it_is_the_one_stored(stor
     assert {(r["run_id"], r["verdict"]) for r in stored(store)} == {("mega-llama-r1", "ok"), ("mega-qwen-r1", "ok")}
 
 
+def test_compare_counts_the_stored_honest_run_not_a_failed_copy_given_beside_it(tmp_path, capsys):
+    db = filled(tmp_path, FIRST)
+    tampered = run_set(tmp_path / "copy", "20261101-100000-nvd", FIRST, jitter=0.002)
+    path = tampered / "mega-llama-r1" / "result.json"
+    result = json.loads(path.read_text())
+    result["performance"]["tokens_per_s_per_gpu"] *= 2
+    path.write_text(json.dumps(result))
+    assert compare([str(tampered), "--history", db, "--where", "framework=mega", "-o", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert "Results that fail evaluate.validate's checks" not in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_a_nul_in_a_run_id_refuses_that_result_by_name_and_stores_the_others(store, tmp_path, capsys):
     folder = run_set(tmp_path, "20261101-100000-nvd", FIRST)
     path = folder / "mega-llama-r1" / "result.json"
