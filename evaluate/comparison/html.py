@@ -5,7 +5,8 @@ report has, today's and tomorrow's, is in it without a second writer. Raw HTML i
 an error excerpt) is shown as text, never read as markup. Every image report.md references by a relative path
 (compare.png, compare-strategies.png, history.png) is embedded as a data URI; one that is missing keeps its alt text
 and says so, and one that is not a relative path (an http:// address) is not fetched at view time: it is named,
-not shown.
+not shown. Only an image inside the report's own folder is embedded: a path that leaves it (`../`, a link out of
+it) is named, not read, so no text of a result or store can put another file of the machine into the page.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def _embedded(folder: Path, source: str) -> str | None:
     path = folder / source
     kind = mimetypes.guess_type(path.name)[0]
     if kind is None or not kind.startswith("image/") or not path.is_file():
+        return None
+    if not path.resolve().is_relative_to(folder.resolve()):
         return None
     return f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
 

@@ -32,7 +32,6 @@ from utils.files import atomic_open
 from utils.spec.metrics import figure_text
 
 TOOL = "evaluate.history"
-LISTED = tuple(name for name in COLUMNS if name not in records.DOCUMENTS)  # list reads no result JSON
 
 
 def date(text: str) -> datetime:
@@ -55,16 +54,28 @@ def add(args) -> int:
         raise UsageError(f"no result this checkout reads under {', '.join(map(str, args.paths))}; run a benchmark "
                          "first (./shell/run_train.sh)")
     added_at = now_iso()
-    rows = [records.row(item, added_at, args.tag) for item in found.results]
+    rows, kept = [], []
+    for item in found.results:
+        row = records.row(item, added_at, args.tag)
+        nul = [name for name, value in row.items() if isinstance(value, str) and "\x00" in value]
+        if nul:  # PostgreSQL keeps no NUL in text: refused here, by name, not as the whole set's failure
+            warn(f"{quoted(item.where, 300)}: {item.name} has a NUL character in its {', '.join(nul)}, which no "
+                 "store keeps; left out")
+            continue
+        rows.append(row)
+        kept.append(item)
+    if not rows:
+        raise UsageError(f"no result under {', '.join(map(str, args.paths))} can be stored (see above)")
     with open_store(location(args.db), create=True) as store:
-        new, known = store.add(rows)
+        new, replaced, known = store.add(rows)
         where = store.where
-    failed = [item for item in found.results if not item.ok]
+    failed = [item for item in kept if not item.ok]
     for item in failed:
         reason = item.failures[0] if item.failures else f"status {item.verdict}"
-        warn(f"{quoted(item.where, 300)}: {item.name} stored as {item.verdict}: {quoted(reason)}; it is in no figure")
-    print(f"stored {new} new result(s) in {where} ({known} already stored; {len(failed)} of all "
-          f"{len(rows)} not ok, kept without figures)")
+        warn(f"{quoted(item.where, 300)}: {item.name} stored as {quoted(item.verdict, 40)}: {quoted(reason)}; it is "
+             "in no figure")
+    print(f"stored {new} new result(s) in {where} ({replaced} replacing a failed copy of the same run; {known} "
+          f"already stored; {len(failed)} of all {len(rows)} not ok, kept without figures)")
     return 0
 
 
@@ -74,12 +85,12 @@ def _figure(value: float | None) -> str:
 
 def list_results(args) -> int:
     with open_store(location(args.db)) as store:
-        stored = store.rows(args.where, LISTED)
+        stored = store.rows(args.where)
     print(f"{'ID':<12}  {'date':<25}  {'run set':<22}  {'status':<10}  {'stack':<14}  configuration  "
           "step time (s)  tokens/s/GPU")
     for row in stored:
         print(f"{row['content_key'][:12]}  {quoted(str(row['run_date']), 25):<25}  {quoted(row['run_set'], 22):<22}  "
-              f"{row['verdict']:<10}  {quoted(row['stack'], 14):<14}  {quoted(records.label(row))}  "
+              f"{quoted(row['verdict'], 10):<10}  {quoted(row['stack'], 14):<14}  {quoted(records.label(row))}  "
               f"{_figure(row['step_time_median_s'])}  {_figure(row['tokens_per_s_per_gpu'])}")
     print(f"{len(stored)} stored result(s)")
     return 0
@@ -97,7 +108,11 @@ def show(args) -> int:
 
 def find_regressions(args) -> int:
     with open_store(location(args.db)) as store:
-        stored = store.rows(args.where)
+        stored = store.chosen(args.where)
+        if args.baseline is not None and not any(args.baseline in (r["stack"], r["tag"], r["run_set"]) for r in stored):
+            raise UsageError(f"--baseline {quoted(args.baseline, 60)} is no stored stack, tag or run set (stacks: "
+                             f"{store.values('stack')}; tags: {store.values('tag')}; run sets: "
+                             f"{store.values('run_set')})")
     verdicts, left_out = regressions(stored, args.by, args.baseline, args.since, args.alpha, args.min_change)
     for verdict in verdicts:
         print(verdict.line())
@@ -111,7 +126,7 @@ def find_regressions(args) -> int:
 
 def export_results(args) -> int:
     with open_store(location(args.db)) as store:
-        text = export.FORMATS[args.format](store.rows(args.where))
+        text = export.FORMATS[args.format](store.chosen(args.where))
     if args.output is None:
         sys.stdout.write(text)
     else:

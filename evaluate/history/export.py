@@ -4,6 +4,9 @@
   `metric`, `status`, ...), one row per stored result with the headline figure (tokens/s/GPU) as `performance`,
   then TPrimat's identity columns (evaluate/history/records.py) and the other figures. madengine's columns that
   TPrimat has no value for are left empty. A failed result is a FAILURE row without a performance.
+  Every text cell is made safe for the spreadsheet that opens it and the terminal that shows it (cell()): control
+  characters are stripped, and one that begins with `=`, `+`, `-`, `@`, a tab or a carriage return gets a leading
+  single quote (OWASP's CSV-injection guidance), so no stored text runs as a formula; numbers stay numbers.
 - jsonl: one stored result per line: where and when it came from, its verdict and reasons, its identity and
   figures, and the whole result and system description.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import unicodedata
 
 from evaluate.history.records import FIGURES, IDENTITY, ORIGIN
 
@@ -51,12 +55,27 @@ def madengine_row(stored: dict) -> dict:
     return row
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as a formula at a cell's start
+
+
+def cell(value):
+    """One CSV cell: a number as it is, None empty, text without control characters and, when it begins like a
+    formula (FORMULA_STARTS, before or after stripping), behind a single quote."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    kept = "".join(c for c in text if unicodedata.category(c) != "Cc")
+    return "'" + kept if text.startswith(FORMULA_STARTS) or kept.startswith(FORMULA_STARTS) else kept
+
+
 def to_csv(stored: list[dict]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, restval="", lineterminator="\n")
     writer.writeheader()
     for row in stored:
-        writer.writerow({key: "" if value is None else value for key, value in madengine_row(row).items()})
+        writer.writerow({key: cell(value) for key, value in madengine_row(row).items()})
     return out.getvalue()
 
 

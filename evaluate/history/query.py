@@ -22,8 +22,8 @@ def where_filter(text: str) -> dict[str, str]:
         key, equals, value = (s.strip() for s in part.partition("="))
         if not equals or key not in FILTERS:
             raise argparse.ArgumentTypeError(f"{quoted(part, 60)}: give KEY=VALUE with KEY one of {', '.join(FILTERS)}")
-        if key in records.INTEGER_IDENTITY and not value.isdigit():
-            raise argparse.ArgumentTypeError(f"{quoted(part, 60)}: {key} is a whole number")
+        if key in records.INTEGER_IDENTITY and not (value.isascii() and value.isdigit() and len(value) <= 9):
+            raise argparse.ArgumentTypeError(f"{quoted(part, 60)}: {key} is a whole number (0 to 999999999)")
         found[key] = value
     return found
 
@@ -40,13 +40,19 @@ class HistoryQuery:
         return str(self.where)
 
     def join(self, found: Collection) -> None:
-        """Add the chosen stored results to what the paths gave (a run read from both counted once)."""
+        """Add the chosen stored results to what the paths gave (a run read from both counted once: the copy that
+        passes validate, so that a failed copy never hides the honest one)."""
         if self.with_paths and not self.filters:
             return
         with open_store(self.where) as store:
-            stored = [records.loaded(row) for row in store.rows(self.filters)]
-        known = {item.identity() for item in found.results}
-        found.results += [item for item in stored if item.identity() not in known]
+            stored = [records.loaded(row) for row in store.chosen(self.filters)]
+        given = {item.identity(): index for index, item in enumerate(found.results)}
+        for item in stored:
+            index = given.get(item.identity())
+            if index is None:
+                found.results.append(item)
+            elif item.ok and not found.results[index].ok:
+                found.results[index] = item
 
     def section(self, items: Sequence[Loaded], outdir: Path) -> list[str]:
         with open_store(self.where) as store:

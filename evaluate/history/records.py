@@ -20,9 +20,11 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from evaluate import native_settings
-from evaluate.collect import Loaded
+from evaluate.collect import Loaded, first_problem
 from evaluate.comparison.repeats import device_label, memory
+from evaluate.gate import judged
 from evaluate.validate import FAIRNESS_FIELDS
+from utils.files import parse_json
 from utils.spec.metrics import steady_window
 from utils.spec.models import by_variant
 
@@ -103,6 +105,54 @@ def loaded(stored: dict) -> Loaded:
     """A stored result as evaluate.collect reads one, with the verdict validate gave it when it was added."""
     return Loaded(f"history:{stored['content_key'][:12]}", json.loads(stored["result"]), json.loads(stored["system"]),
                   json.loads(stored["failures"]))
+
+
+def damage(stored: dict) -> str | None:
+    """Why a stored row is none TPrimat wrote (its result or system not JSON of a result, its dates not dates), or
+    None when it is whole."""
+    for name in DOCUMENTS + ("failures",):
+        if name in stored:
+            try:
+                value = parse_json(str(stored[name]))
+            except ValueError as err:
+                return f"its {name} is {err}"
+            kind = list if name == "failures" else dict
+            if not isinstance(value, kind):
+                return f"its {name} is not a JSON {'list' if kind is list else 'object'}"
+    if "result" in stored and (problem := first_problem(json.loads(stored["result"]))):
+        return f"its result is {problem}"
+    for name in ("content_key", "run_set", "source", "tag"):
+        if name in stored and not isinstance(stored[name], str) and not (name == "tag" and stored[name] is None):
+            return f"its {name} is not text"
+    for name in ("added_at", "run_date"):
+        try:
+            if stored.get(name) is not None or name == "added_at":
+                datetime.fromisoformat(stored[name])
+        except (TypeError, ValueError):
+            return f"its {name} is not a date and time"
+    return None
+
+
+DERIVED = ("content_key", "run_id", "run_date") + IDENTITY + FIGURES  # what a stored row's result gives again
+
+
+def checked(stored: dict) -> dict:
+    """A whole stored row (damage() is None) judged again from its result, as every reader of a file is: the store
+    is a file anyone can edit, so a verdict, figure or identity column is never taken on its word. Its verdict,
+    failures and figures are validate's of the stored result; a column that differs from what that result gives
+    is a failure named, not a figure shown."""
+    item = Loaded(f"history:{stored['content_key'][:12]}", json.loads(stored["result"]), json.loads(stored["system"]))
+    judged(item)
+    run = item.result.get("run") or {}
+    again = {"content_key": content_key(item), "run_id": str(run.get("id")), "run_date": run_date(item.result),
+             **identity(item)}
+    edited = [name for name in DERIVED if name in again and name in stored and stored[name] != again[name]]
+    edited += [name for name in FIGURES if item.ok and stored.get(name) != figures(item)[name]]
+    if edited:
+        item.failures.append(f"store: its stored {', '.join(edited)} differ(s) from what its result gives (the "
+                             "store was edited)")
+    again.pop("content_key")  # the row keeps the ID list and show name it by
+    return {**stored, **again, **figures(item), "verdict": item.verdict, "failures": json.dumps(item.failures)}
 
 
 def configuration(stored: dict) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from evaluate.history.records import configuration, label, steady_step_times
+from utils.cli import quoted
 
 ALPHA = 0.01
 MIN_CHANGE = 0.05
@@ -75,7 +76,7 @@ class Verdict:
 def _described(runs: list[Run]) -> str:
     groups = sorted({(r.stored["run_set"], r.stored["stack"]) for r in runs})
     steps = sum(len(r.times) for r in runs)
-    shown = ", ".join(f"{run_set} on {stack}" for run_set, stack in groups[:3])
+    shown = ", ".join(f"{quoted(run_set, 60)} on {quoted(stack, 40)}" for run_set, stack in groups[:3])
     more = f" and {len(groups) - 3} more" if len(groups) > 3 else ""
     return f"{len(runs)} run(s), {steps} steps: {shown}{more}"
 
@@ -122,7 +123,7 @@ def regressions(stored: list[dict], by: str = "run-set", baseline: str | None = 
             by_configuration.setdefault(configuration(row), []).append(Run(row, times))
     verdicts, left_out = [], []
     for runs in by_configuration.values():
-        name = label(runs[0].stored)
+        name = quoted(label(runs[0].stored), 300)  # text from the store, for a terminal
         candidate, base = split(runs, by, baseline, since)
         if not candidate or not base:
             left_out.append(f"{name}: {len(runs)} run(s), nothing to compare them with")

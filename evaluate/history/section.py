@@ -52,7 +52,7 @@ def section(store: Store, items: Sequence[Loaded], outdir: Path) -> list[str]:
         out += [f"### {markdown_text(records.label(rows[0]))}", "",
                 "| Date | Run set | Stack | Status | Step time (s, median) | tokens/s/GPU |", "|---|---|---|---|---|---|"]
         out += [f"| {markdown_text(str(r['run_date']))} | {markdown_text(r['run_set'])} | {markdown_text(r['stack'])} | "
-                f"{r['verdict']} | {_figure(r['step_time_median_s'])} | {_figure(r['tokens_per_s_per_gpu'])} |"
+                f"{markdown_text(r['verdict'], 40)} | {_figure(r['step_time_median_s'])} | {_figure(r['tokens_per_s_per_gpu'])} |"
                 for r in rows]
         out.append("")
     if plot(groups, outdir / PNG):

@@ -11,7 +11,9 @@ becomes one line (StoreError, exit 1) naming the store and the fix.
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,12 +26,15 @@ from utils.config.parse import Knob, convert
 from utils.config.reading import knob_text
 from utils.config.workload import DATA
 from utils.errors import UsageError, WorkError
+from utils.files import disk_problem
 
 URL_PREFIXES = ("postgresql://", "postgres://")
 DEFAULT_NAME = "history.sqlite"  # under OUTPUT_DIR
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another one before it says the store is locked
 CONNECT_TIMEOUT_S = 10
 WRITE_LOCK = 3535  # the PostgreSQL advisory lock key of TPrimat's store writers (any constant shared by all)
+SQLITE_FULL, SQLITE_IOERR = 13, 10  # SQLite's primary result codes of a write the disk refused
+FULL_BELOW = 1 << 20  # bytes free under which an I/O error of SQLite's is the disk being full
 
 
 class StoreError(WorkError):
@@ -52,13 +57,18 @@ def location(given: str | None = None, env: dict | None = None) -> Location:
     UsageError naming a value that is none."""
     name, raw = ("--db", given) if given is not None else ("HISTORY_DB", knob_text("HISTORY_DB", env))
     problems: list[str] = []
-    value = convert(name, raw, KNOBS["HISTORY_DB"], problems)
+    # a path typed on the command line may have any letters (HISTORY_DB's rule is for config.env's ASCII lines)
+    typed_path = given is not None and not given.startswith(URL_PREFIXES) and given.isprintable()
+    value = given if typed_path else convert(name, raw, KNOBS["HISTORY_DB"], problems)
     if not problems and value.startswith(URL_PREFIXES):
         return Location(url=value)
     if not problems and value:
         path = Path(convert(name, value, Knob("file"), problems))
         if path.is_dir():
             raise UsageError(f"{name}={quoted(value, 120)} is a folder: give the store's file (e.g. {path / DEFAULT_NAME})")
+        if path.exists() and not path.is_file():  # /dev/zero, a FIFO: SQLite would read it and write beside it
+            raise UsageError(f"{name}={quoted(value, 120)} is not a database file (a device, FIFO or socket): give "
+                             "the store's file")
         return Location(path=path)
     if not problems:
         output = convert("OUTPUT_DIR", knob_text("OUTPUT_DIR", env), DATA["OUTPUT_DIR"], problems)
@@ -74,9 +84,10 @@ def _first_line(err: BaseException) -> str:
 class Database:
     """One open connection to the store's database."""
 
-    def __init__(self, where: Location, busy_timeout_s: float = BUSY_TIMEOUT_S):
+    def __init__(self, where: Location, busy_timeout_s: float = BUSY_TIMEOUT_S, read_only: bool = False):
         self.where = where
         self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
         self.postgres = where.url is not None
         self.connection = self._connect()
 
@@ -88,8 +99,12 @@ class Database:
             except psycopg.Error as err:
                 raise StoreError(f"the store's server at {self.where} refused the connection: {_first_line(err)}; "
                                  "start it or fix HISTORY_DB/--db (a password goes in PGPASSWORD or ~/.pgpass)") from None
+        path, uri = self.where.path, False
+        if self.read_only:  # a reader needs no write access: a store on a read-only mount or folder is read
+            folder_writable = os.access(path.parent, os.W_OK)
+            path, uri = Path(path).absolute().as_uri() + ("?mode=ro" if folder_writable else "?immutable=1"), True
         try:
-            return sqlite3.connect(self.where.path, timeout=self.busy_timeout_s, isolation_level=None)
+            return sqlite3.connect(path, timeout=self.busy_timeout_s, isolation_level=None, uri=uri)
         except sqlite3.Error as err:
             raise StoreError(self._sqlite_line(err)) from None
 
@@ -149,6 +164,8 @@ class Database:
 
     def _sqlite_line(self, err: sqlite3.Error) -> str:
         text = str(err)
+        if full := self._disk_line(err):
+            return full
         if "locked" in text or "busy" in text:
             return (f"the store {self.where} is locked by another writer (waited {self.busy_timeout_s:g} s); nothing "
                     "was changed: try again when it is done")
@@ -160,12 +177,36 @@ class Database:
             return f"cannot open the store {self.where}: its folder {folder}: {problem}; give another --db"
         return f"the store {self.where} refused: {_first_line(err)}"
 
+    def _disk_line(self, err: sqlite3.Error) -> str | None:
+        """utils.files.disk_problem's line for a write SQLite says the disk refused (its "disk I/O error" hides the
+        errno): the file-size limit when one is set, a full disk when SQLite says so or the folder has no room."""
+        code = (getattr(err, "sqlite_errorcode", None) or 0) & 0xFF
+        if code not in (SQLITE_FULL, SQLITE_IOERR) or self.where.path is None:
+            return None
+        folder = self.where.path.absolute().parent
+        if code == SQLITE_IOERR and resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+            refused = errno.EFBIG
+        elif code == SQLITE_FULL or _free(folder) < FULL_BELOW:
+            refused = errno.ENOSPC
+        else:
+            return None
+        return disk_problem(OSError(refused, os.strerror(refused), str(self.where.path)))
+
     def _postgres_line(self, err: Exception) -> str:
         import psycopg
         if isinstance(err, psycopg.OperationalError) or self.connection.closed:
             return (f"the store's server at {self.where} went away: {_first_line(err)}; nothing of this command was "
                     "stored (its transaction was rolled back): start the server and run it again")
         return f"the store's server at {self.where} refused: {_first_line(err)}"
+
+
+def _free(folder: Path) -> int:
+    """Bytes free to a writer in folder (unknown: as much as it needs)."""
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return FULL_BELOW
+    return found.f_bavail * found.f_frsize
 
 
 def _is_psycopg(err: Exception) -> bool:

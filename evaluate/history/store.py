@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Mapping
 
-from evaluate.history.records import DOCUMENTS, FIGURES, INTEGER_IDENTITY, ORIGIN, TEXT_IDENTITY
+from evaluate.history.records import DOCUMENTS, FIGURES, INTEGER_IDENTITY, ORIGIN, TEXT_IDENTITY, checked, damage
 from evaluate.history.sql import BUSY_TIMEOUT_S, Database, Location
 from utils.cli import quoted
 from utils.errors import UsageError
@@ -64,7 +64,11 @@ class Store:
             shown = ", ".join(sorted(tables)[:5])
             raise UsageError(f"{self.where} is not a TPrimat results store (it holds {quoted(shown, 120)} and no "
                              f"'{STORE_NAME}' meta row); give another --db or HISTORY_DB")
-        version = int(meta.get("schema_version", "0"))
+        text = meta.get("schema_version", "0")
+        if not (isinstance(text, str) and text.isascii() and text.isdigit() and len(text) < 10):
+            raise UsageError(f"{self.where} is a damaged TPrimat results store (its schema version is "
+                             f"{quoted(str(text), 40)}, not a number); restore it from a copy or give another --db")
+        version = int(text)
         if version > SCHEMA_VERSION:
             raise UsageError(f"{self.where} was written by a newer TPrimat (store schema {version}; this checkout "
                              f"knows up to {SCHEMA_VERSION}): update TPrimat to read it")
@@ -86,18 +90,24 @@ class Store:
             else:
                 self.db.execute("UPDATE meta SET value = ? WHERE key = ?", (str(SCHEMA_VERSION), "schema_version"))
 
-    def add(self, rows: Iterable[Mapping]) -> tuple[int, int]:
-        """Store the rows in one transaction; (new, already stored). A row whose content key is stored is skipped."""
+    def add(self, rows: Iterable[Mapping]) -> tuple[int, int, int]:
+        """Store the rows in one transaction; (new, replaced, already stored). A row whose content key is stored is
+        skipped, unless the stored copy failed and this one is ok: a failed copy (edited figures, the same run's
+        identity) added first must not hide the honest result added after it."""
         rows = list(rows)
-        placeholders = ", ".join("?" for _ in COLUMNS)
-        statement = (f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({placeholders}) "
-                     "ON CONFLICT (content_key) DO NOTHING")
+        insert = f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+        update = f"UPDATE results SET {', '.join(f'{name} = ?' for name in COLUMNS)} WHERE content_key = ?"
+        new = replaced = 0
         with self.db.writing():
-            before = self.count()
             for row in rows:
-                self.insert(statement, row)
-            added = self.count() - before
-        return added, len(rows) - added
+                found = self.db.execute("SELECT verdict FROM results WHERE content_key = ?", (row["content_key"],))
+                if not found:
+                    self.insert(insert, row)
+                    new += 1
+                elif found[0][0] != "ok" and row["verdict"] == "ok":
+                    self.db.execute(update, [row[name] for name in COLUMNS] + [row["content_key"]])
+                    replaced += 1
+        return new, replaced, len(rows) - new - replaced
 
     def insert(self, statement: str, row: Mapping) -> None:
         self.db.execute(statement, [row[name] for name in COLUMNS])
@@ -113,7 +123,35 @@ class Store:
         statement = (f"SELECT {', '.join(columns)} FROM results"
                      + (f" WHERE {' AND '.join(clauses)}" if clauses else "")
                      + " ORDER BY run_date, run_set, run_id, content_key")
-        return [dict(zip(columns, found)) for found in self.db.execute(statement, values)]
+        return [self.read(dict(zip(columns, found))) for found in self.db.execute(statement, values)]
+
+    def read(self, stored: dict) -> dict:
+        """A stored row as every reader takes it: judged again from its result (records.checked), or one line
+        naming it when it is damaged (UsageError: the store is the input)."""
+        if "result" not in stored:
+            return stored
+        problem = damage(stored)
+        if problem:
+            key = stored["content_key"][:12] if isinstance(stored["content_key"], str) else "?"
+            raise UsageError(f"{self.where} holds a damaged result (ID {quoted(key, 12)}): {problem}; remove it or "
+                             "restore the store from a copy")
+        return checked(stored)
+
+    def chosen(self, where: Mapping[str, str]) -> list[dict]:
+        """rows(where), refusing a where that matches nothing (a typo must not read as "no regression"), naming
+        the values each of its keys has in the store."""
+        found = self.rows(where)
+        if where and not found:
+            known = "; ".join(f"{key} is one of {self.values(key)}" for key in where)
+            asked = ",".join(f"{key}={value}" for key, value in where.items())
+            raise UsageError(f"no stored result has {quoted(asked, 120)} ({known}): check --where for a typo")
+        return found
+
+    def values(self, key: str, limit: int = 8) -> str:
+        """The distinct values of one FILTERS column, for a message."""
+        found = sorted(str(v[0]) for v in self.db.execute(f"SELECT DISTINCT {key} FROM results"))
+        more = f" and {len(found) - limit} more" if len(found) > limit else ""
+        return ", ".join(quoted(v, 40) for v in found[:limit]) + more or "none stored"
 
     def find(self, prefix: str) -> dict:
         """The one stored result whose content key starts with prefix (the ID list prints); UsageError otherwise."""
@@ -125,7 +163,7 @@ class Store:
             why = "no stored result has" if not found else f"{len(found)} stored results have"
             raise UsageError(f"{why} an ID starting with {prefix}: give the ID that list prints"
                              + (" (more of its digits)" if found else ""))
-        return dict(zip(COLUMNS, found[0]))
+        return self.read(dict(zip(COLUMNS, found[0])))
 
 
 @contextmanager
@@ -137,7 +175,7 @@ def open_store(where: Location, create: bool = False, busy_timeout_s: float = BU
                          "OUTPUT_DIR), or give another --db or HISTORY_DB")
     if create and where.path is not None:
         where.path.parent.mkdir(parents=True, exist_ok=True)
-    database = Database(where, busy_timeout_s)
+    database = Database(where, busy_timeout_s, read_only=not create)
     try:
         store = Store(database)
         version = store.version()  # a database that is not TPrimat's store is refused before anything changes it
