@@ -1,0 +1,127 @@
+"""Issue 45, class 3 and the configuration parts of classes 5 and 6: a password carried in a URL never leaves the
+machine, and configuration the code cannot serve is one line, exit 2, before anything starts (each of these printed
+the password, packed it, or crashed with a traceback or at run time)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from urllib.parse import quote
+
+import pytest
+
+import utils.secrets as secrets_module
+from evaluate import wrap
+from evaluate.history.__main__ import main as history
+from tests.test_evaluate_history import run_set
+from tests.test_evaluate_wrap import output_dir  # noqa: F401
+from tests.test_utils_config import CPU_MACHINE, problems_of
+from utils.config import ROOT
+from utils.errors import UsageError
+
+PASSWORD = "Sw0rdfish-4711xyz"  # what each hostile URL carries
+SERVER = "postgresql://bench@127.0.0.1:1/tprimat"  # a port nothing listens on: a connection would fail at once
+URLS = {
+    "query password": f"{SERVER}?password={PASSWORD}",
+    "query sslpassword": f"{SERVER}?sslmode=require&sslpassword={PASSWORD}",
+    "query token": f"{SERVER}?token={PASSWORD}",
+    "query key": f"{SERVER}?key={PASSWORD}",
+    "query secret": f"{SERVER}?secret={PASSWORD}",
+    "name in capitals": f"{SERVER}?PassWord={PASSWORD}",
+    "name URL-encoded": f"{SERVER}?pass%77ord={PASSWORD}",
+    "userinfo password": f"postgresql://bench:{PASSWORD}@127.0.0.1:1/tprimat",
+    "postgres scheme": f"postgres://bench@127.0.0.1:1/tprimat?application_name=x&password={PASSWORD}",
+}
+
+
+def never_shown(text: str) -> None:
+    """The password in none of its forms: not plain, not URL-encoded (the assertion itself prints no value)."""
+    if PASSWORD in text or quote(PASSWORD, safe="") in text:
+        pytest.fail("the password was shown", pytrace=False)
+
+
+# Class 3: secrets in URLs
+
+
+@pytest.mark.parametrize("url", URLS.values(), ids=URLS.keys())
+def test_a_store_url_carrying_a_password_anywhere_is_refused_in_one_line_naming_the_knob_and_the_fix(url):
+    problems = problems_of({**CPU_MACHINE, "HISTORY_DB": url})
+    never_shown("\n".join(problems))
+    assert len(problems) == 1 and problems[0].startswith("HISTORY_DB=") and "PGPASSWORD" in problems[0]
+
+
+def test_a_url_without_a_credential_and_a_key_file_parameter_are_still_a_store():
+    from evaluate.history.sql import location
+    url = f"{SERVER}?sslmode=verify-full&sslkey=/etc/ssl/tprimat.key&keepalives=1"
+    assert location(url).url == url
+
+
+def test_config_check_refuses_a_query_password_with_one_line_exit_2_and_never_prints_it():
+    run = subprocess.run([sys.executable, "-m", "utils.config", "check"], cwd=ROOT, capture_output=True, text=True,
+                         env={**CPU_MACHINE, "PATH": "/usr/bin:/bin", "HISTORY_DB": URLS["query password"]})
+    never_shown(run.stdout + run.stderr)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert [line for line in run.stderr.splitlines() if line.startswith("config error:")][0].startswith(
+        "config error: HISTORY_DB=")
+
+
+def test_history_add_refuses_the_url_before_connecting_so_no_error_line_can_print_the_password(tmp_path):
+    runs = run_set(tmp_path, "20261101-100000-nvd", "2026-11-01T10:00:00+00:00")
+    run = subprocess.run([sys.executable, "-m", "evaluate.history", "add", "--db", URLS["query sslpassword"],
+                          str(runs)], cwd=ROOT, capture_output=True, text=True)
+    never_shown(run.stdout + run.stderr)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "refused the connection" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "--db=" in run.stderr
+
+
+def test_history_db_from_the_environment_is_refused_before_the_server_is_asked(monkeypatch):
+    monkeypatch.setenv("HISTORY_DB", URLS["name URL-encoded"])
+    with pytest.raises(UsageError) as refused:  # not StoreError: no connection was tried
+        history(["list"])
+    never_shown(str(refused.value))
+
+
+def test_compare_with_such_a_store_writes_no_report_md_or_html_and_prints_no_password(tmp_path, capsys):
+    from evaluate.compare import main as compare
+    runs = run_set(tmp_path / "in", "20261101-100000-nvd", "2026-11-01T10:00:00+00:00")
+    out = tmp_path / "out"
+    with pytest.raises(UsageError) as refused:
+        compare([str(runs), "-o", str(out), "--history", URLS["query token"]])
+    never_shown(str(refused.value) + "".join(capsys.readouterr()))
+    assert not (out / "report.md").exists() and not (out / "report.html").exists()
+
+
+ESCAPED = f"{PASSWORD}/?"  # a password whose URL-encoded form differs from it: config.env holds %2F%3F
+FORMS = {"plain": (PASSWORD, PASSWORD), "URL-encoded": (ESCAPED, f"{PASSWORD}%2f%3f"),
+         "base64": (PASSWORD, base64.b64encode(f"bench:{PASSWORD}".encode()).decode()),
+         "hex": (PASSWORD, PASSWORD.encode().hex())}
+
+
+@pytest.mark.parametrize("password, written", FORMS.values(), ids=FORMS.keys())
+def test_wrap_refuses_a_report_holding_config_envs_query_password_in_any_form(password, written, output_dir,  # noqa: F811
+                                                                             tmp_path, monkeypatch, capsys):
+    config = tmp_path / "config.env"
+    config.write_text(f"HISTORY_DB={SERVER}?password={quote(password, safe='')}\n")
+    monkeypatch.setattr(secrets_module, "CONFIG_FILE", config, raising=False)
+    monkeypatch.setattr(secrets_module, "SECRETS_FILE", tmp_path / "no-secrets.env")
+    monkeypatch.delenv("HISTORY_DB", raising=False)
+    (output_dir / "20250501-120000-nvd" / "report.html").write_text(f"<p>store: {written}</p>\n")
+    archive = tmp_path / "output.zip"
+    code = wrap.main([str(output_dir), "--output", str(archive)])
+    printed = "".join(capsys.readouterr())
+    never_shown(printed)
+    assert code == 1 and "report.html contains the value of a password in the URL of HISTORY_DB (config.env)" in printed
+    assert not archive.exists()
+
+
+def test_wrap_refuses_a_report_holding_the_environments_url_password(output_dir, tmp_path, monkeypatch,  # noqa: F811
+                                                                     capsys):
+    monkeypatch.setattr(secrets_module, "CONFIG_FILE", tmp_path / "no-config.env", raising=False)
+    monkeypatch.setattr(secrets_module, "SECRETS_FILE", tmp_path / "no-secrets.env")
+    monkeypatch.setenv("HISTORY_DB", URLS["userinfo password"])
+    (output_dir / "20250501-120000-nvd" / "report.md").write_text(f"store: {URLS['userinfo password']}\n")
+    code = wrap.main([str(output_dir), "--output", str(tmp_path / "output.zip")])
+    printed = "".join(capsys.readouterr())
+    never_shown(printed)
+    assert code == 1 and "a password in the URL of HISTORY_DB (environment)" in printed
