@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -125,3 +126,41 @@ def test_wrap_refuses_a_report_holding_the_environments_url_password(output_dir,
     printed = "".join(capsys.readouterr())
     never_shown(printed)
     assert code == 1 and "a password in the URL of HISTORY_DB (environment)" in printed
+
+
+# Classes 5 and 6: configuration the code cannot serve is one line, exit 2, before anything starts
+
+BROKEN_FRAMEWORKS = {"missing": ("no_such_framework_module", "cannot be imported"),
+                     "raises on import": ("broken_framework", "fails to import: RuntimeError"),
+                     "no FRAMEWORK entry": ("json", "has no FRAMEWORK entry")}
+
+
+def one_config_line(command: list[str], env: dict, tmp_path) -> str:
+    """Run a command of the checkout; it must exit 2 with one `config error:` line and no traceback: that line."""
+    (tmp_path / "broken_framework.py").write_text("raise RuntimeError('half-written entry')\n")
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**CPU_MACHINE, "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": str(tmp_path),
+                              "DRY_RUN": "1",
+                              **env})
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("config error:")]
+    assert len(errors) == 1, run.stderr[-2000:]
+    return errors[0]
+
+
+@pytest.mark.parametrize("module, why", BROKEN_FRAMEWORKS.values(), ids=BROKEN_FRAMEWORKS.keys())
+def test_a_framework_module_that_is_missing_or_broken_is_one_line_naming_it_and_the_fix(module, why, tmp_path):
+    line = one_config_line([sys.executable, "-m", "utils.config", "check"], {"TPRIMAT_FRAMEWORKS": module}, tmp_path)
+    assert f"TPRIMAT_FRAMEWORKS names the module {module}, which {why}" in line and "PYTHONPATH" in line
+
+
+def test_run_train_with_a_missing_framework_module_stops_in_one_line_before_anything_runs(tmp_path):
+    line = one_config_line(["./shell/run_train.sh"], {"TPRIMAT_FRAMEWORKS": "no_such_framework_module"}, tmp_path)
+    assert "no_such_framework_module" in line
+
+
+@pytest.mark.parametrize("command", [[sys.executable, "-m", "utils.config", "check"], ["./shell/run_train.sh"]],
+                         ids=["config check", "run_train.sh"])
+def test_a_platform_no_stack_serves_is_one_line_not_an_index_error(command, tmp_path):
+    line = one_config_line(command, {"PLATFORM": "intel"}, tmp_path)
+    assert line.startswith("config error: PLATFORM=intel: not one of auto, amd, nvd, cpu")
