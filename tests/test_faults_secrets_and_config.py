@@ -164,3 +164,37 @@ def test_run_train_with_a_missing_framework_module_stops_in_one_line_before_anyt
 def test_a_platform_no_stack_serves_is_one_line_not_an_index_error(command, tmp_path):
     line = one_config_line(command, {"PLATFORM": "intel"}, tmp_path)
     assert line.startswith("config error: PLATFORM=intel: not one of auto, amd, nvd, cpu")
+
+
+def validation_case(tmp_path, monkeypatch, eval_tokens: int):
+    """A CPU configuration evaluating EVAL_TOKENS over a prepared pair of 20 documents of 50 tokens (VALIDATION_PERCENT=10:
+    2 documents, 100 tokens held out), with the pair's proof (tested elsewhere) taken as given."""
+    import numpy as np
+    from data.indexed import IndexedWriter
+    from train import matrix, plan
+    from utils.config import load_config
+    from utils.datafiles import data_prefix
+    prefix = data_prefix(str(tmp_path), "sample", "llama")
+    writer = IndexedWriter(prefix.with_name(prefix.name + ".bin"), prefix.with_name(prefix.name + ".idx"), np.uint16)
+    writer.add(np.ones(1000, dtype=np.uint16), np.full(20, 50), np.ones(20, dtype=np.int64))
+    writer.finish()
+    monkeypatch.setattr(plan, "report_data_problems", lambda cfg: True)
+    cfg = load_config({**CPU_MACHINE, "DATA_DIR": str(tmp_path), "DATASET": "sample", "MODELS": "llama",
+                       "MOCK_DATA": "0", "EVAL_INTERVAL": "5", "EVAL_TOKENS": str(eval_tokens),
+                       "VALIDATION_PERCENT": "10"})
+    return lambda: matrix.check_data(cfg, matrix.Stop())
+
+
+def test_eval_tokens_beyond_the_validation_split_is_refused_before_the_run_set_in_one_line(tmp_path, monkeypatch,
+                                                                                          capsys):
+    check = validation_case(tmp_path, monkeypatch, eval_tokens=4096)
+    with pytest.raises(SystemExit) as stopped:
+        check()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(lines) == 1
+    assert "EVAL_TOKENS=4096" in lines[0] and "the 100 tokens (2 documents) of llama's validation split" in lines[0]
+
+
+def test_eval_tokens_within_the_validation_split_goes_on(tmp_path, monkeypatch, capsys):
+    validation_case(tmp_path, monkeypatch, eval_tokens=64)()
+    assert "EVAL_TOKENS" not in capsys.readouterr().err
