@@ -198,3 +198,29 @@ def test_eval_tokens_beyond_the_validation_split_is_refused_before_the_run_set_i
 def test_eval_tokens_within_the_validation_split_goes_on(tmp_path, monkeypatch, capsys):
     validation_case(tmp_path, monkeypatch, eval_tokens=64)()
     assert "EVAL_TOKENS" not in capsys.readouterr().err
+
+
+def test_a_strategy_name_matplotlib_would_read_as_tex_is_drawn_as_plain_text(tmp_path):
+    import json
+    from evaluate.compare import main as compare
+    runs = run_set(tmp_path / "in", "20261101-100000-nvd", "2026-11-01T10:00:00+00:00")
+    for path in runs.glob("*/result.json"):
+        result = json.loads(path.read_text())
+        result["parallelism"]["strategy"] = "cheap$x^{$_wide"  # a STRATEGIES_FILE name: unbalanced TeX
+        path.write_text(json.dumps(result))
+    assert compare([str(runs), "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "compare.png").stat().st_size > 0
+
+
+def test_a_reached_target_without_a_time_is_listed_not_ranked_and_compare_goes_on(tmp_path):
+    import json
+    from evaluate.compare import main as compare
+    from tests.test_evaluate_compare_quality import write
+    write(tmp_path, "nvd", "mega-llama-r1", (8.0, 6.0, 5.0, 4.5), target=5.0)
+    path = tmp_path / "nvd" / "mega-llama-r1" / "result.json"
+    result = json.loads(path.read_text())
+    result["time_to_train"].update(wall_s=None, train_time_s=None)
+    path.write_text(json.dumps(result))
+    assert compare([str(tmp_path / "nvd"), "-o", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "- reached without a recorded time, not ranked: nvd/mega-llama-r1 (" in report
