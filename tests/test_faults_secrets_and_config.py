@@ -50,6 +50,7 @@ def test_a_store_url_carrying_a_password_anywhere_is_refused_in_one_line_naming_
     problems = problems_of({**CPU_MACHINE, "HISTORY_DB": url})
     never_shown("\n".join(problems))
     assert len(problems) == 1 and problems[0].startswith("HISTORY_DB=") and "PGPASSWORD" in problems[0]
+    assert "***" in problems[0]  # the URL is shown, its credential redacted
 
 
 def test_a_url_without_a_credential_and_a_key_file_parameter_are_still_a_store():
@@ -100,8 +101,8 @@ FORMS = {"plain": (PASSWORD, PASSWORD), "URL-encoded": (ESCAPED, f"{PASSWORD}%2f
 
 
 @pytest.mark.parametrize("password, written", FORMS.values(), ids=FORMS.keys())
-def test_wrap_refuses_a_report_holding_config_envs_query_password_in_any_form(password, written, output_dir,  # noqa: F811
-                                                                             tmp_path, monkeypatch, capsys):
+def test_wrap_refuses_a_report_holding_config_envs_query_password_in_any_form(
+        password, written, output_dir, tmp_path, monkeypatch, capsys):  # noqa: F811
     config = tmp_path / "config.env"
     config.write_text(f"HISTORY_DB={SERVER}?password={quote(password, safe='')}\n")
     monkeypatch.setattr(secrets_module, "CONFIG_FILE", config, raising=False)
@@ -139,8 +140,8 @@ def one_config_line(command: list[str], env: dict, tmp_path) -> str:
     """Run a command of the checkout; it must exit 2 with one `config error:` line and no traceback: that line."""
     (tmp_path / "broken_framework.py").write_text("raise RuntimeError('half-written entry')\n")
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env={**CPU_MACHINE, "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": str(tmp_path),
-                              "DRY_RUN": "1",
+                         env={**CPU_MACHINE, "PATH": "/usr/bin:/bin", "HOME": str(Path.home()),
+                              "PYTHONPATH": str(tmp_path), "DRY_RUN": "1",
                               **env})
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
     errors = [line for line in run.stderr.splitlines() if line.startswith("config error:")]
@@ -167,8 +168,8 @@ def test_a_platform_no_stack_serves_is_one_line_not_an_index_error(command, tmp_
 
 
 def validation_case(tmp_path, monkeypatch, eval_tokens: int):
-    """A CPU configuration evaluating EVAL_TOKENS over a prepared pair of 20 documents of 50 tokens (VALIDATION_PERCENT=10:
-    2 documents, 100 tokens held out), with the pair's proof (tested elsewhere) taken as given."""
+    """A CPU configuration evaluating EVAL_TOKENS over a prepared pair of 20 documents of 50 tokens
+    (VALIDATION_PERCENT=10: 2 documents, 100 tokens held out), the pair's proof (tested elsewhere) taken as given."""
     import numpy as np
     from data.indexed import IndexedWriter
     from train import matrix, plan
