@@ -1,8 +1,9 @@
 """The forms a secret can take in a file evaluate.wrap packs, and the containers it can hide in.
 
 A secret is searched for as its bytes in every encoding a text can be saved in (UTF-8, UTF-16 and UTF-32 of either
-byte order), as JSON writes it, and as base64 (standard and URL-safe, at each of the three alignments it can start
-at inside a longer encoded text, such as "Authorization: Basic" of user:token) and hex. Containers are told by
+byte order), as JSON writes it, URL-encoded (%XX in either case, as a query string or a userinfo carries it), as
+base64 (standard and URL-safe, at each of the three alignments it can start at inside a longer encoded text, such as
+"Authorization: Basic" of user:token) and hex. Containers are told by
 their first bytes, including those without a magic string at a fixed place: a v7 tar (its header's checksum), a
 legacy .lzma (its header's properties) and raw zlib (its header's check). A compressed stream or a zip entry can also
 sit inside another file (a gzip appended to a shell script, two zips concatenated, whose first one no zip reader
@@ -20,6 +21,7 @@ import struct
 import tarfile
 import zlib
 from typing import Callable, Iterator
+from urllib.parse import quote_from_bytes
 
 TEXT_ENCODINGS = ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
 EMBEDDED_SIGNATURES = re.compile(rb"\x1f\x8b\x08|BZh[1-9]1AY&SY|\xfd7zXZ\x00|PK\x03\x04")
@@ -32,6 +34,8 @@ def forms(value: bytes) -> list[bytes]:
     text = value.decode("utf-8", "replace")
     found = [text.encode(encoding) for encoding in TEXT_ENCODINGS]
     found += [value.hex().encode(), value.hex().upper().encode()]
+    encoded_url = quote_from_bytes(value, safe="").encode()
+    found += [encoded_url, re.sub(rb"%[0-9A-F]{2}", lambda escape: escape.group().lower(), encoded_url)]
     for shift in range(3):  # base64 of the value after `shift` other bytes: the part no neighbour changes
         encoded = base64.b64encode(b"\0" * shift + value)
         start = 4 if shift else 0

@@ -34,7 +34,8 @@ from train.launch import summary
 from utils import ROOT, missing_stacks
 from utils.cli import STOP_SIGNALS, Parser, UsageError, say, warn
 from utils.config import ConfigError, Config
-from utils.datafiles import PREPARE
+from utils.config.workload import evaluation
+from utils.datafiles import PREPARE, data_prefix, validation_split_size
 from utils.files import DiskError
 from utils.fingerprint import project_commit
 from utils.runset import SYSTEM_FILE, make_run_set
@@ -118,6 +119,7 @@ def check_data(cfg: Config, stop: Stop) -> None:
     """Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here (in a multi-node
     run only node 0 does; the other nodes wait for it)."""
     if plan.report_data_problems(cfg):
+        refuse_short_validation(cfg)
         return
     stop.end_if_stopped()
     sample = cfg.platform == "cpu" and cfg["DATASET"] == "sample" and not cfg["DRY_RUN"]
@@ -130,10 +132,40 @@ def check_data(cfg: Config, stop: Stop) -> None:
             die(1, "preparing the sample data failed (see above)")
         if not plan.report_data_problems(cfg):
             die(1, "the sample data is still missing after shell/data.sh")
+        refuse_short_validation(cfg)
     elif cfg["DRY_RUN"]:
         warn(f"dry run: a real run would stop here until the data is prepared with {PREPARE}")
     elif not cfg["MOCK_DATA"]:
         die(2, f"prepare the data first: {PREPARE}")
+
+
+def evaluation_problems(cfg: Config) -> list[str]:
+    """One line per model whose prepared validation split holds no more tokens than EVAL_TOKENS, which one
+    evaluation reads at least (each run rounds it up to whole global batches, a rounding the trainer still checks:
+    train/common/megatron_data.py): refused before the run set exists instead of in every run. Call with the data
+    proven."""
+    wanted = evaluation(cfg.values)
+    if not wanted.enabled or cfg["MOCK_DATA"]:
+        return []
+    problems = []
+    for spec in cfg.models:
+        documents, tokens = validation_split_size(data_prefix(cfg["DATA_DIR"], cfg["DATASET"], spec.key),
+                                                  wanted.megatron_split())
+        if tokens <= wanted.tokens:
+            problems.append(f"EVAL_TOKENS={wanted.tokens}: one evaluation reads more than the {tokens:,} tokens "
+                            f"({documents:,} documents) of {spec.key}'s validation split (VALIDATION_PERCENT="
+                            f"{wanted.validation_percent} of DATASET={cfg['DATASET']}); lower EVAL_TOKENS or raise "
+                            "VALIDATION_PERCENT")
+    return problems
+
+
+def refuse_short_validation(cfg: Config) -> None:
+    """Exit 2 where the proven data's validation split is smaller than EVAL_TOKENS (one line per model)."""
+    problems = evaluation_problems(cfg)
+    for problem in problems[:-1]:
+        say(f"[tprimat] error: {problem}")
+    if problems:
+        die(2, problems[-1])
 
 
 def wait_for_sample_data(cfg: Config, stop: Stop) -> None:

@@ -31,8 +31,10 @@ import importlib
 import json
 import os
 import shutil
+import struct
 import sys
 import time
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,6 +258,25 @@ def prove(prefix: Path, tokenizer_dir: Path, model: str, vocab_size: int) -> Ver
     check_tokenizer(verified, tokenizer_dir, model)
     check_vocabulary(verified, model, vocab_size)
     return verified
+
+
+def validation_split_size(prefix: Path, split: str) -> tuple[int, int]:
+    """(documents, tokens) of the validation part of a megatron-core split string ("90,10,0") over the pair's
+    documents, counted as the trainer's builder counts them (train/common/megatron_data.py: bounds rounded from the
+    normalised weights, each document's sequence length), from the .idx alone, so that a run set that could not
+    evaluate is refused before it exists (data/indexed.py: the header, then int32 lengths, then document ends)."""
+    weights = [float(weight) for weight in split.split(",")]
+    normal = [weight / sum(weights) for weight in weights]
+    with open(sibling(prefix, ".idx"), "rb") as idx:
+        idx.seek(18)  # past the magic, the version and the dtype code
+        sequences, document_ends = struct.unpack("<QQ", idx.read(16))
+        lengths = array("i")
+        lengths.fromfile(idx, sequences)
+    if sys.byteorder == "big":
+        lengths.byteswap()
+    documents = document_ends - 1  # the ends start with a 0
+    begin, end = (int(round(sum(normal[:bound]) * float(documents))) for bound in (1, 2))
+    return end - begin, sum(lengths[begin:end])
 
 
 def forget_sample_indices(prefix: Path) -> None:

@@ -20,8 +20,10 @@ import sys
 from pathlib import Path
 
 from utils.envfile import parse_env_file
+from utils.url_secrets import values_in
 
 SECRETS_FILE = Path(__file__).resolve().parent.parent / "secrets.env"
+CONFIG_FILE = SECRETS_FILE.with_name("config.env")  # its URLs may carry a credential the configuration check refuses
 SECRET_KEYS = ("HF_TOKEN",)  # secrets also taken from the environment (there, any other name is not a secret)
 
 
@@ -51,14 +53,21 @@ def load_secrets(path: Path | None = None, env: dict | None = None, strict: bool
     return {key: value for key, value in chosen.items() if value}
 
 
-def known_values(path: Path | None = None, env: dict | None = None) -> list[tuple[str, str]]:
+def known_values(path: Path | None = None, env: dict | None = None,
+                 config: Path | None = None) -> list[tuple[str, str]]:
     """Every secret value from every source as (where it comes from, value), to search for: the file's
-    and the environment's both, even where one hides the other. Raises SecretsError."""
+    and the environment's both, even where one hides the other, and each credential of a URL in any
+    variable of the environment or config.env (HISTORY_DB=postgresql://u@h/db?password=..., which a
+    run may have copied before the check refused it). Raises SecretsError."""
     env = os.environ if env is None else env
     file_values = _read(path)
     found = [(f"{key} (secrets.env)", value) for key, value in file_values.items() if value]
     found += [(f"{key} (environment)", env[key]) for key in dict.fromkeys([*file_values, *SECRET_KEYS])
               if env.get(key) and env[key] != file_values.get(key)]
+    config_values = parse_env_file(CONFIG_FILE if config is None else config)[0]
+    for source, values in (("environment", env), ("config.env", config_values)):
+        found += [(f"a password in the URL of {key} ({source})", value) for key, text in values.items()
+                  for value in values_in(text)]
     return found
 
 

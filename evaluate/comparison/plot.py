@@ -50,13 +50,20 @@ def tick_labels(rows: Sequence[Repeats]) -> list[str]:
             for label, r in zip(labels, rows)]
 
 
+def plain_text_figures() -> None:
+    """matplotlib without a display, and every text drawn as written: a name from a result (a STRATEGIES_FILE
+    strategy such as "cheap$x^{$") is no TeX, which matplotlib would otherwise parse and fail to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+
+
 def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: CostSettings = CostSettings()
          ) -> dict[str, int]:
     """Draw the seven panels (ten where a run measured energy) into path; returns each panel's title with its number
     of bars, lines or (breakdown) runs with a breakdown."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    plain_text_figures()
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.container import BarContainer

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from evaluate.comparison import projection
-from evaluate.comparison.plot import PALETTES, save_png
+from evaluate.comparison.plot import PALETTES, plain_text_figures, save_png
 from evaluate.comparison.repeats import Repeats, memory, tokens
 from utils.spec.metrics import figure_text
 from utils.spec.strategies import IDENTICAL
@@ -109,9 +109,7 @@ def plot(items: Sequence[Entry], path: Path, ask: projection.Ask | None = None) 
     """compare-strategies.png: per model, tokens/s/GPU and peak memory per strategy, grouped bars per
     platform + framework, the best of each model and platform starred; when asked, a third panel projects each
     configuration to many nodes. Returns panel title -> bars (lines for the projection)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    plain_text_figures()
     import matplotlib.pyplot as plt
 
     models = list(dict.fromkeys(e.model for e in items))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from evaluate.collect import Loaded
+from evaluate.comparison.plot import plain_text_figures
 from evaluate.history import records
 from evaluate.history.store import Store
 from utils.cli import markdown_text
@@ -70,9 +71,7 @@ def plot(groups: list[list[dict]], path: Path) -> bool:
             series.append((records.label(rows[0]), points))
     if not series:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
+    plain_text_figures()
     import matplotlib.pyplot as plt
 
     fig, axis = plt.subplots(figsize=(12, 5), dpi=100)

@@ -52,7 +52,8 @@ def load_config(env: dict | None = None, path: Path = CONFIG_FILE) -> Config:
     overlay(settings, platform, env, detected=requested == "auto")
     values = _typed(settings, platform, env, problems)
     table = selection.strategy_table(values["STRATEGIES_FILE"], problems)
-    stack = selection.resolve_stack(values["STACK"], platform, problems)
+    # A PLATFORM that is none (intel) has no stack row to choose from: its own problem line says so.
+    stack = selection.resolve_stack(values["STACK"], platform, problems) if platform in PLATFORMS else None
     if problems or values["PLATFORM"] is None:
         raise ConfigError(problems)
 

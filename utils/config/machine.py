@@ -20,9 +20,9 @@ KNOBS = {
     "PRICE_PER_GPU_HOUR_AMD": PRICE,
     "PRICE_PER_GPU_HOUR_NVD": PRICE,
     "PROJECT_TOKENS": Knob("float", high=1e18, bounds="(]", optional=True, rule="a token count such as 1e12"),
-    # A password in a URL would be a secret in config.env and in every line that names the store: libpq reads it
-    # from PGPASSWORD or ~/.pgpass instead.
-    "HISTORY_DB": Knob("str", pattern=r"(?!postgres(ql)?://[^/@]*:[^/@]*@)[!-~]*",
+    # A password in the URL (user:pw@ or ?password=) is refused by the rule of every knob (utils.url_secrets): libpq
+    # reads it from PGPASSWORD or ~/.pgpass instead.
+    "HISTORY_DB": Knob("str", pattern=r"[!-~]*",
                        rule="empty (OUTPUT_DIR/history.sqlite), a file path without spaces, or a postgresql:// URL "
                             "without a password (give it in PGPASSWORD or ~/.pgpass)", conceals=True),
     "PRECISION_LOSS_TOLERANCE": Knob("float", high=1, optional=True,

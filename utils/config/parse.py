@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from utils import ROOT
+from utils.url_secrets import redact, secrets_in
 
 INT_MAX = 2**31 - 1  # no count here comes near it; past 2**63 numpy and torch raise instead of training
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -131,8 +132,13 @@ def _directory(name: str, raw: str, value: str, problems: list[str]) -> str:
 
 
 def convert(name: str, raw: str, knob: Knob, problems: list[str]):
-    """One raw string to its typed value, or a problem line (and None)."""
+    """One raw string to its typed value, or a problem line (and None). A value holding a URL with a credential is
+    refused whatever the knob (utils.url_secrets), its line showing the URL redacted."""
     value = raw.strip()
+    if found := secrets_in(value):
+        problems.append(f"{name}={redact(raw)}: {found[0][0]} is a secret: a URL must be without a password here "
+                        "(give it in PGPASSWORD or a .pgpass file for PostgreSQL, or in secrets.env)")
+        return None
     if knob.kind in ("int", "float"):
         if knob.optional and not value:
             return None

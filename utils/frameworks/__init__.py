@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -135,12 +136,30 @@ def release(version: str) -> tuple[int, int, int]:
     return tuple((numbers + [0, 0, 0])[:3])
 
 
+def _outside_entry(module: str) -> Framework:
+    """The entry of a framework kept outside the repository. The registry is built when this package is imported,
+    by every tool before its own argument checks, so a module TPRIMAT_FRAMEWORKS names that is missing or broken is
+    one line and exit 2 here (bad input, nothing started), not a traceback from each importer."""
+    try:
+        entry = getattr(importlib.import_module(module), "FRAMEWORK", None)
+        why = None if isinstance(entry, Framework) else "has no FRAMEWORK entry (a utils.frameworks.Framework)"
+    except ModuleNotFoundError as err:
+        why = f"cannot be imported: no module named {err.name!r}"
+    except Exception as err:  # noqa: BLE001 - whatever its code raises, it is the user's module, not TPrimat
+        why = f"fails to import: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    if why:
+        print(f"config error: {EXTRA_ENV} names the module {module}, which {why}; fix it, put its folder on "
+              f"PYTHONPATH, or take it out of {EXTRA_ENV}", file=sys.stderr)
+        raise SystemExit(2)
+    return entry
+
+
 def _collect() -> dict[str, Framework]:
     names = [f"{__name__}.{name}" for name in ENTRY_MODULES]
-    names += [name.strip() for name in os.environ.get(EXTRA_ENV, "").split(",") if name.strip()]
+    extra = [name.strip() for name in os.environ.get(EXTRA_ENV, "").split(",") if name.strip()]
     table: dict[str, Framework] = {}
-    for module in names:
-        entry = importlib.import_module(module).FRAMEWORK
+    for module in names + extra:
+        entry = _outside_entry(module) if module in extra else importlib.import_module(module).FRAMEWORK
         if entry.name in table:
             raise ValueError(f"framework {entry.name!r} is registered twice ({module})")
         table[entry.name] = entry
