@@ -213,7 +213,9 @@ def test_a_strategy_name_matplotlib_would_read_as_tex_is_drawn_as_plain_text(tmp
     assert (tmp_path / "out" / "compare.png").stat().st_size > 0
 
 
-def test_a_reached_target_without_a_time_is_listed_not_ranked_and_compare_goes_on(tmp_path):
+def test_a_reached_target_without_a_time_is_counted_failed_not_ranked_and_compare_goes_on(tmp_path):
+    """validate recomputes time to train from the validation points (evaluate/evaluation_checks.py): a result that
+    says it reached the target without the times its points give fails there and reaches no ranking."""
     import json
     from evaluate.compare import main as compare
     from tests.test_evaluate_compare_quality import write
@@ -224,4 +226,5 @@ def test_a_reached_target_without_a_time_is_listed_not_ranked_and_compare_goes_o
     path.write_text(json.dumps(result))
     assert compare([str(tmp_path / "nvd"), "-o", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "- reached without a recorded time, not ranked: nvd/mega-llama-r1 (" in report
+    assert "- **FAILED** nvd/mega-llama-r1: time to train: wall_s is None in the result" in report
+    assert "| Rank |" not in report

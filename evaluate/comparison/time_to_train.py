@@ -12,7 +12,6 @@ min-max of all reached repeats.
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Sequence
 
@@ -43,14 +42,6 @@ def _evaluation(result: dict) -> str:
     return f"{quality.tokens_key(result)} tokens of split {quality.split_key(result)}"
 
 
-def timed(result: dict) -> bool:
-    """A reached target with its wall time and tokens: what the ranking needs. A result that says it reached the
-    target without them (written by another tool, or cut short) is listed, not ranked, instead of failing the report."""
-    ttt = result["time_to_train"]
-    return bool(ttt.get("reached")) and all(isinstance(ttt.get(key), (int, float)) and not isinstance(ttt[key], bool)
-                                            and math.isfinite(ttt[key]) for key in ("wall_s", "tokens"))
-
-
 def best_loss(result: dict) -> float | None:
     losses = [v for v in ((result.get("evaluation") or {}).get("points") or {}).get("loss", []) if v is not None]
     return min(losses) if losses else None
@@ -74,13 +65,12 @@ def section(rows: Sequence[Repeats]) -> list[str]:
            "loss, evaluations included (MLPerf's clock); ranked fastest first, runs that reached the target only. "
            f"Statistic: {STATISTIC}. Results of different targets are not ranked together.", ""]
     for (variant, target, evaluation), mine in groups.items():
-        ranked, missed, untimed = [], [], []
+        ranked, missed = [], []
         for row in mine:
             runs = [i for i in _runs(row) if i.result["time_to_train"]["target_loss"] == target
                     and _evaluation(i.result) == evaluation]
-            reached = [i.result["time_to_train"]["wall_s"] for i in runs if timed(i.result)]
+            reached = [i.result["time_to_train"]["wall_s"] for i in runs if i.result["time_to_train"]["reached"]]
             missed += [(row, i) for i in runs if not i.result["time_to_train"]["reached"]]
-            untimed += [(row, i) for i in runs if i.result["time_to_train"]["reached"] and not timed(i.result)]
             if reached:
                 ranked.append((*statistic(reached), reached, row, runs))
         several = sum(key[:2] == (variant, target) for key in groups) > 1
@@ -90,7 +80,7 @@ def section(rows: Sequence[Repeats]) -> list[str]:
             out += ["| Rank | Configuration | Time to target (s) | Statistic | Spread (s) | Tokens | Reached | How |",
                     "|---|---|---|---|---|---|---|---|"]
             for rank, (time, name, reached, row, runs) in enumerate(sorted(ranked, key=lambda entry: entry[0]), 1):
-                tokens = sorted({i.result["time_to_train"]["tokens"] for i in runs if timed(i.result)})
+                tokens = sorted({i.result["time_to_train"]["tokens"] for i in runs if i.result["time_to_train"]["reached"]})
                 hows = sorted({"stopped at the target" if i.result["time_to_train"]["stopped_at_target"]
                                else "read from the validation series" for i in runs})
                 out.append(f"| {rank} | {row.label} | {figure_text(time)} | {name} | "
@@ -98,10 +88,9 @@ def section(rows: Sequence[Repeats]) -> list[str]:
                            f"{', '.join(f'{t:,}' for t in tokens)} | {len(reached)} of {len(runs)} | "
                            f"{'; '.join(hows)} |")
         else:
-            out.append("- no run reached the target with a recorded time")
+            out.append("- no run reached the target")
         out += [""] + [f"- not reached, not ranked: {item.name} ({row.label}): last loss "
                        f"{_loss(item.result['time_to_train']['last_loss'])}, best {_loss(best_loss(item.result))}"
                        for row, item in missed]
-        out += [f"- reached without a recorded time, not ranked: {item.name} ({row.label})" for row, item in untimed]
         out.append("")
     return out
