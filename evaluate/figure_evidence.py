@@ -1,0 +1,62 @@
+"""Which check recomputes each figure field of result.json from its evidence, and which fields are not recomputed yet.
+
+Every number-typed field of the figure sections (FIGURE_SECTIONS) of utils/spec/result.schema.json is in exactly one
+of the two tables: RECOMPUTED names the function of evaluate/ that recomputes (or bounds against its evidence) the
+field whenever a result is read, NOT_YET says, field by field, what is still taken on the writer's word and how far
+it is checked. tests/test_faults_evaluation_evidence.py walks the schema: a new figure field in neither table fails
+CI, so it arrives with its check or with its gap stated here; moving a field from NOT_YET to RECOMPUTED is how a gap
+closes.
+"""
+
+from __future__ import annotations
+
+from evaluate import evaluation_checks
+
+FIGURE_SECTIONS = ("performance", "memory", "telemetry", "prediction", "stragglers", "evaluation", "time_to_train")
+
+# field -> "module.function" under evaluate/ that recomputes it from the steps, points, request or device table
+RECOMPUTED = {
+    **{field: f"evaluation_checks.{check}" for field, check in evaluation_checks.FIGURE_EVIDENCE.items()},
+    "performance.warmup_skip": "integrity.window",
+    **dict.fromkeys(("performance.tokens_per_step", "performance.tokens_per_s", "performance.tokens_per_s_per_gpu",
+                     "performance.flops_per_token", "performance.tflop_per_s_per_gpu", "performance.mfu",
+                     "performance.peak_tflop_per_s_per_gpu"), "validate._figures"),
+}
+
+_BOUNDED_MEMORY = "never below 0 and never above the device's capacity (validate._memory, integrity.memory); the " \
+                  "peak is not yet recomputed from the per-step memory series"
+_SAMPLED = "from the telemetry samples (telemetry.jsonl), which validate does not read yet"
+_PREDICTED = "the plan's prediction, kept beside the measured figures; not recomputed from the model spec yet"
+_STRAGGLERS = "from every rank's step times, which a result does not carry; taken as the judge wrote them"
+NOT_YET = {
+    **dict.fromkeys(("performance.breakdown.forward_s", "performance.breakdown.backward_s",
+                     "performance.breakdown.optimizer_s", "performance.breakdown.other_s",
+                     "performance.breakdown.step_time_s", "performance.breakdown.count"),
+                    "from the per-step forward/backward/optimizer series; not recomputed yet"),
+    **dict.fromkeys(("memory.peak_allocated_gib", "memory.peak_reserved_gib", "memory.peak_device_used_gib",
+                     "memory.peak_host_rss_gib", "memory.host_rss_gib_per_worker"), _BOUNDED_MEMORY),
+    **dict.fromkeys(("telemetry.interval_ms", "telemetry.samples", "telemetry.mean_power_w", "telemetry.max_power_w",
+                     "telemetry.energy_per_step_j", "telemetry.tokens_per_joule", "telemetry.wh_per_million_tokens",
+                     "telemetry.min_median_sm_clock_ratio", "telemetry.max_temp_gpu_c", "telemetry.max_temp_mem_c",
+                     "telemetry.per_gpu.index", "telemetry.per_gpu.samples", "telemetry.per_gpu.mean_power_w",
+                     "telemetry.per_gpu.max_power_w", "telemetry.per_gpu.energy_j",
+                     "telemetry.per_gpu.median_sm_clock_mhz", "telemetry.per_gpu.min_sm_clock_mhz",
+                     "telemetry.per_gpu.sm_clock_max_mhz", "telemetry.per_gpu.median_sm_clock_ratio",
+                     "telemetry.per_gpu.max_temp_gpu_c", "telemetry.per_gpu.max_temp_mem_c",
+                     "telemetry.per_gpu.mean_util_pct", "telemetry.throttle_events.index",
+                     "telemetry.throttle_events.start_s", "telemetry.throttle_events.duration_s",
+                     "telemetry.throttle_events.first_step", "telemetry.throttle_events.last_step"), _SAMPLED),
+    **dict.fromkeys(("prediction.memory.weights_gib", "prediction.memory.gradients_gib",
+                     "prediction.memory.optimizer_gib", "prediction.memory.activations_gib",
+                     "prediction.memory.logits_gib", "prediction.memory.workspace_gib", "prediction.memory.buffers_gib",
+                     "prediction.memory.temporaries_gib", "prediction.memory.peak_gib", "prediction.memory.device_gib",
+                     "prediction.time_bound.step_s", "prediction.time_bound.compute_s", "prediction.time_bound.tp_s",
+                     "prediction.time_bound.dp_s", "prediction.time_bound.bubble_s",
+                     "prediction.time_bound.dp_total_s", "prediction.efficiency", "prediction.measured_peak_gib",
+                     "prediction.memory_error"), _PREDICTED),
+    **dict.fromkeys(("stragglers.threshold", "stragglers.median", "stragglers.members.index",
+                     "stragglers.members.rank", "stragglers.members.value", "stragglers.slowest.index",
+                     "stragglers.slowest.rank", "stragglers.slowest.value", "stragglers.slowest.slower_than_median",
+                     "stragglers.slowest_node.value", "stragglers.slowest_node.median",
+                     "stragglers.slowest_node.slower_than_median"), _STRAGGLERS),
+}
