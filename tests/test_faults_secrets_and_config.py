@@ -18,7 +18,7 @@ from evaluate.history.__main__ import main as history
 from tests.test_evaluate_history import run_set
 from tests.test_evaluate_wrap import output_dir  # noqa: F401
 from tests.test_utils_config import CPU_MACHINE, problems_of
-from utils.config import ROOT
+from utils.config import ROOT, load_config
 from utils.errors import UsageError
 
 PASSWORD = "Sw0rdfish-4711xyz"  # what each hostile URL carries
@@ -51,6 +51,19 @@ def test_a_store_url_carrying_a_password_anywhere_is_refused_in_one_line_naming_
     never_shown("\n".join(problems))
     assert len(problems) == 1 and problems[0].startswith("HISTORY_DB=") and "PGPASSWORD" in problems[0]
     assert "***" in problems[0]  # the URL is shown, its credential redacted
+
+
+@pytest.mark.parametrize("path, accepted", [("/home/jürgen/tprimat/output/history.sqlite", True),
+                                            ("/data/测试/history.sqlite", True), ("/data/my store.sqlite", False),
+                                            ("/data/a\tb.sqlite", False), ("/data/a\x1b[2Jb.sqlite", False)])
+def test_a_store_path_with_any_letters_is_accepted_and_one_with_a_space_or_control_character_is_not(path, accepted):
+    """HISTORY_DB takes the path --db takes: non-ASCII letters included (class 6: it refused them)."""
+    env = {**CPU_MACHINE, "HISTORY_DB": path}
+    if accepted:
+        assert load_config(env)["HISTORY_DB"] == path
+        return
+    (problem,) = problems_of(env)
+    assert problem.startswith("HISTORY_DB=") and "\x1b" not in problem  # the value is never repeated raw
 
 
 def test_a_url_without_a_credential_and_a_key_file_parameter_are_still_a_store():

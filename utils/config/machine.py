@@ -22,7 +22,9 @@ KNOBS = {
     "PROJECT_TOKENS": Knob("float", high=1e18, bounds="(]", optional=True, rule="a token count such as 1e12"),
     # A password in the URL (user:pw@ or ?password=) is refused by the rule of every knob (utils.url_secrets): libpq
     # reads it from PGPASSWORD or ~/.pgpass instead.
-    "HISTORY_DB": Knob("str", pattern=r"[!-~]*",
+    # Any letter a file name may hold (a store beside a default OUTPUT_DIR under /home/jürgen), no space or control
+    # character.
+    "HISTORY_DB": Knob("str", pattern=r"[^\s\x00-\x1f\x7f-\x9f]*",
                        rule="empty (OUTPUT_DIR/history.sqlite), a file path without spaces, or a postgresql:// URL "
                             "without a password (give it in PGPASSWORD or ~/.pgpass)", conceals=True),
     "PRECISION_LOSS_TOLERANCE": Knob("float", high=1, optional=True,
