@@ -8,7 +8,8 @@ was requested, effective settings equal to the requested ones (every parallelism
 setting the framework reports, named alike, and the fairness profile's DDP and FP8 settings), and
 figures it earned: every step time finite, above 0 and no faster than the device's peak allows for
 the step's FLOPs (utils.spec.models' formula, utils.machine.hardware's peaks), the headline figures those
-utils.spec.metrics gives from the step times, an MFU of at most 1, no memory below 0; and the machine behind them: no
+utils.spec.metrics gives from the step times, an MFU of at most 1, no memory below 0, the step breakdown and the
+memory peaks those its series give (evaluate/series_checks.py); and the machine behind them: no
 power above what the device can draw (utils.machine.hardware's board power, a CPU package's limit), no energy below 0 (an
 energy counter that went backwards), with warnings for throttling during the steady state (reason, GPU, steps), a
 flagged straggler and the node's health problems (system.health). The set: results of
@@ -33,7 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from evaluate import effective_settings, evaluation_checks, integrity, machine_checks, native_settings
+from evaluate import effective_settings, evaluation_checks, integrity, machine_checks, native_settings, series_checks
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
@@ -118,6 +119,7 @@ def check_result(item: Loaded) -> list[Finding]:
         found.append(Finding(name, "status", f"{run['status']} (exit code {run['exit_code']}): {excerpt[0][:200]}"))
     found += _steps(name, run, training, series, r["effective"], evaluation_checks.stopped_at(r))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
+    found += [Finding(name, *problem) for problem in series_checks.problems(r)]
     found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals)]
     losses = series["loss"]
     bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
