@@ -17,7 +17,8 @@ the same model must share variant, sequence length, precision, steps, dataset an
 fingerprints, the fairness profile and the workload conventions (init std, padded vocabulary, EOD
 loss masking, sampler, NaN check, FP8 recipe; a different LR warm-up convention, NeMo's, is
 warned of; a precision comparison, evaluate.compare --precision-comparison, notes a difference of precision or FP8
-recipe instead), and results on the same number of nodes the global batch (it grows with data
+recipe instead), evaluated results the same evaluation split and tokens (evaluation_checks.SHARED_EVALUATION),
+and results on the same number of nodes the global batch (it grows with data
 parallelism across nodes: weak scaling). Every framework is held to these alike, the torch-native ones (fsdp,
 autotp) included; their own settings (evaluate/native_settings.py: DP implementation, compile, SAC, attention,
 ZeRO stage) change the memory/time trade-off or the rounding, not the work, so where they differ between runs
@@ -285,7 +286,7 @@ def fairness(items: Sequence[Loaded], precision_comparison: bool = False) -> lis
             for nodes, part in parts.items():
                 where = f"{model}{f' on {nodes} node(s)' if field.per_nodes and len(parts) > 1 else ''}"
                 found += _differences(where, field, part)
-        found += _native_differences(model, group)
+        found += _native_differences(model, group) + _evaluation_differences(model, group)
     return found + stack_comparisons(items)
 
 
@@ -324,6 +325,21 @@ def _native_differences(model: str, items: Sequence[Loaded]) -> list[Finding]:
             spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
             found.append(Finding("set", "fairness", f"{model}: torch-native {setting.label} differs: {spread} "
                                  f"({setting.why})", fatal=False))
+    return found
+
+
+def _evaluation_differences(model: str, items: Sequence[Loaded]) -> list[Finding]:
+    """A fairness problem per evaluation key (evaluation_checks.SHARED_EVALUATION) on which the evaluated runs of one
+    model differ: their validation losses were not measured over the same documents or the same number of tokens."""
+    found = []
+    for label, key in evaluation_checks.SHARED_EVALUATION:
+        values: dict[str, list[str]] = defaultdict(list)
+        for item in items:
+            if item.result.get("evaluation"):
+                values[key(item.result)].append(item.name)
+        if len(values) > 1:
+            spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
+            found.append(Finding("set", "fairness", f"{model}: {label} differs: {spread}"))
     return found
 
 

@@ -1,7 +1,10 @@
-"""Issue 45: the step breakdown and the memory peaks are their series'. evaluate.validate recomputes
-performance.breakdown and memory.peak_* from the result's per-step series with the writer's own functions
-(evaluate/series_checks.py). Results are tests/fixtures/breakdown_results.py's (built by
-utils.spec.result.build_result), edited the way a hand or a bug would."""
+"""Issue 45: the step breakdown and the memory peaks are their series', and evaluations compare only over the same
+documents and tokens. evaluate.validate recomputes performance.breakdown and memory.peak_* from the result's
+per-step series with the writer's own functions (evaluate/series_checks.py), and its fairness check flags evaluated
+runs of one model whose evaluation split or size differ (evaluate.evaluation_checks.SHARED_EVALUATION, the keys the
+time-to-train ranking uses too). Results are tests/fixtures/breakdown_results.py's (built by
+utils.spec.result.build_result) and tests/test_evaluate_compare_quality.py's, edited the way a hand or a bug
+would."""
 
 from __future__ import annotations
 
@@ -9,10 +12,12 @@ import copy
 
 import pytest
 
-from evaluate import figure_evidence
+from evaluate import compare, evaluation_checks, figure_evidence
 from evaluate.collect import Loaded
-from evaluate.validate import check_result
+from evaluate.comparison import quality, time_to_train
+from evaluate.validate import check_result, fairness
 from tests.fixtures import breakdown_results
+from tests.test_evaluate_compare_quality import BF16, SPLIT, write
 
 PARTS = ("forward_s", "backward_s", "optimizer_s")
 
@@ -131,3 +136,52 @@ def test_the_checked_fields_are_recomputed_and_the_device_used_peak_stays_a_stat
     checked |= {"memory.peak_allocated_gib", "memory.peak_reserved_gib", "memory.peak_host_rss_gib"}
     assert checked <= set(figure_evidence.RECOMPUTED) and not checked & set(figure_evidence.NOT_YET)
     assert "memory.peak_device_used_gib" in figure_evidence.NOT_YET
+
+
+# -- evaluations compare only over the same documents and tokens: validate's own fairness ---------------------------
+
+def evaluated_pair(tmp_path, edit) -> list[Loaded]:
+    """Megatron and NeMo on H100, both evaluated alike; edit(nemo's result) makes them differ."""
+    mega_ = write(tmp_path, "nvd", "mega-llama-r1", BF16)
+    nemo = write(tmp_path, "nvd", "nemo-llama-r1", BF16)
+    edit(nemo)
+    return [Loaded("nvd/mega-llama-r1", mega_, {}), Loaded("nvd/nemo-llama-r1", nemo, {})]
+
+
+def unfair(items: list[Loaded]) -> list[str]:
+    return [f.message for f in fairness(items) if f.fatal and "evaluation" in f.message]
+
+
+def test_runs_evaluated_alike_are_fair(tmp_path):
+    assert unfair(evaluated_pair(tmp_path, lambda r: None)) == []
+
+
+def test_runs_evaluated_over_different_numbers_of_tokens_are_unfair_in_validate(tmp_path):
+    def fewer(r):
+        r["evaluation"]["iters"], r["evaluation"]["tokens"] = 1, r["evaluation"]["tokens"] // 4
+
+    found = unfair(evaluated_pair(tmp_path, fewer))
+    assert len(found) == 1 and found[0].startswith("llama: evaluation tokens differs: 1,048,576 in "
+                                                   "nvd/mega-llama-r1; 262,144 in nvd/nemo-llama-r1")
+
+
+def test_runs_evaluated_on_other_documents_of_the_same_cut_are_unfair_in_validate(tmp_path):
+    def other(r):
+        r["evaluation"]["split"] = {**SPLIT, "fingerprint": "sha256:" + "b" * 64}
+
+    found = unfair(evaluated_pair(tmp_path, other))
+    assert found == [f"llama: evaluation split differs: 95,5,0 {SPLIT['fingerprint']} in nvd/mega-llama-r1; "
+                     f"95,5,0 sha256:{'b' * 64} in nvd/nemo-llama-r1"]
+
+
+def test_the_report_names_a_split_difference_once_from_validate(tmp_path):
+    write(tmp_path, "nvd", "mega-llama-r1", BF16)
+    write(tmp_path, "nvd", "nemo-llama-r1", BF16, split={**SPLIT, "fingerprint": "sha256:" + "b" * 64})
+    text = compare.compare([tmp_path / "nvd"], tmp_path / "out")
+    assert "**UNFAIR COMPARISON**" in text and text.count("evaluation split differs") == 1
+
+
+def test_the_evaluation_keys_have_one_definition_shared_by_validate_and_the_ranking():
+    assert not hasattr(quality, "split_key") and not hasattr(quality, "split_findings")
+    assert time_to_train.split_key is evaluation_checks.split_key
+    assert time_to_train.tokens_key is evaluation_checks.tokens_key
