@@ -171,6 +171,24 @@ def stop(r: dict) -> list[Problem]:
     return []
 
 
+def tokens_key(result: dict) -> str:
+    """The tokens each of a result's evaluations read: runs of different ones compare no losses (a loss over 3
+    tokens is no measure beside one over 512,000), so evaluate.validate.fairness and the time-to-train ranking
+    (evaluate/comparison/time_to_train.py) both key on it."""
+    return f"{result['evaluation']['tokens']:,}"
+
+
+def split_key(result: dict) -> str:
+    """The validation split a result evaluated on, its cut and its documents' fingerprint: runs of different ones
+    measured losses over other documents (and trained on other ones)."""
+    split = result["evaluation"]["split"]
+    return f"{split['megatron_split']} {split['fingerprint']}"
+
+
+# What every evaluated run of one model must share for its losses to compare (evaluate.validate.fairness).
+SHARED_EVALUATION = (("evaluation split", split_key), ("evaluation tokens", tokens_key))
+
+
 # Every figure field of `evaluation` and `time_to_train` -> the function above that checks it against its evidence
 # (evals_file besides, where the trainer wrote evals.jsonl, holds every points column to it).
 FIGURE_EVIDENCE = {

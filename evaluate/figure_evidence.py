@@ -10,7 +10,7 @@ closes.
 
 from __future__ import annotations
 
-from evaluate import evaluation_checks
+from evaluate import evaluation_checks, series_checks
 
 FIGURE_SECTIONS = ("performance", "memory", "telemetry", "prediction", "stragglers", "evaluation", "time_to_train")
 
@@ -21,20 +21,19 @@ RECOMPUTED = {
     **dict.fromkeys(("performance.tokens_per_step", "performance.tokens_per_s", "performance.tokens_per_s_per_gpu",
                      "performance.flops_per_token", "performance.tflop_per_s_per_gpu", "performance.mfu",
                      "performance.peak_tflop_per_s_per_gpu"), "validate._figures"),
+    **{f"performance.breakdown.{key}": "series_checks.breakdown" for key in series_checks.BREAKDOWN_FIELDS},
+    **{f"memory.{key}": "series_checks.peaks" for key in series_checks.PEAK_SERIES},
 }
 
-_BOUNDED_MEMORY = "never below 0 and never above the device's capacity (validate._memory, integrity.memory); the " \
-                  "peak is not yet recomputed from the per-step memory series"
+_DEVICE_USED = "never below 0 and never above the device's capacity (validate._memory, integrity.memory); the " \
+               "driver's per-step readings it is the peak of are not kept in the result's series"
+_PER_WORKER = "never below 0 and never above the host's memory (validate._memory, integrity.memory); each worker's " \
+              "peak is read from its own process, which a result does not carry"
 _SAMPLED = "from the telemetry samples (telemetry.jsonl), which validate does not read yet"
 _PREDICTED = "the plan's prediction, kept beside the measured figures; not recomputed from the model spec yet"
 _STRAGGLERS = "from every rank's step times, which a result does not carry; taken as the judge wrote them"
 NOT_YET = {
-    **dict.fromkeys(("performance.breakdown.forward_s", "performance.breakdown.backward_s",
-                     "performance.breakdown.optimizer_s", "performance.breakdown.other_s",
-                     "performance.breakdown.step_time_s", "performance.breakdown.count"),
-                    "from the per-step forward/backward/optimizer series; not recomputed yet"),
-    **dict.fromkeys(("memory.peak_allocated_gib", "memory.peak_reserved_gib", "memory.peak_device_used_gib",
-                     "memory.peak_host_rss_gib", "memory.host_rss_gib_per_worker"), _BOUNDED_MEMORY),
+    "memory.peak_device_used_gib": _DEVICE_USED, "memory.host_rss_gib_per_worker": _PER_WORKER,
     **dict.fromkeys(("telemetry.interval_ms", "telemetry.samples", "telemetry.mean_power_w", "telemetry.max_power_w",
                      "telemetry.energy_per_step_j", "telemetry.tokens_per_joule", "telemetry.wh_per_million_tokens",
                      "telemetry.min_median_sm_clock_ratio", "telemetry.max_temp_gpu_c", "telemetry.max_temp_mem_c",

@@ -8,7 +8,8 @@ was requested, effective settings equal to the requested ones (every parallelism
 setting the framework reports, named alike, and the fairness profile's DDP and FP8 settings), and
 figures it earned: every step time finite, above 0 and no faster than the device's peak allows for
 the step's FLOPs (utils.spec.models' formula, utils.machine.hardware's peaks), the headline figures those
-utils.spec.metrics gives from the step times, an MFU of at most 1, no memory below 0; and the machine behind them: no
+utils.spec.metrics gives from the step times, an MFU of at most 1, no memory below 0, the step breakdown and the
+memory peaks those its series give (evaluate/series_checks.py); and the machine behind them: no
 power above what the device can draw (utils.machine.hardware's board power, a CPU package's limit), no energy below 0 (an
 energy counter that went backwards), with warnings for throttling during the steady state (reason, GPU, steps), a
 flagged straggler and the node's health problems (system.health). The set: results of
@@ -16,7 +17,8 @@ the same model must share variant, sequence length, precision, steps, dataset an
 fingerprints, the fairness profile and the workload conventions (init std, padded vocabulary, EOD
 loss masking, sampler, NaN check, FP8 recipe; a different LR warm-up convention, NeMo's, is
 warned of; a precision comparison, evaluate.compare --precision-comparison, notes a difference of precision or FP8
-recipe instead), and results on the same number of nodes the global batch (it grows with data
+recipe instead), evaluated results the same evaluation split and tokens (evaluation_checks.SHARED_EVALUATION),
+and results on the same number of nodes the global batch (it grows with data
 parallelism across nodes: weak scaling). Every framework is held to these alike, the torch-native ones (fsdp,
 autotp) included; their own settings (evaluate/native_settings.py: DP implementation, compile, SAC, attention,
 ZeRO stage) change the memory/time trade-off or the rounding, not the work, so where they differ between runs
@@ -33,7 +35,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from evaluate import effective_settings, evaluation_checks, integrity, machine_checks, native_settings
+from evaluate import effective_settings, evaluation_checks, integrity, machine_checks, native_settings, series_checks
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
@@ -118,6 +120,7 @@ def check_result(item: Loaded) -> list[Finding]:
         found.append(Finding(name, "status", f"{run['status']} (exit code {run['exit_code']}): {excerpt[0][:200]}"))
     found += _steps(name, run, training, series, r["effective"], evaluation_checks.stopped_at(r))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
+    found += [Finding(name, *problem) for problem in series_checks.problems(r)]
     found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals)]
     losses = series["loss"]
     bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
@@ -283,7 +286,7 @@ def fairness(items: Sequence[Loaded], precision_comparison: bool = False) -> lis
             for nodes, part in parts.items():
                 where = f"{model}{f' on {nodes} node(s)' if field.per_nodes and len(parts) > 1 else ''}"
                 found += _differences(where, field, part)
-        found += _native_differences(model, group)
+        found += _native_differences(model, group) + _evaluation_differences(model, group)
     return found + stack_comparisons(items)
 
 
@@ -322,6 +325,21 @@ def _native_differences(model: str, items: Sequence[Loaded]) -> list[Finding]:
             spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
             found.append(Finding("set", "fairness", f"{model}: torch-native {setting.label} differs: {spread} "
                                  f"({setting.why})", fatal=False))
+    return found
+
+
+def _evaluation_differences(model: str, items: Sequence[Loaded]) -> list[Finding]:
+    """A fairness problem per evaluation key (evaluation_checks.SHARED_EVALUATION) on which the evaluated runs of one
+    model differ: their validation losses were not measured over the same documents or the same number of tokens."""
+    found = []
+    for label, key in evaluation_checks.SHARED_EVALUATION:
+        values: dict[str, list[str]] = defaultdict(list)
+        for item in items:
+            if item.result.get("evaluation"):
+                values[key(item.result)].append(item.name)
+        if len(values) > 1:
+            spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
+            found.append(Finding("set", "fairness", f"{model}: {label} differs: {spread}"))
     return found
 
 

@@ -271,6 +271,8 @@ def test_cpu_runs_show_the_peak_host_memory_of_their_workers_labelled_as_host(tm
         result["platform"] = "cpu"
         result["memory"] = {"peak_allocated_gib": None, "peak_reserved_gib": None, "peak_host_rss_gib": 0.75,
                             "host_rss_gib_per_worker": [0.7, 0.75]}
+        for key in ("mem_allocated_gib", "mem_reserved_gib"):  # a CPU has no device memory: its peaks are null
+            result["series"][key] = [None] * len(result["series"]["step"])
         path.write_text(json.dumps(result))
     items = load([cpu])
     drawn = compare_plot.plot(items, repeats_of(items), tmp_path / "compare.png")

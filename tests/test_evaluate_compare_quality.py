@@ -120,7 +120,7 @@ def test_runs_evaluated_on_different_splits_are_unfair(tmp_path):
     write(tmp_path, "nvd", "mega-llama-r1", BF16)
     write(tmp_path, "nvd", "nemo-llama-r1", BF16, split={**SPLIT, "fingerprint": "sha256:" + "b" * 64})
     text = compare.compare([tmp_path / "nvd"], tmp_path / "out")
-    assert "**UNFAIR COMPARISON**" in text and "llama3.1-8b: validation split differs" in text
+    assert "**UNFAIR COMPARISON**" in text and "llama: evaluation split differs" in text
 
 
 def test_a_low_precision_within_the_tolerance_is_shown_with_its_gap_and_may_win(tmp_path):

@@ -170,7 +170,7 @@ def test_a_framework_that_cannot_stop_claiming_it_stopped_fails(tmp_path):
 
 @pytest.mark.parametrize("edit, label", [({"iters": 1, "tokens": 128 * 2048}, "evaluation tokens"),
                                          ({"split": {**SPLIT, "fingerprint": "sha256:" + "b" * 64}},
-                                          "validation split")])
+                                          "evaluation split")])
 def test_runs_of_different_evaluations_are_unfair_and_not_ranked_together(tmp_path, edit, label):
     write(tmp_path, "nvd", "mega-llama-r1", (8.0, 6.0, 5.0, 4.5), target=5.0)
     data = write(tmp_path, "nvd", "nemo-llama-r1", (8.0, 5.0, 4.8, 4.6), target=5.0)

@@ -23,7 +23,6 @@ from typing import Mapping, Sequence
 
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import Repeats
-from evaluate.validate import Finding
 from utils.config.reading import CONFIG_FILE
 from utils.machine.energy_cost import knob_values
 from utils.spec import precision as precisions
@@ -101,34 +100,6 @@ def panel(ax, rows: Sequence[Repeats], colour: dict[int, str], styles: Sequence[
     ax.set_ylabel("validation loss (nats)")
     ax.grid(alpha=0.3)
     return drawn
-
-
-def split_findings(items: Sequence[Loaded]) -> list[Finding]:
-    """A fairness problem per model whose compared runs evaluated on different validation splits (their losses are
-    not over the same documents, and they trained on different ones) or over different evaluation sizes (a loss
-    over 3 tokens is no measure beside one over 512,000)."""
-    found = []
-    for variant in dict.fromkeys(i.result["model"]["variant"] for i in evaluated(items)):
-        mine = [item for item in evaluated(items) if item.result["model"]["variant"] == variant]
-        for label, key in (("validation split", split_key), ("evaluation tokens", tokens_key)):
-            values: dict[str, list[str]] = {}
-            for item in mine:
-                values.setdefault(key(item.result), []).append(item.name)
-            if len(values) > 1:
-                found.append(Finding("set", "fairness", f"{variant}: {label} differs: " + "; ".join(
-                    f"{value} in {', '.join(names)}" for value, names in values.items())))
-    return found
-
-
-def tokens_key(result: dict) -> str:
-    """The tokens each of a result's evaluations read."""
-    return f"{result['evaluation']['tokens']:,}"
-
-
-def split_key(result: dict) -> str:
-    """The validation split a result evaluated on: its cut and fingerprint."""
-    split = result["evaluation"]["split"]
-    return f"{split['megatron_split']} {split['fingerprint']}"
 
 
 def validation_section(rows: Sequence[Repeats]) -> list[str]:

@@ -187,7 +187,7 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     given."""
     checks = [f for item in items for f in check_result(item)]
     items = [displayed(item) for item in items]
-    found = fairness(items, quality.precision_comparison) + quality_view.split_findings(items)
+    found = fairness(items, quality.precision_comparison)
     rows = repeats_of(items)
     twins = quality_view.twins(rows)
     out = ["# TPrimat comparison", "", f"{len(items)} run(s) of {title(items)}.", ""] + quality_view.banner(quality, items)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
-from evaluate.comparison import quality
 from evaluate.comparison.repeats import Repeats
+from evaluate.evaluation_checks import split_key, tokens_key
 from utils.spec.metrics import figure_text
 
 OLYMPIC_FROM = 5  # reached repeats from which the fastest and the slowest are dropped (MLPerf's olympic scoring)
@@ -39,7 +39,7 @@ def _runs(row: Repeats) -> list:
 def _evaluation(result: dict) -> str:
     """What a result's losses were measured over: runs of different evaluations (sizes, splits) are not ranked
     together, a loss over 3 tokens reaching a target says nothing beside one over 512,000."""
-    return f"{quality.tokens_key(result)} tokens of split {quality.split_key(result)}"
+    return f"{tokens_key(result)} tokens of split {split_key(result)}"
 
 
 def best_loss(result: dict) -> float | None:

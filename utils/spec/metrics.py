@@ -93,6 +93,13 @@ def breakdown(records: Sequence[dict]) -> dict | None:
     return {**means, "step_time_s": statistics.fmean(r["step_time_s"] for r in full), "count": len(full)}
 
 
+def window_breakdown(records: Sequence[dict], first_step: int, last_step: int) -> dict | None:
+    """breakdown over the records of the steady window's steps first_step..last_step: what a result's
+    performance.breakdown holds, so that its writer (utils.spec.result) and evaluate.validate, which recomputes it from
+    the result's series, take the same steps."""
+    return breakdown([r for r in records if first_step <= r["step"] <= last_step])
+
+
 def tokens_per_second(tokens_per_step: int, step_time_s: float) -> float:
     """tokens/s = GBS x SL / step time."""
     if step_time_s <= 0:

@@ -225,8 +225,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
             raise ResultError("steps carry forward/backward/optimizer times: give breakdown_method (how they were "
                               "measured)")
         window = performance["window"]
-        kept = [r for r in records if window and window["first_step"] <= r["step"] <= window["last_step"]]
-        found = metrics.breakdown(kept)
+        found = metrics.window_breakdown(records, window["first_step"], window["last_step"]) if window else None
         if found is not None:
             performance["breakdown"] = {"method": breakdown_method, **found}
     breakdown_series = {key: [r[key] for r in records] for key in metrics.BREAKDOWN_KEYS
