@@ -17,7 +17,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from utils.cli import quoted, warn
 from utils.files import MAX_JSON_BYTES, parse_json, read_bounded
@@ -26,6 +26,8 @@ from utils.runset import SYSTEM_FILE
 
 RESULT_NAME = "result.json"
 EVALS_NAME = "evals.jsonl"  # train/common/evaluation.py's EVALS_FILE (evaluate reads no trainer module)
+TELEMETRY_NAME, STEPS_NAME, LOG_NAME = "telemetry.jsonl", "steps.jsonl", "train.log"  # evaluate.telemetry_checks'
+SIDE_NAMES = (EVALS_NAME, TELEMETRY_NAME, STEPS_NAME, LOG_NAME)
 SAMPLED_SERIES = 64  # a series longer than this is schema-checked on its sample first
 
 
@@ -39,6 +41,8 @@ class Loaded:
     failures: list[str] = field(default_factory=list)  # validate's failed checks, "check: message" (evaluate.gate)
     evals: list[dict] | str | None = None  # the trainer's evals.jsonl beside it (evaluate.evaluation_checks' evidence),
     # its problem where it cannot be read, None where there is none
+    beside: dict[str, Callable[[], bytes]] | None = None  # the run directory's side files (evaluate.telemetry_checks'
+    # evidence), path relative to it -> its bytes, read when asked; None where the result was not read from one
 
     @property
     def name(self) -> str:
@@ -198,18 +202,20 @@ def collect(inputs: Sequence[str | Path]) -> Collection:
         if item.is_file() and zipfile.is_zipfile(item):
             with zipfile.ZipFile(item) as archive:
                 names = [n for n in sorted(archive.namelist())
-                         if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE, EVALS_NAME)]
-                _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _member(archive, n)) for n in names}, loaded,
-                           rejected)
+                         if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)]
+            _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _reopened(item, n)) for n in names}, loaded,
+                       rejected)
         elif item.is_dir():
-            paths = [p for p in sorted(item.rglob("*.json*")) if p.name in (RESULT_NAME, SYSTEM_FILE, EVALS_NAME)
+            paths = [p for p in sorted(item.rglob("*")) if p.name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)
                      and p.is_file()]
             _read_tree(str(item), {PurePosixPath(p.relative_to(item).as_posix()): (lambda p=p: read_bounded(p))
                                    for p in paths}, loaded, rejected)
         elif (result := _result(str(item), lambda: read_bounded(item), rejected)) is not None:  # a single result
             beside = item.parent / EVALS_NAME
             loaded.append(Loaded(str(item), result, result.get("system") or {},
-                                 evals=_evals(lambda: read_bounded(beside)) if beside.is_file() else None))
+                                 evals=_evals(lambda: read_bounded(beside)) if beside.is_file() else None,
+                                 beside={p.relative_to(item.parent).as_posix(): (lambda p=p: read_bounded(p))
+                                         for p in _side_files(item.parent)}))
     return _once(loaded, rejected)
 
 
@@ -245,7 +251,29 @@ def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rej
             nearest = next((systems[parent] for parent in path.parents if parent in systems), {})
             evals = tree.get(path.parent / EVALS_NAME)
             loaded.append(Loaded(f"{source}:{path}", result, result.get("system") or nearest,
-                                 evals=None if evals is None else _evals(evals)))
+                                 evals=None if evals is None else _evals(evals), beside=_beside(path, tree)))
+
+
+def _side_files(run_dir: Path) -> list[Path]:
+    """A lone result's run directory's side files: its own and its other nodes' (nodeN/)."""
+    return [p for p in [*run_dir.glob("*"), *run_dir.glob("node*/*")] if p.name in SIDE_NAMES and p.is_file()]
+
+
+def _beside(path: PurePosixPath, tree: dict) -> dict[str, Callable[[], bytes]]:
+    """The side files of the result at path (its run directory's and its nodes' nodeN/), relative to its folder."""
+    out = {}
+    for other, read in tree.items():
+        if other.name in SIDE_NAMES and path.parent in other.parents:
+            relative = other.relative_to(path.parent)
+            if len(relative.parts) == 1 or (len(relative.parts) == 2 and relative.parts[0].startswith("node")):
+                out[relative.as_posix()] = read
+    return out
+
+
+def _reopened(archive_path: Path, name: str) -> bytes:
+    """A zip member's bytes, the zip opened again: side files are read when a check asks, after collect()."""
+    with zipfile.ZipFile(archive_path) as archive:
+        return _member(archive, name)
 
 
 def _evals(read) -> list[dict] | str:

@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from evaluate import effective_settings, evaluation_checks, integrity, machine_checks, native_settings
+from evaluate import effective_settings, evaluation_checks, integrity, machine_checks, native_settings, telemetry_checks
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
@@ -148,7 +148,8 @@ def check_result(item: Loaded) -> list[Finding]:
                              "layouts use 1"))
     found += [Finding(name, "effective settings", message, fatal) for message, fatal in effective_settings.problems(r)]
     return (found + _figures(name, r) + _memory(name, r)
-            + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)])
+            + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)]
+            + [Finding(name, *problem) for problem in telemetry_checks.problems(r, item.beside)])
 
 
 def _steps(name: str, run: dict, training: dict, series: dict, effective: dict,

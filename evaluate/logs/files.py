@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from evaluate.logs.records import STEP_MARKER, stamped_step
 from evaluate.logs.settings import EFFECTIVE_MARKER
@@ -93,12 +93,17 @@ def clean_tail(tail: bytes, lines: int = TAIL_LINES) -> list[str]:
 def step_end_times(path: Path) -> dict[int, float]:
     """Each step's end (time.time() seconds, to the second) from the log's timestamped iteration lines (Megatron's,
     Primus's, NeMo's prefixes), cleaned as the extraction cleans them; {} where the log has none."""
-    found: dict[int, float] = {}
     with open(path, "rb") as handle:
-        for raw in handle:
-            if b"iteration" not in raw:
-                continue
-            for piece in ANSI.sub("", raw.decode("utf-8", "replace")).split("\r"):
-                if (stamped := stamped_step(piece)) is not None:
-                    found[stamped[0]] = stamped[1]
+        return stamped_ends(handle)
+
+
+def stamped_ends(lines: Iterable[bytes]) -> dict[int, float]:
+    """step_end_times of a log's lines, however read (a file, a zip member: evaluate.telemetry_checks)."""
+    found: dict[int, float] = {}
+    for raw in lines:
+        if b"iteration" not in raw:
+            continue
+        for piece in ANSI.sub("", raw.decode("utf-8", "replace")).split("\r"):
+            if (stamped := stamped_step(piece)) is not None:
+                found[stamped[0]] = stamped[1]
     return found
