@@ -13,11 +13,12 @@ value it holds and its extremes (the schema limits series items only by type and
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 from utils.cli import quoted, warn
 from utils.files import MAX_JSON_BYTES, parse_json, read_bounded
@@ -41,8 +42,9 @@ class Loaded:
     failures: list[str] = field(default_factory=list)  # validate's failed checks, "check: message" (evaluate.gate)
     evals: list[dict] | str | None = None  # the trainer's evals.jsonl beside it (evaluate.evaluation_checks' evidence),
     # its problem where it cannot be read, None where there is none
-    beside: dict[str, Callable[[], bytes]] | None = None  # the run directory's side files (evaluate.telemetry_checks'
-    # evidence), path relative to it -> its bytes, read when asked; None where the result was not read from one
+    beside: dict[str, Callable[[], BinaryIO]] | None = None  # the run directory's side files
+    # (evaluate.telemetry_checks' and evaluation_checks.log_points' evidence), path relative to it -> the file opened,
+    # when a check asks (a log is streamed, never held); None where the result was not read from a run directory
 
     @property
     def name(self) -> str:
@@ -204,17 +206,17 @@ def collect(inputs: Sequence[str | Path]) -> Collection:
                 names = [n for n in sorted(archive.namelist())
                          if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)]
             _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _reopened(item, n)) for n in names}, loaded,
-                       rejected)
+                       rejected, lambda n: io.BytesIO(_reopened(item, str(n))))
         elif item.is_dir():
             paths = [p for p in sorted(item.rglob("*")) if p.name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)
                      and p.is_file()]
             _read_tree(str(item), {PurePosixPath(p.relative_to(item).as_posix()): (lambda p=p: read_bounded(p))
-                                   for p in paths}, loaded, rejected)
+                                   for p in paths}, loaded, rejected, lambda n, root=item: open(root / n, "rb"))
         elif (result := _result(str(item), lambda: read_bounded(item), rejected)) is not None:  # a single result
             beside = item.parent / EVALS_NAME
             loaded.append(Loaded(str(item), result, result.get("system") or {},
                                  evals=_evals(lambda: read_bounded(beside)) if beside.is_file() else None,
-                                 beside={p.relative_to(item.parent).as_posix(): (lambda p=p: read_bounded(p))
+                                 beside={p.relative_to(item.parent).as_posix(): (lambda p=p: open(p, "rb"))
                                          for p in _side_files(item.parent)}))
     return _once(loaded, rejected)
 
@@ -234,8 +236,10 @@ def _once(loaded: list[Loaded], rejected: list[Rejected]) -> Collection:
     return Collection(kept, rejected, duplicates)
 
 
-def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rejected]) -> None:
-    """The results of one directory or zip (relative path -> its bytes' reader), each with its nearest system."""
+def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rejected],
+               opened: Callable[[PurePosixPath], BinaryIO]) -> None:
+    """The results of one directory or zip (relative path -> its bytes' reader; opened: a path of it opened), each
+    with its nearest system and its side files."""
     systems = {}
     for path, read in tree.items():
         if path.name == SYSTEM_FILE:
@@ -251,7 +255,7 @@ def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rej
             nearest = next((systems[parent] for parent in path.parents if parent in systems), {})
             evals = tree.get(path.parent / EVALS_NAME)
             loaded.append(Loaded(f"{source}:{path}", result, result.get("system") or nearest,
-                                 evals=None if evals is None else _evals(evals), beside=_beside(path, tree)))
+                                 evals=None if evals is None else _evals(evals), beside=_beside(path, tree, opened)))
 
 
 def _side_files(run_dir: Path) -> list[Path]:
@@ -259,14 +263,15 @@ def _side_files(run_dir: Path) -> list[Path]:
     return [p for p in [*run_dir.glob("*"), *run_dir.glob("node*/*")] if p.name in SIDE_NAMES and p.is_file()]
 
 
-def _beside(path: PurePosixPath, tree: dict) -> dict[str, Callable[[], bytes]]:
+def _beside(path: PurePosixPath, tree: dict, opened: Callable[[PurePosixPath], BinaryIO]
+            ) -> dict[str, Callable[[], BinaryIO]]:
     """The side files of the result at path (its run directory's and its nodes' nodeN/), relative to its folder."""
     out = {}
-    for other, read in tree.items():
+    for other in tree:
         if other.name in SIDE_NAMES and path.parent in other.parents:
             relative = other.relative_to(path.parent)
             if len(relative.parts) == 1 or (len(relative.parts) == 2 and relative.parts[0].startswith("node")):
-                out[relative.as_posix()] = read
+                out[relative.as_posix()] = lambda other=other: opened(other)
     return out
 
 

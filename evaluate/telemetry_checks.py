@@ -1,11 +1,12 @@
 """The telemetry section again, from the run's own samples: a result's power, energy, clocks, temperatures and throttle
 events are not taken on faith (issue 45).
 
-The evidence is every node's telemetry.jsonl beside result.json (node N's under nodeN/, as the launcher leaves them)
-and the steps on their clock (steps.jsonl, else train.log's timestamps, else rebuilt from the run's end): evaluate.collect
-hands them over as Loaded.beside, from a directory or a zip. The section is summarised again by the writer's own
-function, utils.machine.energy.summarise, on the clock step_clock rebuilds as the judge rebuilt it (the judge calls
-step_clock too), so a figure edited in result.json differs from its recomputation and is named with both values.
+The evidence is every node's telemetry.jsonl beside result.json (node N's under nodeN/, as the launcher leaves
+them) and the steps on their clock (steps.jsonl, else train.log's timestamps, else rebuilt from the run's end):
+evaluate.collect hands them over as Loaded.beside, from a directory or a zip. The section is summarised again by
+the writer's own function, utils.machine.energy.summarise, on the clock step_clock rebuilds as the judge rebuilt it
+(the judge calls step_clock too), so a figure edited in result.json differs from its recomputation and is named with
+both values.
 
 A result with power or energy figures whose samples are not beside it fails: its energy per token would enter the
 energy and cost rankings (evaluate.comparison.energy ranks every result validate passes) on the writer's word alone.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 from evaluate.effective_settings import same
 from evaluate.logs.files import stamped_ends
@@ -73,18 +74,25 @@ def _absent(name: str) -> Callable[[], Any]:
     return read
 
 
-def recomputed(r: dict, beside: dict[str, Callable[[], bytes]]) -> dict[str, Any]:
+def _text(opened: Callable[[], BinaryIO]) -> str:
+    with opened() as handle:
+        return handle.read().decode("utf-8", "replace")
+
+
+def _stamped(opened: Callable[[], BinaryIO]) -> dict[int, float]:
+    with opened() as handle:
+        return stamped_ends(handle)
+
+
+def recomputed(r: dict, beside: dict[str, Callable[[], BinaryIO]]) -> dict[str, Any]:
     """The section utils.machine.energy.summarise gives from the samples and steps beside the result."""
     nnodes = r["parallelism"].get("nnodes") or 1
     names = [telemetry.FILE] + [f"node{n}/{telemetry.FILE}" for n in range(1, nnodes)]
-    records = [telemetry.read(PurePosixPath(name), beside[name]().decode("utf-8", "replace").splitlines())
+    records = [telemetry.read(PurePosixPath(name), _text(beside[name]).splitlines())
                for name in names if name in beside]
-    steps_text = beside.get(STEPS_FILE)
-    log = beside.get(LOG_FILE)
-    steps, clock = step_clock(r, (lambda: steps_text().decode("utf-8", "replace")) if steps_text else
-                              _absent(STEPS_FILE),
-                              (lambda: stamped_ends(log().splitlines())) if log else _absent(LOG_FILE),
-                              r["run"].get("ended_at"))
+    steps_file, log = beside.get(STEPS_FILE), beside.get(LOG_FILE)
+    steps, clock = step_clock(r, (lambda: _text(steps_file)) if steps_file else _absent(STEPS_FILE),
+                              (lambda: _stamped(log)) if log else _absent(LOG_FILE), r["run"].get("ended_at"))
     window = (r.get("performance") or {}).get("window")
     section = r["telemetry"]
     per_node = None if r["platform"] == "cpu" else max(1, r["parallelism"]["num_gpus"] // nnodes)
@@ -101,7 +109,7 @@ def _differences(ours: dict, theirs: dict, keys: tuple[str, ...], where: str) ->
                                                                   and same(float(ours[key]), float(theirs[key]))))]
 
 
-def problems(r: dict, beside: dict[str, Callable[[], bytes]] | None) -> list[Problem]:
+def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
     """The telemetry section's figures against their recomputation from the samples; none for a section without
     figures (telemetry off, or left out by the judge) or a result read without its run directory (beside None)."""
     section = r.get("telemetry")

@@ -118,7 +118,7 @@ def check_result(item: Loaded) -> list[Finding]:
         found.append(Finding(name, "status", f"{run['status']} (exit code {run['exit_code']}): {excerpt[0][:200]}"))
     found += _steps(name, run, training, series, r["effective"], evaluation_checks.stopped_at(r))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
-    found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals)]
+    found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals, item.beside)]
     losses = series["loss"]
     bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
     if bad:

@@ -1,6 +1,7 @@
-"""Hostile cases for issue 45's telemetry evidence: a result's power, energy, clocks, temperatures and throttle events
+"""Hostile cases for issue 45's side-file evidence: a result's power, energy, clocks, temperatures and throttle events
 edited after the run are caught against the run's own telemetry.jsonl (evaluate.telemetry_checks), in a directory
-and in a zip, and an energy figure whose samples are gone does not rank."""
+and in a zip, and an energy figure whose samples are gone does not rank; a log's framework's validation points
+edited after the run are caught against train.log's reports (evaluate.evaluation_checks.log_points)."""
 
 from __future__ import annotations
 
@@ -151,3 +152,62 @@ def test_a_malformed_sample_line_beside_a_section_with_figures_fails(run_dir):
     with open(run_dir / telemetry.FILE, "a") as out:
         out.write(json.dumps({"kind": "sample", "time_s": END, "index": 0, "power_w": "N/A"}) + "\n")
     assert "power_w is 'N/A'" in findings(run_dir)[0]
+
+
+# --- The log's frameworks: evaluation points against train.log's validation reports ----------------------------
+
+LOGGED = {"prim": ("primus_validation.log", "config-amd-validation.json"),
+          "nemo": ("nemo_timed_validation.log", "config-nemo-validation.json")}
+
+
+def logged_run(tmp_path: Path, framework: str) -> Path:
+    """A run of a log's framework (no evals.jsonl) judged with its validation reports in train.log."""
+    log, config = LOGGED[framework]
+    folder = ended_run(tmp_path, log, config=config)
+    judged(folder)
+    return folder
+
+
+def evaluation_findings(source: Path) -> list[str]:
+    item, = collect([source]).results
+    return [f.line() for f in check_result(item) if f.check == "evaluation evidence"]
+
+
+def with_points(run_dir: Path, change) -> None:
+    result = json.loads((run_dir / "result.json").read_text())
+    change(result["evaluation"]["points"])
+    (run_dir / "result.json").write_text(json.dumps(result))
+
+
+@pytest.mark.parametrize("framework", LOGGED)
+def test_a_logged_evaluation_agrees_with_its_log(tmp_path, framework):
+    assert evaluation_findings(logged_run(tmp_path, framework)) == []
+
+
+@pytest.mark.parametrize("framework", LOGGED)
+def test_a_validation_loss_lowered_in_the_result_while_the_log_keeps_the_real_one_fails(tmp_path, framework):
+    run_dir = logged_run(tmp_path, framework)
+    real = json.loads((run_dir / "result.json").read_text())["evaluation"]["points"]["loss"][1]
+    with_points(run_dir, lambda p: p["loss"].__setitem__(1, real - 1.0))
+    line, = evaluation_findings(run_dir)
+    assert line.startswith("FAIL ") and "are not train.log's validation reports" in line
+    assert f"loss {real - 1.0} in the result, {real} in the log" in line
+
+
+def test_an_evaluation_time_edited_in_the_result_fails(tmp_path):
+    run_dir = logged_run(tmp_path, "nemo")
+    with_points(run_dir, lambda p: p["eval_time_s"].__setitem__(0, 0.1))
+    assert "points at step(s) 4 are not train.log's" in evaluation_findings(run_dir)[0]
+
+
+def test_an_evaluation_the_log_does_not_hold_fails(tmp_path):
+    run_dir = logged_run(tmp_path, "prim")
+    with_points(run_dir, lambda p: [p[key].pop() for key in p])  # the last point dropped: as if never evaluated
+    assert "points at step(s) 12 are not train.log's" in evaluation_findings(run_dir)[0]
+
+
+def test_a_lowered_loss_in_a_zip_with_its_log_fails_and_without_its_log_is_not_read_again(tmp_path):
+    run_dir = logged_run(tmp_path, "prim")
+    with_points(run_dir, lambda p: p["loss"].__setitem__(0, 1.0))
+    assert "points at step(s) 4 are not train.log's" in evaluation_findings(zipped(run_dir))[0]
+    assert evaluation_findings(zipped(run_dir, leave_out="train.log")) == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import BinaryIO, Iterable, Sequence
 
 from evaluate.logs.records import STEP_MARKER, stamped_step
 from evaluate.logs.settings import EFFECTIVE_MARKER
@@ -48,15 +48,16 @@ def _feed(stream: Stream, raw: bytes, number: int, complete: bool) -> None:
         stream.line(number, piece, complete or index < last)
 
 
-def read_lines(paths: Sequence[Path], stream: Stream) -> tuple[int, bool, bytes]:
-    """Feed every marked line of every log to the stream, block by block (memory stays bounded).
+def read_lines(paths: Sequence[Path | BinaryIO], stream: Stream) -> tuple[int, bool, bytes]:
+    """Feed every marked line of every log (a file, or one already open: a zip member) to the stream, block by
+    block (memory stays bounded).
 
     Returns (lines read, whether a log ended mid-line, the last bytes of the last log).
     """
     lines, truncated, tail = 0, False, b""
     for path in paths:
         carry, tail = b"", b""
-        with open(path, "rb") as handle:
+        with open(path, "rb") if isinstance(path, Path) else path as handle:
             while block := handle.read(BLOCK):
                 block = carry + block
                 cut = block.rfind(b"\n") + 1
