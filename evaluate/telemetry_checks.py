@@ -97,7 +97,8 @@ def recomputed(r: dict, beside: dict[str, Callable[[], BinaryIO]]) -> dict[str, 
     section = r["telemetry"]
     per_node = None if r["platform"] == "cpu" else max(1, r["parallelism"]["num_gpus"] // nnodes)
     again = energy.summarise(records, steps, (window["first_step"], window["last_step"]) if window else None,
-                             r["training"]["gbs"] * r["training"]["seq_len"], section["interval_ms"], clock, per_node)
+                             r["training"]["gbs"] * r["training"]["seq_len"], section["interval_ms"] or 0, clock,
+                             per_node)  # no interval of the request's: each record's own (its start line)
     bad = next((line for record in records for line in record.bad_lines), None)
     return {**again, "bad_line": bad}
 
@@ -111,9 +112,11 @@ def _differences(ours: dict, theirs: dict, keys: tuple[str, ...], where: str) ->
 
 def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
     """The telemetry section's figures against their recomputation from the samples; none for a section without
-    figures (telemetry off, or left out by the judge) or a result read without its run directory (beside None)."""
+    figures (telemetry off, or left out by the judge: whatever its flags say, a figure is checked) or a result read
+    without its run directory (beside None)."""
     section = r.get("telemetry")
-    if beside is None or not section or not section["enabled"] or section.get("method") is None:
+    if beside is None or not section or not (any(section.get(key) is not None for key in FIGURES)
+                                             or section.get("per_gpu") or section.get("throttle_events")):
         return []
     if telemetry.FILE not in beside:
         figured = [key for key in ("mean_power_w", "tokens_per_joule") if section.get(key) is not None]

@@ -100,6 +100,12 @@ def test_a_telemetry_figure_edited_after_the_run_fails_naming_both_values(run_di
         assert f"{before[head]} from the samples" in line  # the value recomputed is the judge's own
 
 
+@pytest.mark.parametrize("flags", [{"method": None}, {"enabled": False}], ids=["method null", "telemetry off"])
+def test_flags_that_say_no_figures_do_not_hide_an_edited_figure(run_dir, flags):
+    edited(run_dir, lambda s: (s.update(flags), EDITS["mean_power_w"](s)))
+    assert "telemetry.mean_power_w is " in findings(run_dir)[0]
+
+
 def test_a_throttle_event_removed_from_the_result_fails(run_dir):
     edited(run_dir, lambda s: s.update(throttle_events=[]))
     line, = findings(run_dir)
