@@ -13,7 +13,6 @@ value it holds and its extremes (the schema limits series items only by type and
 
 from __future__ import annotations
 
-import io
 import json
 import zipfile
 from dataclasses import dataclass, field
@@ -206,7 +205,7 @@ def collect(inputs: Sequence[str | Path]) -> Collection:
                 names = [n for n in sorted(archive.namelist())
                          if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)]
             _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _reopened(item, n)) for n in names}, loaded,
-                       rejected, lambda n: io.BytesIO(_reopened(item, str(n))))
+                       rejected, lambda n: _streamed(item, str(n)))
         elif item.is_dir():
             paths = [p for p in sorted(item.rglob("*")) if p.name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)
                      and p.is_file()]
@@ -273,6 +272,15 @@ def _beside(path: PurePosixPath, tree: dict, opened: Callable[[PurePosixPath], B
             if len(relative.parts) == 1 or (len(relative.parts) == 2 and relative.parts[0].startswith("node")):
                 out[relative.as_posix()] = lambda other=other: opened(other)
     return out
+
+
+def _streamed(archive_path: Path, name: str) -> BinaryIO:
+    """A zip member opened for a check to stream (a log may be larger than any JSON file TPrimat writes); the member
+    keeps the zip's file open until it is closed itself."""
+    archive = zipfile.ZipFile(archive_path)
+    member = archive.open(name)
+    archive.close()
+    return member
 
 
 def _reopened(archive_path: Path, name: str) -> bytes:

@@ -17,12 +17,14 @@ checked here.
 from __future__ import annotations
 
 import json
+import zipfile
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any, BinaryIO, Callable
 
 from evaluate.effective_settings import same
 from evaluate.logs.files import stamped_ends
+from utils.files import MAX_JSON_BYTES
 from utils.machine import energy, telemetry
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
@@ -75,8 +77,12 @@ def _absent(name: str) -> Callable[[], Any]:
 
 
 def _text(opened: Callable[[], BinaryIO]) -> str:
+    """A side file's text, refused (ValueError) beyond what any TPrimat file holds (a zip member may unpack to more)."""
     with opened() as handle:
-        return handle.read().decode("utf-8", "replace")
+        data = handle.read(MAX_JSON_BYTES + 1)
+    if len(data) > MAX_JSON_BYTES:
+        raise ValueError(f"unpacks to more than {MAX_JSON_BYTES >> 20} MiB, far more than any TPrimat file")
+    return data.decode("utf-8", "replace")
 
 
 def _stamped(opened: Callable[[], BinaryIO]) -> dict[int, float]:
@@ -122,7 +128,10 @@ def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[
         figured = [key for key in ("mean_power_w", "tokens_per_joule") if section.get(key) is not None]
         return [("telemetry evidence", f"no {telemetry.FILE} beside the result: its {' and '.join(figured)} cannot be "
                  "recomputed, and an energy figure without its samples does not rank")] if figured else []
-    again = recomputed(r, beside)
+    try:
+        again = recomputed(r, beside)
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        return [("telemetry evidence", f"the samples beside the result cannot be read: {err}")]
     if again["bad_line"]:
         return [("telemetry evidence", f"{again['bad_line']}: the judge leaves out a section from such samples")]
     found = _differences(section, again, FIGURES, "telemetry")
