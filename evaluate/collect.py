@@ -9,6 +9,10 @@ TPrimat than this checkout knows is left out with one line naming it and its fir
 others are read on. The check is the schema's; a long series is checked on a sample that keeps every kind of
 value it holds and its extremes (the schema limits series items only by type and minimum), so that a result of
 200,000 steps is read in seconds, and the whole series only when the sample shows a problem, to name it.
+
+Each result read from a run directory (a folder, a zip, or a lone result.json in its folder) carries its side files
+(Loaded.beside: evals.jsonl, telemetry.jsonl, steps.jsonl, train.log, and the other nodes' under nodeN/), opened only
+when a check of validate recomputes a figure from them (evaluate.telemetry_checks, evaluation_checks.log_points).
 """
 
 from __future__ import annotations
