@@ -9,6 +9,10 @@ TPrimat than this checkout knows is left out with one line naming it and its fir
 others are read on. The check is the schema's; a long series is checked on a sample that keeps every kind of
 value it holds and its extremes (the schema limits series items only by type and minimum), so that a result of
 200,000 steps is read in seconds, and the whole series only when the sample shows a problem, to name it.
+
+Each result read from a run directory (a folder, a zip, or a lone result.json in its folder) carries its side files
+(Loaded.beside: evals.jsonl, telemetry.jsonl, steps.jsonl, train.log, and the other nodes' under nodeN/), opened only
+when a check of validate recomputes a figure from them (evaluate.telemetry_checks, evaluation_checks.log_points).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 from utils.cli import quoted, warn
 from utils.files import MAX_JSON_BYTES, parse_json, read_bounded
@@ -26,6 +30,8 @@ from utils.runset import SYSTEM_FILE
 
 RESULT_NAME = "result.json"
 EVALS_NAME = "evals.jsonl"  # train/common/evaluation.py's EVALS_FILE (evaluate reads no trainer module)
+TELEMETRY_NAME, STEPS_NAME, LOG_NAME = "telemetry.jsonl", "steps.jsonl", "train.log"  # evaluate.telemetry_checks'
+SIDE_NAMES = (EVALS_NAME, TELEMETRY_NAME, STEPS_NAME, LOG_NAME)
 SAMPLED_SERIES = 64  # a series longer than this is schema-checked on its sample first
 
 
@@ -39,6 +45,9 @@ class Loaded:
     failures: list[str] = field(default_factory=list)  # validate's failed checks, "check: message" (evaluate.gate)
     evals: list[dict] | str | None = None  # the trainer's evals.jsonl beside it (evaluate.evaluation_checks' evidence),
     # its problem where it cannot be read, None where there is none
+    beside: dict[str, Callable[[], BinaryIO]] | None = None  # the run directory's side files
+    # (evaluate.telemetry_checks' and evaluation_checks.log_points' evidence), path relative to it -> the file opened,
+    # when a check asks (a log is streamed, never held); None where the result was not read from a run directory
 
     @property
     def name(self) -> str:
@@ -198,18 +207,20 @@ def collect(inputs: Sequence[str | Path]) -> Collection:
         if item.is_file() and zipfile.is_zipfile(item):
             with zipfile.ZipFile(item) as archive:
                 names = [n for n in sorted(archive.namelist())
-                         if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE, EVALS_NAME)]
-                _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _member(archive, n)) for n in names}, loaded,
-                           rejected)
+                         if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)]
+            _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _reopened(item, n)) for n in names}, loaded,
+                       rejected, lambda n: _streamed(item, str(n)))
         elif item.is_dir():
-            paths = [p for p in sorted(item.rglob("*.json*")) if p.name in (RESULT_NAME, SYSTEM_FILE, EVALS_NAME)
+            paths = [p for p in sorted(item.rglob("*")) if p.name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)
                      and p.is_file()]
             _read_tree(str(item), {PurePosixPath(p.relative_to(item).as_posix()): (lambda p=p: read_bounded(p))
-                                   for p in paths}, loaded, rejected)
+                                   for p in paths}, loaded, rejected, lambda n, root=item: open(root / n, "rb"))
         elif (result := _result(str(item), lambda: read_bounded(item), rejected)) is not None:  # a single result
             beside = item.parent / EVALS_NAME
             loaded.append(Loaded(str(item), result, result.get("system") or {},
-                                 evals=_evals(lambda: read_bounded(beside)) if beside.is_file() else None))
+                                 evals=_evals(lambda: read_bounded(beside)) if beside.is_file() else None,
+                                 beside={p.relative_to(item.parent).as_posix(): (lambda p=p: open(p, "rb"))
+                                         for p in _side_files(item.parent)}))
     return _once(loaded, rejected)
 
 
@@ -228,8 +239,10 @@ def _once(loaded: list[Loaded], rejected: list[Rejected]) -> Collection:
     return Collection(kept, rejected, duplicates)
 
 
-def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rejected]) -> None:
-    """The results of one directory or zip (relative path -> its bytes' reader), each with its nearest system."""
+def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rejected],
+               opened: Callable[[PurePosixPath], BinaryIO]) -> None:
+    """The results of one directory or zip (relative path -> its bytes' reader; opened: a path of it opened), each
+    with its nearest system and its side files."""
     systems = {}
     for path, read in tree.items():
         if path.name == SYSTEM_FILE:
@@ -245,7 +258,39 @@ def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rej
             nearest = next((systems[parent] for parent in path.parents if parent in systems), {})
             evals = tree.get(path.parent / EVALS_NAME)
             loaded.append(Loaded(f"{source}:{path}", result, result.get("system") or nearest,
-                                 evals=None if evals is None else _evals(evals)))
+                                 evals=None if evals is None else _evals(evals), beside=_beside(path, tree, opened)))
+
+
+def _side_files(run_dir: Path) -> list[Path]:
+    """A lone result's run directory's side files: its own and its other nodes' (nodeN/)."""
+    return [p for p in [*run_dir.glob("*"), *run_dir.glob("node*/*")] if p.name in SIDE_NAMES and p.is_file()]
+
+
+def _beside(path: PurePosixPath, tree: dict, opened: Callable[[PurePosixPath], BinaryIO]
+            ) -> dict[str, Callable[[], BinaryIO]]:
+    """The side files of the result at path (its run directory's and its nodes' nodeN/), relative to its folder."""
+    out = {}
+    for other in tree:
+        if other.name in SIDE_NAMES and path.parent in other.parents:
+            relative = other.relative_to(path.parent)
+            if len(relative.parts) == 1 or (len(relative.parts) == 2 and relative.parts[0].startswith("node")):
+                out[relative.as_posix()] = lambda other=other: opened(other)
+    return out
+
+
+def _streamed(archive_path: Path, name: str) -> BinaryIO:
+    """A zip member opened for a check to stream (a log may be larger than any JSON file TPrimat writes); the member
+    keeps the zip's file open until it is closed itself."""
+    archive = zipfile.ZipFile(archive_path)
+    member = archive.open(name)
+    archive.close()
+    return member
+
+
+def _reopened(archive_path: Path, name: str) -> bytes:
+    """A zip member's bytes, the zip opened again: side files are read when a check asks, after collect()."""
+    with zipfile.ZipFile(archive_path) as archive:
+        return _member(archive, name)
 
 
 def _evals(read) -> list[dict] | str:

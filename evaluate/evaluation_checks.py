@@ -10,8 +10,12 @@ utils/spec/result.schema.json and fails on a figure field without an entry, so a
 
 from __future__ import annotations
 
+import math
+import zipfile
+from typing import BinaryIO, Callable
+
 from evaluate.effective_settings import same
-from evaluate.logs.parse import step_ranges
+from evaluate.logs.parse import parse_logs, step_ranges
 from utils.frameworks import TABLE
 from utils.spec.evaluation import Evaluation
 from utils.spec.metrics import time_to_target
@@ -127,6 +131,43 @@ def evals_file(r: dict, evals: list[dict] | str | None) -> list[Problem]:
     return []
 
 
+LOG_FILE = "train.log"  # the judge's log (evaluate.judge), node N's under nodeN/
+LOG_COLUMNS = ("loss", "wall_s", "eval_time_s")  # what a log's validation report says (evaluate.logs.evaluations)
+
+
+def log_points(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
+    """A log's framework (prim, mbridge, nemo: the judge extracts its result from train.log) writes no evals.jsonl:
+    its points are the log's validation reports, read again here with the judge's reader (parse_logs, one streamed
+    pass over train.log and the other nodes' nodeN/train.log), so a loss lowered in result.json while the log keeps
+    the real one fails. Nothing is said where the log is not beside the result (a zip or copy without logs, a result
+    read without its run directory): there is nothing to read again, and evals_file's absence is no fault either."""
+    framework = TABLE.get(r["framework"])
+    if (beside is None or LOG_FILE not in beside or r.get("evaluation") is None or framework is None
+            or framework.writes_result):
+        return []
+    nnodes = r["parallelism"].get("nnodes") or 1
+    names = [LOG_FILE] + [name for n in range(1, nnodes) if (name := f"node{n}/{LOG_FILE}") in beside]
+    try:
+        validations = parse_logs([beside[name]() for name in names]).validations
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        return [("evaluation evidence", f"{LOG_FILE} cannot be read again: {err}")]
+    points = r["evaluation"]["points"]
+    ours = {step: [points[key][n] for key in LOG_COLUMNS] for n, step in enumerate(points["step"])}
+    theirs = {v["step"]: [v.get(key) if v.get(key) is None or math.isfinite(v[key]) else None for key in LOG_COLUMNS]
+              for v in validations}
+    differ = sorted(step for step in ours.keys() | theirs.keys()
+                    if step not in ours or step not in theirs or not all(map(_equal, ours[step], theirs[step])))
+    if differ:
+        return [("evaluation evidence", f"points at step(s) {step_ranges(differ)} are not {LOG_FILE}'s validation "
+                 f"reports (loss {_shown(ours, differ[0])} in the result, {_shown(theirs, differ[0])} in the log at "
+                 f"step {differ[0]})")]
+    return []
+
+
+def _shown(points: dict[int, list], step: int) -> str:
+    return "none" if step not in points else str(points[step][0])
+
+
 def _equal(a: object, b: object) -> bool:
     return a is b is None or (a is not None and b is not None and same(float(a), float(b)))  # type: ignore[arg-type]
 
@@ -190,7 +231,8 @@ SHARED_EVALUATION = (("evaluation split", split_key), ("evaluation tokens", toke
 
 
 # Every figure field of `evaluation` and `time_to_train` -> the function above that checks it against its evidence
-# (evals_file besides, where the trainer wrote evals.jsonl, holds every points column to it).
+# (evals_file besides, where the trainer wrote evals.jsonl, holds every points column to it; log_points, where a log's
+# framework left train.log beside the result, holds loss, wall_s and eval_time_s to its validation reports).
 FIGURE_EVIDENCE = {
     "evaluation.interval_steps": "cadence", "evaluation.points.step": "cadence",
     "evaluation.points.tokens": "cadence", "evaluation.iters": "size", "evaluation.tokens": "size",
@@ -202,11 +244,12 @@ FIGURE_EVIDENCE = {
 }
 
 
-def problems(r: dict, evals: list[dict] | str | None = None) -> list[Problem]:
+def problems(r: dict, evals: list[dict] | str | None = None,
+             beside: dict[str, Callable[[], BinaryIO]] | None = None) -> list[Problem]:
     """Every check of a schema-valid result's `evaluation` and `time_to_train` (none when it has neither)."""
     found: list[Problem] = []
     if r.get("evaluation") is not None:
-        found += cadence(r) + size(r) + split(r) + clocks(r) + evals_file(r, evals)
+        found += cadence(r) + size(r) + split(r) + clocks(r) + evals_file(r, evals) + log_points(r, beside)
     if r.get("time_to_train") is not None:
         found += target(r) + (stop(r) if r.get("evaluation") is not None else [])
     return found

@@ -10,7 +10,7 @@ closes.
 
 from __future__ import annotations
 
-from evaluate import evaluation_checks, series_checks
+from evaluate import evaluation_checks, series_checks, telemetry_checks
 
 FIGURE_SECTIONS = ("performance", "memory", "telemetry", "prediction", "stragglers", "evaluation", "time_to_train")
 
@@ -18,6 +18,9 @@ FIGURE_SECTIONS = ("performance", "memory", "telemetry", "prediction", "straggle
 RECOMPUTED = {
     **{field: f"evaluation_checks.{check}" for field, check in evaluation_checks.FIGURE_EVIDENCE.items()},
     "performance.warmup_skip": "integrity.window",
+    **{f"telemetry.{field}": "telemetry_checks.problems" for field in telemetry_checks.FIGURES},
+    **{f"telemetry.per_gpu.{field}": "telemetry_checks.problems" for field in telemetry_checks.GPU_FIGURES},
+    **{f"telemetry.throttle_events.{field}": "telemetry_checks.problems" for field in telemetry_checks.EVENT_FIGURES},
     **dict.fromkeys(("performance.tokens_per_step", "performance.tokens_per_s", "performance.tokens_per_s_per_gpu",
                      "performance.flops_per_token", "performance.tflop_per_s_per_gpu", "performance.mfu",
                      "performance.peak_tflop_per_s_per_gpu"), "validate._figures"),
@@ -29,22 +32,12 @@ _DEVICE_USED = "never below 0 and never above the device's capacity (validate._m
                "driver's per-step readings it is the peak of are not kept in the result's series"
 _PER_WORKER = "never below 0 and never above the host's memory (validate._memory, integrity.memory); each worker's " \
               "peak is read from its own process, which a result does not carry"
-_SAMPLED = "from the telemetry samples (telemetry.jsonl), which validate does not read yet"
 _PREDICTED = "the plan's prediction, kept beside the measured figures; not recomputed from the model spec yet"
 _STRAGGLERS = "from every rank's step times, which a result does not carry; taken as the judge wrote them"
 NOT_YET = {
     "memory.peak_device_used_gib": _DEVICE_USED, "memory.host_rss_gib_per_worker": _PER_WORKER,
-    **dict.fromkeys(("telemetry.interval_ms", "telemetry.samples", "telemetry.mean_power_w", "telemetry.max_power_w",
-                     "telemetry.energy_per_step_j", "telemetry.tokens_per_joule", "telemetry.wh_per_million_tokens",
-                     "telemetry.min_median_sm_clock_ratio", "telemetry.max_temp_gpu_c", "telemetry.max_temp_mem_c",
-                     "telemetry.per_gpu.index", "telemetry.per_gpu.samples", "telemetry.per_gpu.mean_power_w",
-                     "telemetry.per_gpu.max_power_w", "telemetry.per_gpu.energy_j",
-                     "telemetry.per_gpu.median_sm_clock_mhz", "telemetry.per_gpu.min_sm_clock_mhz",
-                     "telemetry.per_gpu.sm_clock_max_mhz", "telemetry.per_gpu.median_sm_clock_ratio",
-                     "telemetry.per_gpu.max_temp_gpu_c", "telemetry.per_gpu.max_temp_mem_c",
-                     "telemetry.per_gpu.mean_util_pct", "telemetry.throttle_events.index",
-                     "telemetry.throttle_events.start_s", "telemetry.throttle_events.duration_s",
-                     "telemetry.throttle_events.first_step", "telemetry.throttle_events.last_step"), _SAMPLED),
+    "telemetry.interval_ms": "the request's TELEMETRY_INTERVAL_MS, an input of the summary that validate recomputes "
+                             "the section with, not one of its outputs; each node's own interval is in its samples",
     **dict.fromkeys(("prediction.memory.weights_gib", "prediction.memory.gradients_gib",
                      "prediction.memory.optimizer_gib", "prediction.memory.activations_gib",
                      "prediction.memory.logits_gib", "prediction.memory.workspace_gib", "prediction.memory.buffers_gib",

@@ -30,10 +30,9 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
-from evaluate import extract, machine_checks, native_settings
+from evaluate import extract, machine_checks, native_settings, telemetry_checks
 from evaluate.logs import worker_failure
 from evaluate.collect import Loaded, first_problem
 from evaluate.logs.files import step_end_times
@@ -241,31 +240,10 @@ def record_environment(nnodes: int, result: dict, environment: dict[str, str], l
 
 
 def step_clock(run_dir: Path, result: dict, ended: Ended) -> tuple[list[energy.Step], str]:
-    """Each step's end on telemetry.jsonl's clock and where it came from: the trainer's steps.jsonl (mega, fsdp,
-    autotp), else the timestamps of the log's iteration lines (to the second), else reconstructed backwards from
-    the run's end with the step times (the end includes the run's teardown: an upper bound)."""
-    series = result.get("series") or {}
-    durations = {step: t for step, t in zip(series.get("step", []), series.get("step_time_s", [])) if t is not None}
-    ends: dict[int, float] = {}
-    try:
-        for line in (run_dir / "steps.jsonl").read_text(encoding="utf-8").splitlines():
-            item = json.loads(line)
-            if item.get("time_s") is not None:
-                ends[int(item["step"])] = float(item["time_s"])
-    except (OSError, ValueError, KeyError, TypeError):
-        ends = {}
-    source = "steps.jsonl"
-    if not ends:
-        try:
-            ends, source = step_end_times(run_dir / "train.log"), "log_timestamps"
-        except OSError:
-            ends = {}
-    if not ends and durations:
-        source, clock = "reconstructed_from_run_end", datetime.fromisoformat(ended.ended_at).timestamp()
-        for step in sorted(durations, reverse=True):
-            ends[step] = clock
-            clock -= durations[step]
-    return [energy.Step(step, ends[step], durations[step]) for step in sorted(ends) if step in durations], source
+    """Each step's end on telemetry.jsonl's clock (evaluate.telemetry_checks.step_clock, which validate recomputes the
+    section on too), from the run directory's files."""
+    return telemetry_checks.step_clock(result, lambda: (run_dir / "steps.jsonl").read_text(encoding="utf-8"),
+                                       lambda: step_end_times(run_dir / "train.log"), ended.ended_at)
 
 
 # What a side file of a shape no check foresaw raises while its section is made: the section is left out, naming it.

@@ -35,7 +35,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
-from evaluate import effective_settings, evaluation_checks, integrity, machine_checks, native_settings, series_checks
+from evaluate import (effective_settings, evaluation_checks, integrity, machine_checks, native_settings,
+                      series_checks, telemetry_checks)
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
@@ -121,7 +122,7 @@ def check_result(item: Loaded) -> list[Finding]:
     found += _steps(name, run, training, series, r["effective"], evaluation_checks.stopped_at(r))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
     found += [Finding(name, *problem) for problem in series_checks.problems(r)]
-    found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals)]
+    found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals, item.beside)]
     losses = series["loss"]
     bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
     if bad:
@@ -151,7 +152,8 @@ def check_result(item: Loaded) -> list[Finding]:
                              "layouts use 1"))
     found += [Finding(name, "effective settings", message, fatal) for message, fatal in effective_settings.problems(r)]
     return (found + _figures(name, r) + _memory(name, r)
-            + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)])
+            + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)]
+            + [Finding(name, *problem) for problem in telemetry_checks.problems(r, item.beside)])
 
 
 def _steps(name: str, run: dict, training: dict, series: dict, effective: dict,

@@ -19,6 +19,7 @@ from utils.cli import run
 from utils.config import ConfigError, load_config
 from utils.machine import probe
 from evaluate.gate import gated
+from tests.fixtures import energy_results
 from tests.fixtures.refigure import refigure
 from tests.test_evaluate_judge import ENDED, ended_run, judged
 from tests.test_train_telemetry import telemetry_around
@@ -152,8 +153,11 @@ def test_energy_from_power_no_device_draws_fails_and_no_efficiency_is_shown(tmp_
     assert "tokens/J" not in report.split("## Energy")[1].split("##")[0].replace("tokens/J |", "")
 
 
-def test_a_plausible_energy_passes(tmp_path):
-    assert failures(written(tmp_path, with_energy(fixture(NVD_RUN), 640.0))) == []
+def test_a_plausible_energy_with_its_samples_passes(tmp_path):
+    """An energy figure passes with the samples it was summarised from beside it (evaluate.telemetry_checks: without
+    them it fails, tests/test_faults_telemetry_evidence.py)."""
+    run_set, = energy_results.write_set(tmp_path, energy_results.nvd())
+    assert failures(run_set / "mega-llama-r1" / "result.json") == []
 
 
 def test_the_judge_leaves_out_telemetry_whose_power_no_device_draws(tmp_path):

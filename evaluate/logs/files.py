@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Iterable, Sequence
 
 from evaluate.logs.records import STEP_MARKER, stamped_step
 from evaluate.logs.settings import EFFECTIVE_MARKER
@@ -48,15 +48,16 @@ def _feed(stream: Stream, raw: bytes, number: int, complete: bool) -> None:
         stream.line(number, piece, complete or index < last)
 
 
-def read_lines(paths: Sequence[Path], stream: Stream) -> tuple[int, bool, bytes]:
-    """Feed every marked line of every log to the stream, block by block (memory stays bounded).
+def read_lines(paths: Sequence[Path | BinaryIO], stream: Stream) -> tuple[int, bool, bytes]:
+    """Feed every marked line of every log (a file, or one already open: a zip member) to the stream, block by
+    block (memory stays bounded).
 
     Returns (lines read, whether a log ended mid-line, the last bytes of the last log).
     """
     lines, truncated, tail = 0, False, b""
     for path in paths:
         carry, tail = b"", b""
-        with open(path, "rb") as handle:
+        with open(path, "rb") if isinstance(path, Path) else path as handle:
             while block := handle.read(BLOCK):
                 block = carry + block
                 cut = block.rfind(b"\n") + 1
@@ -93,12 +94,17 @@ def clean_tail(tail: bytes, lines: int = TAIL_LINES) -> list[str]:
 def step_end_times(path: Path) -> dict[int, float]:
     """Each step's end (time.time() seconds, to the second) from the log's timestamped iteration lines (Megatron's,
     Primus's, NeMo's prefixes), cleaned as the extraction cleans them; {} where the log has none."""
-    found: dict[int, float] = {}
     with open(path, "rb") as handle:
-        for raw in handle:
-            if b"iteration" not in raw:
-                continue
-            for piece in ANSI.sub("", raw.decode("utf-8", "replace")).split("\r"):
-                if (stamped := stamped_step(piece)) is not None:
-                    found[stamped[0]] = stamped[1]
+        return stamped_ends(handle)
+
+
+def stamped_ends(lines: Iterable[bytes]) -> dict[int, float]:
+    """step_end_times of a log's lines, however read (a file, a zip member: evaluate.telemetry_checks)."""
+    found: dict[int, float] = {}
+    for raw in lines:
+        if b"iteration" not in raw:
+            continue
+        for piece in ANSI.sub("", raw.decode("utf-8", "replace")).split("\r"):
+            if (stamped := stamped_step(piece)) is not None:
+                found[stamped[0]] = stamped[1]
     return found

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import BinaryIO, Iterable, Sequence
 
 from evaluate.logs.files import clean_tail, read_lines
 from evaluate.logs.settings import effective
@@ -66,7 +66,7 @@ class ParsedLog:
     validations: list[dict] = field(default_factory=list)  # the last run's evaluations by step: step, loss, eval_time_s
 
 
-def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> ParsedLog:
+def parse_logs(paths: Sequence[str | Path | BinaryIO], framework: str | None = None) -> ParsedLog:
     """Parse logs (in order, as one stream) into the last run's per-step records and settings.
 
     framework: what the caller knows the log to be (mega | prim | nemo); a different detected
@@ -76,7 +76,7 @@ def parse_logs(paths: Sequence[str | Path], framework: str | None = None) -> Par
     if framework is not None and framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}")
     stream = Stream()
-    lines, truncated, tail = read_lines([Path(p) for p in paths], stream)
+    lines, truncated, tail = read_lines([Path(p) if isinstance(p, str) else p for p in paths], stream)
     run = stream.run if stream.run.records else stream.pending
     records = [run.records[step] for step in sorted(run.records)]
     notes = stream.notes

@@ -37,7 +37,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from utils import ROOT
 from utils.cli import Parser, quoted, run
@@ -245,11 +245,12 @@ def line_problem(item: Any) -> str | None:
     return None
 
 
-def read(path: Path) -> Record:
-    """A node's record; a line cut short by a kill is counted, never fatal; a line of the wrong shape (a string for
-    a number, NaN, a sample without its time, nested too deep) is named in bad_lines and left out."""
+def read(path: Path, lines: Iterable[str] | None = None) -> Record:
+    """A node's record (its lines, else the file's: evaluate.validate reads them from a zip too); a line cut short
+    by a kill is counted, never fatal; a line of the wrong shape (a string for a number, NaN, a sample without its
+    time, nested too deep) is named in bad_lines and left out."""
     record = Record(path)
-    for number, line in enumerate(_lines(path), 1):
+    for number, line in enumerate(_lines(path) if lines is None else lines, 1):
         try:
             item = json.loads(line)
         except ValueError:

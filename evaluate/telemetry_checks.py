@@ -1,0 +1,155 @@
+"""The telemetry section again, from the run's own samples: a result's power, energy, clocks, temperatures and throttle
+events are not taken on faith (issue 45).
+
+The evidence is every node's telemetry.jsonl beside result.json (node N's under nodeN/, as the launcher leaves
+them) and the steps on their clock (steps.jsonl, else train.log's timestamps, else rebuilt from the run's end):
+evaluate.collect hands them over as Loaded.beside, from a directory or a zip. The section is summarised again by
+the writer's own function, utils.machine.energy.summarise, on the clock step_clock rebuilds as the judge rebuilt it
+(the judge calls step_clock too), so a figure edited in result.json differs from its recomputation and is named with
+both values.
+
+A result with power or energy figures whose samples are not beside it fails: its energy per token would enter the
+energy and cost rankings (evaluate.comparison.energy ranks every result validate passes) on the writer's word alone.
+A result read without its run directory (the judge's own check, the history store) has no Loaded.beside and is not
+checked here.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Any, BinaryIO, Callable
+
+from evaluate.effective_settings import same
+from evaluate.logs.files import stamped_ends
+from utils.files import MAX_JSON_BYTES
+from utils.machine import energy, telemetry
+
+Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
+STEPS_FILE = "steps.jsonl"
+LOG_FILE = "train.log"
+# The section's figures the recomputation must give again (the rest are notes and names, or inputs of the summary).
+FIGURES = ("samples", "mean_power_w", "max_power_w", "energy_per_step_j", "tokens_per_joule", "wh_per_million_tokens",
+           "min_median_sm_clock_ratio", "max_temp_gpu_c", "max_temp_mem_c")
+EVENT_FIGURES = ("index", "start_s", "duration_s", "first_step", "last_step")
+GPU_FIGURES = ("index", "samples", "mean_power_w", "max_power_w", "energy_j", "median_sm_clock_mhz",
+               "min_sm_clock_mhz", "sm_clock_max_mhz", "median_sm_clock_ratio", "max_temp_gpu_c", "max_temp_mem_c",
+               "mean_util_pct")
+SHOWN = 6  # differing fields named in the one line
+
+
+def step_clock(result: dict, steps_text: Callable[[], str], log_ends: Callable[[], dict[int, float]],
+               ended_at: str | None) -> tuple[list[energy.Step], str]:
+    """Each step's end on telemetry.jsonl's clock and where it came from: the trainer's steps.jsonl (mega, fsdp,
+    autotp), else the timestamps of the log's iteration lines (to the second), else reconstructed backwards from
+    the run's end with the step times (the end includes the run's teardown: an upper bound). The readers raise
+    OSError where their file is absent."""
+    series = result.get("series") or {}
+    durations = {step: t for step, t in zip(series.get("step", []), series.get("step_time_s", [])) if t is not None}
+    ends: dict[int, float] = {}
+    try:
+        for line in steps_text().splitlines():
+            item = json.loads(line)
+            if item.get("time_s") is not None:
+                ends[int(item["step"])] = float(item["time_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        ends = {}
+    source = "steps.jsonl"
+    if not ends:
+        try:
+            ends, source = log_ends(), "log_timestamps"
+        except OSError:
+            ends = {}
+    if not ends and durations and ended_at:
+        source, clock = "reconstructed_from_run_end", datetime.fromisoformat(ended_at).timestamp()
+        for step in sorted(durations, reverse=True):
+            ends[step] = clock
+            clock -= durations[step]
+    return [energy.Step(step, ends[step], durations[step]) for step in sorted(ends) if step in durations], source
+
+
+def _absent(name: str) -> Callable[[], Any]:
+    def read() -> Any:
+        raise OSError(f"no {name} beside the result")
+    return read
+
+
+def _text(opened: Callable[[], BinaryIO]) -> str:
+    """A side file's text, refused (ValueError) beyond what any TPrimat file holds (a zip member may unpack to more)."""
+    with opened() as handle:
+        data = handle.read(MAX_JSON_BYTES + 1)
+    if len(data) > MAX_JSON_BYTES:
+        raise ValueError(f"unpacks to more than {MAX_JSON_BYTES >> 20} MiB, far more than any TPrimat file")
+    return data.decode("utf-8", "replace")
+
+
+def _stamped(opened: Callable[[], BinaryIO]) -> dict[int, float]:
+    with opened() as handle:
+        return stamped_ends(handle)
+
+
+def recomputed(r: dict, beside: dict[str, Callable[[], BinaryIO]]) -> dict[str, Any]:
+    """The section utils.machine.energy.summarise gives from the samples and steps beside the result."""
+    nnodes = r["parallelism"].get("nnodes") or 1
+    names = [telemetry.FILE] + [f"node{n}/{telemetry.FILE}" for n in range(1, nnodes)]
+    records = [telemetry.read(PurePosixPath(name), _text(beside[name]).splitlines())
+               for name in names if name in beside]
+    steps_file, log = beside.get(STEPS_FILE), beside.get(LOG_FILE)
+    steps, clock = step_clock(r, (lambda: _text(steps_file)) if steps_file else _absent(STEPS_FILE),
+                              (lambda: _stamped(log)) if log else _absent(LOG_FILE), r["run"].get("ended_at"))
+    window = (r.get("performance") or {}).get("window")
+    section = r["telemetry"]
+    per_node = None if r["platform"] == "cpu" else max(1, r["parallelism"]["num_gpus"] // nnodes)
+    again = energy.summarise(records, steps, (window["first_step"], window["last_step"]) if window else None,
+                             r["training"]["gbs"] * r["training"]["seq_len"], section["interval_ms"] or 0, clock,
+                             per_node)  # no interval of the request's: each record's own (its start line)
+    bad = next((line for record in records for line in record.bad_lines), None)
+    return {**again, "bad_line": bad}
+
+
+def _differences(ours: dict, theirs: dict, keys: tuple[str, ...], where: str) -> list[str]:
+    return [f"{where}.{key} is {ours.get(key)} in the result, {theirs.get(key)} from the samples" for key in keys
+            if not (ours.get(key) is theirs.get(key) is None or (ours.get(key) is not None
+                                                                  and theirs.get(key) is not None
+                                                                  and same(float(ours[key]), float(theirs[key]))))]
+
+
+def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
+    """The telemetry section's figures against their recomputation from the samples; none for a section without
+    figures (telemetry off, or left out by the judge: whatever its flags say, a figure is checked) or a result read
+    without its run directory (beside None)."""
+    section = r.get("telemetry")
+    if beside is None or not section or not (any(section.get(key) is not None for key in FIGURES)
+                                             or section.get("per_gpu") or section.get("throttle_events")):
+        return []
+    if telemetry.FILE not in beside:
+        figured = [key for key in ("mean_power_w", "tokens_per_joule") if section.get(key) is not None]
+        return [("telemetry evidence", f"no {telemetry.FILE} beside the result: its {' and '.join(figured)} cannot be "
+                 "recomputed, and an energy figure without its samples does not rank")] if figured else []
+    try:
+        again = recomputed(r, beside)
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        return [("telemetry evidence", f"the samples beside the result cannot be read: {err}")]
+    if again["bad_line"]:
+        return [("telemetry evidence", f"{again['bad_line']}: the judge leaves out a section from such samples")]
+    found = _differences(section, again, FIGURES, "telemetry")
+    gpus, their_gpus = section.get("per_gpu", []), again["per_gpu"]
+    events, their_events = section.get("throttle_events", []), again["throttle_events"]
+    if len(gpus) != len(their_gpus):
+        found.append(f"telemetry.per_gpu has {len(gpus)} device(s) in the result, {len(their_gpus)} from the samples")
+    for n, (ours, theirs) in enumerate(zip(gpus, their_gpus)):
+        found += _differences(ours, theirs, GPU_FIGURES, f"telemetry.per_gpu[{n}]")
+    if len(events) != len(their_events):
+        found.append(f"telemetry.throttle_events has {len(events)} event(s) in the result, {len(their_events)} from "
+                     "the samples")
+    for n, (ours, theirs) in enumerate(zip(events, their_events)):
+        found += _differences(ours, theirs, EVENT_FIGURES, f"telemetry.throttle_events[{n}]")
+        if (ours.get("reason"), ours.get("steady")) != (theirs["reason"], theirs["steady"]):
+            found.append(f"telemetry.throttle_events[{n}] is {ours.get('reason')} (steady {ours.get('steady')}) in "
+                         f"the result, {theirs['reason']} (steady {theirs['steady']}) from the samples")
+    if found:
+        more = f" (and {len(found) - SHOWN} more)" if len(found) > SHOWN else ""
+        return [("telemetry evidence", "; ".join(found[:SHOWN]) + more)]
+    return []
