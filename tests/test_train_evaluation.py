@@ -99,12 +99,17 @@ def test_the_sections_fit_the_result_schema():
 
 
 def stopped_at_target(data, step: int) -> dict:
-    """data as a TARGET_LOSS run that stopped at the evaluation after `step` of twice as many requested."""
+    """data as a TARGET_LOSS run that stopped at the evaluation after `step` of twice as many requested, its points
+    consistent with its own steps (validate recomputes them: evaluate/evaluation_checks.py)."""
     data["training"]["steps"] = data["effective"]["steps"] = 2 * step
-    points = {"step": [step], "tokens": [step * 1000], "train_time_s": [100.0], "wall_s": [110.0], "loss": [3.2],
-              "eval_time_s": [10.0]}
-    data["evaluation"] = {"interval_steps": step, "iters": 1, "tokens": 1000, "time_s": 10.0, "points": points,
-                          "split": {"megatron_split": "95,5,0", "documents": 30, "fingerprint": None, "percent": 5}}
+    data["training"]["validation_split"] = "95,5,0"
+    batch_tokens = data["training"]["gbs"] * data["training"]["seq_len"]
+    trained = sum(t for s, t in zip(data["series"]["step"], data["series"]["step_time_s"]) if s <= step and t)
+    points = {"step": [step], "tokens": [step * batch_tokens], "train_time_s": [trained],
+              "wall_s": [trained + 10.0], "loss": [3.2], "eval_time_s": [10.0]}
+    data["evaluation"] = {"interval_steps": step, "iters": 1, "tokens": batch_tokens, "time_s": 10.0,
+                          "points": points, "split": {"megatron_split": "95,5,0", "documents": 30,
+                                                      "fingerprint": "0123abcd", "percent": 5}}
     data["time_to_train"] = time_to_target(points, 3.3, stopped_at_target=True, how="the trainer stopped")
     return data
 
