@@ -11,8 +11,9 @@ value it holds and its extremes (the schema limits series items only by type and
 200,000 steps is read in seconds, and the whole series only when the sample shows a problem, to name it.
 
 Each result read from a run directory (a folder, a zip, or a lone result.json in its folder) carries its side files
-(Loaded.beside: evals.jsonl, telemetry.jsonl, steps.jsonl, train.log, and the other nodes' under nodeN/), opened only
-when a check of validate recomputes a figure from them (evaluate.telemetry_checks, evaluation_checks.log_points).
+(Loaded.beside: evals.jsonl, telemetry.jsonl, steps.jsonl, train.log, config.json, and the other nodes' under nodeN/),
+opened only when a check of validate recomputes a figure from them (evaluate.telemetry_checks,
+evaluation_checks.log_points, evaluate.prediction_checks).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from utils.runset import SYSTEM_FILE
 RESULT_NAME = "result.json"
 EVALS_NAME = "evals.jsonl"  # train/common/evaluation.py's EVALS_FILE (evaluate reads no trainer module)
 TELEMETRY_NAME, STEPS_NAME, LOG_NAME = "telemetry.jsonl", "steps.jsonl", "train.log"  # evaluate.telemetry_checks'
-SIDE_NAMES = (EVALS_NAME, TELEMETRY_NAME, STEPS_NAME, LOG_NAME)
+CONFIG_NAME = "config.json"  # the run's request, evaluate.prediction_checks' evidence
+SIDE_NAMES = (EVALS_NAME, TELEMETRY_NAME, STEPS_NAME, LOG_NAME, CONFIG_NAME)
 SAMPLED_SERIES = 64  # a series longer than this is schema-checked on its sample first
 
 
@@ -46,8 +48,9 @@ class Loaded:
     evals: list[dict] | str | None = None  # the trainer's evals.jsonl beside it (evaluate.evaluation_checks' evidence),
     # its problem where it cannot be read, None where there is none
     beside: dict[str, Callable[[], BinaryIO]] | None = None  # the run directory's side files
-    # (evaluate.telemetry_checks' and evaluation_checks.log_points' evidence), path relative to it -> the file opened,
-    # when a check asks (a log is streamed, never held); None where the result was not read from a run directory
+    # (evaluate.telemetry_checks', evaluation_checks.log_points' and prediction_checks' evidence), path relative to it
+    # -> the file opened, when a check asks (a log is streamed, never held); None where the result was not read from a
+    # run directory
 
     @property
     def name(self) -> str:

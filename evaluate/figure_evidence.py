@@ -10,7 +10,7 @@ closes.
 
 from __future__ import annotations
 
-from evaluate import evaluation_checks, series_checks, telemetry_checks
+from evaluate import evaluation_checks, prediction_checks, series_checks, telemetry_checks
 
 FIGURE_SECTIONS = ("performance", "memory", "telemetry", "prediction", "stragglers", "evaluation", "time_to_train")
 
@@ -26,26 +26,18 @@ RECOMPUTED = {
                      "performance.peak_tflop_per_s_per_gpu"), "validate._figures"),
     **{f"performance.breakdown.{key}": "series_checks.breakdown" for key in series_checks.BREAKDOWN_FIELDS},
     **{f"memory.{key}": "series_checks.peaks" for key in series_checks.PEAK_SERIES},
+    **{f"prediction.{field}": "prediction_checks.problems" for field in prediction_checks.FIGURES},
 }
 
 _DEVICE_USED = "never below 0 and never above the device's capacity (validate._memory, integrity.memory); the " \
                "driver's per-step readings it is the peak of are not kept in the result's series"
 _PER_WORKER = "never below 0 and never above the host's memory (validate._memory, integrity.memory); each worker's " \
               "peak is read from its own process, which a result does not carry"
-_PREDICTED = "the plan's prediction, kept beside the measured figures; not recomputed from the model spec yet"
 _STRAGGLERS = "from every rank's step times, which a result does not carry; taken as the judge wrote them"
 NOT_YET = {
     "memory.peak_device_used_gib": _DEVICE_USED, "memory.host_rss_gib_per_worker": _PER_WORKER,
     "telemetry.interval_ms": "the request's TELEMETRY_INTERVAL_MS, an input of the summary that validate recomputes "
                              "the section with, not one of its outputs; each node's own interval is in its samples",
-    **dict.fromkeys(("prediction.memory.weights_gib", "prediction.memory.gradients_gib",
-                     "prediction.memory.optimizer_gib", "prediction.memory.activations_gib",
-                     "prediction.memory.logits_gib", "prediction.memory.workspace_gib", "prediction.memory.buffers_gib",
-                     "prediction.memory.temporaries_gib", "prediction.memory.peak_gib", "prediction.memory.device_gib",
-                     "prediction.time_bound.step_s", "prediction.time_bound.compute_s", "prediction.time_bound.tp_s",
-                     "prediction.time_bound.dp_s", "prediction.time_bound.bubble_s",
-                     "prediction.time_bound.dp_total_s", "prediction.efficiency", "prediction.measured_peak_gib",
-                     "prediction.memory_error"), _PREDICTED),
     **dict.fromkeys(("stragglers.threshold", "stragglers.median", "stragglers.members.index",
                      "stragglers.members.rank", "stragglers.members.value", "stragglers.slowest.index",
                      "stragglers.slowest.rank", "stragglers.slowest.value", "stragglers.slowest.slower_than_median",
