@@ -26,6 +26,11 @@ RECOMPUTED = {
                      "performance.peak_tflop_per_s_per_gpu"), "validate._figures"),
     **{f"performance.breakdown.{key}": "series_checks.breakdown" for key in series_checks.BREAKDOWN_FIELDS},
     **{f"memory.{key}": "series_checks.peaks" for key in series_checks.PEAK_SERIES},
+    **dict.fromkeys(("stragglers.threshold", "stragglers.median", "stragglers.members.index",
+                     "stragglers.members.rank", "stragglers.members.value", "stragglers.slowest.index",
+                     "stragglers.slowest.rank", "stragglers.slowest.value", "stragglers.slowest.slower_than_median",
+                     "stragglers.slowest_node.value", "stragglers.slowest_node.median",
+                     "stragglers.slowest_node.slower_than_median"), "straggler_checks.problems"),
 }
 
 _DEVICE_USED = "never below 0 and never above the device's capacity (validate._memory, integrity.memory); the " \
@@ -33,7 +38,6 @@ _DEVICE_USED = "never below 0 and never above the device's capacity (validate._m
 _PER_WORKER = "never below 0 and never above the host's memory (validate._memory, integrity.memory); each worker's " \
               "peak is read from its own process, which a result does not carry"
 _PREDICTED = "the plan's prediction, kept beside the measured figures; not recomputed from the model spec yet"
-_STRAGGLERS = "from every rank's step times, which a result does not carry; taken as the judge wrote them"
 NOT_YET = {
     "memory.peak_device_used_gib": _DEVICE_USED, "memory.host_rss_gib_per_worker": _PER_WORKER,
     "telemetry.interval_ms": "the request's TELEMETRY_INTERVAL_MS, an input of the summary that validate recomputes "
@@ -46,9 +50,4 @@ NOT_YET = {
                      "prediction.time_bound.dp_s", "prediction.time_bound.bubble_s",
                      "prediction.time_bound.dp_total_s", "prediction.efficiency", "prediction.measured_peak_gib",
                      "prediction.memory_error"), _PREDICTED),
-    **dict.fromkeys(("stragglers.threshold", "stragglers.median", "stragglers.members.index",
-                     "stragglers.members.rank", "stragglers.members.value", "stragglers.slowest.index",
-                     "stragglers.slowest.rank", "stragglers.slowest.value", "stragglers.slowest.slower_than_median",
-                     "stragglers.slowest_node.value", "stragglers.slowest_node.median",
-                     "stragglers.slowest_node.slower_than_median"), _STRAGGLERS),
 }

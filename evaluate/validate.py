@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 from evaluate import (effective_settings, evaluation_checks, integrity, machine_checks, native_settings,
-                      series_checks, telemetry_checks)
+                      series_checks, straggler_checks, telemetry_checks)
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
@@ -153,7 +153,8 @@ def check_result(item: Loaded) -> list[Finding]:
     found += [Finding(name, "effective settings", message, fatal) for message, fatal in effective_settings.problems(r)]
     return (found + _figures(name, r) + _memory(name, r)
             + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)]
-            + [Finding(name, *problem) for problem in telemetry_checks.problems(r, item.beside)])
+            + [Finding(name, *problem) for problem in telemetry_checks.problems(r, item.beside)]
+            + [Finding(name, *problem) for problem in straggler_checks.problems(r, item.beside)])
 
 
 def _steps(name: str, run: dict, training: dict, series: dict, effective: dict,
