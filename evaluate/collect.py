@@ -11,9 +11,9 @@ value it holds and its extremes (the schema limits series items only by type and
 200,000 steps is read in seconds, and the whole series only when the sample shows a problem, to name it.
 
 Each result read from a run directory (a folder, a zip, or a lone result.json in its folder) carries its side files
-(Loaded.beside: evals.jsonl, telemetry.jsonl, steps.jsonl, train.log, config.json, and the other nodes' under nodeN/),
-opened only when a check of validate recomputes a figure from them (evaluate.telemetry_checks,
-evaluation_checks.log_points, evaluate.prediction_checks).
+(Loaded.beside: evals.jsonl, telemetry.jsonl, steps.jsonl, train.log, config.json, the other nodes' under nodeN/,
+each rank's step times under rank_steps/), opened only when a check of validate recomputes a figure from them
+(evaluate.telemetry_checks, evaluation_checks.log_points, evaluate.prediction_checks, evaluate.straggler_checks).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, BinaryIO, Callable, Sequence
 
 from utils.cli import quoted, warn
@@ -34,6 +34,7 @@ EVALS_NAME = "evals.jsonl"  # train/common/evaluation.py's EVALS_FILE (evaluate 
 TELEMETRY_NAME, STEPS_NAME, LOG_NAME = "telemetry.jsonl", "steps.jsonl", "train.log"  # evaluate.telemetry_checks'
 CONFIG_NAME = "config.json"  # the run's request, evaluate.prediction_checks' evidence
 SIDE_NAMES = (EVALS_NAME, TELEMETRY_NAME, STEPS_NAME, LOG_NAME, CONFIG_NAME)
+RANK_STEPS = "rank_steps", "rank*.jsonl"  # utils.machine.stragglers' RUN_DIR/rank_steps/rank<R>.jsonl
 SAMPLED_SERIES = 64  # a series longer than this is schema-checked on its sample first
 
 
@@ -48,9 +49,9 @@ class Loaded:
     evals: list[dict] | str | None = None  # the trainer's evals.jsonl beside it (evaluate.evaluation_checks' evidence),
     # its problem where it cannot be read, None where there is none
     beside: dict[str, Callable[[], BinaryIO]] | None = None  # the run directory's side files
-    # (evaluate.telemetry_checks', evaluation_checks.log_points' and prediction_checks' evidence), path relative to it
-    # -> the file opened, when a check asks (a log is streamed, never held); None where the result was not read from a
-    # run directory
+    # (evaluate.telemetry_checks', evaluation_checks.log_points', prediction_checks' and straggler_checks' evidence),
+    # path relative to it -> the file opened, when a check asks (a log is streamed, never held); None where the result
+    # was not read from a run directory
 
     @property
     def name(self) -> str:
@@ -210,11 +211,11 @@ def collect(inputs: Sequence[str | Path]) -> Collection:
         if item.is_file() and zipfile.is_zipfile(item):
             with zipfile.ZipFile(item) as archive:
                 names = [n for n in sorted(archive.namelist())
-                         if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)]
+                         if PurePosixPath(n).name in (RESULT_NAME, SYSTEM_FILE) or _side(PurePosixPath(n))]
             _read_tree(str(item), {PurePosixPath(n): (lambda n=n: _reopened(item, n)) for n in names}, loaded,
                        rejected, lambda n: _streamed(item, str(n)))
         elif item.is_dir():
-            paths = [p for p in sorted(item.rglob("*")) if p.name in (RESULT_NAME, SYSTEM_FILE, *SIDE_NAMES)
+            paths = [p for p in sorted(item.rglob("*")) if (p.name in (RESULT_NAME, SYSTEM_FILE) or _side(p))
                      and p.is_file()]
             _read_tree(str(item), {PurePosixPath(p.relative_to(item).as_posix()): (lambda p=p: read_bounded(p))
                                    for p in paths}, loaded, rejected, lambda n, root=item: open(root / n, "rb"))
@@ -266,17 +267,25 @@ def _read_tree(source: str, tree: dict, loaded: list[Loaded], rejected: list[Rej
 
 def _side_files(run_dir: Path) -> list[Path]:
     """A lone result's run directory's side files: its own and its other nodes' (nodeN/)."""
-    return [p for p in [*run_dir.glob("*"), *run_dir.glob("node*/*")] if p.name in SIDE_NAMES and p.is_file()]
+    return [p for p in [*run_dir.glob("*"), *run_dir.glob("node*/*"), *run_dir.glob("/".join(RANK_STEPS))]
+            if _side(p) and p.is_file()]
+
+
+def _side(path: PurePath) -> bool:
+    """A side file by its name: one of SIDE_NAMES, or a rank's step times (RANK_STEPS)."""
+    return path.name in SIDE_NAMES or (path.parent.name == RANK_STEPS[0] and path.match(RANK_STEPS[1]))
 
 
 def _beside(path: PurePosixPath, tree: dict, opened: Callable[[PurePosixPath], BinaryIO]
             ) -> dict[str, Callable[[], BinaryIO]]:
-    """The side files of the result at path (its run directory's and its nodes' nodeN/), relative to its folder."""
+    """The side files of the result at path (its run directory's, its nodes' nodeN/ and its rank_steps/), relative to
+    its folder."""
     out = {}
     for other in tree:
-        if other.name in SIDE_NAMES and path.parent in other.parents:
+        if _side(other) and path.parent in other.parents:
             relative = other.relative_to(path.parent)
-            if len(relative.parts) == 1 or (len(relative.parts) == 2 and relative.parts[0].startswith("node")):
+            if len(relative.parts) == 1 or (len(relative.parts) == 2 and (relative.parts[0].startswith("node")
+                                                                         or relative.parts[0] == RANK_STEPS[0])):
                 out[relative.as_posix()] = lambda other=other: opened(other)
     return out
 

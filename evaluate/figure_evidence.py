@@ -27,20 +27,19 @@ RECOMPUTED = {
     **{f"performance.breakdown.{key}": "series_checks.breakdown" for key in series_checks.BREAKDOWN_FIELDS},
     **{f"memory.{key}": "series_checks.peaks" for key in series_checks.PEAK_SERIES},
     **{f"prediction.{field}": "prediction_checks.problems" for field in prediction_checks.FIGURES},
+    **dict.fromkeys(("stragglers.threshold", "stragglers.median", "stragglers.members.index",
+                     "stragglers.members.rank", "stragglers.members.value", "stragglers.slowest.index",
+                     "stragglers.slowest.rank", "stragglers.slowest.value", "stragglers.slowest.slower_than_median",
+                     "stragglers.slowest_node.value", "stragglers.slowest_node.median",
+                     "stragglers.slowest_node.slower_than_median"), "straggler_checks.problems"),
 }
 
 _DEVICE_USED = "never below 0 and never above the device's capacity (validate._memory, integrity.memory); the " \
                "driver's per-step readings it is the peak of are not kept in the result's series"
 _PER_WORKER = "never below 0 and never above the host's memory (validate._memory, integrity.memory); each worker's " \
               "peak is read from its own process, which a result does not carry"
-_STRAGGLERS = "from every rank's step times, which a result does not carry; taken as the judge wrote them"
 NOT_YET = {
     "memory.peak_device_used_gib": _DEVICE_USED, "memory.host_rss_gib_per_worker": _PER_WORKER,
     "telemetry.interval_ms": "the request's TELEMETRY_INTERVAL_MS, an input of the summary that validate recomputes "
                              "the section with, not one of its outputs; each node's own interval is in its samples",
-    **dict.fromkeys(("stragglers.threshold", "stragglers.median", "stragglers.members.index",
-                     "stragglers.members.rank", "stragglers.members.value", "stragglers.slowest.index",
-                     "stragglers.slowest.rank", "stragglers.slowest.value", "stragglers.slowest.slower_than_median",
-                     "stragglers.slowest_node.value", "stragglers.slowest_node.median",
-                     "stragglers.slowest_node.slower_than_median"), _STRAGGLERS),
 }

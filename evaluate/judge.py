@@ -287,8 +287,7 @@ def machine_sections(request: Request, run_dir: Path, result: dict, ended: Ended
     (utils/machine/stragglers.py: each rank's own step times, else each GPU's telemetry); the warnings they raise. A
     malformed side file leaves its section out with the reason, named in a warning: never a crash of the judge."""
     env = request.environment
-    window = (result.get("performance") or {}).get("window")
-    window_steps = (window["first_step"], window["last_step"]) if window else None
+    window_steps = stragglers.steady_window(result)
     notes = []
     if not env.telemetry:
         result["telemetry"] = energy.off_section()
@@ -301,10 +300,8 @@ def machine_sections(request: Request, run_dir: Path, result: dict, ended: Ended
             notes.append(result["telemetry"]["note"])
     notes += energy.throttle_warnings(result["telemetry"])
     try:
-        ranks = stragglers.read_rank_steps(run_dir)
-        found = stragglers.from_rank_steps(ranks, window_steps) if ranks and window_steps else None
-        if found is None and env.telemetry:
-            found = stragglers.from_telemetry(result["telemetry"].get("per_gpu", []))
+        found = stragglers.section(stragglers.read_rank_steps(stragglers.rank_files(run_dir)), window_steps,
+                                   result["telemetry"].get("per_gpu", []) if env.telemetry else [])
     except SIDE_FILE_ERRORS as err:
         found = None
         notes.append(f"stragglers left out: {quoted(str(err))}")

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Callable
 from evaluate.effective_settings import same
 from evaluate.logs.files import stamped_ends
 from utils.files import MAX_JSON_BYTES
-from utils.machine import energy, telemetry
+from utils.machine import energy, stragglers, telemetry
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
 STEPS_FILE = "steps.jsonl"
@@ -76,7 +76,7 @@ def _absent(name: str) -> Callable[[], Any]:
     return read
 
 
-def _text(opened: Callable[[], BinaryIO]) -> str:
+def side_text(opened: Callable[[], BinaryIO]) -> str:
     """A side file's text, refused (ValueError) beyond what any TPrimat file holds (a zip member may unpack to more)."""
     with opened() as handle:
         data = handle.read(MAX_JSON_BYTES + 1)
@@ -94,15 +94,14 @@ def recomputed(r: dict, beside: dict[str, Callable[[], BinaryIO]]) -> dict[str, 
     """The section utils.machine.energy.summarise gives from the samples and steps beside the result."""
     nnodes = r["parallelism"].get("nnodes") or 1
     names = [telemetry.FILE] + [f"node{n}/{telemetry.FILE}" for n in range(1, nnodes)]
-    records = [telemetry.read(PurePosixPath(name), _text(beside[name]).splitlines())
+    records = [telemetry.read(PurePosixPath(name), side_text(beside[name]).splitlines())
                for name in names if name in beside]
     steps_file, log = beside.get(STEPS_FILE), beside.get(LOG_FILE)
-    steps, clock = step_clock(r, (lambda: _text(steps_file)) if steps_file else _absent(STEPS_FILE),
+    steps, clock = step_clock(r, (lambda: side_text(steps_file)) if steps_file else _absent(STEPS_FILE),
                               (lambda: _stamped(log)) if log else _absent(LOG_FILE), r["run"].get("ended_at"))
-    window = (r.get("performance") or {}).get("window")
     section = r["telemetry"]
     per_node = None if r["platform"] == "cpu" else max(1, r["parallelism"]["num_gpus"] // nnodes)
-    again = energy.summarise(records, steps, (window["first_step"], window["last_step"]) if window else None,
+    again = energy.summarise(records, steps, stragglers.steady_window(r),
                              r["training"]["gbs"] * r["training"]["seq_len"], section["interval_ms"] or 0, clock,
                              per_node)  # no interval of the request's: each record's own (its start line)
     bad = next((line for record in records for line in record.bad_lines), None)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 from evaluate import (effective_settings, evaluation_checks, integrity, machine_checks, native_settings,
-                      prediction_checks, series_checks, telemetry_checks)
+                      prediction_checks, series_checks, straggler_checks, telemetry_checks)
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
@@ -154,6 +154,7 @@ def check_result(item: Loaded) -> list[Finding]:
     return (found + _figures(name, r) + _memory(name, r)
             + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)]
             + [Finding(name, *problem) for problem in telemetry_checks.problems(r, item.beside)]
+            + [Finding(name, *problem) for problem in straggler_checks.problems(r, item.beside)]
             + [Finding(name, *problem, fatal=False) for problem in prediction_checks.problems(r, item.beside)])
 
 

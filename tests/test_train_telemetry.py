@@ -73,7 +73,7 @@ def test_every_rank_writes_its_own_step_times_and_the_record_gets_the_steps_end(
     record = reduce(7, 0.25, "losses")
     writer.close()
     assert record.step == 7 and before <= record.time_s <= time.time()
-    rank, = stragglers.read_rank_steps(tmp_path)
+    rank, = stragglers.read_rank_steps(stragglers.rank_files(tmp_path))
     assert (rank["rank"], rank["local_rank"], rank["steps"]) == (5, 1, {7: 0.25})
 
 

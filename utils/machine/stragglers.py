@@ -16,7 +16,7 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from utils.cli import quoted
 
@@ -28,7 +28,7 @@ class RankStepsError(ValueError):
     """A rank's file holds a line of the wrong shape (named): no straggler figure can be made from it."""
 
 
-def _rank_line(path: Path, number: int, line: str) -> dict[str, Any] | None:
+def _rank_line(name: str, number: int, line: str) -> dict[str, Any] | None:
     """One line of a rank's file: its record, None for a line cut short by a kill; RankStepsError when malformed."""
     try:
         item = json.loads(line)
@@ -49,19 +49,26 @@ def _rank_line(path: Path, number: int, line: str) -> dict[str, Any] | None:
     elif "rank" in item and (type(item["rank"]) is not int or type(item.get("local_rank", 0)) is not int):
         problem = f"rank {quoted(repr(item['rank']), 60)} is not a rank number"
     if problem:
-        raise RankStepsError(f"{path} line {number}: {problem}")
+        raise RankStepsError(f"{name} line {number}: {problem}")
     return item
 
 
-def read_rank_steps(run_dir: Path) -> list[dict[str, Any]]:
-    """Every rank's file: [{"rank", "host", "local_rank", "steps": {step: step_time_s}}]; a line cut short by a kill
-    is skipped; RankStepsError names a malformed line."""
+def rank_files(run_dir: Path) -> dict[str, Callable[[], str]]:
+    """The run directory's rank files (RUN_DIR/rank_steps/rank<R>.jsonl): path -> its text, read when asked."""
+    return {str(path): (lambda path=path: path.read_text(encoding="utf-8", errors="replace"))
+            for path in sorted((run_dir / RANK_STEPS_DIR).glob("rank*.jsonl"))}
+
+
+def read_rank_steps(files: Mapping[str, Callable[[], str]]) -> list[dict[str, Any]]:
+    """Every rank's file (name -> its text: rank_files' from a run directory, evaluate.straggler_checks' from the
+    side files of a folder or zip, so the judge and validate read them alike): [{"rank", "host", "local_rank",
+    "steps": {step: step_time_s}}]; a line cut short by a kill is skipped; RankStepsError names a malformed line."""
     ranks = []
-    for path in sorted((run_dir / RANK_STEPS_DIR).glob("rank*.jsonl")):
+    for name in sorted(files):
         head: dict[str, Any] = {}
         steps: dict[int, float] = {}
-        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            item = _rank_line(path, number, line)
+        for number, line in enumerate(files[name]().splitlines(), 1):
+            item = _rank_line(name, number, line)
             if item is None:
                 continue
             if "step" in item:
@@ -72,6 +79,20 @@ def read_rank_steps(run_dir: Path) -> list[dict[str, Any]]:
             ranks.append({"rank": head["rank"], "host": str(head.get("host", "unknown")),
                           "local_rank": head.get("local_rank", head["rank"]), "steps": steps})
     return ranks
+
+
+def steady_window(result: dict[str, Any]) -> tuple[int, int] | None:
+    """The steps a result's figures are measured over (its performance.window), as the judge and validate take it."""
+    window = (result.get("performance") or {}).get("window")
+    return (window["first_step"], window["last_step"]) if window else None
+
+
+def section(ranks: Sequence[dict[str, Any]], window: tuple[int, int] | None,
+            per_gpu: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The stragglers section a run gets: from its ranks' step times over the window, else from its telemetry's
+    per_gpu entries ([] with telemetry off); None where neither names two members."""
+    found = from_rank_steps(ranks, window) if ranks and window else None
+    return found if found is not None else from_telemetry(per_gpu)
 
 
 def _slowest(members: list[dict[str, Any]], higher_is_slower: bool) -> tuple[float, dict[str, Any], float]:
