@@ -6,7 +6,6 @@ recompute from and is left alone."""
 from __future__ import annotations
 
 import json
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from evaluate.collect import collect
 from evaluate.validate import check_result
 from tests.test_evaluate_judge import ended_run, judged
+from tests.fixtures.zipped import zipped
 
 
 @pytest.fixture
@@ -36,15 +36,6 @@ def edited(run_dir: Path, change) -> None:
     result = json.loads((run_dir / "result.json").read_text())
     change(result["prediction"])
     (run_dir / "result.json").write_text(json.dumps(result))
-
-
-def zipped(run_dir: Path, leave_out: str | None = None) -> Path:
-    out = run_dir.parent / "output.zip"
-    with zipfile.ZipFile(out, "w") as archive:
-        for path in run_dir.rglob("*"):
-            if path.is_file() and path.name != leave_out:
-                archive.write(path, path.relative_to(run_dir.parent).as_posix())
-    return out
 
 
 def findings(source: Path) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from evaluate.validate import check_result
 from tests.fixtures import energy_results
 from tests.test_evaluate_judge import ended_run, judged
 from utils.machine.stragglers import RANK_STEPS_DIR
+from tests.fixtures.zipped import zipped
 
 HOSTS = ("n0", "n0", "n1", "n1")  # rank -> host
 
@@ -51,15 +51,6 @@ def findings(source: Path | Loaded) -> list[str]:
     found = [f for f in check_result(item) if f.check == "straggler evidence"]
     assert all(f.fatal for f in found)
     return [f.line() for f in found]
-
-
-def zipped(run_dir: Path) -> Path:
-    out = run_dir.parent / "output.zip"
-    with zipfile.ZipFile(out, "w") as archive:
-        for path in run_dir.rglob("*"):
-            if path.is_file():
-                archive.write(path, path.relative_to(run_dir.parent).as_posix())
-    return out
 
 
 def test_a_result_as_the_judge_wrote_it_agrees_with_its_rank_files_in_a_folder_a_zip_and_alone(run_dir):

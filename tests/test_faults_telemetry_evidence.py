@@ -6,7 +6,6 @@ edited after the run are caught against train.log's reports (evaluate.evaluation
 from __future__ import annotations
 
 import json
-import zipfile
 from datetime import datetime
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from evaluate.collect import Loaded, collect
 from evaluate.validate import check_result
 from tests.test_evaluate_judge import ENDED, ended_run, judged
 from utils.machine import telemetry
+from tests.fixtures.zipped import zipped
 
 END = datetime.fromisoformat(ENDED["ended_at"]).timestamp()
 
@@ -57,15 +57,6 @@ def edited(run_dir: Path, change) -> None:
 def findings(source: Path) -> list[str]:
     item, = collect([source]).results
     return [f.line() for f in check_result(item) if f.check == "telemetry evidence"]
-
-
-def zipped(run_dir: Path, leave_out: str | None = None) -> Path:
-    out = run_dir.parent / "output.zip"
-    with zipfile.ZipFile(out, "w") as archive:
-        for path in run_dir.rglob("*"):
-            if path.is_file() and path.name != leave_out:
-                archive.write(path, path.relative_to(run_dir.parent).as_posix())
-    return out
 
 
 def test_a_result_as_the_judge_wrote_it_agrees_with_its_samples_in_a_folder_and_a_zip(run_dir):
