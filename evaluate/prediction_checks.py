@@ -21,6 +21,7 @@ import zipfile
 from typing import BinaryIO, Callable
 
 from evaluate.collect import CONFIG_NAME
+from evaluate.telemetry_checks import SHOWN
 from utils.files import MAX_JSON_BYTES, parse_json
 from utils.predict import result_section
 from utils.spec.request import Request
@@ -32,7 +33,6 @@ FIGURES = tuple(f"memory.{part}_gib" for part in ("weights", "gradients", "optim
                                                    "workspace", "buffers", "temporaries", "peak", "device")) + \
     tuple(f"time_bound.{key}" for key in ("step_s", "compute_s", "tp_s", "dp_s", "bubble_s", "dp_total_s")) + \
     ("efficiency", "measured_peak_gib", "memory_error")
-SHOWN = 6  # differing fields named in the one line
 REL_TOL = 1e-9  # the same computation on the same inputs: only a JSON round trip lies between them, which is exact
 
 

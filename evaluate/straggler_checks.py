@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 from typing import Any, BinaryIO, Callable
 
 from evaluate.effective_settings import same
-from evaluate.telemetry_checks import SHOWN, side_text
+from evaluate.telemetry_checks import named, side_text
 from utils.machine import stragglers
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
@@ -65,7 +65,4 @@ def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[
     theirs, mine = _leaves(again, "stragglers"), _leaves(ours, "stragglers")
     found = [f"{path} is {mine.get(path)} in the result, {theirs.get(path)} from the {again['method']}"
              for path in dict.fromkeys([*mine, *theirs]) if not same(mine.get(path), theirs.get(path))]
-    if found:
-        more = f" (and {len(found) - SHOWN} more)" if len(found) > SHOWN else ""
-        return [(CHECK, "; ".join(found[:SHOWN]) + more)]
-    return []
+    return [(CHECK, named(found))] if found else []

@@ -148,7 +148,10 @@ def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[
         if (ours.get("reason"), ours.get("steady")) != (theirs["reason"], theirs["steady"]):
             found.append(f"telemetry.throttle_events[{n}] is {ours.get('reason')} (steady {ours.get('steady')}) in "
                          f"the result, {theirs['reason']} (steady {theirs['steady']}) from the samples")
-    if found:
-        more = f" (and {len(found) - SHOWN} more)" if len(found) > SHOWN else ""
-        return [("telemetry evidence", "; ".join(found[:SHOWN]) + more)]
-    return []
+    return [("telemetry evidence", named(found))] if found else []
+
+
+def named(found: list[str]) -> str:
+    """The differences in one line: the first SHOWN, and how many more there are."""
+    more = f" (and {len(found) - SHOWN} more)" if len(found) > SHOWN else ""
+    return "; ".join(found[:SHOWN]) + more
