@@ -55,7 +55,7 @@ from utils.spec.result import ResultError, build_result, write_result
 from utils.runset import system_path
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))
-FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend", "turbo")
+FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend", "turbo", "layer_spec")
 BINARY_PROBE = 4096  # bytes looked at to tell a binary file from a log
 
 

@@ -80,6 +80,8 @@ FAIRNESS_FIELDS = (
     Shared("FP8 recipe", "training", "fp8_recipe", null_is_value=True, unknown_fatal=False),
     Shared("validation split", "training", "validation_split", unknown_fatal=False,
            why="the documents held out for validation are not trained on: another split trains on other documents"),
+    Shared("layer implementation", "features", "layer_spec", unknown_fatal=False,
+           why="megatron-core's local layers (TRANSFORMER_IMPL=local) run other kernels than Transformer Engine's"),
     Shared("LR warm-up convention", "training", "lr_warmup_convention", fatal=False, unknown_fatal=False,
            why="NeMo 2.3's scheduler has no Megatron-style warm-up: the first steps' LR and loss differ"),
 )

@@ -255,7 +255,7 @@ get_accelerator().create_op_builder("ShareMemCommBuilder").load()' >/dev/null \
 tp_require_gpu_stack() {
   local python="${TPRIMAT_PYTHON:-${TPRIMAT_VENV}/bin/python}" problem
   if problem="$(cd "${TPRIMAT_ROOT}" && "$(tp_host_python)" -m evaluate.probe --require-stack "${PLATFORM}" \
-      --frameworks "${FRAMEWORKS}" --python "${python}" 2>&1)"; then
+      --frameworks "${FRAMEWORKS}" --python "${python}" --transformer-impl "${TRANSFORMER_IMPL:-transformer_engine}" 2>&1)"; then
     return 0
   fi
   [[ "${DRY_RUN}" == 1 ]] || { printf '%s\n' "${problem}" >&2; exit 2; }

@@ -83,7 +83,7 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
         return f"{framework} has no tensor parallelism (TP={layout.tp}); the other frameworks run this layout"
     if why := precision_reason(framework, knobs, stack, device):
         return why
-    if why := entry.tp_refusal(knobs, layout.tp):
+    if why := entry.tp_refusal(knobs, layout.tp) or entry.layers_refusal(knobs.get("TRANSFORMER_IMPL"), stack.platform):
         return why
     for knob, feature in FEATURE_KNOBS.items():
         if knobs[knob] and entry.torch_native and knob not in entry.knobs:  # the others have none of these
@@ -208,7 +208,7 @@ def request(cfg: Config, run: Run, commit: str | None = None) -> Request:
                                 profile_start_step=v["PROFILE_START_STEP"], profile_end_step=v["PROFILE_END_STEP"],
                                 telemetry=v["TELEMETRY"], telemetry_interval_ms=v["TELEMETRY_INTERVAL_MS"],
                                 target_device=v["TARGET_DEVICE"], stack=cfg.stack.name, image_digest=digest,
-                                image_digest_note=digest_note),
+                                image_digest_note=digest_note, transformer_impl=v["TRANSFORMER_IMPL"]),
         evaluation=evaluation(v),
     )
 

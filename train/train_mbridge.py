@@ -28,16 +28,34 @@ from train.common.settings_file import assign
 def build_config(settings: dict):
     """Megatron-Bridge's own pretrain recipe for the model, with every TPrimat setting applied."""
     import torch
-    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
     from megatron.core.transformer.enums import AttnBackend
 
+    from train.mbridge.te_stand_in import UNGUARDED_TE_IMPORTERS, import_recipes
+
     module, _, function = settings["recipe"].rpartition(".")
+    if served := import_recipes({module}):  # first: megatron.bridge's own __init__ reaches the unguarded import
+        print(f"[tprimat] no Transformer Engine: its import by {', '.join(UNGUARDED_TE_IMPORTERS)} answered by an "
+              f"inert stand-in ({', '.join(served)}); TRANSFORMER_IMPL={settings['transformer_impl']}", flush=True)
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
     recipe = getattr(importlib.import_module(f"megatron.bridge.recipes.{module}"), function)
     with contextlib.chdir(settings["model_dir"]):  # the recipe's Hub id resolves to launch.write_model_dir's folder
         cfg = recipe()
     for path, value in settings["set"].items():
         assign(cfg, path, value)
     cfg.model.attention_backend = AttnBackend[settings["attention_backend"]]
+    if settings["transformer_impl"] == "local":
+        from megatron.bridge.models.gpt_provider import local_layer_spec
+
+        from train.common import local_kernels
+
+        cfg.model.transformer_layer_spec = local_layer_spec
+        lacking = [name for name, have in local_kernels.available().items() if getattr(cfg.model, name) and not have]
+        for name in lacking:  # the read-back records each as it ran
+            setattr(cfg.model, name, False)
+        if lacking:
+            print(f"[tprimat] fused kernels unavailable on this stack, running without: {', '.join(lacking)}",
+                  flush=True)
     cfg.model.pipeline_dtype = getattr(torch, settings["pipeline_dtype"]) if settings["pipeline_dtype"] else None
     mixed = get_mixed_precision_config(settings["mixed_precision"]["preset"])
     for key, value in settings["mixed_precision"]["set"].items():

@@ -119,7 +119,8 @@ def stack_refusal(req: Request) -> str | None:
     who = req.identity
     if req.environment.dry_run or who.platform == "cpu" or not TABLE[who.framework].in_this_python:
         return None
-    problem = probe.stack_problem(who.platform, [who.framework], sys.executable)
+    problem = probe.stack_problem(who.platform, [who.framework], sys.executable,
+                                  transformer_impl=req.environment.transformer_impl)
     return f"PLATFORM={who.platform}: {problem}" if problem else None
 
 

@@ -66,9 +66,12 @@ def effective(cfg, world_size: int) -> dict:
         "distributed_optimizer": cfg.optimizer.use_distributed_optimizer,
         "num_layers": model.num_layers, "hidden_size": model.hidden_size,
         "bias_activation_fusion": model.bias_activation_fusion, "apply_rope_fusion": model.apply_rope_fusion,
+        "masked_softmax_fusion": model.masked_softmax_fusion,
         "cross_entropy_loss_fusion": model.cross_entropy_loss_fusion,
         "gradient_accumulation_fusion": model.gradient_accumulation_fusion,
         "attention_backend": str(model.attention_backend),
+        "layer_spec": "local" if getattr(model.transformer_layer_spec, "__name__", "") == "local_layer_spec"
+        else "transformer_engine",
         "init_method_std": model.init_method_std, "padded_vocab_size": model.vocab_size,
         "fp8_amax_history_len": getattr(mixed, "fp8_amax_history_len", None),
         "fp8_amax_compute_algo": getattr(mixed, "fp8_amax_compute_algo", None),

@@ -125,6 +125,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         **{f"ddp.{key}": fairness[key] for key in DDP_KEYS},
         **{path: fairness[name] for name, path in FAIRNESS_PATHS.items()},
         **RUN_AS_THE_OTHERS,
+        "model.transformer_impl": env.transformer_impl,
     }
     if env.profiling:  # megatron's nsys capture range, rank 0
         settings.update({"profiling.use_nsys_profiler": True, "profiling.profile_step_start": env.profile_start_step,
@@ -137,6 +138,9 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "set": settings,
         "pipeline_dtype": "bfloat16" if lay.pp > 1 else None,
         "attention_backend": fairness["attention_backend"],
+        # megatron-core's layers (TRANSFORMER_IMPL): local builds them with Megatron-Bridge's local_layer_spec
+        # (src/megatron/bridge/models/gpt_provider.py) and answers Transformer Engine's one unguarded import inertly
+        "transformer_impl": env.transformer_impl,
         "mixed_precision": {"preset": PRESETS[switch_key(train.precision, str(fairness["fp8_recipe"]))],
                             "set": mixed_precision(req)},
         "workload": applied,  # for the record: the sampler is Megatron's sequential one, the warm-up Megatron's

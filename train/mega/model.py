@@ -33,6 +33,7 @@ from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from train.common import local_kernels
 from train.common.fp8 import te_reduce_amax
 from utils.spec import precision as precisions
 from utils.spec.fairness import WORKLOAD, sequence_parallel
@@ -58,14 +59,14 @@ class Stack:
     softmax_kernel: bool  # Megatron's fused masked-softmax CUDA extension (shipped with Apex)
 
     @classmethod
-    def detect(cls) -> "Stack":
-        gpu = torch.cuda.is_available()
-        from megatron.core.models.common.embeddings import rope_utils
-        rope = getattr(rope_utils, "fused_apply_rotary_pos_emb", None) is not None
+    def detect(cls, transformer_impl: str = "transformer_engine") -> "Stack":
+        """What this machine has; TRANSFORMER_IMPL=local keeps Transformer Engine out even where it is installed."""
+        gpu, kernels = torch.cuda.is_available(), local_kernels.available()
         return cls(gpu=gpu,
-                   transformer_engine=gpu and importlib.util.find_spec("transformer_engine") is not None,
-                   rope_kernel=gpu and rope,
-                   softmax_kernel=gpu and importlib.util.find_spec("scaled_masked_softmax_cuda") is not None)
+                   transformer_engine=(gpu and transformer_impl != "local"
+                                       and importlib.util.find_spec("transformer_engine") is not None),
+                   rope_kernel=gpu and kernels["apply_rope_fusion"],
+                   softmax_kernel=gpu and kernels["masked_softmax_fusion"])
 
     @property
     def layer_spec(self) -> str:

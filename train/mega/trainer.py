@@ -188,7 +188,11 @@ class Trainer:
 
         t, lay, table, spec = self.request.training, self.request.parallelism, self.request.fairness.table, self.spec
         seed_everything(t.seed)
-        stack = mega_model.Stack.detect()
+        impl = self.request.environment.transformer_impl
+        stack = mega_model.Stack.detect(impl)
+        if impl == "local" and stack.gpu:
+            self.notes.append("TRANSFORMER_IMPL=local: megatron-core's own layers on a GPU, without Transformer Engine "
+                              "(features.layer_spec): not comparable with a Transformer Engine run")
         fusions, fusion_notes = mega_model.choose_fusions(stack, table)
         self.notes += fusion_notes
         config = mega_model.transformer_config(spec, lay.tp, lay.pp, t.precision, stack, fusions, table)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from utils.config.parse import COUNT, POSITIVE, Knob
 from utils.spec.evaluation import Evaluation
-from utils.spec.fairness import PROFILES
+from utils.spec.fairness import PROFILES, TRANSFORMER_IMPLS
 from utils.spec.precision import FP8_RECIPES, LOW
 from utils.spec.quality import PROFILES as QUALITY_PROFILES
 from utils.machine.hardware import cpu_precision
@@ -45,6 +45,7 @@ TRAINING = {
     "PRECISION": Knob("enum", ("auto", "bf16", *LOW, "fp32")),
     "FP8_RECIPE": Knob("enum", FP8_RECIPES),
     "FAIRNESS": Knob("enum", PROFILES),
+    "TRANSFORMER_IMPL": Knob("enum", TRANSFORMER_IMPLS),
 }
 
 MEASUREMENT = {

@@ -77,6 +77,9 @@ class Framework:
     # published torch is older does not list it (tests/test_utils_stacks.py), and the plan skips it there with this
     # reason; where a stack's torch is not published, the probe's import in the image decides (train.plan)
     torch_floor: tuple[str, str] | None = None
+    # The megatron-core layer implementations it can build (utils.spec.fairness.TRANSFORMER_IMPLS); TRANSFORMER_IMPL
+    # names one for a GPU run, and one it lacks skips it (train.plan). (): it builds no megatron-core layers.
+    transformer_impls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = []
@@ -109,6 +112,13 @@ class Framework:
     def torch_native(self) -> bool:
         """It honours the torch-native section's knobs (COMPILE, SAC_FREQ, ...), and results record them."""
         return bool(self.knobs)
+
+    def layers_refusal(self, impl: str | None, platform: str) -> str:
+        """Why it cannot build megatron-core's `impl` layers (TRANSFORMER_IMPL) on a GPU platform, or ""."""
+        if platform == "cpu" or not impl or not self.transformer_impls or impl in self.transformer_impls:
+            return ""
+        honoured = ", ".join(name for name, other in TABLE.items() if impl in other.transformer_impls)
+        return f"{self.name} builds no {impl} layers (TRANSFORMER_IMPL={impl} applies to {honoured})"
 
     def tp_refusal(self, knobs: Mapping[str, object], tp: int) -> str:
         """Why it cannot run these knob values at this TP (tp_refuses), or ""."""

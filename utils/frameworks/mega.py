@@ -9,4 +9,5 @@ FRAMEWORK = Framework(
     log_format="mega",  # its trainer prints Megatron-LM's iteration lines
     # Transformer Engine's recipes through TransformerConfig (train/mega/model.py); no MXFP4: megatron-core has none
     precisions=("bf16", "fp8", "mxfp8", "nvfp4", "fp32"), fp8_recipes=("delayed", "tensorwise", "blockwise"), precision_api="megatron-core",
+    transformer_impls=("transformer_engine", "local"),
 )

@@ -15,4 +15,5 @@ FRAMEWORK = Framework(
     precision_api="megatron-core",
     model_names={"llama": "llama31_8b", "qwen": "qwen25_7b", "llama70b": "llama31_70b", "mistral": "mistral_7b",
                  "llama32": "llama32_3b"},
+    transformer_impls=("transformer_engine",),
 )

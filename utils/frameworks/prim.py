@@ -19,4 +19,5 @@ FRAMEWORK = Framework(
         "qwen": ("qwen2.5_7B-{precision}-pretrain.yaml", "qwen2.5_7B-pretrain.yaml"),
         "llama70b": ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml"),
     },
+    transformer_impls=("transformer_engine",),
 )

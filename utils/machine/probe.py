@@ -41,6 +41,7 @@ from utils import ROOT
 from utils.cli import Parser, output_file
 from utils.files import atomic_open
 from utils.frameworks import TABLE
+from utils.spec.fairness import TRANSFORMER_IMPLS
 from utils.machine.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
 
 PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
@@ -285,7 +286,17 @@ def primus_missing(release: str, primus_path: str | None = None) -> str | None:
     return f"no Primus {release} checkout at {primus} (PRIMUS_PATH; it holds {launcher})"
 
 
-def stack_problem(platform: str, frameworks: list[str], python: str, primus_path: str | None = None) -> str | None:
+def required_modules(frameworks: list[str], transformer_impl: str = "transformer_engine") -> list[str]:
+    """The modules the frameworks' trainers import beyond torch; with TRANSFORMER_IMPL=local, Transformer Engine is
+    not among them for a framework that builds megatron-core's own layers (its entry's transformer_impls)."""
+    local = transformer_impl == "local"
+    return list(dict.fromkeys(name for framework in frameworks for name in FRAMEWORK_MODULES[framework]
+                              if not (local and name == "transformer_engine"
+                                      and "local" in TABLE[framework].transformer_impls)))
+
+
+def stack_problem(platform: str, frameworks: list[str], python: str, primus_path: str | None = None,
+                  transformer_impl: str = "transformer_engine") -> str | None:
     """One line naming what the Python `python` lacks to train the frameworks on the platform's GPUs,
     and the two ways out; None when it has everything. Asked in a process of its own, so that the
     caller never initialises a GPU runtime."""
@@ -301,8 +312,7 @@ def stack_problem(platform: str, frameworks: list[str], python: str, primus_path
             missing.append(f"torch {facts['torch']} is not a {build} build")
         elif not facts["gpus"]:
             missing.append(f"torch {facts['torch']} sees no {vendor} GPU")
-        wanted = dict.fromkeys(name for framework in frameworks for name in FRAMEWORK_MODULES[framework])
-        for name in wanted:
+        for name in required_modules(frameworks, transformer_impl):
             problem = facts["modules"].get(name)
             if problem in (None, NOT_INSTALLED):
                 missing.append(f"no {name}")
@@ -330,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="amd or nvd: exit 2 with one line unless --python can train --frameworks there")
     parser.add_argument("--frameworks", default="", help="comma list of frameworks (utils.frameworks; with --require-stack or --stack-facts)")
     parser.add_argument("--python", default=sys.executable, help="the Python that would train (default: this one)")
+    parser.add_argument("--transformer-impl", choices=TRANSFORMER_IMPLS, default=TRANSFORMER_IMPLS[0],
+                        help="TRANSFORMER_IMPL (with --require-stack): local needs no Transformer Engine for mega, mbridge")
     parser.add_argument("--stack-facts", action="store_true", help="print what this Python sees of --frameworks' modules, as JSON")
     args = parser.parse_args(argv)
     if args.stack_facts or args.require_stack:
@@ -345,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(facts))
         return 0
     if args.require_stack:
-        problem = stack_problem(args.require_stack, frameworks, args.python, os.environ.get("PRIMUS_PATH"))
+        problem = stack_problem(args.require_stack, frameworks, args.python, os.environ.get("PRIMUS_PATH"),
+                                args.transformer_impl)
         if problem:
             print(f"[tprimat] error: PLATFORM={args.require_stack}: {problem}", file=sys.stderr)
             return 2

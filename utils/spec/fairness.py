@@ -20,6 +20,11 @@ from utils.spec.evaluation import NO_SPLIT
 
 PROFILES = ("spec", "tuned")
 DEFAULT_PROFILE = "spec"
+# megatron-core's layer implementations, as Megatron-LM's --transformer-impl names them: Transformer Engine's layers,
+# or megatron-core's own (the local spec: torch's norm, an unfused attention softmax). The CPU always runs local; a GPU
+# run of mega or mbridge runs local only when TRANSFORMER_IMPL=local asks (its kernels differ, so the result records
+# it as effective.layer_spec and evaluate.validate never compares it with a Transformer Engine run as equal).
+TRANSFORMER_IMPLS = ("transformer_engine", "local")
 
 # The specification's table (reference/fairness.md), plus the settings it leaves open, fixed here so
 # that no framework's default decides them. Why each value that is not the table's:

@@ -132,6 +132,7 @@ class Environment:
     stack: str = ""  # the utils.spec.stacks row it runs on (STACK); "": the platform's default
     image_digest: str | None = None  # the stack's base image as pulled (repo@sha256:...); None: see the note
     image_digest_note: str = ""  # why there is no digest (the host runtime, a locally built image, ...)
+    transformer_impl: str = "transformer_engine"  # TRANSFORMER_IMPL: megatron-core's layers on a GPU (fairness.py)
 
 
 @dataclass(frozen=True)

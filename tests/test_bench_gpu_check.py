@@ -1,6 +1,8 @@
-"""bench/torchtitan_gpu_check.sh, as far as a CPU goes: its dry run plans TPrimat's one-GPU torchtitan run of Llama 3.1
-8B's first layers on prepared sample data and writes the command and settings the GPU machine would run; what it is
-given wrong stops it in one line."""
+"""bench/gpu_check.sh, as far as a CPU goes: its dry run plans TPrimat's one-GPU runs of Llama 3.1 8B's first layers
+on prepared sample data (mega and mbridge on megatron-core's local layers where the GPU has no Transformer Engine)
+and writes the commands and settings the GPU machine would run; Megatron-LM's pretrain_gpt.py gets the same workload
+through Megatron-LM's own argument parser (bench/megatron_lm_args.py); what the script is given wrong stops it in one
+line."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import sys
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import REPO
 
-SCRIPT = REPO / "bench" / "torchtitan_gpu_check.sh"
+SCRIPT = REPO / "bench" / "gpu_check.sh"
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
@@ -22,7 +24,8 @@ def check(*args: str) -> subprocess.CompletedProcess:
 
 def test_its_dry_run_writes_the_one_gpu_command_and_the_settings_of_a_few_layers(tmp_path):
     data = make_data_dir(tmp_path / "data", model_keys=("llama",), documents=60)
-    out = check("--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", "--steps", "12", "--layers", "2")
+    out = check("--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", "--steps", "12", "--layers", "2",
+                "--frameworks", "torchtitan")
     assert out.returncode == 0, out.stderr
     run_dir = tmp_path / "out" / "torchtitan-llama"
     command = json.loads((run_dir / "launch.json").read_text())["command"]
@@ -50,3 +53,25 @@ def test_a_low_precision_run_with_validation_goes_beside_its_bf16_twin(tmp_path)
     assert (config["evaluation"]["interval_steps"], config["evaluation"]["validation_percent"]) == (5, 20)
     bad = check("--data", str(data), "--dry-run", "--eval-interval", "often")
     assert bad.returncode == 2 and "--eval-interval often" in bad.stderr
+
+
+def test_mega_and_mbridge_run_megatron_cores_local_layers_as_a_recorded_setting(tmp_path):
+    data = make_data_dir(tmp_path / "data", model_keys=("llama",), documents=60)
+    out = check("--data", str(data), "--out", str(tmp_path / "out"), "--dry-run", "--frameworks", "mega,mbridge,fsdp")
+    assert out.returncode == 0, out.stderr
+    requests = {name: json.loads((tmp_path / "out" / f"{name}-llama" / "config.json").read_text())
+                for name in ("mega", "mbridge", "fsdp")}
+    assert {r["environment"]["transformer_impl"] for r in requests.values()} == {"local"}
+    settings = json.loads((tmp_path / "out" / "mbridge-llama" / "mbridge_settings.json").read_text())
+    assert settings["transformer_impl"] == "local" and settings["set"]["model.transformer_impl"] == "local"
+
+
+def test_megatron_lm_needs_its_files_and_the_pinned_commit(tmp_path):
+    data = make_data_dir(tmp_path / "data", model_keys=("llama",), documents=60)
+    absent = check("--data", str(data), "--dry-run", "--frameworks", "megatron-lm",
+                   "--megatron-lm", str(tmp_path / "none"))
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    other = check("--megatron-lm-from", str(tmp_path / "repo"), "--megatron-lm", str(tmp_path / "mlm"))
+    assert (absent.returncode, other.returncode) == (2, 2)
+    assert "no pretrain_gpt.py in" in absent.stderr and "--megatron-lm-from" in absent.stderr
+    assert "no Megatron-LM commit" in other.stderr and not (tmp_path / "mlm").exists()

@@ -1,0 +1,22 @@
+"""The fused kernels megatron-core's local layers (TRANSFORMER_IMPL=local, and the CPU) can call on this machine, by
+TransformerConfig's switch: one asked for without its kernel is turned off by every Megatron path (mega, mbridge and
+bench's Megatron-LM run) and recorded, since megatron-core would otherwise stop or fail at the first step:
+
+- apply_rope_fusion: the fused RoPE of Transformer Engine or Apex (rope_utils.fused_apply_rotary_pos_emb); without
+  it TransformerConfig.__post_init__ raises "apply_rope_fusion is not available" (megatron-core 0.19.2,
+  transformer/transformer_config.py);
+- masked_softmax_fusion: Apex's scaled_masked_softmax_cuda, which FusedScaleMaskSoftmax.is_kernel_available imports
+  for a bf16 input (fusions/fused_softmax.py get_batch_per_block) rather than falling back to torch's softmax.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+
+def available() -> dict[str, bool]:
+    """TransformerConfig switch -> whether its kernel is installed (a GPU is not asked)."""
+    from megatron.core.models.common.embeddings import rope_utils
+
+    return {"apply_rope_fusion": getattr(rope_utils, "fused_apply_rotary_pos_emb", None) is not None,
+            "masked_softmax_fusion": importlib.util.find_spec("scaled_masked_softmax_cuda") is not None}

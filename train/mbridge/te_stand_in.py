@@ -1,0 +1,81 @@
+"""An inert answer to Megatron-Bridge's one unguarded Transformer Engine import, for a Python without Transformer
+Engine: CI's build test (no CUDA to install it) and a GPU run with TRANSFORMER_IMPL=local (megatron-core's own
+layers, where no Transformer Engine is installed).
+
+megatron-core and most of Megatron-Bridge import Transformer Engine behind a guard, but
+megatron.bridge.peft.lora_layers (reached through recipes/common.py's LoRA import; Megatron-Bridge 0.6.2) does not.
+That one importer, and no other, is answered with a module whose every attribute is an inert class; every other
+importer gets the ImportError a machine without Transformer Engine gives, so megatron-core still sees none. The
+stand-in is taken out of sys.modules again once the recipes are imported, so nothing later sees a Transformer Engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
+UNGUARDED_TE_IMPORTERS = ("megatron.bridge.peft.lora_layers",)
+
+
+class _Inert(type):
+    """A class whose every attribute is another inert class: enough for annotations and isinstance checks."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert(name, (), {})
+
+
+class _StandIn:
+    """Answers `import transformer_engine...` for the unguarded importers only."""
+
+    def __init__(self) -> None:
+        self.served: list[str] = []
+
+    @staticmethod
+    def _importer() -> str:
+        frame = sys._getframe(1)
+        while frame is not None:
+            name = frame.f_globals.get("__name__", "")
+            if not name.startswith(("importlib", "_frozen_importlib")) and name != __name__:
+                return name
+            frame = frame.f_back
+        return ""
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] != "transformer_engine" or self._importer() not in UNGUARDED_TE_IMPORTERS:
+            return None
+        self.served.append(name)
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = lambda name: _Inert.__getattr__(_Inert("transformer_engine", (), {}), name)
+        return module
+
+    def exec_module(self, module) -> None:
+        pass
+
+
+def import_recipes(modules: set[str]) -> list[str]:
+    """Import megatron.bridge.recipes.<module> for each module, with the stand-in in place for their unguarded import
+    where Transformer Engine is not installed (before any other Megatron-Bridge import: the package's own __init__
+    reaches that import); returns the module names it served (none where Transformer Engine is installed)."""
+    if importlib.util.find_spec("transformer_engine") is not None:
+        for module in sorted(modules):
+            importlib.import_module(f"megatron.bridge.recipes.{module}")
+        return []
+    stand_in = _StandIn()
+    sys.meta_path.insert(0, stand_in)
+    try:
+        for module in sorted(modules):
+            importlib.import_module(f"megatron.bridge.recipes.{module}")
+    finally:
+        sys.meta_path.remove(stand_in)
+        for name in [name for name in sys.modules if name.split(".")[0] == "transformer_engine"]:
+            del sys.modules[name]
+    return sorted(set(stand_in.served))
