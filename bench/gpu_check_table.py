@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from evaluate.collect import CollectError
 from evaluate.gate import gated
 from utils.cli import Parser, output_file
 from utils.files import atomic_open
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         lines = table(args.out_dir)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, CollectError) as err:
         print(f"bench.gpu_check_table: {err}", file=sys.stderr)
         return 2
     text = "\n".join(lines) + "\n"

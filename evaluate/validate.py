@@ -59,7 +59,7 @@ class Shared(NamedTuple):
     fatal: bool = True
     null_is_value: bool = False  # None is a value (no FP8 recipe), not "unknown"
     why: str = ""  # said with a difference that is known and cannot be removed
-    unknown_fatal: bool = True  # False: results written before the field existed (schema < 1.2) only warn
+    unknown_fatal: bool | None = True  # False: results from before the field (schema < 1.2) warn; None: not noted
 
 
 # The global batch is compared only among runs on the same number of nodes: more nodes add
@@ -80,7 +80,7 @@ FAIRNESS_FIELDS = (
     Shared("FP8 recipe", "training", "fp8_recipe", null_is_value=True, unknown_fatal=False),
     Shared("validation split", "training", "validation_split", unknown_fatal=False,
            why="the documents held out for validation are not trained on: another split trains on other documents"),
-    Shared("layer implementation", "features", "layer_spec", unknown_fatal=False,
+    Shared("layer implementation", "features", "layer_spec", unknown_fatal=None,
            why="megatron-core's local layers (TRANSFORMER_IMPL=local) run other kernels than Transformer Engine's"),
     Shared("LR warm-up convention", "training", "lr_warmup_convention", fatal=False, unknown_fatal=False,
            why="NeMo 2.3's scheduler has no Megatron-style warm-up: the first steps' LR and loss differ"),
@@ -359,7 +359,7 @@ def _differences(where: str, field: Shared, items: Sequence[Loaded]) -> list[Fin
         else:
             values[json.dumps(section[field.key], sort_keys=True)].append(item.name)
     found = []
-    if unknown:
+    if unknown and field.unknown_fatal is not None:  # None: a field only some frameworks have (layer_spec)
         found.append(Finding("set", "fairness", f"{where}: {field.label} unknown in {_names(unknown)}: "
                              "cannot show the runs did the same work", fatal=field.unknown_fatal))
     if len(values) > 1:

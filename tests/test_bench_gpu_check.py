@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -75,3 +76,19 @@ def test_megatron_lm_needs_its_files_and_the_pinned_commit(tmp_path):
     assert (absent.returncode, other.returncode) == (2, 2)
     assert "no pretrain_gpt.py in" in absent.stderr and "--megatron-lm-from" in absent.stderr
     assert "no Megatron-LM commit" in other.stderr and not (tmp_path / "mlm").exists()
+
+
+def test_the_table_shows_gated_figures_and_says_when_the_reference_is_missing(tmp_path, capsys):
+    from bench import gpu_check_table
+
+    shutil.copytree(REPO / "tests" / "fixtures" / "results" / "nvd", tmp_path / "out")
+    (tmp_path / "out" / "health.json").write_text(json.dumps({"method": "nvml", "ok": True, "problems": [],
+                                                              "notes": ["no InfiniBand port"]}))
+    assert gpu_check_table.main([str(tmp_path / "out"), "-o", str(tmp_path / "table.md")]) == 0
+    lines = (tmp_path / "table.md").read_text().splitlines()
+    assert lines[0] == gpu_check_table.HEAD and len(lines[0].split("|")) == len(lines[1].split("|"))
+    rows = [line for line in lines if line.startswith("| mega-llama-r1 |")]
+    assert len(rows) == 1 and len(rows[0].split("|")) == len(lines[0].split("|"))
+    assert "mega / pretrain_gpt.py tokens/s/GPU: - (a run is missing or failed its checks)" in lines
+    assert "- note: no InfiniBand port" in lines
+    assert gpu_check_table.main([str(tmp_path / "none")]) == 2

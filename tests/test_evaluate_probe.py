@@ -234,3 +234,9 @@ def test_a_framework_whose_module_fails_at_import_is_refused_with_the_error_and_
     assert refusals == {"torchtitan": (
         f"torchtitan does not import in {fake} (torch 2.12.0+rocm7.15): torchtitan.train: ImportError: cannot import "
         f"name 'DataParallelMeshDims'; {frameworks.TABLE['torchtitan'].torch_refusal('2.12.0+rocm7.15')}")}
+
+
+def test_local_layers_need_no_transformer_engine_for_mega_and_mbridge_only():
+    assert "transformer_engine" not in probe.required_modules(["mega", "mbridge"], "local")
+    assert "transformer_engine" in probe.required_modules(["mega", "nemo"], "local")
+    assert "transformer_engine" in probe.required_modules(["mega"])

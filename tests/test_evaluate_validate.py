@@ -95,6 +95,16 @@ def test_fairness_lists_each_mismatched_field(section, key, value, label):
     assert "amd/prim-llama" in found[0].message
 
 
+def test_a_run_on_megatron_cores_local_layers_is_not_compared_with_a_transformer_engine_run():
+    nvidia, amd = result("nemo"), result("primus")
+    amd["run"]["id"] = "prim-llama"
+    nvidia.setdefault("features", {})["layer_spec"] = "local"  # TRANSFORMER_IMPL=local on a GPU without TE
+    unknown = [f for f in validate.fairness([Loaded("a", nvidia, {}), Loaded("b", amd, {})]) if f.fatal]
+    amd.setdefault("features", {})["layer_spec"] = "transformer_engine"
+    found = [f for f in validate.fairness([Loaded("a", nvidia, {}), Loaded("b", amd, {})]) if f.fatal]
+    assert unknown == [] and [f.message.split(":")[1].strip() for f in found] == ["layer implementation differs"]
+
+
 def test_nemos_warm_up_convention_is_a_warning_that_says_why():
     found = validate.fairness([Loaded("a", result("nemo"), {}), Loaded("b", result("primus"), {})])
     assert [(f.fatal, f.message.split(":")[1].strip()) for f in found] == [(False, "LR warm-up convention differs")]

@@ -60,6 +60,14 @@ def test_the_newest_nvidia_stack_skips_nemo_and_names_the_stack_that_has_it():
         ("nemo-llama", "nemo (NeMo) is not on stack nemo-26.08; it runs on nemo-25.04: STACK=nemo-25.04")]
 
 
+def test_local_layers_skip_the_frameworks_that_build_only_transformer_engines_and_are_recorded():
+    cfg = node("nvd", FRAMEWORK="mega,nemo", MODELS="llama", STACK="nemo-25.04", TRANSFORMER_IMPL="local")
+    runs = {r.framework: r for r in build_plan(cfg)}
+    assert runs["mega"].skipped == ""
+    assert runs["nemo"].skipped == "nemo builds no local layers (TRANSFORMER_IMPL=local applies to mega, mbridge)"
+    assert request(cfg, runs["mega"]).environment.transformer_impl == "local"
+
+
 def test_a_stack_list_picks_each_platform_s_own_row_and_the_request_names_it():
     for platform, expected in (("amd", "primus-v25.11"), ("nvd", "nemo-25.04")):
         cfg = node(platform, FRAMEWORK="mega", MODELS="llama", STACK=PREVIOUS)
