@@ -4,6 +4,9 @@ installed (tests/test_train_mbridge_build.py builds them with it)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,8 @@ from train.mbridge.recipe import FAIRNESS_PATHS, HUB_IDS, recipe_settings
 from utils.cli import UsageError
 from utils.frameworks import TABLE
 from utils.spec.fairness import SPEC, profile
+
+ROOT = Path(__file__).resolve().parent.parent
 
 RUN_DIR = "/out/set/mbridge-llama"
 
@@ -161,3 +166,17 @@ def test_megatron_bridges_iteration_and_gb_memory_lines_are_read_as_megatrons(tm
     assert (record["mem_allocated_gib"], record["mem_reserved_gib"]) == \
         (pytest.approx(64.424e9 / 2 ** 30), pytest.approx(70.866e9 / 2 ** 30))
     assert MARKER == EFFECTIVE_MARKER
+
+
+def test_its_launch_writes_the_model_folder_on_a_python_without_torch(tmp_path):
+    """A dry run on a GPU node's host Python needs no torch: the recipe settings and the Hugging Face model folder
+    come from torch-free modules (train/common/hf_config.py, train/common/megatron_settings.py)."""
+    script = ("import sys; sys.modules['torch'] = None\n"  # any import of torch fails
+              "from tests.fixtures.train_matrix.requests import run_request\n"
+              "from train.mbridge.launch import write_model_dir\n"
+              "from train.mbridge.recipe import recipe_settings\n"
+              "req = run_request('nvd', 'mbridge', 'llama')\n"
+              f"print(write_model_dir(req, recipe_settings(req, {str(tmp_path)!r})))\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (Path(out.stdout.strip().splitlines()[-1]) / "config.json").is_file()

@@ -10,7 +10,8 @@ import pytest
 
 from tests.fixtures.train_matrix.requests import run_request
 from utils.spec.fairness import profile
-from train.nemo.recipe import DDP_KEYS, DELAYED_KEYS, FAIRNESS_PATHS, recipe_settings
+from train.common.megatron_settings import DDP_KEYS, DELAYED_KEYS
+from train.nemo.recipe import FAIRNESS_PATHS, recipe_settings
 from train.common.settings_file import assign
 from utils.machine.platform_env import platform_env
 

@@ -20,7 +20,6 @@ from typing import NoReturn
 
 from train.common.evaluation import EVALS_FILE
 from train.common.outcome import Start, train_and_report
-from train.plan import Run, request
 from utils.cli import Parser
 from utils.config import ConfigError, load_config
 from utils.spec.models import MODEL_KEYS
@@ -52,6 +51,8 @@ def parse_args(tool: str, doc: str, argv: list[str] | None) -> argparse.Namespac
 def planned_request(framework: str, model: str, strategy: str | None, run_dir: Path) -> Request:
     """The request the launcher would write for this run (train.plan), for a trainer started by hand: one run
     named after its directory."""
+    from train.plan import Run, request  # by hand only: a launched worker is given its request
+
     cfg = load_config()
     name = strategy or cfg.strategies[0]
     return request(cfg, Run(run_dir.name, framework, model, name, 1, cfg.layout(model, name)))

@@ -34,6 +34,7 @@ from train.common.evaluation import EVALS_FILE
 from train.common.step_log import RankSteps, StepLog, is_last_rank
 from train.common import cpu_compat
 from train.common.megatron_data import DataError, DataSource, locate
+from train.common.settings_file import SettingsError  # noqa: F401 (raised by the trainers as outcome.SettingsError)
 from utils.machine import platform_env
 from utils.cli import now_iso
 from utils.files import DiskError, atomic_open
@@ -47,10 +48,6 @@ EXCERPT_LINE_CHARS = 500  # a DTensor sharding error prints every tensor's spec 
 PEER_ERROR_WAIT_S = 3.0  # how long the last rank waits for another rank's error report when it fails
 
 Start = Callable[[Request, DataSource, Path, "int | None"], Any]  # (request, data, run dir, nan step) -> trainer
-
-
-class SettingsError(ValueError):
-    """A request this run cannot honour (exit 2)."""
 
 
 class NonFiniteLoss(RuntimeError):

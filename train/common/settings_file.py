@@ -11,6 +11,10 @@ import sys
 from pathlib import Path
 
 
+class SettingsError(ValueError):
+    """A request this run cannot honour (exit 2)."""
+
+
 def load(argv: list[str] | None, module: str, doc: str | None) -> dict | None:
     """The settings of `python3 -m <module> --settings FILE`, its "env" applied; None (said on stderr) when the
     file cannot be read."""

@@ -18,7 +18,7 @@ def write_model_dir(req: Request, settings: dict) -> Path:
     """The request's model spec as the Hugging Face config its recipe asks for by Hub id, in a local folder of that
     name (from_pretrained reads a relative path that is a folder instead of the Hub): the recipe then builds
     TPrimat's variant, a proxy's fewer layers included, and nothing is downloaded."""
-    from train.native.model import hf_config
+    from train.common.hf_config import hf_config
 
     folder = Path(settings["model_dir"]) / settings["hub_id"]
     config = hf_config(req.model, "sdpa")

@@ -16,7 +16,7 @@ unless tokenizer.use_tokenizer_vocab_size).
 
 from __future__ import annotations
 
-from train.nemo.recipe import DDP_KEYS, architecture, precision_settings
+from train.common.megatron_settings import DDP_KEYS, architecture, precision_settings
 from utils.spec.precision import switch_key
 from utils.frameworks import TABLE
 from utils.spec.request import Request
