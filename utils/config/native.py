@@ -17,7 +17,7 @@ import re
 from typing import TYPE_CHECKING
 
 from utils.config.parse import Knob
-from utils.frameworks import NATIVE
+from utils.frameworks import NATIVE, TABLE
 
 if TYPE_CHECKING:
     from utils.config.resolved import Config
@@ -59,17 +59,19 @@ def problems(config: Config) -> list[str]:
     if sac and fp8:
         found.append(f"SAC_FREQ={v['SAC_FREQ']} with PRECISION=fp8: selective activation checkpointing and FP8 do "
                      "not go together; clear SAC_FREQ or set PRECISION=bf16")
-    if sac and "fsdp" in chosen and v["DATA_PARALLEL"] != "fsdp":  # autotp's runs skip it (train.plan)
+    honouring = {knob: [name for name in chosen if knob in TABLE[name].knobs] for knob in KNOBS}
+    sharded = [name for name in honouring["SAC_FREQ"] if name in honouring["DATA_PARALLEL"]]
+    if sac and sharded and v["DATA_PARALLEL"] != "fsdp":  # a framework without the knobs skips it (train.plan)
         found.append(f"SAC_FREQ={v['SAC_FREQ']}: selective activation checkpointing runs only under FSDP (framework "
-                     f"fsdp with DATA_PARALLEL=fsdp), and DATA_PARALLEL={v['DATA_PARALLEL']}; clear SAC_FREQ or set "
-                     "DATA_PARALLEL=fsdp")
-    if {"fsdp", "torchtitan"} & set(chosen) and v["DATA_PARALLEL"] == "ddp":  # both replicate whole models
+                     f"{', '.join(sharded)} with DATA_PARALLEL=fsdp), and DATA_PARALLEL={v['DATA_PARALLEL']}; clear "
+                     "SAC_FREQ or set DATA_PARALLEL=fsdp")
+    if honouring["DATA_PARALLEL"] and v["DATA_PARALLEL"] == "ddp":  # DDP replicates whole models
         tensor_parallel = sorted({config.layout(spec.key, name).tp for name in config.strategies
                                   for spec in config.models} - {1})
         if tensor_parallel:
             found.append(f"DATA_PARALLEL=ddp: DDP replicates whole models, and a layout asks for TP="
                          f"{','.join(map(str, tensor_parallel))}; use DATA_PARALLEL=fsdp (FSDP2 + DTensor TP) or TP=1")
-    if "autotp" in chosen and v["ZERO_STAGE"] == 0 and v["PRECISION"] == "bf16":
+    if honouring["ZERO_STAGE"] and v["ZERO_STAGE"] == 0 and v["PRECISION"] == "bf16":
         tensor_parallel = sorted({lay.tp for name in config.strategies for spec in config.models
                                   for lay in [config.layout(spec.key, name)] if lay.pp == 1} - {1})
         if tensor_parallel:  # measured by autotp's engine: a wrong gradient norm, so wrong clipping
