@@ -59,3 +59,11 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path):
     planted.write_text("def write():\n    from train.native.model import hf_config\n    import train.nemo.recipe\n")
     assert {"train.native.model", "train.nemo.recipe"} <= imported(planted)
     assert any(m.startswith(others_modules("mbridge")) for m in imported(planted))
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_a_frameworks_launch_builds_from_the_builder_not_the_dispatch_that_imports_it(name):
+    """train/launch/command.py imports each framework's launch module through its entry: were that module to import
+    the dispatch back, the two would import in a loop."""
+    assert [str(path.relative_to(ROOT)) for path in own_files(name)
+            if any(m == "train.launch.command" or m.startswith("train.launch.command.") for m in imported(path))] == []

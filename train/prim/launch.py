@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from train.launch.command import Launch, vendor_env
+from train.launch.builder import Launch, vendor_env
 from train.prim.config import NotApplied, ShippedConfigMissing, UnknownKeys, checkout, command as primus_command
 from train.prim.config import write_experiment
 from train.prim.presets import PresetsMissing

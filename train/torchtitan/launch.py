@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from train.launch.command import Launch, torchrun, vendor_env
+from train.launch.builder import Launch, torchrun, vendor_env
 from train.torchtitan.settings import SETTINGS_ENV, SETTINGS_FILE, settings
 from utils.cli import UsageError
 from utils.config import ROOT

@@ -13,7 +13,7 @@ DebugConfig), components/optimizer/lr_scheduler.py (LRSchedulersContainer.Config
 
 from __future__ import annotations
 
-from train.launch.command import REQUEST_FILE
+from train.launch.builder import REQUEST_FILE
 from utils.errors import UsageError
 from utils.spec.request import Request
 
