@@ -19,6 +19,7 @@ from pathlib import Path
 from train.launch.builder import NETWORK_PREFIXES, REQUEST_FILE, Launch, torchrun, vendor_env
 from utils.config import ROOT
 from utils.frameworks import TABLE
+from utils.machine.platform_env import platform_env
 from utils.spec.request import Request
 
 

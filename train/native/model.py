@@ -12,9 +12,8 @@ import importlib.util
 
 import torch
 
-from train.common.hf_config import hf_config  # noqa: F401 (the native model's config, re-exported)
+from train.common.hf_config import hf_config
 from train.common.outcome import SettingsError
-from utils.spec.fairness import WORKLOAD
 from utils.spec.models import ModelSpec
 
 ATTENTION = ("sdpa", "eager", "flash_attention_2")

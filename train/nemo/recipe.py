@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from train.common.megatron_settings import DDP_KEYS, architecture, precision_settings
 from utils.frameworks import TABLE
-from utils.spec import precision as precisions
 from utils.spec.precision import switch_key
 from utils.spec.request import Request
 
