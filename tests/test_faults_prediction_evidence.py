@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluate.collect import collect
-from evaluate.validate import check_result
 from tests.test_evaluate_judge import ended_run, judged
-from tests.fixtures.zipped import zipped
+from tests.fixtures.zipped import edited as edit, evidence_findings, zipped
 
 
 @pytest.fixture
@@ -33,14 +31,11 @@ def prediction(run_dir: Path) -> dict:
 
 
 def edited(run_dir: Path, change) -> None:
-    result = json.loads((run_dir / "result.json").read_text())
-    change(result["prediction"])
-    (run_dir / "result.json").write_text(json.dumps(result))
+    edit(run_dir, change, "prediction")
 
 
 def findings(source: Path) -> list[str]:
-    item, = collect([source]).results
-    return [f.line() for f in check_result(item) if f.check == "prediction evidence"]
+    return [f.line() for f in evidence_findings(source, "prediction evidence")]
 
 
 def test_a_prediction_as_the_judge_wrote_it_recomputes_in_a_folder_a_zip_and_beside_its_result(run_dir):

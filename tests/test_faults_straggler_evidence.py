@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from evaluate.collect import Loaded, collect
-from evaluate.validate import check_result
+from evaluate.collect import Loaded
 from tests.fixtures import energy_results
 from tests.test_evaluate_judge import ended_run, judged
 from utils.machine.stragglers import RANK_STEPS_DIR
-from tests.fixtures.zipped import zipped
+from tests.fixtures.zipped import edited, evidence_findings, zipped
 
 HOSTS = ("n0", "n0", "n1", "n1")  # rank -> host
 
@@ -40,15 +39,8 @@ def run_dir(tmp_path) -> Path:
     return folder
 
 
-def edited(run_dir: Path, change) -> None:
-    result = json.loads((run_dir / "result.json").read_text())
-    change(result)
-    (run_dir / "result.json").write_text(json.dumps(result))
-
-
 def findings(source: Path | Loaded) -> list[str]:
-    item, = collect([source]).results if isinstance(source, Path) else [source]
-    found = [f for f in check_result(item) if f.check == "straggler evidence"]
+    found = evidence_findings(source, "straggler evidence")
     assert all(f.fatal for f in found)
     return [f.line() for f in found]
 

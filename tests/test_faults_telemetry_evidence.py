@@ -15,7 +15,7 @@ from evaluate.collect import Loaded, collect
 from evaluate.validate import check_result
 from tests.test_evaluate_judge import ENDED, ended_run, judged
 from utils.machine import telemetry
-from tests.fixtures.zipped import zipped
+from tests.fixtures.zipped import edited as edit, evidence_findings, zipped
 
 END = datetime.fromisoformat(ENDED["ended_at"]).timestamp()
 
@@ -49,14 +49,11 @@ def run_dir(tmp_path) -> Path:
 
 
 def edited(run_dir: Path, change) -> None:
-    result = json.loads((run_dir / "result.json").read_text())
-    change(result["telemetry"])
-    (run_dir / "result.json").write_text(json.dumps(result))
+    edit(run_dir, change, "telemetry")
 
 
 def findings(source: Path) -> list[str]:
-    item, = collect([source]).results
-    return [f.line() for f in check_result(item) if f.check == "telemetry evidence"]
+    return [f.line() for f in evidence_findings(source, "telemetry evidence")]
 
 
 def test_a_result_as_the_judge_wrote_it_agrees_with_its_samples_in_a_folder_and_a_zip(run_dir):
