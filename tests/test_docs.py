@@ -165,6 +165,48 @@ def test_the_readme_links_every_docs_page():
     assert sorted(page.name for page in (ROOT / "docs").glob("*.md") if page.resolve() not in linked) == []
 
 
+# --- Enumerations the pages and config.env spell out are the registries' ------------------------------------------
+
+COUNT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven")
+
+
+def first_paragraph(page: Path) -> str:
+    """A page's opening prose (after its title), joined into one line."""
+    return " ".join(text(page).split("\n\n")[1].split())
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/frameworks.md"])
+def test_the_opening_names_every_framework_and_counts_them(page):
+    """README's opening and the frameworks page's name each registered framework in backticks, and count them right:
+    a new registry entry that these pages do not tell fails here."""
+    from utils import frameworks
+
+    opening = first_paragraph(ROOT / page)
+    assert [name for name in frameworks.NAMES if f"`{name}`" not in opening] == []
+    assert f"{COUNT_WORDS[len(frameworks.NAMES)]} frameworks" in opening.lower()
+
+
+def test_the_readme_opening_names_every_model():
+    from utils.spec.models import MODEL_KEYS, get_model
+
+    opening = first_paragraph(README)
+    assert [key for key in MODEL_KEYS if get_model(key).display_name not in opening] == []
+
+
+def test_config_env_lists_each_enumerated_knob_s_values():
+    """An enum or list knob whose comment opens with its values (`bf16|fp8|...`) lists exactly those its rule
+    accepts."""
+    from utils.config import CONFIG_FILE, KNOBS
+
+    told = {}
+    for line in CONFIG_FILE.read_text().splitlines():
+        name, _, rest = line.partition("=")
+        comment = rest.partition(" # ")[2].split()
+        if name in KNOBS and KNOBS[name].kind in ("enum", "list") and comment and "|" in comment[0]:
+            told[name] = set(comment[0].rstrip(":").split("|"))
+    assert {name: sorted(values) for name, values in told.items() if values != set(KNOBS[name].choices) - {""}} == {}
+
+
 # --- Names the source and the docs give: every repository path and project module they name exists -------------
 
 REPOSITORY_FOLDERS = ("bench", "data", "docs", "evaluate", "requirements", "shell", "tests", "train", "utils")
