@@ -15,7 +15,6 @@ from utils.config import FRAMEWORKS
 from utils.machine import platform_env, probe
 from utils.spec.fairness import workload
 from utils.spec.models import MODEL_KEYS
-from utils.spec.result import schema
 
 
 def test_each_platform_runs_megatron_its_vendors_framework_and_the_torch_native_ones():
@@ -60,9 +59,6 @@ def test_the_tables_of_other_modules_are_the_registrys():
     assert FRAMEWORK_NAMES == {name: entry.display_name for name, entry in frameworks.TABLE.items()}
     assert LOG_FORMATS == frameworks.LOG_FORMATS
     assert {entry.log_format for entry in frameworks.TABLE.values()} - {None} <= set(LOG_FORMATS)
-    loaded = schema()
-    assert loaded["properties"]["framework"]["enum"] == list(frameworks.NAMES)
-    assert loaded["properties"]["model"]["properties"]["key"]["enum"] == list(MODEL_KEYS)
     assert all(set(entry.model_names or ()) <= set(MODEL_KEYS) for entry in frameworks.TABLE.values())
     assert platform_env.platform_env("cpu", "autotp")["DS_ACCELERATOR"] == "cpu"  # the entry's env
 

@@ -18,11 +18,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 
 from utils.spec import metrics
-from utils.spec.fairness import IDENTITY_KEYS
 from utils import frameworks
 from utils.files import atomic_open, parse_json, read_bounded
 from utils.machine.hardware import peak_tflops
+from utils.machine.health_readers import READERS as HEALTH_READERS
+from utils.machine.vendor_tools import PLATFORMS
+from utils.spec.fairness import IDENTITY_KEYS, PROFILES
 from utils.spec.models import MODEL_KEYS, by_variant
+from utils.spec.precision import PRECISIONS
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
 SCHEMA_VERSION = "1.6"
@@ -45,13 +48,31 @@ class ResultError(ValueError):
     """Input that cannot become a valid result; the message names the field."""
 
 
+def table_enums() -> dict[tuple[str, ...], tuple]:
+    """The schema's enums that are tables' names (a field's path of properties -> the table), put in when the schema
+    loads: a new framework, model, precision or health reader is its table's entry, not an edit of the schema too."""
+    return {
+        ("framework",): frameworks.NAMES,
+        ("model", "key"): MODEL_KEYS,
+        ("platform",): PLATFORMS,
+        ("training", "precision"): PRECISIONS,
+        ("training", "fairness_profile"): PROFILES,
+        ("training", "lr_warmup_convention"): tuple(dict.fromkeys(entry.warmup_convention
+                                                                  for entry in frameworks.TABLE.values())),
+        ("system", "health", "method"): (*(name for readers in HEALTH_READERS.values() for name, _ in readers),
+                                          "none"),
+    }
+
+
 @lru_cache(maxsize=1)
 def schema() -> dict:
-    """The result JSON Schema (loaded once), with the registries' names as the enums of framework and model key, so
-    that a new framework or model is an entry, not an edit of the schema too."""
+    """The result JSON Schema (loaded once), its enums of table names put in (table_enums)."""
     loaded = json.loads(SCHEMA_PATH.read_text())
-    loaded["properties"]["framework"]["enum"] = list(frameworks.NAMES)
-    loaded["properties"]["model"]["properties"]["key"]["enum"] = list(MODEL_KEYS)
+    for path, names in table_enums().items():
+        field = loaded
+        for key in path:
+            field = field["properties"][key]
+        field["enum"] = list(names)
     return loaded
 
 
