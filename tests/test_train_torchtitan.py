@@ -175,10 +175,27 @@ def probe(torchtitan_path: Path, tmp_path: Path, req) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def tp2_request(model: str):
+    """Two layers at TP 2, DP 4: the request whose built configuration the probes read."""
+    return request(model, MODEL_LAYERS="2", TP="2", PP="1", DP="4")
+
+
+@pytest.fixture(scope="module")
+def probed(torchtitan_path, tmp_path_factory):
+    """Each model's probe of tp2_request, run once in torchtitan's Python (an import of it takes seconds)."""
+    done: dict[str, dict] = {}
+
+    def get(model: str) -> dict:
+        if model not in done:
+            done[model] = probe(torchtitan_path, tmp_path_factory.mktemp(model), tp2_request(model))
+        return done[model]
+
+    return get
+
+
 @pytest.mark.parametrize("model", ["llama", "qwen"])
-def test_torchtitans_own_config_manager_loads_tprimats_config_and_keeps_every_value(torchtitan_path, tmp_path, model):
-    req = request(model, MODEL_LAYERS="2", TP="2", PP="1", DP="4")
-    found = probe(torchtitan_path, tmp_path, req)
+def test_torchtitans_own_config_manager_loads_tprimats_config_and_keeps_every_value(probed, model):
+    req, found = tp2_request(model), probed(model)
     assert found["type"] == "TimedTrainer.Config" and found["dataloader"] == "PreparedDataLoader.Config"
     assert [path for path, kept in found["kept"].items() if not kept] == []
     assert found["parameters"] == req.model.param_count()  # the spec's architecture, QKV bias and untied head
@@ -188,10 +205,8 @@ def test_torchtitans_own_config_manager_loads_tprimats_config_and_keeps_every_va
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])
-def test_the_read_back_of_the_built_trainer_is_the_request_where_the_judge_compares_it(torchtitan_path, tmp_path,
-                                                                                        model):
-    req = request(model, MODEL_LAYERS="2", TP="2", PP="1", DP="4")
-    found = probe(torchtitan_path, tmp_path, req)["effective"]
+def test_the_read_back_of_the_built_trainer_is_the_request_where_the_judge_compares_it(probed, model):
+    req, found = tp2_request(model), probed(model)["effective"]
     lay, t = req.parallelism, req.training
     wanted = {"tp": 2, "pp": 1, "dp": 4, "ga": lay.ga, "mbs": t.mbs, "gbs": t.gbs, "seq_len": t.seq_len,
               "steps": t.steps, "precision": "bf16", "sequence_parallel": True, "lr": t.lr, "min_lr": t.min_lr,
@@ -204,10 +219,10 @@ def test_the_read_back_of_the_built_trainer_is_the_request_where_the_judge_compa
     assert {key: found[key] for key in wanted} == wanted
 
 
-def test_without_an_accelerator_torchtitan_picks_cuda_so_it_cannot_train_on_a_cpu(torchtitan_path, tmp_path):
+def test_without_an_accelerator_torchtitan_picks_cuda_so_it_cannot_train_on_a_cpu(probed):
     """torchtitan/tools/utils.py:55 (get_device_info): `_get_available_device_type() or "cuda"`; the trainer then
     sets that device (trainer.py:299-301) and starts NCCL on it (distributed/utils.py:512-519)."""
-    found = probe(torchtitan_path, tmp_path, request(MODEL_LAYERS="2"))
+    found = probed("llama")
     if found["cuda_available"]:
         pytest.skip("this host has a GPU")
     assert found["device_type"] == "cuda"
