@@ -64,12 +64,14 @@ def test_weights_gradients_and_optimizer_state_are_what_the_framework_allocates(
     # delta counts the optimizer states megatron-core updates in place as new allocations)
 
 
-def tracked(model: str, layers: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "tests.fixtures.train.fake_tracked", model, str(layers), "8", "8192",
-                          "1"], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
-                         timeout=600)
+def tracked(model: str, *layers: int) -> list[dict]:
+    """tests/fixtures/train/fake_tracked.py's peak by category of each depth, tracked in one process."""
+    out = subprocess.run([sys.executable, "-m", "tests.fixtures.train.fake_tracked", model, ",".join(map(str, layers)),
+                          "8", "8192", "1"], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True,
+                         text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    return [found[str(depth)] for depth in layers]
 
 
 def fsdp_layout() -> Layout:
@@ -82,7 +84,7 @@ def test_full_size_fsdp_step_matches_pytorchs_fake_tensor_tracker(model):
     """One and two full-width layers are tracked; every layer is the same, and the peak (the start of backward at
     the loss) holds every layer's activations, so the whole model's peak is the two-layer one plus one layer's
     increment per further layer: exact, not an approximation."""
-    one, two = tracked(model, 1), tracked(model, 2)
+    one, two = tracked(model, 1, 2)
     lay = fsdp_layout()
     for layers, seen in ((1, one), (2, two)):
         predicted = memory(get_model(model, "full", layers), lay)
