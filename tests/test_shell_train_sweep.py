@@ -1,8 +1,8 @@
 """A strategy sweep on the CPU, end to end (issue 8): every strategy of the list runs into its own
-directory, a failing run does not stop the sweep, and the comparison marks the faster strategy.
+directory and the comparison marks the faster strategy.
 
-Qwen's tokens are truncated under a forged manifest (as in test_shell_train_cpu) so that its run of
-every strategy fails for real, while Llama's runs of both strategies succeed.
+The tiny Llama alone: a sweep is the matrix's run list with more layouts in it, and the matrix's going on past a
+failing run is test_shell_train_cpu.py's (its Qwen fails for real).
 """
 
 from __future__ import annotations
@@ -15,23 +15,22 @@ from tests.test_shell_train_cpu import DATA_STAGE, FEW_STEPS
 SWEEP = "minimal_communication,memory_optimized"
 
 
-def test_two_strategy_sweep_isolates_failures_and_marks_the_faster_strategy(tmp_path):
+def test_a_two_strategy_sweep_runs_each_layout_and_marks_the_faster_strategy(tmp_path):
     fake = machine(tmp_path)
     (fake.root / "shell" / "data.sh").write_text(DATA_STAGE)
-    result = fake.run("shell/run_train.sh", STRATEGY=SWEEP, **FEW_STEPS)
-    assert result.returncode == 1, result.output[-3000:]
+    result = fake.run("shell/run_train.sh", STRATEGY=SWEEP, MODELS="llama", **FEW_STEPS)
+    assert result.returncode == 0, result.output[-3000:]
 
     results = {}
     for path in (tmp_path / "output").glob("*-cpu/**/result.json"):
         data = read(path)
         results[(data["parallelism"]["strategy"], data["model"]["variant"])] = data
-    assert set(results) == {(s, m) for s in SWEEP.split(",") for m in ("llama3.1-8b-tiny", "qwen2.5-7b-tiny")}
+    assert set(results) == {(s, "llama3.1-8b-tiny") for s in SWEEP.split(",")}
     layouts = {s: (results[(s, "llama3.1-8b-tiny")]["parallelism"]["tp"],
                    results[(s, "llama3.1-8b-tiny")]["parallelism"]["pp"],
                    results[(s, "llama3.1-8b-tiny")]["parallelism"]["dp"]) for s in SWEEP.split(",")}
     assert layouts == {"minimal_communication": (1, 1, 2), "memory_optimized": (1, 2, 1)}
-    for (strategy, variant), data in results.items():
-        assert data["run"]["status"] == ("ok" if variant.startswith("llama") else "failed"), (strategy, variant)
+    assert [data["run"]["status"] for data in results.values()] == ["ok", "ok"]
 
     speeds = {s: results[(s, "llama3.1-8b-tiny")]["performance"]["tokens_per_s_per_gpu"] for s in SWEEP.split(",")}
     faster = max(speeds, key=speeds.get)
