@@ -3,6 +3,7 @@
     python3 -m bench.default              # prepare the sample data (untimed), then time ./shell/run_train.sh
     python3 -m bench.default --repeats 3  # three timed default runs: min, median, max
     python3 -m bench.default --ci         # also clone HEAD into a temporary folder and time .ci/run there
+    python3 -m bench.default --fresh      # also time a fresh clone's default all in: .venv, data, runs, report
 
 The budgets a newcomer and CI are promised on a 2-core machine whose CPU has no bf16 instructions
 (AVX2 only), the slowest kind this project runs on: the default run, with .venv built and the sample
@@ -86,6 +87,42 @@ def default_run(env: dict[str, str], work: Path) -> dict:
     return {"wall_s": wall, "runs": runs}
 
 
+# The lines that end each setup phase of a fresh clone's ./shell/run_train.sh (shell/lib.sh, train/matrix.py).
+FRESH_PHASES = ((".venv built (and DeepSpeed's CPU op)", re.compile(r"^platform cpu: ")),
+                ("sample data prepared", re.compile(r"^\[tprimat\] run set: ")),
+                ("system probe and node health", re.compile(r"^\[tprimat\] run 1/")))
+
+
+def fresh_run(env: dict[str, str], work: Path) -> None:
+    """Time ./shell/run_train.sh in a fresh clone of HEAD with an empty DATA_DIR (what a newcomer's first command
+    does: .venv from requirements/host.txt, with the package cache this machine has, the sample data, the runs, the
+    report), and print where the time went."""
+    clone = work / "fresh"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    env = {**env, "DATA_DIR": str(work / "fresh-data"), "OUTPUT_DIR": str(work / "fresh-output")}
+    env.pop("TPRIMAT_VENV", None)
+    marks, start = [], time.perf_counter()
+    with (work / "fresh.log").open("w") as log, subprocess.Popen(
+            ["bash", "shell/run_train.sh"], cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace") as proc:
+        for line in proc.stdout:
+            log.write(line)
+            phase = FRESH_PHASES[len(marks)] if len(marks) < len(FRESH_PHASES) else None
+            if phase and phase[1].search(line):
+                marks.append(time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0 or len(marks) < len(FRESH_PHASES):
+        raise SystemExit(f"bench.default: the fresh clone's ./shell/run_train.sh failed (exit code {proc.returncode}); "
+                         f"its output: {work / 'fresh.log'}")
+    run_set = next((work / "fresh-output").iterdir())
+    in_runs = sum(json.loads(path.read_text())["wall_s"] for path in run_set.glob("*/launch.json"))
+    print(f"fresh clone's ./shell/run_train.sh: {minutes(wall)} in all")
+    for (name, _), begun, ended in zip(FRESH_PHASES, [0.0, *marks], marks):
+        print(f"  {name}: {minutes(ended - begun)}")
+    print(f"  the runs (launcher, training, judge): {minutes(in_runs)}")
+    print(f"  between and after the runs (summary, validate, plot, report): {minutes(wall - marks[-1] - in_runs)}")
+
+
 def ci_run(env: dict[str, str], work: Path) -> tuple[float, str, list[str]]:
     """.ci/run in a fresh clone of HEAD: wall seconds, pytest's summary line and its slowest tests."""
     clone = work / "clone"
@@ -105,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=1, help="timed default runs (default 1)")
     parser.add_argument("--ci", action="store_true", help="also time .ci/run in a fresh clone of HEAD (about 20 min)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="also time a fresh clone of HEAD's ./shell/run_train.sh all in, with an empty DATA_DIR")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -132,12 +171,15 @@ def main(argv: list[str] | None = None) -> int:
         summary = f"min {minutes(min(walls))}, median {minutes(statistics.median(walls))}, max {minutes(max(walls))}" \
             if len(walls) > 1 else minutes(walls[0])
         print(f"default ./shell/run_train.sh (.venv and data ready): {summary}: {verdict(statistics.median(walls), DEFAULT_BUDGET_S)}")
+        if args.fresh:
+            print("timing a fresh clone's ./shell/run_train.sh all in ...", flush=True)
+            fresh_run(env, work)
         if args.ci:
             print("timing .ci/run in a fresh clone of HEAD ...", flush=True)
             wall, line, slowest = ci_run(dict(os.environ), work)
             print(f".ci/run from a fresh clone: {minutes(wall)}: {verdict(wall, CI_BUDGET_S)}\n  pytest: {line}")
             print("\n".join(["  slowest tests:"] + [f"  {item.strip()}" for item in slowest]))
-    print("reproduce: python3 -m bench.default [--repeats N] [--ci]  (on a quiet 2-core AVX2-only machine)")
+    print("reproduce: python3 -m bench.default [--repeats N] [--fresh] [--ci]  (on a quiet 2-core AVX2-only machine)")
     return 0
 
 
