@@ -118,3 +118,21 @@ def test_the_venv_is_installed_with_dev_txts_uv_else_with_pip(tmp_path, pip_answ
     assert out.returncode == 0 and out.stdout == f"{installer}\n"
     assert calls.read_text().split() == ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", uv_pin()]
     assert (f"{uv_pin()} could not be installed" in out.stderr) == (installer == "pip")
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_the_venv_s_packages_are_installed_with_their_bytecode_compiled(tmp_path, installer):
+    """uv compiles only when asked (pip by default, so its line carries no --no-compile): without it, every process
+    compiles torch and megatron-core again wherever PYTHONDONTWRITEBYTECODE is set."""
+    venv = tmp_path / "venv"
+    calls = tmp_path / "calls"
+    (venv / "bin").mkdir(parents=True)
+    for tool in ("uv", "python"):
+        (venv / "bin" / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >>{calls}\n')
+        (venv / "bin" / tool).chmod(0o755)
+    out = lib(f"tp_venv_install {installer} -r requirements/host.txt", tmp_path, TPRIMAT_VENV=str(venv))
+    assert out.returncode == 0, out.stderr
+    [call] = calls.read_text().splitlines()
+    assert call.startswith({"uv": "uv pip install ", "pip": "python -m pip install "}[installer])
+    assert ("--compile-bytecode" in call.split()) == (installer == "uv")
+    assert "--no-compile" not in call.split()
