@@ -11,6 +11,7 @@ accelerator it picks CUDA.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -183,14 +184,7 @@ def tp2_request(model: str):
 @pytest.fixture(scope="module")
 def probed(torchtitan_path, tmp_path_factory):
     """Each model's probe of tp2_request, run once in torchtitan's Python (an import of it takes seconds)."""
-    done: dict[str, dict] = {}
-
-    def get(model: str) -> dict:
-        if model not in done:
-            done[model] = probe(torchtitan_path, tmp_path_factory.mktemp(model), tp2_request(model))
-        return done[model]
-
-    return get
+    return functools.cache(lambda model: probe(torchtitan_path, tmp_path_factory.mktemp(model), tp2_request(model)))
 
 
 @pytest.mark.parametrize("model", ["llama", "qwen"])

@@ -13,17 +13,17 @@ a tensor the model misses, and the failure names the tensors alive at the measur
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.train.peak import respecced
 from utils.predict.memory import PHASES, hf_shapes
-from utils.spec.models import get_model
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_PROCESS = {"CPU_DP": "1", "CPU_GPUS_PER_NODE": "1", "CPU_TRAIN_ITERS": "2", "CPU_WARMUP_SKIP": "1",
@@ -51,14 +51,7 @@ def measured(framework: str, size: str) -> dict:
 @pytest.fixture(scope="module")
 def measurements():
     """Each framework and size measured once (one process: a build and two steps), for both tests below."""
-    done: dict[tuple[str, str], dict] = {}
-
-    def get(framework: str, size: str) -> dict:
-        if (framework, size) not in done:
-            done[framework, size] = measured(framework, size)
-        return done[framework, size]
-
-    return get
+    return functools.cache(measured)
 
 
 @pytest.mark.parametrize("size", list(SIZES))
@@ -71,8 +64,7 @@ def test_weights_gradients_and_optimizer_state_are_what_the_framework_allocates(
     assert (found["weights"], found["optimizer"]) == (predicted["weights"], predicted["optimizer"])
     if framework == "autotp":
         model, changes, _ = SIZES[size]
-        fields = {name: int(value) for name, value in (change.split("=", 1) for change in changes)}
-        vectors = sum(r for r, c in hf_shapes(replace(get_model(model, "tiny"), **fields), 1, False) if c == 1) * 4
+        vectors = sum(r for r, c in hf_shapes(respecced(model, changes), 1, False) if c == 1) * 4
         assert 0 <= found["gradients"] - predicted["gradients"] <= vectors
     else:
         assert found["gradients"] == predicted["gradients"]

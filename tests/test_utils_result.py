@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from utils.spec.result import SCHEMA_PATH, ResultError, build_result, schema, schema_errors, table_enums, write_result
+from utils.spec.result import (SCHEMA_PATH, ResultError, build_result, schema, schema_errors, schema_field, table_enums,
+                               write_result)
 
 RUN = {"id": "run-1", "started_at": "2025-05-01T12:00:00+00:00", "ended_at": "2025-05-01T12:10:00+00:00",
        "status": "ok", "exit_code": 0, "error_excerpt": None, "commit": "abc123"}
@@ -161,17 +162,11 @@ def test_a_requested_run_records_its_stack_and_the_image_digest_or_why_there_is_
     assert "stack" not in build()  # extracted from a log without its request: no stack to record
 
 
-def field_of(loaded: dict, path: tuple[str, ...]) -> dict:
-    for key in path:
-        loaded = loaded["properties"][key]
-    return loaded
-
-
 @pytest.mark.parametrize("path", list(table_enums()), ids="/".join)
 def test_an_enum_of_table_names_comes_from_its_table_alone(path):
     """The loaded schema's enum is the table's names; the schema file spells none, so the table is its one source."""
-    assert field_of(schema(), path)["enum"] == list(table_enums()[path])
-    assert "enum" not in field_of(json.loads(SCHEMA_PATH.read_text()), path)
+    assert schema_field(schema(), path)["enum"] == list(table_enums()[path])
+    assert "enum" not in schema_field(json.loads(SCHEMA_PATH.read_text()), path)
 
 
 def test_a_name_outside_its_table_is_a_schema_violation():

@@ -69,10 +69,14 @@ def schema() -> dict:
     """The result JSON Schema (loaded once), its enums of table names put in (table_enums)."""
     loaded = json.loads(SCHEMA_PATH.read_text())
     for path, names in table_enums().items():
-        field = loaded
-        for key in path:
-            field = field["properties"][key]
-        field["enum"] = list(names)
+        schema_field(loaded, path)["enum"] = list(names)
+    return loaded
+
+
+def schema_field(loaded: dict, path: Sequence[str]) -> dict:
+    """The schema of the field at a path of properties (("training", "precision"))."""
+    for key in path:
+        loaded = loaded["properties"][key]
     return loaded
 
 
