@@ -43,7 +43,8 @@ from pathlib import Path
 
 from evaluate.logs import worker_failure
 from evaluate.logs.evaluations import evaluation_of
-from evaluate.logs.parse import FRAMEWORKS, ParsedLog, missing_steps, parse_logs, step_ranges
+from evaluate.logs.formats import by_name
+from evaluate.logs.parse import ParsedLog, missing_steps, parse_logs, step_ranges
 from evaluate.logs.run_settings import SETTINGS, flag, merged, requested, sections, shown_by
 from utils import fingerprint, frameworks
 from utils.spec import fairness, metrics
@@ -204,9 +205,9 @@ def _parser() -> argparse.ArgumentParser:
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="training log(s), read in order as one stream")
     parser.add_argument("-o", "--output", required=True, type=output_file, help="result JSON to write")
-    parser.add_argument("--framework", choices=FRAMEWORKS + ("auto",), default="auto",
-                        help="log format; auto: the --run-dir request's framework's reader, else detected from the "
-                             "iteration lines (default)")
+    parser.add_argument("--framework", choices=(*by_name(), "auto"), default="auto",
+                        help="whose log it is (its log format); auto: the --run-dir request's framework, else detected "
+                             "from the step lines (default)")
     parser.add_argument("--run-dir", type=Path, help="TPrimat run directory holding config.json (the request)")
     parser.add_argument("--system", type=Path, help="system.json (default: the run directory's, or its parent's)")
     parser.add_argument("--exit-code", type=int, help="exit status of the training process (non-zero: failed)")
@@ -231,12 +232,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"{log}: not a text log (a NUL byte in its first {BINARY_PROBE // 1024} KiB); give "
                                  "the run's console log (train.log, or what the framework printed)")
         request, requested_settings = requested(args.run_dir)
-        # The log's format is the flag's, else the requested framework's reader (its registry entry's log_format);
-        # the result names the framework that ran, which a framework of its own launcher may log as another's.
-        entry = frameworks.TABLE.get(request.identity.framework) if request else None
-        log_format = (None if args.framework == "auto" else args.framework) or (entry.log_format if entry else None)
-        framework = request.identity.framework if request else log_format
-        parsed = parse_logs(args.logs, framework=log_format)
+        # The log is the flag's framework's, else the requested framework's (its registry entry's log_format); the
+        # result names the framework that ran, whose log format may be another's too.
+        given = None if args.framework == "auto" else args.framework
+        asked = request.identity.framework if request and request.identity.framework in by_name() else None
+        framework = request.identity.framework if request else given
+        parsed = parse_logs(args.logs, framework=given or asked)
         if not parsed.records and not args.exit_code:
             last = parsed.tail[-1] if parsed.tail else "(empty)"
             raise WorkError(f"no training iteration line in {', '.join(map(str, args.logs))} ({parsed.lines_read} "

@@ -127,7 +127,7 @@ def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str
 
 def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Path]) -> dict:
     """result.json of the run: its trainer's own (utils.frameworks: writes_result), else extracted from the nodes'
-    logs by the framework's log reader (its entry's log_format)."""
+    logs in the framework's log format (its entry's log_format)."""
     path = run_dir / "result.json"
     framework, entry = request.identity.framework, TABLE[request.identity.framework]
     if entry.writes_result and not path.exists() and entry.log_format is None:
@@ -135,7 +135,7 @@ def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Pat
               f"the {framework} trainer wrote no result.json and its log is no format evaluate.extract reads"
         write_result(path, start_failure_result(request, run_dir, ended, why))
     elif not entry.writes_result or not path.exists():
-        code = extract.main([*map(str, logs), "--framework", entry.log_format, "--run-dir", str(run_dir),
+        code = extract.main([*map(str, logs), "--framework", framework, "--run-dir", str(run_dir),
                              "--exit-code", str(ended.exit_code), "--started-at", ended.started_at,
                              "--ended-at", ended.ended_at, "-o", str(path)])
         if code != 0:

@@ -161,7 +161,7 @@ def test_megatron_bridges_iteration_and_gb_memory_lines_are_read_as_megatrons(tm
         "iterations:   0 | number of nan iterations:   0 |\n"
         "[Rank 0] (after 1 iterations) memory (GB) | current_allocated_mem: 40.1 | peak_allocated_mem: 64.424 | "
         "peak_reserved_mem: 70.866 | alloc_retries: 0\n")
-    (record,) = parse_logs([log], TABLE["mbridge"].log_format).records
+    (record,) = parse_logs([log], "mbridge").records
     assert record["step_time_s"] == pytest.approx(9.3412)
     assert (record["mem_allocated_gib"], record["mem_reserved_gib"]) == \
         (pytest.approx(64.424e9 / 2 ** 30), pytest.approx(70.866e9 / 2 ** 30))

@@ -168,10 +168,10 @@ def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are
     cfg = node("amd", FRAMEWORK="prim,fsdp", MODELS="mistral,llama70b", MODEL_LAYERS="8")
     runs = build_plan(cfg)
     assert [(r.name, r.skipped) for r in runs] == [
-        ("prim-mistral", "prim has no name for mistral (utils/frameworks/prim.py's model_names has none)"),
+        ("prim-mistral", "prim has no name for mistral (utils/frameworks/prim/: its model_names has none)"),
         ("prim-llama70b", ""), ("fsdp-mistral", ""), ("fsdp-llama70b", "")]
     assert any(line.split()[1:2] == ["prim-mistral"] and "mistral-7b-v0.1-L8 " in line
-               and line.endswith("skipped: prim has no name for mistral (utils/frameworks/prim.py's "
+               and line.endswith("skipped: prim has no name for mistral (utils/frameworks/prim/: its "
                                  "model_names has none)") for line in table(cfg, runs))
 
 
@@ -182,8 +182,8 @@ def test_every_framework_with_names_has_one_for_each_benchmarked_model():
                                                   "mbridge": ["llama", "qwen"], "torchtitan": ["llama", "qwen"]}
     plan = build_plan(node("nvd", MODELS="llama,qwen,llama70b,mistral", MODEL_LAYERS="8"))
     assert [(run.name, run.skipped) for run in plan if run.skipped] == [
-        ("mbridge-mistral", "mbridge has no name for mistral (utils/frameworks/mbridge.py's model_names has none)"),
-        ("torchtitan-mistral", "torchtitan has no name for mistral (utils/frameworks/torchtitan.py's model_names has "
+        ("mbridge-mistral", "mbridge has no name for mistral (utils/frameworks/mbridge/: its model_names has none)"),
+        ("torchtitan-mistral", "torchtitan has no name for mistral (utils/frameworks/torchtitan/: its model_names has "
                                "none)")]  # no Megatron-Bridge recipe for Mistral; no sliding window in torchtitan
 
 
@@ -314,7 +314,7 @@ def test_llama32_plans_at_full_size_on_gpu_nodes_with_its_memory_predicted():
         runs = build_plan(cfg)
         found = predictions(cfg, runs)
         assert {run.name: run.skipped for run in runs if run.skipped} == (
-            {"prim-llama32": "prim has no name for llama32 (utils/frameworks/prim.py's model_names has none)"}
+            {"prim-llama32": "prim has no name for llama32 (utils/frameworks/prim/: its model_names has none)"}
             if platform == "amd" else {})
         assert all(request(cfg, run).model.variant == "llama3.2-3b" for run in runs)
         assert all(15 < found[run.name].memory.peak / 2 ** 30 < 40 and found[run.name].fits for run in runs

@@ -223,7 +223,7 @@ def test_without_an_accelerator_torchtitan_picks_cuda_so_it_cannot_train_on_a_cp
 
 
 def test_importing_torchtitans_entry_point_imports_what_needs_torch_2_13(torchtitan_path):
-    """The probe imports the entry point the run starts (utils/frameworks/torchtitan.py's probe_modules), and that
+    """The probe imports the entry point the run starts (utils/frameworks/torchtitan/: its probe_modules), and that
     import reaches the module whose first lines need torch 2.13 (utils/upstream/table.py's torchtitan facts), so an image
     with an older torch is found out before any run; the facts themselves read as recorded in the installed
     torchtitan."""

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from evaluate.comparison.repeats import FRAMEWORK_NAMES
-from evaluate.logs.parse import FRAMEWORKS as LOG_FORMATS
+from evaluate.logs import formats
 from utils import ROOT, frameworks
 from utils.config import FRAMEWORKS
 from utils.machine import platform_env, probe
@@ -57,8 +57,7 @@ def test_each_entry_names_a_trainer_that_exists_or_a_command_builder_that_import
 def test_the_tables_of_other_modules_are_the_registrys():
     assert probe.FRAMEWORK_MODULES == {name: entry.probe_modules for name, entry in frameworks.TABLE.items()}
     assert FRAMEWORK_NAMES == {name: entry.display_name for name, entry in frameworks.TABLE.items()}
-    assert LOG_FORMATS == frameworks.LOG_FORMATS
-    assert {entry.log_format for entry in frameworks.TABLE.values()} - {None} <= set(LOG_FORMATS)
+    assert tuple(formats.by_name()) == tuple(name for name, entry in frameworks.TABLE.items() if entry.log_format)
     assert all(set(entry.model_names or ()) <= set(MODEL_KEYS) for entry in frameworks.TABLE.values())
     assert platform_env.platform_env("cpu", "autotp")["DS_ACCELERATOR"] == "cpu"  # the entry's env
 
@@ -68,6 +67,8 @@ def test_a_bad_entry_is_refused_when_it_is_declared():
         frameworks.Framework("x", "X", ("cpu",), "megatron", (), trainer="a.py", command="m:f")
     with pytest.raises(ValueError, match="writes no result: name its log_format"):
         frameworks.Framework("x", "X", ("cpu",), "megatron", (), command="m:f")
+    with pytest.raises(ValueError, match="log_format 'mega' is not \"package.module:NAME\""):
+        frameworks.Framework("x", "X", ("cpu",), "megatron", (), command="m:f", log_format="mega")
     with pytest.raises(ValueError, match="memory_model 'zero' is not one of"):
         frameworks.Framework("x", "X", ("cpu",), "megatron", (), trainer="a.py", memory_model="zero")
 

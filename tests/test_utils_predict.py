@@ -49,7 +49,7 @@ def tracked(model: str, *layers: int) -> list[dict]:
 
 
 def fsdp_layout() -> Layout:
-    return Layout(memory_model="fsdp", tp=1, pp=1, dp=8, ga=1, mbs=1, seq_len=8192, precision="bf16",
+    return Layout(memory_model="fsdp2", tp=1, pp=1, dp=8, ga=1, mbs=1, seq_len=8192, precision="bf16",
                   grad_fp32=False, distributed_optimizer=True, overlap_grad_reduce=False, on_gpu=False)
 
 
@@ -147,7 +147,7 @@ def cpu_layout(memory_model: str, **changes) -> Layout:
 
 def test_zero_shards_optimizer_state_over_data_parallel_ranks():
     spec = get_model("llama", "tiny")
-    one, four = (memory(spec, cpu_layout("autotp", dp=dp, zero_stage=1)) for dp in (1, 4))
+    one, four = (memory(spec, cpu_layout("deepspeed", dp=dp, zero_stage=1)) for dp in (1, 4))
     assert four.optimizer == pytest.approx(one.optimizer / 4, rel=1e-4) and four.weights == one.weights
 
 
@@ -156,7 +156,7 @@ def test_each_framework_takes_its_memory_model_from_the_registry():
     for framework in ("mega", "fsdp", "autotp"):
         req = run_request("cpu", framework, "llama", FRAMEWORK=framework)
         assert layout(req, on_gpu=False).memory_model == frameworks.TABLE[framework].memory_model
-    assert Layout(framework="nemo", **{k: v for k, v in vars(cpu_layout("fsdp")).items()
+    assert Layout(framework="nemo", **{k: v for k, v in vars(cpu_layout("fsdp2")).items()
                                        if k not in ("memory_model", "framework")}).memory_model == "megatron"
     with pytest.raises(ValueError, match="memory model 'zero' is not one of"):
         cpu_layout("zero")
@@ -175,9 +175,9 @@ def test_a_tied_head_is_counted_once_except_on_a_later_pipeline_stage(model):
     assert megatron_numels(tied, 1, 1, False, True) == megatron_numels(spec, 1, 1, False, True)
     assert megatron_numels(tied, 1, 1, True, False) == megatron_numels(spec, 1, 1, True, False)
     # weights, gradients and optimizer state lose the head once, as each framework holds them
-    fsdp, fsdp_tied = (memory(each, cpu_layout("fsdp")) for each in (spec, tied))
+    fsdp, fsdp_tied = (memory(each, cpu_layout("fsdp2")) for each in (spec, tied))
     assert (fsdp.weights - fsdp_tied.weights, fsdp.optimizer - fsdp_tied.optimizer) == (4 * head, 8 * head + 4)
-    autotp, autotp_tied = (memory(each, cpu_layout("autotp")) for each in (spec, tied))
+    autotp, autotp_tied = (memory(each, cpu_layout("deepspeed")) for each in (spec, tied))
     assert autotp.weights - autotp_tied.weights == pytest.approx(2 * head, abs=4)
     assert autotp.optimizer - autotp_tied.optimizer == pytest.approx(12 * head, abs=24)
     mega, mega_tied = (memory(each, cpu_layout("megatron")) for each in (spec, tied))
@@ -193,10 +193,10 @@ def test_a_tied_head_is_counted_once_except_on_a_later_pipeline_stage(model):
 def test_the_step_time_reads_the_parameters_each_memory_model_holds():
     spec = get_model("qwen", "tiny")
     assert stage_parameters(spec, cpu_layout("megatron")) == spec.param_count()
-    assert stage_parameters(spec, cpu_layout("fsdp", tp=2)) < spec.param_count()
+    assert stage_parameters(spec, cpu_layout("fsdp2", tp=2)) < spec.param_count()
     # autotp splits the head over the vocabulary, fsdp (torchtitan's plan) the embedding too
     half_table = spec.vocab_size // 2 * spec.hidden_size
-    assert stage_parameters(spec, cpu_layout("fsdp", tp=2)) == stage_parameters(spec, cpu_layout("autotp", tp=2)) \
+    assert stage_parameters(spec, cpu_layout("fsdp2", tp=2)) == stage_parameters(spec, cpu_layout("deepspeed", tp=2)) \
         - half_table
 
 
@@ -205,13 +205,13 @@ def test_fsdp_at_tp_2_shards_the_embedding_head_and_logits_and_the_norms_over_th
     """train/native/tensor_parallel.py's plan: embedding and head V/TP rows, loss parallel's fp32 buffers over
     V/TP, each norm's saved tensors over the sequence shard while the gathered projection inputs stay whole."""
     spec, tied = get_model(model, "tiny"), replace(get_model(model, "tiny"), tied_embeddings=True)
-    one, two = (memory(spec, cpu_layout("fsdp", tp=tp, dp=1)) for tp in (1, 2))
+    one, two = (memory(spec, cpu_layout("fsdp2", tp=tp, dp=1)) for tp in (1, 2))
     v, h, tokens, w = spec.vocab_size, spec.hidden_size, 2 * 128, 2
     assert two.logits == one.logits // 2 == tokens * v // 2 * 12
     table = v * h
     layers = [r * c for r, c in hf_shapes(spec, 2, False)[1:-2]]
     assert two.weights == 4 * (table + sum(layers) + h)  # two half tables, layers split, the norm whole
-    assert memory(tied, cpu_layout("fsdp", tp=2, dp=1)).weights == 4 * (table // 2 + sum(layers) + h)
+    assert memory(tied, cpu_layout("fsdp2", tp=2, dp=1)).weights == 4 * (table // 2 + sum(layers) + h)
     d, f, a, g = spec.head_dim, spec.ffn_hidden_size, spec.num_attention_heads, spec.num_kv_heads
     split = (w * (2 * a * d + 2 * g * d) + 4 * a + 4 * w * f) // 2  # heads and FFN over TP, as before
     layer = 2 * (4 * h + 4 + w * h) / 2 + 2 * w * h + split  # norms on the sequence shard, gathered inputs whole
@@ -226,7 +226,7 @@ def test_the_optimizer_temporaries_are_torch_adamws_on_the_cpu_and_none_under_me
     cpu, gpu = (megatron_stage(spec, cpu_layout("megatron", on_gpu=on_gpu), True, True)[-1].parts["temporaries"]
                 for on_gpu in (False, True))
     assert cpu == 2 * 4 * embedding and gpu == 0  # sqrt and its quotient of the largest tensor; FusedAdam: none
-    foreach = memory(spec, cpu_layout("fsdp", on_gpu=True))  # one sqrt of every decayed tensor at once
+    foreach = memory(spec, cpu_layout("fsdp2", on_gpu=True))  # one sqrt of every decayed tensor at once
     assert foreach.temporaries == 4 * sum(r * c for r, c in hf_shapes(spec, 1, False) if c > 1)
 
 
@@ -235,7 +235,7 @@ def test_the_prediction_says_which_parts_it_models_and_which_are_an_allowance():
     rows = [line for line in table(cfg, build_plan(cfg)) if "predicted peak" in line]
     assert any("[megatron model: weights, gradients, optimizer, activations, logits, temporaries; + 1.5 GiB "
                "workspace allowance]" in row for row in rows)
-    assert any("[autotp model: weights, gradients, optimizer, activations, logits, buffers, temporaries; + 1.5 GiB "
+    assert any("[deepspeed model: weights, gradients, optimizer, activations, logits, buffers, temporaries; + 1.5 GiB "
                "workspace allowance]" in row for row in rows)
     req = run_request("nvd", "mega", "llama", TARGET_DEVICE="h100")
     section = result_section(req, {"system": {}, "performance": {}})["memory"]

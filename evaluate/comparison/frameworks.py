@@ -15,9 +15,9 @@ from evaluate import native_settings
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import (FRAMEWORK_NAMES, device_label, figures, median_or_none, spread, statuses,
                                          tflops, tokens)
+from utils.frameworks import BASELINE
 from utils.spec.models import by_variant
 
-BASELINE = "mega"  # the ratio's denominator: Megatron, the reference every other framework is held against
 
 
 def step_time(r: dict) -> float | None:

@@ -11,17 +11,20 @@ import re
 from pathlib import Path
 from typing import BinaryIO, Iterable, Sequence
 
+from evaluate.logs.formats import distinct, readers
 from evaluate.logs.records import STEP_MARKER, stamped_step
 from evaluate.logs.settings import EFFECTIVE_MARKER
 from evaluate.logs.stream import Stream
 
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
-# Bytes that a line must contain to be worth decoding; every other line is only counted.
-MARKERS = (b"iteration", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback",
-           b"out of memory", b"OutOfMemoryError", b"parallel group", b"microbatches", b"number of parameters", b"Config(",
-           b"(UUID: GPU-", b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network",
-           b"vocab", b"[titan]",
-           b"reduce_amax")
+# Bytes that a line must contain to be worth decoding (these and the registered formats' markers); every other line
+# is only counted.
+MARKERS = tuple(dict.fromkeys((
+    b"validation loss at", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback",
+    b"out of memory", b"OutOfMemoryError", b"microbatches", b"number of parameters", b"Config(", b"(UUID: GPU-",
+    b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network", b"vocab",
+    *(marker.encode() for fmt in distinct() for marker in fmt.markers))))
+STEP_MARKERS = tuple(marker.encode() for reader in readers() for marker in reader.format.markers)
 TAIL_LINES = 20
 TAIL_BYTES = 64 << 10
 BLOCK = 8 << 20
@@ -92,7 +95,7 @@ def clean_tail(tail: bytes, lines: int = TAIL_LINES) -> list[str]:
 
 
 def step_end_times(path: Path) -> dict[int, float]:
-    """Each step's end (time.time() seconds, to the second) from the log's timestamped iteration lines (Megatron's,
+    """Each step's end (time.time() seconds, to the second) from the log's timestamped step lines (Megatron's,
     Primus's, NeMo's prefixes), cleaned as the extraction cleans them; {} where the log has none."""
     with open(path, "rb") as handle:
         return stamped_ends(handle)
@@ -102,7 +105,7 @@ def stamped_ends(lines: Iterable[bytes]) -> dict[int, float]:
     """step_end_times of a log's lines, however read (a file, a zip member: evaluate.telemetry_checks)."""
     found: dict[int, float] = {}
     for raw in lines:
-        if b"iteration" not in raw:
+        if not any(marker in raw for marker in STEP_MARKERS):
             continue
         for piece in ANSI.sub("", raw.decode("utf-8", "replace")).split("\r"):
             if (stamped := stamped_step(piece)) is not None:

@@ -1,4 +1,5 @@
-"""Streaming parsers of Megatron-LM, Primus, NeMo and torchtitan training logs (../shared/reference/log-formats.md).
+"""Streaming reader of training logs in the formats the frameworks register (utils.frameworks.log_format; Megatron-LM's,
+Primus's, NeMo's and torchtitan's: ../shared/reference/log-formats.md).
 
 Lines are read one at a time, and only the current run's steps are kept, so memory does not grow
 with the size of the log. A step is a line the framework printed: its record at the start of the
@@ -24,7 +25,8 @@ version (NCCL +cuda, RCCL), and Primus's HIP memory fields. With NCCL_DEBUG=INFO
 name the network each communicator uses: "IB" (RDMA, over InfiniBand or RoCE) or "Socket" (TCP).
 
 The reading is split by job: evaluate/logs/files.py reads the files (block by block, the tail kept),
-evaluate/logs/stream.py follows the runs line by line, evaluate/logs/records.py parses a step's line and
+evaluate/logs/stream.py follows the runs line by line, asking the registered formats (evaluate/logs/formats.py) for
+their step lines and settings, evaluate/logs/records.py reads the lines common to every format and
 evaluate/logs/settings.py the settings, in TPrimat's names.
 
 Public: parse_logs, missing_steps, step_ranges, collective_network (and evaluate.logs.settings.complete_batch).
@@ -38,18 +40,16 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Sequence
 
 from evaluate.logs.files import clean_tail, read_lines
+from evaluate.logs.formats import by_name, compatible
 from evaluate.logs.settings import effective
 from evaluate.logs.stream import Stream
-from utils.frameworks import LOG_FORMATS
-
-FRAMEWORKS = LOG_FORMATS  # whose logs these parsers read: Megatron-LM's, Primus's, NeMo's and torchtitan's
 
 
 @dataclass
 class ParsedLog:
     """What the logs say about the last run they hold."""
 
-    framework: str | None  # detected from the line format: mega | prim | nemo | torchtitan (None: no iteration line)
+    framework: str | None  # detected from the line format: the framework it is registered under (None: no step line)
     records: list[dict]  # per-step records of the last run, by step (utils.spec.result's shape, plus fw_* raw figures)
     total_steps: int | None  # the run's planned steps, from "iteration n/total"
     truncated: bool  # a line was cut off (a file did not end with a line end)
@@ -69,25 +69,20 @@ class ParsedLog:
 def parse_logs(paths: Sequence[str | Path | BinaryIO], framework: str | None = None) -> ParsedLog:
     """Parse logs (in order, as one stream) into the last run's per-step records and settings.
 
-    framework: what the caller knows the log to be (mega | prim | nemo); a different detected
-    format is reported in warnings. Never raises on content: a log with no iteration line returns
+    framework: what the caller knows the log to be (a framework whose entry names a log format); a different
+    detected format is reported in warnings. Never raises on content: a log with no iteration line returns
     no records, and the caller decides.
     """
-    if framework is not None and framework not in FRAMEWORKS:
-        raise ValueError(f"unknown framework {framework!r}; expected one of {', '.join(FRAMEWORKS)}")
+    if framework is not None and framework not in by_name():
+        raise ValueError(f"no log format for framework {framework!r}; expected one of {', '.join(by_name())}")
     stream = Stream()
     lines, truncated, tail = read_lines([Path(p) if isinstance(p, str) else p for p in paths], stream)
     run = stream.run if stream.run.records else stream.pending
     records = [run.records[step] for step in sorted(run.records)]
     notes = stream.notes
-    if run.framework == "nemo" and records and not run.timed:
-        _nemo_own_figures(records)
-        notes.append("no TPRIMAT_STEP line: step times are NeMo's TimingCallback host times on rank 0 (no device "
-                     "synchronisation; logging and callbacks between steps outside) and memory is rank 0's: not "
-                     "comparable with other frameworks")
-    if run.framework == "torchtitan" and records and not run.timed:
-        notes.append("no TPRIMAT_STEP line: torchtitan's metrics line has no step time (only its host-clock tokens/s "
-                     "per device, kept as a raw figure), so the steps have none")
+    untimed = by_name()[run.framework].untimed if run.framework else None
+    if untimed and records and not run.timed:
+        notes.append(untimed(records))
     for record in records:  # a step time of 0 or below is no duration: flagged with the nan/inf values
         seconds = record["step_time_s"]
         if seconds is not None and seconds <= 0:
@@ -108,7 +103,7 @@ def parse_logs(paths: Sequence[str | Path | BinaryIO], framework: str | None = N
                          "or cut off): null there")
     if truncated:
         notes.append("the log ends in the middle of a line (the run was cut off)")
-    if framework and run.framework and framework != run.framework and {framework, run.framework} != {"mega", "prim"}:
+    if framework and run.framework and not compatible(framework, run.framework):
         notes.append(f"the log looks like {run.framework}, not {framework} as given")
     settings = effective(run, notes)
     return ParsedLog(framework=run.framework, records=records, total_steps=run.total, truncated=truncated,
@@ -141,15 +136,6 @@ def step_ranges(steps: Iterable[int]) -> str:
         else:
             spans.append([step, step])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
-def _nemo_own_figures(records: list[dict]) -> None:
-    """A NeMo log without TPrimat's timer (from elsewhere, or older): NeMo's own step time and peaks, where
-    it reports them; its "memory_allocated" is a current allocation and never stands for a peak."""
-    for record in records:
-        record["step_time_s"] = record.get("fw_step_time_s")
-        record["mem_reserved_gib"] = record.get("fw_mem_reserved_gib")
-        record["mem_allocated_gib"] = record.get("fw_mem_allocated_gib")
 
 
 def collective_network(paths: Sequence[str | Path]) -> dict:

@@ -1,5 +1,6 @@
-"""The settings a log prints: Megatron's argument dump, megatron-core's and NeMo's own lines, TPrimat's
-TPRIMAT_EFFECTIVE lines, and the hardware and network they name, as one dict in TPrimat's names.
+"""The settings a log prints: Megatron's argument dump, megatron-core's own lines, TPrimat's TPRIMAT_EFFECTIVE lines,
+and the hardware and network they name, as one dict in TPrimat's names (a framework's own lines are its log
+format's: utils.frameworks.log_format).
 
 Megatron-LM (and Primus, which prints its dump) names settings its own way: MEGATRON_NAMES translates the
 names TPrimat spells otherwise, and SAME_NAMES lists those TPrimat reads as they are (the result's and
@@ -20,11 +21,7 @@ if TYPE_CHECKING:
 ARGUMENT = re.compile(r"(?:^|[\s:])([a-z_][a-z0-9_]*) \.{3,} (.*?)\s*$")
 EFFECTIVE_MARKER = "TPRIMAT_EFFECTIVE"
 MOCK_CLASSES = ("MockGPTDataset", "MockDataModule")
-# NeMo (megatron_init): "Rank 0 has tensor model parallel group: [0, 1]"; the group's length is the size.
-PARALLEL_GROUP = re.compile(r"\bRank \d+ has (data|tensor model|pipeline model|context) parallel group\s*:"
-                            r"\s*\[([\d,\s]*)\]")
-GROUP_FIELDS = {"data": "dp", "tensor model": "tp", "pipeline model": "pp", "context": "cp"}
-MICROBATCHES = re.compile(r"setting number of microbatches to constant (\d+)")  # megatron-core, both frameworks
+MICROBATCHES = re.compile(r"setting number of microbatches to constant (\d+)")  # megatron-core
 # Megatron-LM "(0, 0)", NeMo "(0 ,0)": the first stage's count, the whole model's where TP = PP = 1.
 PARAMETERS = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \(0\s*,\s*0\):\s*(\d+)")
 # megatron-core's "Setting up optimizer with config OptimizerConfig(lr=..., ...)" and "Building GPTDataset
@@ -35,16 +32,6 @@ CONFIG_ITEM = re.compile(r"(?:^|, )(\w+)=('[^']*'|[^,()\[\]<>]*)")
 DEVICE_LINE = re.compile(r"\bGPU \d+: (.+?) \(UUID: |\bCard [Ss]eries:\s*(.+?)\s*$|\bMARKET_NAME:\s*(.+?)\s*$")
 # The collective library's start-up line names the GPU stack: NCCL built for CUDA, or RCCL (ROCm).
 GPU_STACKS = ((re.compile(r"\bNCCL version \S+\+cuda"), "nvidia"), (re.compile(r"\bRCCL version\b"), "amd"))
-# Primus v26.5's delayed-scaling patch says on rank 0 whether Transformer Engine reduces the FP8 amax across ranks
-# (on exactly with sequence parallelism at TP > 1: utils/upstream/table.py, primus-v26.5 "delayed scaling reduce_amax").
-PRIMUS_REDUCE_AMAX = re.compile(r"\[Patch:megatron\.te\.delayed_scaling_reduce_amax\].*\bset "
-                                r"reduce_amax=(True|False)\b")
-HIP_MEMORY = re.compile(r"\b(?:hip|rocm) mem usage[^|]*")  # Primus's iteration field: only ROCm has HIP
-# torchtitan 0.3.0 (trainer.py, Trainer.__init__): "Trainer is initialized with local batch size 1, global batch size
-# 64, gradient accumulation steps 8, sequence length 8192, total steps 50 (warmup 5)".
-TITAN_TRAINER = re.compile(r"Trainer is initialized with local batch size (\d+), global batch size (\d+), gradient "
-                           r"accumulation steps (\d+), sequence length (\d+), total steps (\d+) \(warmup (\d+)\)")
-TITAN_TRAINER_FIELDS = ("mbs", "gbs", "ga", "seq_len", "steps", "warmup_steps")
 # NCCL's (and RCCL's) init.cc at every communicator's creation, NCCL_DEBUG=INFO: "NCCL INFO Using network IB".
 COLLECTIVE_NETWORK = re.compile(r"\bNCCL INFO Using network (\S.*?)\s*$")
 RDMA_NETWORKS = frozenset({"IB"})  # NCCL's built-in RDMA transport, InfiniBand and RoCE alike

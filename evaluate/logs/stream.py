@@ -8,18 +8,14 @@ new one where the iteration counter goes back or a step is printed again with ot
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
-from evaluate.logs.records import (GIB, MEGATRON_ITERATION, MEMORY_REPORT, MEMORY_UNIT_GIB, NEMO_ITERATION,
-                                  PRIMUS_PREFIX, STEP_LINE, STEP_MARKER, TITAN_STEP, VALIDATION, megatron_record,
-                                  memory_kind, nemo_record, new_record, record_fields, titan_record,
-                                  validation_point)
+from evaluate.logs.formats import Reader, distinct, readers, timer_first
+from evaluate.logs.records import STEP_LINE, STEP_MARKER, VALIDATION, validation_point
 from evaluate.logs.settings import (ARGUMENT, COLLECTIVE_NETWORK, CONFIG_ITEM, CONFIG_REPR, DEVICE_LINE,
-                                   EFFECTIVE_MARKER, GPU_STACKS, GROUP_FIELDS, HIP_MEMORY, MICROBATCHES, MOCK_CLASSES,
-                                   PADDED_VOCAB, PARALLEL_GROUP, PARAMETERS, PRIMUS_REDUCE_AMAX,
-                                   TITAN_TRAINER, TITAN_TRAINER_FIELDS,
+                                   EFFECTIVE_MARKER, GPU_STACKS, MICROBATCHES, MOCK_CLASSES, PADDED_VOCAB, PARAMETERS,
                                    argument_value, setting_name)
+from utils.frameworks.log_format import GIB, Step, new_record
 
 
 @dataclass
@@ -62,32 +58,21 @@ class Stream:
         if timer:
             self._timer(number, timer.group(1))
             return
-        if "iteration" in text:
-            validation = VALIDATION.match(text) if "validation loss at" in text else None
-            if validation:
-                self._validation(int(validation.group(1)), text[validation.end():])
+        validation = VALIDATION.match(text) if "validation loss at" in text else None
+        if validation:
+            self._validation(int(validation.group(1)), text[validation.end():])
+            return
+        for reader in readers():
+            fmt = reader.format
+            if not any(marker in text for marker in fmt.markers):
+                continue
+            step = fmt.step(text, complete)
+            if step is not None:
+                self._format_step(number, reader, step, text, complete)
                 return
-            nemo = NEMO_ITERATION.match(text) if "Training epoch" in text else None
-            if nemo:
-                rest = text[nemo.end():]
-                record, gbs = nemo_record(int(nemo.group(2)), rest, complete)
-                self._step(number, record, int(nemo.group(3)) + 1, gbs, "nemo", complete, rest)
-                return
-            megatron = MEGATRON_ITERATION.match(text)
-            if megatron:
-                self._megatron(number, megatron, text, complete)
-                return
-            memory = MEMORY_REPORT.match(text)
-            if memory:
-                self._memory(int(memory.group(1)), text[memory.end():], complete, MEMORY_UNIT_GIB[memory.group(2)])
-                return
-        if "[titan]" in text:
-            titan = TITAN_STEP.match(text)
-            if titan:
-                rest = text[titan.end():]
-                total = self.run.total if self.run.records else self.pending.printed.get("steps")
-                self._step(number, titan_record(int(titan.group(1)), rest, complete), total, None, "torchtitan",
-                           complete, rest)
+            memory = fmt.memory(text, complete) if fmt.memory else None
+            if memory is not None:
+                self.run.memory[memory[0]] = memory[1:]
                 return
         if EFFECTIVE_MARKER in text:
             self._declared(text)
@@ -103,21 +88,25 @@ class Stream:
             self.error_seen = True
         self._printed(text)
 
-    def _megatron(self, number: int, match: re.Match, text: str, complete: bool) -> None:
-        rest = text[match.end():]
-        record, gbs, primus_fields = megatron_record(int(match.group(1)), rest, complete)
-        primus = primus_fields or bool(PRIMUS_PREFIX.search(match.group(0)))
-        self._step(number, record, int(match.group(2)), gbs, "prim" if primus else "mega", complete, rest)
-        usage = HIP_MEMORY.search(text) if primus_fields else None
-        if usage:
-            self._vendor(self.run, "amd", usage.group(0))
+    def _format_step(self, number: int, reader: Reader, step: Step, text: str, complete: bool) -> None:
+        """A step line of a registered format, credited to the first refining format that claims it, else to the
+        framework the format is registered under."""
+        name, fmt = next(((other, refining) for other, refining in reader.claimers if refining.claims(step)),
+                         (reader.name, reader.format))
+        total = step.total
+        if total is None:  # the line names no total: the run's, else the settings printed before its first step
+            total = self.run.total if self.run.records else self.pending.printed.get("steps")
+        self._step(number, step.record, total, step.gbs, name, complete, step.rest, fmt.redrawn)
+        shown = fmt.vendor(step, text) if fmt.vendor else None
+        if shown:
+            self._vendor(self.run, *shown)
 
     def _printed(self, text: str) -> None:
-        """Settings and hardware printed outside the argument dump (most of what a NeMo log says)."""
+        """Settings and hardware printed outside the argument dump (each format's own lines, megatron-core's)."""
         target = self.pending
-        found = PARALLEL_GROUP.search(text)
-        if found:
-            target.printed[GROUP_FIELDS[found.group(1)]] = len(found.group(2).split(","))
+        for fmt in distinct():
+            if fmt.printed:
+                fmt.printed(text, target.printed)
         found = MICROBATCHES.search(text)
         if found:
             target.printed["ga"] = int(found.group(1))
@@ -131,12 +120,6 @@ class Stream:
                 key = setting_name(name)
                 if key and value is not None:
                     target.printed[key] = value
-        found = TITAN_TRAINER.search(text)
-        if found:
-            target.printed.update(zip(TITAN_TRAINER_FIELDS, map(int, found.groups())))
-        found = PRIMUS_REDUCE_AMAX.search(text)
-        if found:
-            target.printed["fp8_reduce_amax"] = found.group(1) == "True"
         found = PADDED_VOCAB.search(text)
         if found:
             target.printed["padded_vocab_size"] = int(found.group(1) or found.group(2))
@@ -182,7 +165,7 @@ class Stream:
         for key, name in (("peak_allocated_bytes", "mem_allocated_gib"), ("peak_reserved_bytes", "mem_reserved_gib")):
             if isinstance(values.get(key), (int, float)):
                 record[name] = values[key] / GIB
-        self._step(number, record, steps, None, "timer", True, payload)
+        self._step(number, record, steps, None, "timer", True, payload, False)
         self.run.timed = True
 
     def _validation(self, step: int, rest: str) -> None:
@@ -192,21 +175,15 @@ class Stream:
         if step >= 1:
             self.run.validations.setdefault(step, validation_point(step, rest))
 
-    def _memory(self, step: int, rest: str, complete: bool, gib_per_unit: float) -> None:
-        values = dict(record_fields(rest, complete, memory_kind))
-        allocated, reserved = values.get("allocated"), values.get("reserved")
-        if allocated and reserved:
-            self.run.memory[step] = (allocated[0] * gib_per_unit, reserved[0] * gib_per_unit)
-
-    def _step(self, number: int, record: dict, total: int, gbs: int | None, kind: str, complete: bool,
-              printed: str) -> None:
+    def _step(self, number: int, record: dict, total: int | None, gbs: int | None, kind: str, complete: bool,
+              printed: str, redrawn: bool) -> None:
         """Keep a step of the current run, or start the next run where the step counter restarts.
 
-        kind: the line that printed it (mega, prim, nemo, torchtitan or timer: TPrimat's TPRIMAT_STEP); printed: its
-        text after the iteration number (the values, without the timestamp). The counter restarts
-        (runs appended, a run resumed from a checkpoint) where a kind of line goes back to an earlier step, or
-        prints the same step again with other values; NeMo's progress line may be redrawn, so only going back
-        counts there. The same line printed twice is one step; a cut-off line is completed by a later one.
+        kind: the line that printed it (the framework its format is registered under, or timer: TPrimat's
+        TPRIMAT_STEP); printed: its text after the iteration number (the values, without the timestamp). The
+        counter restarts (runs appended, a run resumed from a checkpoint) where a kind of line goes back to an
+        earlier step, or prints the same step again with other values; a line that may be redrawn (a progress
+        bar's) restarts only by going back. The same line printed twice is one step; a cut-off line is completed by a later one.
         """
         step, run = record["step"], self.run
         if step < 1:
@@ -215,7 +192,7 @@ class Stream:
         again, last = run.printed_lines.get((step, kind)), run.last_step.get(kind, 0)
         if again == printed and step == last:
             return
-        restart = bool(run.records) and (step < last or (again is not None and kind != "nemo"))
+        restart = bool(run.records) and (step < last or (again is not None and not redrawn))
         if not run.records or restart:
             if restart:
                 self.runs_found += 1
@@ -235,8 +212,8 @@ class Stream:
         run.total = total if total is not None else run.total
         if kind != "timer":
             run.framework = kind
-        elif run.framework is None:  # TPrimat's timer line before a step's own line: NeMo's, unless one says else
-            run.framework = "nemo"
+        elif run.framework is None:  # TPrimat's timer line before a step's own line: whose format says it may be
+            run.framework = timer_first()
         if gbs is not None:
             run.line_gbs = gbs
 

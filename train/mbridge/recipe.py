@@ -1,7 +1,7 @@
 """TPrimat request (config.json) -> Megatron-Bridge recipe settings: a pure mapping, testable without Megatron-Bridge.
 
 The result is plain JSON that train/train_mbridge.py applies to the ConfigContainer a recipe function returns
-(`megatron.bridge.recipes.<module>.<function>()`, utils/frameworks/mbridge.py's model_names): `set` holds attribute
+(`megatron.bridge.recipes.<module>.<function>()`, utils/frameworks/mbridge/: its model_names): `set` holds attribute
 paths on the container (train, model, optimizer, scheduler, ddp, dataset, tokenizer, logger, checkpoint, rng,
 validation), each overriding a recipe default that would otherwise differ from the request; the other sections name
 what train_mbridge.py builds itself (the mixed-precision preset, the pipeline dtype and attention backend as torch

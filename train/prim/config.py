@@ -84,7 +84,7 @@ def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
     directory = Path(primus_path) / CONFIG_DIR
     names = TABLE["prim"].model_name(model)
     if names is None:
-        raise ShippedConfigMissing(f"Primus ships no experiment config for {model} (utils/frameworks/prim.py's "
+        raise ShippedConfigMissing(f"Primus ships no experiment config for {model} (utils/frameworks/prim/: its "
                                    "model_names has none); run it with another framework")
     tried = [directory / name.format(precision=SHIPPED_PRECISION.get(precision, "BF16")) for name in names]
     for path in tried:

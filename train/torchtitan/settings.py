@@ -26,7 +26,7 @@ DECAY_STYLES = ("cosine", "linear")
 
 def refusals(req: Request) -> list[str]:
     """What torchtitan 0.3.0 cannot run as asked (one line each, with the fix); the plan's skips come first
-    (utils/frameworks/torchtitan.py): these guard what the plan cannot see."""
+    (utils/frameworks/torchtitan/): these guard what the plan cannot see."""
     lay, native, t = req.parallelism, req.native, req.training
     found = []
     if lay.pp != 1:

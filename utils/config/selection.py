@@ -119,9 +119,9 @@ def resolve_frameworks(requested: list[str], platform: str, notes: list[str],
         if name in available:
             resolved.append(name)
         elif platform == "cpu":
-            notes.append(f"FRAMEWORK={name}: {name} needs a GPU; the CPU runs {', '.join(available)}, mega "
-                         "instead")
-            resolved.append("mega")
+            notes.append(f"FRAMEWORK={name}: {name} needs a GPU; the CPU runs {', '.join(available)}, "
+                         f"{frameworks.BASELINE} instead")
+            resolved.append(frameworks.BASELINE)
         else:
             own = vendor_counterpart(platform, stack)
             notes.append(f"FRAMEWORK={name}: {name} does not run on {platform}; its counterpart {own} runs instead")

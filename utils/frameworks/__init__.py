@@ -1,17 +1,18 @@
 """The framework registry: each framework TPrimat runs is one entry, and every table about frameworks comes from it.
 
-An entry (a `Framework` in a module of this package, named for the framework) declares what the rest of TPrimat
-asks of it: its names, where it runs, the modules its image must import, how its command is built (TPrimat's own
-trainer under torchrun, or a function of its package under train/ that builds the command and generated files),
-which log reader reads it when its trainer writes no result, its memory model, the layouts and precisions it can
-run, the framework-specific knobs it honours and its own name for each model it has a recipe for. The
-configuration (FRAMEWORK=, all), the plan's skips, the launcher, the judge, the probe, the platform environment,
+An entry (a `Framework` in a folder of this package, named for the framework) declares what the rest of TPrimat asks
+of it: its names, where it runs, the modules its image must import, how its command is built (TPrimat's own trainer
+under torchrun, or a function of its package under train/ that builds the command and generated files), its log's
+format (read when its trainer writes no result: utils.frameworks.log_format), its memory model, the layouts and
+precisions it can run, the framework-specific knobs it honours and its own name for each model it has a recipe for.
+The configuration (FRAMEWORK=, all), the plan's skips, the launcher, the judge, the probe, the platform environment,
 the result schema's enum, the prediction and the report's labels all read it.
 
-A new framework is a module here with its `FRAMEWORK` entry, one line in ENTRY_MODULES, and its package under
-train/ (docs/ARCHITECTURE.md, "Where new things go"). A framework kept outside the repository registers by naming
-its entry module in TPRIMAT_FRAMEWORKS (comma list of importable modules, each with a `FRAMEWORK` entry); every
-process of a run set inherits it. Standard library only: utils.config reads it before any environment exists.
+A new framework is a folder here, its `FRAMEWORK` entry in its __init__ and its log format beside it, one line in
+ENTRY_MODULES, and its package under train/ (docs/ARCHITECTURE.md, "Where new things go"). A framework kept outside
+the repository registers by naming its entry module in TPRIMAT_FRAMEWORKS (comma list of importable modules, each
+with a `FRAMEWORK` entry); every process of a run set inherits it. Standard library only: utils.config reads it
+before any environment exists.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from utils.spec.precision import FP8_RECIPES, PRECISIONS
 ENTRY_MODULES = ("mega", "prim", "nemo", "mbridge", "fsdp", "autotp", "torchtitan")
 EXTRA_ENV = "TPRIMAT_FRAMEWORKS"  # entry modules of frameworks kept outside the repository
 PARALLELISMS = ("tp", "pp")  # what a layout splits a model by (sequence parallelism follows TP: utils.spec.fairness)
-LOG_FORMATS = ("mega", "prim", "nemo", "torchtitan")  # the logs evaluate.logs reads: Megatron-LM's, Primus's,
-# NeMo's, torchtitan's
-MEMORY_MODELS = ("megatron", "fsdp", "autotp")  # the layouts of memory utils.predict.memory models
+LOG_FORMAT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # "package.module:NAME" of a log format
+MEMORY_MODELS = ("megatron", "fsdp2", "deepspeed")  # the layouts of memory utils.predict.memory models: megatron-core's,
+# FSDP2's (or DDP's), DeepSpeed's (AutoTP with ZeRO)
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,10 @@ class Framework:
     # generated files of a framework with its own launcher (the judge then extracts the result from its log).
     trainer: str | None = None
     command: str | None = None
-    log_format: str | None = None  # which of LOG_FORMATS its log is, read when its trainer wrote no result (a
-    # framework with its own launcher writes none); None: no reader, a trainer that wrote nothing fails its run
+    # Its log's format, "package.module:NAME" of a utils.frameworks.log_format.LogFormat (its folder's, or a shared
+    # one), read when its trainer wrote no result (a framework with its own launcher writes none); None: no reader,
+    # a trainer that wrote nothing fails its run
+    log_format: str | None = None
     in_this_python: bool = True  # its trainer runs under this Python's torchrun, so the launcher checks that stack
     memory_model: str = "megatron"  # one of MEMORY_MODELS
     parallelisms: frozenset[str] = frozenset(PARALLELISMS)  # what it can split a model by; a layout using
@@ -80,13 +83,16 @@ class Framework:
     # The megatron-core layer implementations it can build (utils.spec.fairness.TRANSFORMER_IMPLS); TRANSFORMER_IMPL
     # names one for a GPU run, and one it lacks skips it (train.plan). (): it builds no megatron-core layers.
     transformer_impls: tuple[str, ...] = ()
+    # The reference every other framework is held against (exactly one entry): the comparison's ratio denominator,
+    # and what a CPU run set trains instead of a framework that needs a GPU
+    baseline: bool = False
 
     def __post_init__(self) -> None:
         problems = []
         if (self.trainer is None) == (self.command is None):
             problems.append(f"exactly one of trainer and command (got {self.trainer!r}, {self.command!r})")
-        if self.log_format not in (None, *LOG_FORMATS):
-            problems.append(f"log_format {self.log_format!r} is not one of {', '.join(LOG_FORMATS)}")
+        if self.log_format is not None and not LOG_FORMAT.match(self.log_format):
+            problems.append(f"log_format {self.log_format!r} is not \"package.module:NAME\" of a log format")
         if self.command and self.log_format is None:
             problems.append("a framework with its own launcher writes no result: name its log_format")
         if self.memory_model not in MEMORY_MODELS:
@@ -173,11 +179,15 @@ def _collect() -> dict[str, Framework]:
         if entry.name in table:
             raise ValueError(f"framework {entry.name!r} is registered twice ({module})")
         table[entry.name] = entry
+    baselines = [name for name, entry in table.items() if entry.baseline]
+    if len(baselines) != 1:
+        raise ValueError(f"exactly one framework entry is the baseline, not {', '.join(baselines) or 'none'}")
     return table
 
 
 TABLE = _collect()
 NAMES = tuple(TABLE)
+BASELINE = next(name for name, entry in TABLE.items() if entry.baseline)
 NATIVE = tuple(name for name, entry in TABLE.items() if entry.torch_native)
 
 

@@ -85,7 +85,7 @@ def activations(spec: ModelSpec, lay: Layout, in_flight: int = 1) -> int:
             final_norm = 8 * h + 4 + w * h
         model_level = w * h + final_norm  # the embedding's output stays referenced through the forward
         return math.ceil((per_layer * (spec.num_layers // lay.pp) + model_level) * tokens * in_flight)
-    sequence_parallel = lay.memory_model == "fsdp" and lay.tp > 1  # train/native/tensor_parallel.py
+    sequence_parallel = lay.memory_model == "fsdp2" and lay.tp > 1  # train/native/tensor_parallel.py
     shard = lay.tp if sequence_parallel else 1
     full = hf_layer_bytes_per_token(spec, lay.tp, w, sequence_parallel)
     checkpointed = spec.num_layers // lay.sac_every if lay.sac_every else 0
@@ -116,8 +116,8 @@ def logits(spec: ModelSpec, lay: Layout) -> int:
         at_loss = tokens * vocab * (4 + sixteen)
         head_backward = tokens * vocab * w + vocab * h * w + tokens * h * w
         return max(at_loss, head_backward)
-    if lay.memory_model == "autotp" and lay.tp > 1:
+    if lay.memory_model == "deepspeed" and lay.tp > 1:
         return tokens * (spec.vocab_size // lay.tp) * (12 + sixteen)
-    if lay.memory_model == "fsdp" and lay.tp > 1:
+    if lay.memory_model == "fsdp2" and lay.tp > 1:
         return tokens * (spec.vocab_size // lay.tp) * 12
     return tokens * spec.vocab_size * 12

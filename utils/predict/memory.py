@@ -1,8 +1,8 @@
 """Memory per GPU of one planned run, by part: weights, gradients, optimizer state, activations, logits and loss
 buffers, the framework's gradient-reduction buffers, the optimizer step's temporaries, and a workspace allowance;
 each formula with its source, each framework's memory model (MEMORY_MODELS, keyed by the framework registry's
-Framework.memory_model: mega, nemo and prim lay memory out as megatron-core does, fsdp as FSDP2 or DDP, autotp as
-DeepSpeed AutoTP + ZeRO) as it really lays memory out.
+Framework.memory_model: megatron for megatron-core's layout, fsdp2 for FSDP2's or DDP's, deepspeed for DeepSpeed
+AutoTP with ZeRO) as it really lays memory out.
 
 The peak is the largest of the moments a step passes through: the start of backward (the loss: every activation and
 the logits' buffers alive), the end of backward (the gradients complete, with the buffers that reduce them) and the
@@ -276,16 +276,16 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
         COMMON_NOT_MODELLED + ("pipeline send and receive buffers (PP > 1)",
                                "Transformer Engine's amax histories and scales (a few KiB per tensor) and its "
                                "casts of activations (PRECISION below 16 bits)")),
-    "fsdp": MemoryModel(
-        "fsdp", lambda spec, lay: [fsdp_moments(spec, lay)],
+    "fsdp2": MemoryModel(
+        "fsdp2", lambda spec, lay: [fsdp_moments(spec, lay)],
         lambda spec, lay: sum(r * c for r, c in fsdp_shapes(spec, lay.tp)),
         WITH_BUFFERS,
         COMMON_NOT_MODELLED + ("FSDP2's gathered parameters and reduce-scatter buffers of the decoder layers (one or "
                                "two layers' at a time; the root's are modelled)",
                                "DDP's reduction buckets beyond its flat gradient copy",
                                "torch.compile's buffers (COMPILE=1)")),
-    "autotp": MemoryModel(
-        "autotp", lambda spec, lay: [autotp_moments(spec, lay)],
+    "deepspeed": MemoryModel(
+        "deepspeed", lambda spec, lay: [autotp_moments(spec, lay)],
         lambda spec, lay: sum(r * c for r, c in hf_shapes(spec, lay.tp, vocab_parallel_head=lay.tp > 1)),
         WITH_BUFFERS,
         COMMON_NOT_MODELLED + ("DeepSpeed's all-gather buffers after the step (allgather_bucket_size)",)),

@@ -104,7 +104,7 @@ def autotp_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:
 
 # Each memory model's data-parallel traffic, keyed as utils.predict.memory.MEMORY_MODELS
 DP_VOLUME: dict[str, Callable[[int, Layout, int, int], tuple[float, bool]]] = {
-    "megatron": megatron_dp, "fsdp": fsdp_dp, "autotp": autotp_dp}
+    "megatron": megatron_dp, "fsdp2": fsdp_dp, "deepspeed": autotp_dp}
 
 
 def dp_volume(spec: ModelSpec, lay: Layout) -> tuple[float, bool]:

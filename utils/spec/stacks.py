@@ -54,7 +54,7 @@ ROWS = (
     Stack(name="primus-v26.5", platform="amd", image="rocm/primus:v26.5", released="2026-07",
           runtime="ROCm 7.15.0", torch="2.12.0", transformer_engine="2.15.0.dev0",
           megatron_core="0.16.0rc0 (Megatron-LM d3528a21)",
-          # no torchtitan: its pinned 0.3.0 needs a newer torch (utils/frameworks/torchtitan.py, torch_floor); the
+          # no torchtitan: its pinned 0.3.0 needs a newer torch (utils/frameworks/torchtitan/, torch_floor); the
           # image's own torchtitan (Primus's backend, v0.2.2) is Primus's, not TPrimat's
           frameworks=("mega", "prim", "fsdp", "autotp"), primus="v26.5",
           megatron_bridge="0.3.0rc0 (9577b128)", collectives="RCCL 2.30.4", python="3.12.3",

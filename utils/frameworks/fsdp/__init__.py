@@ -6,7 +6,7 @@ from utils.frameworks import Framework
 FRAMEWORK = Framework(
     name="fsdp", display_name="torch FSDP", platforms=("amd", "nvd", "cpu"), warmup_convention="megatron",
     probe_modules=("transformers", "megatron.core"),  # the torch-native trainers read data through megatron.core
-    trainer="train/train_fsdp.py", memory_model="fsdp", parallelisms=frozenset({"tp"}),
+    trainer="train/train_fsdp.py", memory_model="fsdp2", parallelisms=frozenset({"tp"}),
     # torchao's float8 training with its "tensorwise" recipe (current scaling); no delayed scaling (torchao removed
     # it), no block-scaled formats wired
     precisions=("bf16", "fp8", "fp32"), fp8_recipes=("tensorwise",),

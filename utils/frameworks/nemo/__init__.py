@@ -11,7 +11,8 @@ FRAMEWORK = Framework(
     probe_modules=("transformer_engine", "megatron.core", "nemo"), command="train.nemo.launch:command",
     # NeMo 2.3's precision plugins (train/nemo/recipe.py PRECISION_PLUGINS): no FP4 there, no blockwise in its
     # megatron-core 0.12
-    log_format="nemo", precisions=("bf16", "fp8", "mxfp8"), fp8_recipes=("delayed", "tensorwise"),
+    log_format="utils.frameworks.nemo.log_format:FORMAT", precisions=("bf16", "fp8", "mxfp8"),
+    fp8_recipes=("delayed", "tensorwise"),
     precision_api="megatron-core",
     model_names={"llama": "llama31_8b", "qwen": "qwen25_7b", "llama70b": "llama31_70b", "mistral": "mistral_7b",
                  "llama32": "llama32_3b"},

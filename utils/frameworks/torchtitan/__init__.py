@@ -26,7 +26,8 @@ FRAMEWORK = Framework(
     # torchtitan's entry point, which the run starts (it imports the trainer and its distributed pieces), and
     # megatron.core, through which TPrimat's dataloader reads data
     probe_modules=("torchtitan.train", "megatron.core"),
-    command="train.torchtitan.launch:command", log_format="torchtitan", memory_model="fsdp",
+    command="train.torchtitan.launch:command", log_format="utils.frameworks.torchtitan.log_format:FORMAT",
+    memory_model="fsdp2",
     parallelisms=frozenset({"tp"}), precisions=("bf16",), knobs=("DATA_PARALLEL", "COMPILE"), model_names=MODEL_NAMES,
     env={"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},  # as fsdp's: the same torch on the same GPUs
     # utils/upstream/table.py: torchtitan-0.3.0-mesh-dims, torchtitan-0.3.0-block-mask, torch-2.13-mesh-dims

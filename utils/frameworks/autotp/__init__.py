@@ -7,7 +7,7 @@ from utils.frameworks import Framework
 FRAMEWORK = Framework(
     name="autotp", display_name="DeepSpeed AutoTP", platforms=("amd", "nvd", "cpu"), warmup_convention="megatron",
     probe_modules=("transformers", "deepspeed", "megatron.core"), trainer="train/train_autotp.py",
-    memory_model="autotp", parallelisms=frozenset({"tp"}), precisions=("bf16", "fp32"),
+    memory_model="deepspeed", parallelisms=frozenset({"tp"}), precisions=("bf16", "fp32"),
     knobs=("ATTN_IMPL", "ZERO_STAGE"),
     env={"amd": {"DISABLE_ADDMM_HIP_LT": "0", "DS_ACCELERATOR": "cuda"},  # ROCm torch reports itself as cuda
          "nvd": {"DS_ACCELERATOR": "cuda"},

@@ -6,8 +6,8 @@ from utils.frameworks import Framework
 FRAMEWORK = Framework(
     name="mega", display_name="Megatron", platforms=("amd", "nvd", "cpu"), warmup_convention="megatron",
     probe_modules=("transformer_engine", "megatron.core"), trainer="train/train_mega.py",
-    log_format="mega",  # its trainer prints Megatron-LM's iteration lines
+    log_format="utils.frameworks.megatron_log:FORMAT",  # its trainer prints Megatron-LM's lines
     # Transformer Engine's recipes through TransformerConfig (train/mega/model.py); no MXFP4: megatron-core has none
     precisions=("bf16", "fp8", "mxfp8", "nvfp4", "fp32"), fp8_recipes=("delayed", "tensorwise", "blockwise"), precision_api="megatron-core",
-    transformer_impls=("transformer_engine", "local"),
+    transformer_impls=("transformer_engine", "local"), baseline=True,
 )
