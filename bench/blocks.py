@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 from train.common import cli as trainer_cli
 from train.common.megatron_data import locate
 from train.native import trainer as native_trainer
-from train.native.fsdp import FsdpEngine
+from train.fsdp.engine import FsdpEngine
 from utils.machine import platform_env
 from utils.spec.models import MODEL_KEYS
 from utils.spec.request import Request

@@ -230,7 +230,7 @@ def test_a_torch_native_runs_own_settings_are_compared_with_the_request():
 
 
 def test_autotps_zero_stage_is_compared_with_the_request():
-    """train/native/autotp.py reads back DeepSpeed's ZeRO stage, no compile and no checkpointed layers."""
+    """train/autotp/engine.py reads back DeepSpeed's ZeRO stage, no compile and no checkpointed layers."""
     req = run_request("nvd", "autotp", "llama", ZERO_STAGE="1")
     built = {"zero_stage": 1, "compile": False, "compile_mode": None, "checkpointed_layers": [], "attn_impl": "sdpa"}
     autotp = breakdown_results.result("autotp", "autotp-llama", effective=built).result

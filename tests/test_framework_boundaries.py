@@ -53,7 +53,7 @@ NAMED_ELSEWHERE = {
     # ships: the stack table's rows
     # DATA_PARALLEL's mode "fsdp" (fsdp | ddp), another vocabulary spelled as the framework is
     "utils/config/native.py": {"fsdp"}, "utils/predict/layout.py": {"fsdp"}, "evaluate/project.py": {"fsdp"},
-    "train/native/fsdp.py": {"fsdp"}, "train/torchtitan/settings.py": {"fsdp"}, "train/torchtitan/trainer.py": {"fsdp"},
+    "train/torchtitan/settings.py": {"fsdp"}, "train/torchtitan/trainer.py": {"fsdp"},
     # NeMo's package ("nemo" in the software versions); and still to move into the entries: the Primus checkout the
     # probe asks for, and the report's NeMo-against-Megatron note
     "utils/machine/probe.py": {"nemo", "prim"}, "evaluate/comparison/report.py": {"nemo", "mega", "prim"},

@@ -37,7 +37,7 @@ def switch(framework: str, run_dir) -> str:
     if framework == "prim":  # the experiment's overrides (the stand-in checkout ships no FP8 file to write them on)
         o = overrides(request(run_dir))
         return o.get("fp4_recipe") if o.get("fp4") else o["fp8_recipe"] if o["fp8"] else "bf16"
-    req = request(run_dir)  # mega and fsdp build theirs from the request (train/mega/model.py, train/native/fsdp.py)
+    req = request(run_dir)  # mega and fsdp build theirs from the request (train/mega/model.py, train/fsdp/engine.py)
     return req.result_training()["fp8_recipe"]["fp8_recipe"]
 
 

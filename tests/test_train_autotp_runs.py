@@ -24,7 +24,7 @@ from tests.fixtures.train.data_dir import make_data_dir
 from tests.fixtures.train_matrix.requests import run_request
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import Run, trainer_env
-from train.native import autotp as autotp_engine
+from train.autotp import engine as autotp_engine
 from train.common.outcome import SettingsError
 from utils.spec.models import by_variant
 from utils.spec.result import schema_errors

@@ -15,7 +15,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 
 from tests.fixtures.train_matrix.requests import run_request
 from train.common.outcome import SettingsError
-from train.native import fsdp
+from train.fsdp import engine as fsdp
 from train.native import model as native_model
 from train.native import tensor_parallel
 from utils.spec.models import get_model

@@ -6,7 +6,7 @@ Hugging Face model.
     torchrun --nproc_per_node=N train/train_autotp.py --model MODEL --run-dir DIR [--strategy NAME]
 
 The loop is train/native/trainer.py's (the same data, loss and LR schedule as mega and fsdp), the parallelism
-train/native/autotp.py's (ZERO_STAGE; DS_ACCELERATOR is cuda on NVIDIA and ROCm GPUs, cpu on the CPU, set when
+train/autotp/engine.py's (ZERO_STAGE; DS_ACCELERATOR is cuda on NVIDIA and ROCm GPUs, cpu on the CPU, set when
 unset); each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer breakdown, and the
 last rank writes DIR/result.json (train/common/outcome.py). The command line is train/common/cli.py's.
 
@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
 
 from train.native import trainer as native_trainer  # noqa: E402 - after the path, as every project import
 from train.common import cli as trainer_cli  # noqa: E402
-from train.native.autotp import AutotpEngine  # noqa: E402
+from train.autotp.engine import AutotpEngine  # noqa: E402
 
 FRAMEWORK = "autotp"
 TOOL = "train_autotp"

@@ -5,7 +5,7 @@
     python3 train/train_fsdp.py --model llama --run-dir DIR  # one process (TP x DP = 1), no torchrun
 
 The loop is train/native/trainer.py's (the same data, loss and LR schedule as mega), the parallelism
-train/native/fsdp.py's; each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer
+train/fsdp/engine.py's; each step goes to DIR/steps.jsonl and the console with its forward/backward/optimizer
 breakdown, and the last rank writes DIR/result.json (train/common/outcome.py). The command line is
 train/common/cli.py's.
 
@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
 
 from train.native import trainer as native_trainer  # noqa: E402 - after the path, as every project import
 from train.common import cli as trainer_cli  # noqa: E402
-from train.native.fsdp import FsdpEngine  # noqa: E402
+from train.fsdp.engine import FsdpEngine  # noqa: E402
 
 FRAMEWORK = "fsdp"
 TOOL = "train_fsdp"

@@ -4,8 +4,8 @@ train/native/trainer.py owns everything the torch-native frameworks share: the r
 GPTDataset in Megatron-LM's sample order, train/common/megatron_data.py), the Hugging Face model built from the spec
 (train/native/model.py), Megatron-LM's LR schedule, the step loop, its timing and forward/backward/optimizer
 breakdown, the step records and the result. An Engine is what differs: how the model is spread over the ranks and
-how a gradient becomes an update. fsdp's engine is FSDP2 + DTensor TP or DDP (train/native/fsdp.py), autotp's
-DeepSpeed's AutoTP engine (train/native/autotp.py).
+how a gradient becomes an update. fsdp's engine is FSDP2 + DTensor TP or DDP (train/fsdp/engine.py), autotp's
+DeepSpeed's AutoTP engine (train/autotp/engine.py).
 
 A framework gives native_trainer.NativeTrainer a `make_engine(model, request, device) -> Engine`: it wraps the
 built model (the same fp32 weights on every rank) and builds its optimizer, whose param_groups megatron-core's

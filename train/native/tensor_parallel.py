@@ -6,7 +6,7 @@ recomputes the whole head (6% of Llama 3.1 8B's FLOPs, which TFLOP/s counts once
 Here the embedding is row-wise over the vocabulary with its output reduce-scattered to sequence shards, every
 norm runs on its rank's sequence shard (sequence parallelism), attention and MLP all-gather their input, o and
 down reduce-scatter back, and the head is column-wise with its logits left sharded over the vocabulary for the
-loss (loss parallelism: torch's loss_parallel() around the loss and its backward, train/native/fsdp.py).
+loss (loss parallelism: torch's loss_parallel() around the loss and its backward, train/fsdp/engine.py).
 
 Hugging Face's model builds RoPE's cos and sin from position_ids and its causal mask from the embedding's output,
 which is now sequence-sharded (S/TP long): the engine always passes the full position_ids, and check_mask (a

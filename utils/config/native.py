@@ -6,7 +6,7 @@ The rules are those of the torch-native benchmarks TPrimat follows: torch.compil
 kernels' own graph breaks), FP8 and selective activation checkpointing not together (recomputing an FP8
 layer re-quantises it with other scaling), SAC only under FSDP (fsdp with DATA_PARALLEL=fsdp), DDP (fsdp's or
 torchtitan's) only without tensor parallelism, flash attention only where flash-attn is (a GPU), DeepSpeed's ZeRO stage 3 not
-with AutoTP, and ZeRO stage 0 not in bf16 with AutoTP's TP > 1 (train/native/autotp.py measured its gradient
+with AutoTP, and ZeRO stage 0 not in bf16 with AutoTP's TP > 1 (train/autotp/engine.py measured its gradient
 norm wrong there). Pipeline parallelism is no rule here: a PP > 1 layout skips these frameworks in the run list
 (train.plan), since another framework can still run it.
 """

@@ -98,10 +98,12 @@ def runs_on(framework: str, stack: stacks.Stack) -> bool:
 
 
 def stack_frameworks(stack: stacks.Stack) -> list[str]:
-    """FRAMEWORK=all on a stack: its frameworks (every one registered: tests/test_utils_stacks.py), then the
-    registered ones no row of the platform lists (kept outside the repository, TPRIMAT_FRAMEWORKS)."""
+    """FRAMEWORK=all on a stack: its frameworks that are registered (a row may name one whose entry has not landed,
+    or was taken out), then the registered ones no row of the platform lists (kept outside the repository,
+    TPRIMAT_FRAMEWORKS)."""
     available = frameworks.on(stack.platform)
-    return list(stack.frameworks) + [name for name in available if name not in stack.frameworks and runs_on(name, stack)]
+    return [name for name in stack.frameworks if name in frameworks.TABLE] + \
+        [name for name in available if name not in stack.frameworks and runs_on(name, stack)]
 
 
 def resolve_frameworks(requested: list[str], platform: str, notes: list[str],

@@ -151,7 +151,7 @@ def megatron_stages(spec: ModelSpec, lay: Layout) -> list[list[Moment]]:
 
 
 def fsdp_moments(spec: ModelSpec, lay: Layout) -> list[Moment]:
-    """FSDP2 (train/native/fsdp.py: fully_shard per layer and on the root, reshard_after_forward, parameters in the
+    """FSDP2 (train/fsdp/engine.py: fully_shard per layer and on the root, reshard_after_forward, parameters in the
     compute dtype w, gradients reduced in g: fp32 under grad_reduce_in_fp32): fp32 shards of ceil(rows / DP) rows of
     every tensor, its fp32 gradient and two moments; with GA > 1 the unsynchronised microbatches accumulate
     unsharded gradients in w through the last backward. Beyond the loss, two moments of backward are FSDP2's own

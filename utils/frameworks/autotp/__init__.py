@@ -1,4 +1,4 @@
-"""autotp: Hugging Face models on DeepSpeed AutoTP with ZeRO 0-2 (train/train_autotp.py, train/native/autotp.py),
+"""autotp: Hugging Face models on DeepSpeed AutoTP with ZeRO 0-2 (train/train_autotp.py, train/autotp/engine.py),
 with Megatron-LM's LR schedule implemented by TPrimat; runs unchanged on both vendors and the CPU. No FP8 path, no
 torch.compile, no activation checkpointing."""
 
