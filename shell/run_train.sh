@@ -8,9 +8,10 @@
 # The settings that matter most:
 #   PLATFORM=amd|nvd|cpu   forced platform (default: detected)
 #   RUNTIME=docker|host    forced runtime (default: docker on a GPU node with a Docker engine, else host)
-#   FRAMEWORK, MODELS      mega|prim|nemo|fsdp|autotp|all (or a comma list); llama,qwen,llama70b,mistral
+#   FRAMEWORK              mega|prim|nemo|mbridge|fsdp|autotp|torchtitan|all (or a comma list)
+#   MODELS                 llama|qwen|llama70b|mistral|llama32 (a comma list)
 #   MODEL_LAYERS=N         a proxy of each model with its first N layers (e.g. llama70b on one node)
-#   COMPILE, SAC_FREQ...   the torch-native frameworks' knobs (fsdp, autotp; README: compatibility table)
+#   COMPILE, SAC_FREQ...   the torch-native frameworks' knobs (fsdp, autotp, torchtitan; README: compatibility table)
 #   STRATEGY               a named parallelism layout, a comma list or all (default: TP, PP, DP, GA)
 #   DRY_RUN=1              print the run list and each run's command; build, pull and train nothing
 #   DETACH=1               run in a named background container (tprimat-train)

@@ -207,6 +207,23 @@ def test_config_env_lists_each_enumerated_knob_s_values():
     assert {name: sorted(values) for name, values in told.items() if values != set(KNOBS[name].choices) - {""}} == {}
 
 
+@pytest.mark.parametrize("script", ["shell/run_train.sh", "shell/run_data.sh"])
+def test_an_entry_points_header_lists_each_knob_s_values(script):
+    """A knob the header of a command users type shows with its values (`#   PLATFORM=amd|nvd|cpu ...`,
+    `#   FRAMEWORK   mega|...`) shows those its rule accepts: a list knob all of them, an enum all but its
+    automatic default."""
+    from utils.config import KNOBS
+
+    told = {}
+    for line in (ROOT / script).read_text().splitlines():
+        found = re.match(r"#   ([A-Z_]+)(?:=|\s+)(\S*\|\S*)", line)
+        if found and found.group(1) in KNOBS:
+            told[found.group(1)] = set(found.group(2).split("|"))
+    wrong = {name: sorted(values) for name, values in told.items()
+             if values != set(KNOBS[name].choices) - ({"auto"} if KNOBS[name].kind == "enum" else set())}
+    assert wrong == {}
+
+
 # --- Names the source and the docs give: every repository path and project module they name exists -------------
 
 REPOSITORY_FOLDERS = ("bench", "data", "docs", "evaluate", "requirements", "shell", "tests", "train", "utils")
