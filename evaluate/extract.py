@@ -1,4 +1,5 @@
-"""Turn a Megatron-LM, Primus or NeMo training log into TPrimat's one result JSON.
+"""Turn a training log, in any log format a framework registers (Megatron-LM's, Primus's, NeMo's, torchtitan's:
+utils/frameworks/), into TPrimat's one result JSON.
 
     python3 -m evaluate.extract LOG... -o RESULT.json                   # a log from anywhere
     python3 -m evaluate.extract LOG... --run-dir DIR -o RESULT.json     # a TPrimat run directory's log
