@@ -2,10 +2,9 @@
 (written by the last rank).
 
 A framework hands train_and_report a `start(req, source, run_dir, inject_nan_step)` that initialises
-distributed and returns its trainer object, which has build(), train() and the attributes log (StepLog | None),
-notes, effective, features, host_rss_gib_per_worker, breakdown_method (how the step's forward/backward/optimizer
-seconds were timed; None where they are not measured) and evaluator (train/common/evaluation.py; None without
-EVAL_INTERVAL), and reduce_step_record(step, elapsed, ...), which every rank
+distributed and returns its trainer object: a RunRecord (what the result is made of as the run goes) with build(),
+train(), breakdown_method (how the step's forward/backward/optimizer seconds were timed; None where they are not
+measured) and reduce_step_record(step, elapsed, ...), which every rank
 calls as a step ends: train_and_report wraps it so that each rank writes its own step times
 (train.common.step_log.RankSteps, for the straggler check) and each step record carries its end on the telemetry's clock.
 
@@ -23,14 +22,14 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from typing import Any, Callable
 
-from train.common.evaluation import EVALS_FILE
+from train.common.evaluation import EVALS_FILE, Evaluator
 from train.common.step_log import RankSteps, StepLog, is_last_rank
 from train.common import cpu_compat
 from train.common.megatron_data import DataError, DataSource, locate
@@ -48,6 +47,19 @@ EXCERPT_LINE_CHARS = 500  # a DTensor sharding error prints every tensor's spec 
 PEER_ERROR_WAIT_S = 3.0  # how long the last rank waits for another rank's error report when it fails
 
 Start = Callable[[Request, DataSource, Path, "int | None"], Any]  # (request, data, run dir, nan step) -> trainer
+
+
+@dataclass(kw_only=True)
+class RunRecord:
+    """What a TPrimat trainer keeps for its result as it builds and trains (train_and_report writes it): each trainer's
+    state derives from it, its own fields first."""
+
+    notes: list[str] = field(default_factory=list)
+    effective: dict = field(default_factory=dict)  # the settings read back from the built run
+    features: dict = field(default_factory=dict)
+    host_rss_gib_per_worker: list[float] = field(default_factory=list)
+    log: StepLog | None = None
+    evaluator: Evaluator | None = None  # EVAL_INTERVAL > 0: the held-out validation (train/common/evaluation.py)
 
 
 class NonFiniteLoss(RuntimeError):

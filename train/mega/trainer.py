@@ -46,8 +46,8 @@ from train.mega import readback as mega_readback
 from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
 from train.common.evaluation import Evaluator
 from train.common.megatron_data import DataSource, build_splits, microbatches
-from train.common.outcome import NonFiniteLoss, SettingsError
-from train.common.step_log import GIB, StepLog, StepRecord, is_last_rank, peak_host_rss_gib
+from train.common.outcome import NonFiniteLoss, RunRecord, SettingsError
+from train.common.step_log import GIB, StepRecord, is_last_rank, peak_host_rss_gib
 from train.common.step_timer import StepClock
 from utils.spec.models import ModelSpec
 from utils.spec.request import Request
@@ -152,7 +152,7 @@ class EvalForwardStep:
 
 
 @dataclass
-class Trainer:
+class Trainer(RunRecord):
     """The built run: model chunk, optimizer, LR schedule and data, and the step loop over them."""
 
     request: Request
@@ -160,12 +160,6 @@ class Trainer:
     run_dir: Path
     inject_nan_step: int | None = None
     instrumented: bool = True  # False only for bench.instrumentation: no syncs, records or reductions
-    notes: list[str] = field(default_factory=list)
-    effective: dict = field(default_factory=dict)
-    features: dict = field(default_factory=dict)
-    host_rss_gib_per_worker: list[float] = field(default_factory=list)
-    log: StepLog | None = None
-    evaluator: Evaluator | None = None  # EVAL_INTERVAL > 0: the held-out validation (train/common/evaluation.py)
     recording_s: float = 0.0  # seconds spent measuring and recording steps so far: bench.instrumentation's figure
     clock: StepClock = field(default_factory=lambda: StepClock(lambda: torch.cuda.synchronize()))
     breakdown_method: str = field(init=False)  # the result's performance.breakdown.method

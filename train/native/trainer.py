@@ -35,8 +35,8 @@ from train.common import step_marks
 from train.common.evaluation import Evaluator
 from train.common.megatron_data import DataSource, build_splits, microbatches
 from train.native.engine import Engine
-from train.common.outcome import NonFiniteLoss, SettingsError
-from train.common.step_log import GIB, StepLog, StepRecord, is_last_rank, peak_host_rss_gib
+from train.common.outcome import NonFiniteLoss, RunRecord, SettingsError
+from train.common.step_log import GIB, StepRecord, is_last_rank, peak_host_rss_gib
 from train.common.step_timer import StepClock
 from utils.machine.hardware import cpu_native_bf16
 from utils.spec.models import ModelSpec
@@ -100,7 +100,7 @@ def synchronize(device: torch.device) -> None:
 
 
 @dataclass
-class NativeTrainer:
+class NativeTrainer(RunRecord):
     """The built run (model, engine, schedule, data) and the step loop over them."""
 
     request: Request
@@ -110,12 +110,6 @@ class NativeTrainer:
     device: torch.device
     inject_nan_step: int | None = None
     breakdown: bool = True  # False only for bench/breakdown.py's comparison
-    notes: list[str] = field(default_factory=list)
-    effective: dict = field(default_factory=dict)
-    features: dict = field(default_factory=dict)
-    host_rss_gib_per_worker: list[float] = field(default_factory=list)
-    log: StepLog | None = None
-    evaluator: Evaluator | None = None  # EVAL_INTERVAL > 0: the held-out validation (train/common/evaluation.py)
     spec: ModelSpec = field(init=False)
     marks: step_marks.StepMarks = field(init=False)
     clock: StepClock = field(init=False)
