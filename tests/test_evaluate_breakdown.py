@@ -95,7 +95,7 @@ def test_the_report_sets_frameworks_side_by_side_and_shows_the_breakdown(items):
                     "attention sdpa | 13,107 | 611 | 2.5 | 0.80x | 1 ok |")
     assert "| NVIDIA H100 SXM | Megatron | 1 | - | 16,384 |" in side and "| 1.00x | 1 ok |" in side
     assert "## Step time breakdown" in text and "| no breakdown |" in text
-    assert "Torch-native (fsdp, autotp) and Megatron: equal by construction" in text
+    assert "Torch-native (fsdp, autotp, torchtitan) and Megatron: equal by construction" in text
 
 
 def test_a_single_framework_has_nothing_to_set_beside_it():
@@ -175,3 +175,12 @@ def test_scaling_keeps_torch_native_settings_apart():
     assert scaling.headlines(found, FRAMEWORK_NAMES)[0].startswith(
         "**Scaling**: Llama 3.1 8B on NVIDIA H100 SXM + torch FSDP (DP fsdp, compile off, SAC off, attention sdpa) "
         "keeps")
+
+
+def test_nemo_beside_a_megatron_loop_gets_its_entrys_word_on_what_cannot_be_equal(items):
+    from utils.frameworks import TABLE
+
+    note = TABLE["nemo"].beside_megatron
+    assert note in report.report(items, repeats_of(items), "compare.png")
+    nemo_alone = [item for item in items if item.result["framework"] == "nemo"]
+    assert note not in report.report(nemo_alone, repeats_of(nemo_alone), "compare.png")

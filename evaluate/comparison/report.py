@@ -24,7 +24,7 @@ from evaluate.comparison.repeats import (FRAMEWORK_NAMES, PLATFORM_NAMES, Repeat
 from evaluate.validate import check_result, fairness
 from utils.cli import markdown_text
 from utils.machine.energy_cost import CostSettings
-from utils.frameworks import NATIVE
+from utils.frameworks import NATIVE, TABLE
 from utils.spec.metrics import FLOPS_CONVENTION, figure_text
 from utils.spec.models import by_variant
 
@@ -117,22 +117,15 @@ def speedups(rows: Sequence[Repeats]) -> list[str]:
     return lines
 
 
-# What TPrimat can and cannot make equal between NeMo 2.3 and the Megatron-based frameworks (mega, prim).
-NEMO_VS_MEGATRON = [
-    "NeMo and Megatron (mega, prim): equal by construction are the model, layout, batch, optimizer, LR peak and "
-    "decay, data and its sample order (Megatron's sequential sampler in all three), the padded vocabulary, "
-    "EOD loss masking (off), the init std (0.02), the NaN check (off), the FP8 recipe and the fairness profile's "
-    "DDP settings. They cannot be equal: NeMo 2.3's CosineAnnealing warm-up (step k at LR x k/(W+1), where "
-    "Megatron runs step k at (k-1)/W), NeMo's own weight initialisation order and RNG use (mega draws each "
-    "weight per logical parameter, Megatron/Primus per rank), and NeMo's training loop (Lightning, its own "
-    "data-module wrapping). So throughput compares, and loss curves agree in trend but not step for step; only "
-    "mega and prim (both Megatron-LM's loop) can be expected to start from close losses for the same seed and data.",
-]
+# The frameworks whose training loop is Megatron-LM's (megatron-core's layers and Megatron's LR warm-up): another
+# framework's entry says what it cannot make equal to them (beside_megatron).
+MEGATRON_LOOPS = {name for name, entry in TABLE.items()
+                  if entry.warmup_convention == "megatron" and entry.memory_model == "megatron"}
 
 
-# What the torch-native frameworks (fsdp, autotp) share with Megatron and what they cannot.
+# What the torch-native frameworks share with Megatron and what they cannot.
 NATIVE_VS_MEGATRON = [
-    "Torch-native (fsdp, autotp) and Megatron: equal by construction are the model's architecture (utils/spec/models.py), "
+    f"Torch-native ({', '.join(NATIVE)}) and Megatron: equal by construction are the model's architecture (utils/spec/models.py), "
     "layout, batch, data and its sample order (megatron-core's dataset, train/common/megatron_data.py), seed and "
     "Megatron-LM's LR schedule and warm-up convention. They cannot be equal: the model is Hugging Face's "
     "implementation, without Megatron's fused kernels, and the torch-native settings (DP implementation, "
@@ -242,9 +235,10 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     profiles = sorted({str(i.result["training"].get("fairness_profile")) for i in items})
     out += [f"Fairness profile(s): {', '.join(profiles)} (utils/spec/fairness.py: spec = the original specification's "
             "table; tuned = the stacks' own DP overlap and fp32 gradient reduction).", ""]
-    if {"nemo", "mega"} <= {i.result["framework"] for i in items} or \
-            {"nemo", "prim"} <= {i.result["framework"] for i in items}:
-        out += NEMO_VS_MEGATRON + [""]
+    present = {i.result["framework"] for i in items}
+    if present & MEGATRON_LOOPS:  # each framework's own word on what it cannot make equal to them (its entry's)
+        out += [line for name, entry in TABLE.items() if name in present and entry.beside_megatron
+                for line in (entry.beside_megatron, "")]
     if {i.result["framework"] for i in items} & set(NATIVE):
         out += NATIVE_VS_MEGATRON + [""]
     if mocks:

@@ -86,6 +86,9 @@ class Framework:
     # The reference every other framework is held against (at most one entry; else the registry's first): the
     # comparison's ratio denominator, and what a CPU run set trains instead of a framework that needs a GPU
     baseline: bool = False
+    # What a comparison cannot make equal between it and the frameworks whose loop is Megatron-LM's, which the
+    # report says where its results sit beside theirs ("" where it is one of them, or has nothing to add)
+    beside_megatron: str = ""
 
     def __post_init__(self) -> None:
         problems = []

@@ -17,4 +17,14 @@ FRAMEWORK = Framework(
     model_names={"llama": "llama31_8b", "qwen": "qwen25_7b", "llama70b": "llama31_70b", "mistral": "mistral_7b",
                  "llama32": "llama32_3b"},
     transformer_impls=("transformer_engine",),
+    beside_megatron=(
+        "NeMo and Megatron (mega, prim, mbridge): equal by construction are the model, layout, batch, optimizer, LR "
+        "peak and decay, data and its sample order (Megatron's sequential sampler in all of them), the padded "
+        "vocabulary, EOD loss masking (off), the init std (0.02), the NaN check (off), the FP8 recipe and the "
+        "fairness profile's DDP settings. They cannot be equal: NeMo 2.3's CosineAnnealing warm-up (step k at LR x "
+        "k/(W+1), where Megatron runs step k at (k-1)/W), NeMo's own weight initialisation order and RNG use (mega "
+        "draws each weight per logical parameter, Megatron/Primus per rank), and NeMo's training loop (Lightning, "
+        "its own data-module wrapping). So throughput compares, and loss curves agree in trend but not step for "
+        "step; only the frameworks on Megatron-LM's loop can be expected to start from close losses for the same "
+        "seed and data."),
 )
