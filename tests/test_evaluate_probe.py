@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from utils import frameworks
+from utils.frameworks.prim import checkout
 
 from utils.machine import probe, vendor_tools
 
@@ -186,7 +187,7 @@ def test_a_primus_checkout_is_the_one_that_holds_its_release_s_launcher(tmp_path
     for name, holds in (("right", launcher), ("wrong", other)):
         (tmp_path / name / holds).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name / holds).write_text("")
-    missing = [probe.primus_missing(release, str(tmp_path / name)) for name in ("right", "wrong")]
+    missing = [checkout.missing(release, str(tmp_path / name)) for name in ("right", "wrong")]
     assert missing[0] is None
     assert missing[1] == f"no Primus {release} checkout at {tmp_path / 'wrong'} (PRIMUS_PATH; it holds {launcher})"
 

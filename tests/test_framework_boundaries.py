@@ -54,9 +54,8 @@ NAMED_ELSEWHERE = {
     # DATA_PARALLEL's mode "fsdp" (fsdp | ddp), another vocabulary spelled as the framework is
     "utils/config/native.py": {"fsdp"}, "utils/predict/layout.py": {"fsdp"}, "evaluate/project.py": {"fsdp"},
     "train/torchtitan/settings.py": {"fsdp"}, "train/torchtitan/trainer.py": {"fsdp"},
-    # NeMo's package ("nemo" in the software versions the probe records and the report shows); and still to move
-    # into prim's entry: the Primus checkout the probe asks for
-    "utils/machine/probe.py": {"nemo", "prim"}, "evaluate/comparison/report.py": {"nemo"},
+    # NeMo's package ("nemo" in the software versions the probe records and the report shows)
+    "utils/machine/probe.py": {"nemo"}, "evaluate/comparison/report.py": {"nemo"},
 }
 SHARED = ("data", "train", "evaluate", "utils")  # bench/ and tests/ name the frameworks they measure and check
 

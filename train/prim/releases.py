@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from utils.machine.platform_env import PRIMUS_CHECKOUTS
+from utils.frameworks.prim.checkout import CHECKOUTS as PRIMUS_CHECKOUTS
 
 REPOSITORY = "https://github.com/AMD-AGI/Primus.git"
 # pip's settings under which a launcher's `pip install` (of requirements or of a local checkout) installs nothing.
@@ -38,7 +38,7 @@ NO_INSTALL = MappingProxyType({"PIP_NO_INDEX": "1", "PIP_DRY_RUN": "1", "PIP_NO_
 @dataclass(frozen=True)
 class Release:
     name: str  # a stack's `primus`, e.g. "v26.5"
-    checkout: str  # the checkout used when PRIMUS_PATH is unset (utils/machine/platform_env.py, PRIMUS_CHECKOUTS)
+    checkout: str  # the checkout used when PRIMUS_PATH is unset (utils/frameworks/prim/checkout.py, CHECKOUTS)
     marker: str  # the file that makes a directory a checkout of this release: its launcher
     get_checkout: str  # how to get that checkout, for the line that says it is missing
     launcher: tuple[str, ...]  # the pretrain command run from the checkout: {exp} the experiment, {log} its log

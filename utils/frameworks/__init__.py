@@ -89,6 +89,9 @@ class Framework:
     # What a comparison cannot make equal between it and the frameworks whose loop is Megatron-LM's, which the
     # report says where its results sit beside theirs ("" where it is one of them, or has nothing to add)
     beside_megatron: str = ""
+    # "package.module:function" (stack row -> why it cannot run from this stack here, or None): what the probe checks
+    # beyond the modules its image imports, before a GPU run (a framework that runs from a checkout: prim)
+    stack_check: str | None = None
 
     def __post_init__(self) -> None:
         problems = []

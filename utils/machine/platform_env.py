@@ -23,16 +23,9 @@ import shlex
 import sys
 from typing import MutableMapping
 
-from utils.config import ROOT, ConfigError, load_config
+from utils.config import ConfigError, load_config
 from utils.frameworks import TABLE
 from utils.spec import stacks
-
-DEFAULT_PRIMUS_PATH = "/workspace/Primus"  # where rocm/primus images hold their checkout (PRIMUS_PATH overrides)
-# Each Primus release's checkout where PRIMUS_PATH is unset, and the file that makes a directory a checkout of that
-# release: the launcher TPrimat starts there (train/prim/releases.py), v26.5's primus-cli, which v25.11 lacks
-# (utils/upstream/table.py: primus-v26.5 "checkout marker"), and v25.11's examples/run_pretrain.sh.
-PRIMUS_CHECKOUTS = {"v26.5": (str(ROOT / "third_party" / "primus-release-v26.5"), "primus-cli"),
-                    "v25.11": (DEFAULT_PRIMUS_PATH, "examples/run_pretrain.sh")}
 
 PLATFORM_ENV: dict[str, dict[str, str]] = {
     # The run environment Primus gives a Megatron run when the caller sets none, the same in v25.11

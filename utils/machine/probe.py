@@ -24,6 +24,7 @@ otherwise train there, on the CPU, a run labelled amd or nvd.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -274,18 +275,6 @@ def import_refusals(frameworks: list[str], python: str) -> dict[str, str]:
     return refusals
 
 
-def primus_missing(release: str, primus_path: str | None = None) -> str | None:
-    """Why there is no checkout of the Primus release at PRIMUS_PATH (else the release's own), or None: a checkout
-    holds its release's launcher (utils/machine/platform_env.py, PRIMUS_CHECKOUTS)."""
-    from utils.machine.platform_env import PRIMUS_CHECKOUTS
-
-    default, launcher = PRIMUS_CHECKOUTS[release]
-    primus = Path(primus_path or default)
-    if (primus / launcher).is_file():
-        return None
-    return f"no Primus {release} checkout at {primus} (PRIMUS_PATH; it holds {launcher})"
-
-
 def required_modules(frameworks: list[str], transformer_impl: str = "transformer_engine") -> list[str]:
     """The modules the frameworks' trainers import beyond torch; with TRANSFORMER_IMPL=local, Transformer Engine is
     not among them for a framework that builds megatron-core's own layers (its entry's transformer_impls)."""
@@ -295,7 +284,7 @@ def required_modules(frameworks: list[str], transformer_impl: str = "transformer
                                       and "local" in TABLE[framework].transformer_impls)))
 
 
-def stack_problem(platform: str, frameworks: list[str], python: str, primus_path: str | None = None,
+def stack_problem(platform: str, frameworks: list[str], python: str,
                   transformer_impl: str = "transformer_engine") -> str | None:
     """One line naming what the Python `python` lacks to train the frameworks on the platform's GPUs,
     and the two ways out; None when it has everything. Asked in a process of its own, so that the
@@ -318,13 +307,16 @@ def stack_problem(platform: str, frameworks: list[str], python: str, primus_path
                 missing.append(f"no {name}")
             elif problem:
                 missing.append(f"{name} does not import ({problem})")
-    if "prim" in frameworks:
+    checks = [TABLE[name].stack_check for name in frameworks if TABLE[name].stack_check]
+    if checks:  # what a framework asks of the stack beyond the modules its image imports (its entry's stack_check)
         from utils.spec import stacks
 
         stack = stacks.get(os.environ["STACK"]) if os.environ.get("STACK") in stacks.TABLE else \
             stacks.default(platform)
-        problem = primus_missing(stack.primus or "", primus_path)
-        missing += [problem] if problem else []
+        for check in checks:
+            module, _, function = check.partition(":")
+            problem = getattr(importlib.import_module(module), function)(stack)
+            missing += [problem] if problem else []
     if not missing:
         return None
     return (f"{python} cannot train {','.join(frameworks)} on {vendor} GPUs: {', '.join(missing)}; run in the "
@@ -357,8 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(facts))
         return 0
     if args.require_stack:
-        problem = stack_problem(args.require_stack, frameworks, args.python, os.environ.get("PRIMUS_PATH"),
-                                args.transformer_impl)
+        problem = stack_problem(args.require_stack, frameworks, args.python, args.transformer_impl)
         if problem:
             print(f"[tprimat] error: PLATFORM={args.require_stack}: {problem}", file=sys.stderr)
             return 2

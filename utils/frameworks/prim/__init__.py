@@ -11,7 +11,7 @@ FRAMEWORK = Framework(
     stops_at_target=False,  # Megatron-LM's loop has no switch to end at a validation loss
     probe_modules=("transformer_engine",), command="train.prim.launch:command",
     log_format="utils.frameworks.prim.log_format:FORMAT",
-    in_this_python=False, fixed=("primus",),
+    in_this_python=False, fixed=("primus",), stack_check="utils.frameworks.prim.checkout:stack_check",
     # Primus's Megatron-LM arguments (train/prim/config.py): its MI355X configs ship MXFP8 (fp8_recipe mxfp8) and
     # MXFP4 (fp4_recipe mxfp4, Primus's own); FP8 is its delayed recipe, built by Primus itself (fairness.FIXED)
     precisions=("bf16", "fp8", "mxfp8", "mxfp4"), fp8_recipes=("delayed",), precision_api="primus",
