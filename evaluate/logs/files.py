@@ -17,10 +17,10 @@ from evaluate.logs.settings import EFFECTIVE_MARKER
 from evaluate.logs.stream import Stream
 
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
-# Bytes that a line must contain to be worth decoding (these and the registered formats' markers); every other line
-# is only counted.
+# Bytes that a line must contain to be worth decoding (these and the registered formats' markers: Megatron-LM's
+# "iteration" also marks the evaluation report); every other line is only counted.
 MARKERS = tuple(dict.fromkeys((
-    b"validation loss at", b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback",
+    b" ...", b"Mock", EFFECTIVE_MARKER.encode(), STEP_MARKER.encode(), b"Traceback",
     b"out of memory", b"OutOfMemoryError", b"microbatches", b"number of parameters", b"Config(", b"(UUID: GPU-",
     b"Card Series", b"Card series", b"MARKET_NAME", b"CCL version", b"Using network", b"vocab",
     *(marker.encode() for fmt in distinct() for marker in fmt.markers))))

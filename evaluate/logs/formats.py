@@ -59,6 +59,12 @@ def distinct() -> tuple[LogFormat, ...]:
 
 
 @cache
+def settings_readers() -> tuple:
+    """The formats' readers of the settings their lines print, each once."""
+    return tuple(fmt.printed for fmt in distinct() if fmt.printed)
+
+
+@cache
 def timer_first() -> str | None:
     """The framework whose steps TPrimat's timer line may print first (a run of timer lines only is its)."""
     return next((name for name, fmt in _once(by_name().items()) if fmt.timer_first), None)

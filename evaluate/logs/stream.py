@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from evaluate.logs.formats import Reader, distinct, readers, timer_first
+from evaluate.logs.formats import Reader, readers, settings_readers, timer_first
 from evaluate.logs.records import STEP_LINE, STEP_MARKER, VALIDATION, validation_point
 from evaluate.logs.settings import (ARGUMENT, COLLECTIVE_NETWORK, CONFIG_ITEM, CONFIG_REPR, DEVICE_LINE,
                                    EFFECTIVE_MARKER, GPU_STACKS, MICROBATCHES, MOCK_CLASSES, PADDED_VOCAB, PARAMETERS,
@@ -64,7 +64,10 @@ class Stream:
             return
         for reader in readers():
             fmt = reader.format
-            if not any(marker in text for marker in fmt.markers):
+            for marker in fmt.markers:
+                if marker in text:
+                    break
+            else:
                 continue
             step = fmt.step(text, complete)
             if step is not None:
@@ -104,9 +107,8 @@ class Stream:
     def _printed(self, text: str) -> None:
         """Settings and hardware printed outside the argument dump (each format's own lines, megatron-core's)."""
         target = self.pending
-        for fmt in distinct():
-            if fmt.printed:
-                fmt.printed(text, target.printed)
+        for printed in settings_readers():
+            printed(text, target.printed)
         found = MICROBATCHES.search(text)
         if found:
             target.printed["ga"] = int(found.group(1))
