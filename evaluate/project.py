@@ -20,6 +20,7 @@ from pathlib import Path
 
 from utils.cli import Parser, UsageError, positive_number, quoted, run
 from utils.config import ConfigError, load_config
+from utils.config.native import SHARDED
 from utils.spec.fairness import profile
 from utils.machine.hardware import INTER_NODE_GBPS, lookup_device
 from utils.spec.models import by_variant
@@ -69,7 +70,7 @@ def layout(result: dict) -> Layout:
                   grad_fp32=bool(table["grad_reduce_in_fp32"]) or t["precision"] == "fp32",
                   distributed_optimizer=bool(table["use_distributed_optimizer"]),
                   overlap_grad_reduce=bool(table["overlap_grad_reduce"]),
-                  data_parallel=str(effective.get("data_parallel") or "fsdp"),
+                  data_parallel=str(effective.get("data_parallel") or SHARDED),
                   zero_stage=int(effective.get("zero_stage") or 1))
 
 

@@ -51,9 +51,8 @@ NAMED_ELSEWHERE = {
     "utils/frameworks/__init__.py": set(ENTRY_MODULES),  # the registry's list
     "utils/spec/stacks.py": {"mega", "prim", "nemo", "mbridge", "fsdp", "autotp", "torchtitan"},  # what each image
     # ships: the stack table's rows
-    # DATA_PARALLEL's mode "fsdp" (fsdp | ddp), another vocabulary spelled as the framework is
-    "utils/config/native.py": {"fsdp"}, "utils/predict/layout.py": {"fsdp"}, "evaluate/project.py": {"fsdp"},
-    "train/torchtitan/settings.py": {"fsdp"}, "train/torchtitan/trainer.py": {"fsdp"},
+    # DATA_PARALLEL's mode "fsdp" (fsdp | ddp), another vocabulary spelled as the framework is, named once
+    "utils/config/native.py": {"fsdp"},
     # NeMo's package ("nemo" in the software versions the probe records and the report shows)
     "utils/machine/probe.py": {"nemo"}, "evaluate/comparison/report.py": {"nemo"},
 }

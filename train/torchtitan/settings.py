@@ -14,6 +14,7 @@ DebugConfig), components/optimizer/lr_scheduler.py (LRSchedulersContainer.Config
 from __future__ import annotations
 
 from train.launch.builder import REQUEST_FILE
+from utils.config.native import REPLICATED, SHARDED
 from utils.errors import UsageError
 from utils.spec.request import Request
 
@@ -31,7 +32,7 @@ def refusals(req: Request) -> list[str]:
     found = []
     if lay.pp != 1:
         found.append(f"PP={lay.pp}: TPrimat does not map torchtitan's pipeline parallelism; give a strategy with PP=1")
-    if native.data_parallel == "ddp" and lay.tp != 1:
+    if native.data_parallel == REPLICATED and lay.tp != 1:
         found.append(f"DATA_PARALLEL=ddp with TP={lay.tp}: DDP replicates whole models; set DATA_PARALLEL=fsdp or "
                      "TP=1")
     if native.compile and native.compile_mode != "default":
@@ -69,7 +70,7 @@ def settings(req: Request, run_dir: str) -> dict:
     if problems:
         raise UsageError("torchtitan cannot run this request: " + "; ".join(problems))
     lay, t, native, table = req.parallelism, req.training, req.native, req.fairness.table
-    fsdp = native.data_parallel == "fsdp"
+    fsdp = native.data_parallel == SHARDED
     values: dict[str, object] = {
         "dump_folder": f"{run_dir}/torchtitan",
         "hf_assets_path": req.data.tokenizer_dir,  # the tokenizer torchtitan builds (TPrimat's data never uses it)

@@ -32,6 +32,7 @@ from torchtitan.trainer import Trainer
 from train.common.evaluation import EVALS_FILE, Evaluator
 from train.common.step_log import StepLog
 from train.common.step_timer import StepClock, peak_memory, step_line
+from utils.config.native import REPLICATED, SHARDED
 from utils.spec import fairness
 
 
@@ -110,7 +111,7 @@ def effective(trainer: Trainer) -> dict:
         "lr": group["lr"], "min_lr": group["lr"] * schedule.min_lr_factor, "warmup_steps": schedule.warmup_steps,
         "lr_decay_style": schedule.decay_type, "weight_decay": group["weight_decay"], "beta1": group["betas"][0],
         "beta2": group["betas"][1], "grad_clip": training.max_norm, "seed": config.debug.seed,
-        "data_parallel": "ddp" if ddp else "fsdp", "compile": config.compile.enable,
+        "data_parallel": REPLICATED if ddp else SHARDED, "compile": config.compile.enable,
         "sac_every": 0 if config.activation_checkpoint is None else None,
         "num_layers": len(model.layers), "hidden_size": model.dim, "padded_vocab_size": model.vocab_size,
         "num_attention_heads": attention.n_heads, "num_kv_heads": attention.n_kv_heads,

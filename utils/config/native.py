@@ -26,8 +26,11 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 ATTENTION = ("sdpa", "flash_attention_2", "eager")
 SAC_PATTERN = r"(1/[1-9][0-9]*)?"
 
+# DATA_PARALLEL's modes: FSDP2 shards parameters, gradients and optimizer state; DDP replicates the model
+SHARDED, REPLICATED = "fsdp", "ddp"
+
 KNOBS = {
-    "DATA_PARALLEL": Knob("enum", ("fsdp", "ddp")),
+    "DATA_PARALLEL": Knob("enum", (SHARDED, REPLICATED)),
     "COMPILE": Knob("bool"),
     "COMPILE_MODE": Knob("enum", COMPILE_MODES),
     "SAC_FREQ": Knob("str", pattern=SAC_PATTERN, rule="1/N checkpoints every N-th layer's activations "
@@ -61,11 +64,11 @@ def problems(config: Config) -> list[str]:
                      "not go together; clear SAC_FREQ or set PRECISION=bf16")
     honouring = {knob: [name for name in chosen if knob in TABLE[name].knobs] for knob in KNOBS}
     sharded = [name for name in honouring["SAC_FREQ"] if name in honouring["DATA_PARALLEL"]]
-    if sac and sharded and v["DATA_PARALLEL"] != "fsdp":  # a framework without the knobs skips it (train.plan)
+    if sac and sharded and v["DATA_PARALLEL"] != SHARDED:  # a framework without the knobs skips it (train.plan)
         found.append(f"SAC_FREQ={v['SAC_FREQ']}: selective activation checkpointing runs only under FSDP (framework "
                      f"{', '.join(sharded)} with DATA_PARALLEL=fsdp), and DATA_PARALLEL={v['DATA_PARALLEL']}; clear "
                      "SAC_FREQ or set DATA_PARALLEL=fsdp")
-    if honouring["DATA_PARALLEL"] and v["DATA_PARALLEL"] == "ddp":  # DDP replicates whole models
+    if honouring["DATA_PARALLEL"] and v["DATA_PARALLEL"] == REPLICATED:  # DDP replicates whole models
         tensor_parallel = sorted({config.layout(spec.key, name).tp for name in config.strategies
                                   for spec in config.models} - {1})
         if tensor_parallel:

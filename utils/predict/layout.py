@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from utils import frameworks
+from utils.config.native import SHARDED
 from utils.spec.precision import DEFAULT_FP8_RECIPE, LOW
 
 GIB = 2 ** 30
@@ -36,7 +37,7 @@ class Layout:
     grad_fp32: bool  # gradients reduced (and kept) in fp32: the profile's grad_reduce_in_fp32, or fp32 training
     distributed_optimizer: bool
     overlap_grad_reduce: bool
-    data_parallel: str = "fsdp"  # fsdp's: fsdp | ddp
+    data_parallel: str = SHARDED  # DATA_PARALLEL (utils.config.native): fsdp | ddp
     sac_every: int = 0  # fsdp: every N-th layer checkpointed (full recomputation of that layer); 0: none
     zero_stage: int = 1  # autotp's ZeRO stage
     fused_swiglu: bool = True  # megatron on a GPU: the profile's bias_swiglu_fusion (none on the CPU)

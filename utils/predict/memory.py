@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from utils.config.native import REPLICATED
 from utils.predict.activations import activations, logits
 from utils.predict.layout import DTYPE_BYTES, GIB, PHASES, Layout, Moment
 from utils.predict.parameters import (Buffer, adamw_temporaries, hf_shapes, layer_shapes, megatron_bucket_size,
@@ -167,7 +168,7 @@ def fsdp_moments(spec: ModelSpec, lay: Layout) -> list[Moment]:
     shapes = fsdp_shapes(spec, lay.tp)
     steps = 4 * len(shapes)
     acts, lgts = activations(spec, lay), logits(spec, lay)
-    if lay.data_parallel == "ddp":
+    if lay.data_parallel == REPLICATED:
         n = sum(r * c for r, c in shapes)
         held = {"weights": 4 * n, "optimizer": 8 * n + steps}
         temporaries = adamw_temporaries(lay.on_gpu, param_groups(shapes))

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from utils.config.native import REPLICATED
 from utils.machine.hardware import INTER_NODE_GBPS, DeviceSpec
 from utils.spec.models import ModelSpec
 from utils.predict.memory import MEMORY_MODELS, Layout
@@ -92,7 +93,7 @@ def megatron_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:
 def fsdp_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:
     """DDP's all-reduce; FSDP2's all-gathers for every microbatch's forward and backward and one reduce-scatter;
     both overlapped."""
-    if lay.data_parallel == "ddp":
+    if lay.data_parallel == REPLICATED:
         return 2 * n * g, True
     return n * (2 * lay.ga * w + g), True
 
