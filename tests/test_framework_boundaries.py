@@ -10,6 +10,9 @@ format of every Megatron-LM loop)."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +106,18 @@ def test_a_frameworks_launch_builds_from_the_builder_not_the_dispatch_that_impor
     the dispatch back, the two would import in a loop."""
     assert [str(path.relative_to(ROOT)) for path in own_files(name)
             if any(m == "train.launch.command" or m.startswith("train.launch.command.") for m in imported(path))] == []
+
+
+def test_a_log_format_that_cannot_be_loaded_is_one_line_and_exit_2(tmp_path):
+    """A framework kept outside the repository whose entry names a missing format module: evaluate's tools say so
+    before reading any log."""
+    (tmp_path / "outside.py").write_text(
+        "from utils.frameworks import Framework\n"
+        "FRAMEWORK = Framework('outside', 'Outside', ('cpu',), 'megatron', (), command='m:f', "
+        "log_format='outside_logs:FORMAT')\n")
+    out = subprocess.run([sys.executable, "-m", "evaluate.extract", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": f"{ROOT}:{tmp_path}", "TPRIMAT_FRAMEWORKS": "outside"})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == ("config error: framework outside's log_format outside_logs:FORMAT cannot be "
+                                  "imported (No module named 'outside_logs'); fix its entry")

@@ -5,6 +5,7 @@ with the formats refining it asked first."""
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import Iterable
@@ -22,19 +23,25 @@ class Reader:
     claimers: tuple[tuple[str, LogFormat], ...]  # the formats refining it, by name: the first that claims a step
 
 
-def load(path: str) -> LogFormat:
-    """"package.module:NAME" -> that LogFormat."""
+def load(name: str, path: str) -> LogFormat:
+    """"package.module:NAME" -> that LogFormat. One that cannot be loaded (a framework kept outside the repository
+    names a module that is missing or broken) is one line and exit 2, before any log is read."""
     module, _, attribute = path.partition(":")
-    found = getattr(importlib.import_module(module), attribute, None)
-    if not isinstance(found, LogFormat):
-        raise ValueError(f"log_format {path!r} names no utils.frameworks.log_format.LogFormat")
+    try:
+        found = getattr(importlib.import_module(module), attribute, None)
+        why = None if isinstance(found, LogFormat) else "names no utils.frameworks.log_format.LogFormat"
+    except ImportError as err:
+        why = f"cannot be imported ({err})"
+    if why:
+        print(f"config error: framework {name}'s log_format {path} {why}; fix its entry", file=sys.stderr)
+        raise SystemExit(2)
     return found
 
 
 @cache
 def by_name() -> dict[str, LogFormat]:
     """Every framework whose log has a format -> that format, in the registry's order."""
-    return {name: load(entry.log_format) for name, entry in TABLE.items() if entry.log_format}
+    return {name: load(name, entry.log_format) for name, entry in TABLE.items() if entry.log_format}
 
 
 def _once(pairs: Iterable[tuple[str, LogFormat]]) -> tuple[tuple[str, LogFormat], ...]:
