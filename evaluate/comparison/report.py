@@ -239,7 +239,7 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     if present & MEGATRON_LOOPS:  # each framework's own word on what it cannot make equal to them (its entry's)
         out += [line for name, entry in TABLE.items() if name in present and entry.beside_megatron
                 for line in (entry.beside_megatron, "")]
-    if {i.result["framework"] for i in items} & set(NATIVE):
+    if present & set(NATIVE):
         out += NATIVE_VS_MEGATRON + [""]
     if mocks:
         out += ["## MOCK DATA", ""] + mocks + [""]

@@ -4,13 +4,12 @@ with the formats refining it asked first."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import Iterable
 
-from utils.frameworks import TABLE
+from utils.frameworks import TABLE, resolve
 from utils.frameworks.log_format import LogFormat
 
 
@@ -26,10 +25,11 @@ class Reader:
 def load(name: str, path: str) -> LogFormat:
     """"package.module:NAME" -> that LogFormat. One that cannot be loaded (a framework kept outside the repository
     names a module that is missing or broken) is one line and exit 2, before any log is read."""
-    module, _, attribute = path.partition(":")
     try:
-        found = getattr(importlib.import_module(module), attribute, None)
+        found = resolve(path)
         why = None if isinstance(found, LogFormat) else "names no utils.frameworks.log_format.LogFormat"
+    except AttributeError:
+        why = "names no utils.frameworks.log_format.LogFormat"
     except ImportError as err:
         why = f"cannot be imported ({err})"
     if why:

@@ -11,14 +11,13 @@ the network settings of utils/machine/netenv.
 
 from __future__ import annotations
 
-import importlib
 import os
 import socket
 from pathlib import Path
 
 from train.launch.builder import NETWORK_PREFIXES, REQUEST_FILE, Launch, torchrun, vendor_env
 from utils.config import ROOT
-from utils.frameworks import TABLE
+from utils.frameworks import TABLE, resolve
 from utils.machine.platform_env import platform_env
 from utils.spec.request import Request
 
@@ -56,5 +55,4 @@ def prepare(req: Request, run_dir: Path, work_dir: Path) -> Launch:
     entry = TABLE[req.identity.framework]
     if entry.trainer:
         return own_trainer(req, run_dir)
-    module, _, function = entry.command.partition(":")
-    return getattr(importlib.import_module(module), function)(req, run_dir, work_dir)
+    return resolve(entry.command)(req, run_dir, work_dir)

@@ -151,6 +151,13 @@ class Framework:
         return model if self.model_names is None else self.model_names.get(model)
 
 
+def resolve(path: str) -> object:
+    """What an entry names by "package.module:NAME" (its command, log format, stack check), imported on first use so
+    that the registry itself stays standard library only."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def release(version: str) -> tuple[int, int, int]:
     """A version's first three numbers ("2.12.0a0+git" -> (2, 12, 0); "2.13" -> (2, 13, 0)), to order torch releases
     with the standard library."""

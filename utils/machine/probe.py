@@ -24,7 +24,6 @@ otherwise train there, on the CPU, a run labelled amd or nvd.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -41,7 +40,7 @@ from typing import Mapping
 from utils import ROOT
 from utils.cli import Parser, output_file
 from utils.files import atomic_open
-from utils.frameworks import TABLE
+from utils.frameworks import TABLE, resolve
 from utils.spec.fairness import TRANSFORMER_IMPLS
 from utils.machine.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
 
@@ -314,8 +313,7 @@ def stack_problem(platform: str, frameworks: list[str], python: str,
         stack = stacks.get(os.environ["STACK"]) if os.environ.get("STACK") in stacks.TABLE else \
             stacks.default(platform)
         for check in checks:
-            module, _, function = check.partition(":")
-            problem = getattr(importlib.import_module(module), function)(stack)
+            problem = resolve(check)(stack)
             missing += [problem] if problem else []
     if not missing:
         return None
