@@ -71,29 +71,35 @@ PY
 # PYTHONPATH with the wheels' folder in front.
 site_path() { echo "$1${PYTHONPATH:+:${PYTHONPATH}}"; }
 
-# What a framework's runs import beyond NEEDED_MODULES (megatron.training: the Megatron-LM folder's).
-framework_modules() {
+# What a framework's runs import beyond NEEDED_MODULES, as a Python statement (megatron.training: the Megatron-LM
+# folder's; Megatron-Bridge through the trainer's Transformer Engine stand-in, which must precede its first import).
+framework_import() {
   case "$1" in
-    mbridge) echo megatron.bridge ;;
-    torchtitan) echo torchtitan.train ;;
-    megatron-lm) echo megatron.training ;;
+    mbridge) echo "from train.mbridge.te_stand_in import import_recipes; import_recipes({'llama'})" ;;
+    torchtitan) echo "import torchtitan.train" ;;
+    megatron-lm) echo "import megatron.training" ;;
   esac
 }
 
-# Stop in one line when the GPU or a module is missing.
+# Stop in one line when the GPU or a module is missing (each import run from the Megatron-LM folder with the
+# repository on the path, as the runs import them).
 check_environment() {
-  local python="$1" frameworks="$2" megatron_lm="$3" framework module missing=() modules="${NEEDED_MODULES}"
+  local python="$1" frameworks="$2" megatron_lm="$3" framework module statement why missing=()
+  local -a statements=()
+  for module in ${NEEDED_MODULES}; do
+    statements+=("import ${module}")
+  done
   for framework in ${frameworks//,/ }; do
-    modules+=" $(framework_modules "${framework}")"
+    statement="$(framework_import "${framework}")"
+    [[ -z "${statement}" ]] || statements+=("${statement}")
   done
   "${python}" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
     || tp_die 2 "torch in ${python} sees no GPU; run this on the GPU machine (or give --dry-run)"
-  local why
-  for module in ${modules}; do
-    why="$(cd "${megatron_lm}" && "${python}" -c "import ${module}" 2>&1 >/dev/null)" \
-      || missing+=("${module} ($(tail -n 1 <<<"${why}"))")
+  for statement in "${statements[@]}"; do
+    why="$(cd "${megatron_lm}" && PYTHONPATH="${TPRIMAT_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${python}" -c "${statement}" 2>&1 >/dev/null)" \
+      || missing+=("'${statement}' ($(tail -n 1 <<<"${why}"))")
   done
-  ((${#missing[@]} == 0)) || tp_die 2 "${python} cannot import ${missing[*]}: add their wheels (and their dependencies' wheels) to the wheels folder"
+  ((${#missing[@]} == 0)) || tp_die 2 "${python} cannot run ${missing[*]}: add their wheels (and their dependencies' wheels) to the wheels folder"
 }
 
 # amd or nvd: the vendor whose build the Python's torch is.

@@ -17,6 +17,7 @@ Exit: 0 printed; 2 bad input (no request, no checkout, a model Megatron-LM would
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -93,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("request", type=Path, help="a run's config.json (the launcher's request)")
     parser.add_argument("--megatron-lm", type=Path, required=True, help="the Megatron-LM checkout (pretrain_gpt.py)")
     args = parser.parse_args(argv)
-    try:
-        req = Request.read(args.request)
-        found, unknown = arguments(settings(req), megatron_parser(args.megatron_lm))
+    try:  # stdout holds the arguments alone: what Megatron-LM's imports print (datasets' log lines) goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            req = Request.read(args.request)
+            found, unknown = arguments(settings(req), megatron_parser(args.megatron_lm))
     except (RequestError, UsageError, NotApplied) as err:
         print(f"bench.megatron_lm_args: {err}", file=sys.stderr)
         return 2

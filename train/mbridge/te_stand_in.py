@@ -11,6 +11,7 @@ stand-in is taken out of sys.modules again once the recipes are imported, so not
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -61,21 +62,30 @@ class _StandIn:
         pass
 
 
-def import_recipes(modules: set[str]) -> list[str]:
-    """Import megatron.bridge.recipes.<module> for each module, with the stand-in in place for their unguarded import
-    where Transformer Engine is not installed (before any other Megatron-Bridge import: the package's own __init__
-    reaches that import); returns the module names it served (none where Transformer Engine is installed)."""
-    if importlib.util.find_spec("transformer_engine") is not None:
-        for module in sorted(modules):
-            importlib.import_module(f"megatron.bridge.recipes.{module}")
-        return []
+@contextlib.contextmanager
+def standing_in():
+    """The stand-in in front of the import system while the block runs, where Transformer Engine is not installed;
+    afterwards its modules leave sys.modules, so that nothing later sees a Transformer Engine. Yields the list of
+    module names it serves (none where Transformer Engine is installed). The probe imports megatron.bridge within it
+    (the entry's probe_context), as the trainer does through import_recipes."""
     stand_in = _StandIn()
+    if importlib.util.find_spec("transformer_engine") is not None:
+        yield stand_in.served
+        return
     sys.meta_path.insert(0, stand_in)
     try:
-        for module in sorted(modules):
-            importlib.import_module(f"megatron.bridge.recipes.{module}")
+        yield stand_in.served
     finally:
         sys.meta_path.remove(stand_in)
         for name in [name for name in sys.modules if name.split(".")[0] == "transformer_engine"]:
             del sys.modules[name]
-    return sorted(set(stand_in.served))
+
+
+def import_recipes(modules: set[str]) -> list[str]:
+    """Import megatron.bridge.recipes.<module> for each module, with the stand-in in place for their unguarded import
+    where Transformer Engine is not installed (before any other Megatron-Bridge import: the package's own __init__
+    reaches that import); returns the module names it served (none where Transformer Engine is installed)."""
+    with standing_in() as served:
+        for module in sorted(modules):
+            importlib.import_module(f"megatron.bridge.recipes.{module}")
+    return sorted(set(served))

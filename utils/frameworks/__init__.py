@@ -43,6 +43,9 @@ class Framework:
     platforms: tuple[str, ...]  # where it runs (amd, nvd, cpu)
     warmup_convention: str  # its LR warm-up (utils.spec.fairness.WORKLOAD's lr_warmup_convention)
     probe_modules: tuple[str, ...]  # what its trainer imports beyond torch, checked in the image by the probe
+    # "package.module:NAME" of a context manager the probe imports each of probe_modules within, as the trainer
+    # imports them (mbridge: the Transformer Engine stand-in of a local-spec run); None: plain imports
+    probe_context: str | None = None
     # How its command is built: `trainer`, a script of TPrimat's own run under torchrun with the run's config.json
     # (it writes result.json itself), or `command`, "package.module:function" under train/ building the Launch and
     # generated files of a framework with its own launcher (the judge then extracts the result from its log).

@@ -233,9 +233,14 @@ def import_problem(name: str) -> str:
 def stack_facts(frameworks: list[str]) -> dict:
     """What this Python sees: its torch build and GPUs, and for each module of the frameworks the import's problem
     ("" when it imports)."""
-    modules = sorted({name for framework in frameworks for name in FRAMEWORK_MODULES[framework]})
-    facts: dict = {"torch": None, "hip": None, "cuda": None, "gpus": 0,
-                   "modules": {name: import_problem(name) for name in modules}}
+    problems: dict[str, str] = {}
+    for framework in frameworks:  # each module imported as the first framework naming it imports it
+        context = TABLE[framework].probe_context
+        for name in FRAMEWORK_MODULES[framework]:
+            if name not in problems:
+                with resolve(context)() if context else contextlib.nullcontext():
+                    problems[name] = import_problem(name)
+    facts: dict = {"torch": None, "hip": None, "cuda": None, "gpus": 0, "modules": dict(sorted(problems.items()))}
     if importlib.util.find_spec("torch") is not None:
         import torch
 

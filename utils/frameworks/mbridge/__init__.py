@@ -18,6 +18,7 @@ FRAMEWORK = Framework(
     name="mbridge", display_name="Megatron-Bridge", platforms=("nvd",), warmup_convention="megatron",
     stops_at_target=False,  # Megatron-LM's loop has no switch to end at a validation loss
     probe_modules=("transformer_engine", "megatron.core", "megatron.bridge"), command="train.mbridge.launch:command",
+    probe_context="train.mbridge.te_stand_in:standing_in",
     # Its mixed-precision presets (train/mbridge/recipe.py PRESETS); no MXFP4: megatron-core has none
     log_format="utils.frameworks.megatron_log:FORMAT", precisions=("bf16", "fp8", "mxfp8", "nvfp4"),
     fp8_recipes=("delayed", "tensorwise", "blockwise"), precision_api="megatron-core",
