@@ -230,6 +230,40 @@ def test_the_optimizer_temporaries_are_torch_adamws_on_the_cpu_and_none_under_me
     assert foreach.temporaries == 4 * sum(r * c for r, c in hf_shapes(spec, 1, False) if c > 1)
 
 
+def test_megatron_cores_fallback_to_torchs_adamw_on_a_gpu_holds_one_sqrt_of_the_whole_shard():
+    spec = get_model("qwen", "tiny")
+    lay = replace(cpu_layout("megatron", on_gpu=True), fused_optimizer=False)  # DP 1: the shard is the buffer
+    step = megatron_stage(spec, lay, True, True)[-1]
+    shard = megatron_buffer(megatron_numels(spec, 1, spec.num_layers, True, True), 1, None, True).shard_numel
+    assert step.phase == "optimizer step" and step.parts["temporaries"] == 4 * shard
+
+
+def test_the_results_prediction_counts_the_fallback_optimizer_the_run_read_back():
+    req = run_request("nvd", "mega", "llama", TARGET_DEVICE="h100")
+    said = {fused: result_section(req, {"system": {}, "performance": {}, "features": {"optimizer_fusion": fused}})
+            for fused in (True, False)}
+    unsaid = result_section(req, {"system": {}, "performance": {}})
+    assert unsaid["memory"] == said[True]["memory"]  # a result that does not say: the GPU stack's fused Adam
+    optimizer = said[False]["memory"]["optimizer_gib"]  # the shard's fp32 master and two moments: 3 x its sqrt
+    assert said[False]["memory"]["temporaries_gib"] == pytest.approx(optimizer / 3, rel=1e-3)
+
+
+def test_megatron_core_without_transformer_engine_or_apex_takes_torchs_adamw_and_the_run_says_so():
+    """megatron-core 0.19.2 optimizer/__init__.py:13-35: TE's FusedAdam, else Apex's, else torch's AdamW."""
+    import importlib.util
+
+    from megatron.core import optimizer
+
+    from train.common import local_kernels
+
+    fused = any(importlib.util.find_spec(name) for name in ("transformer_engine", "apex"))
+    assert local_kernels.fused_optimizer() is fused is (not optimizer.USING_PYTORCH_OPTIMIZER)
+    if not fused:
+        import torch
+
+        assert optimizer.Adam is torch.optim.AdamW
+
+
 def test_the_prediction_says_which_parts_it_models_and_which_are_an_allowance():
     cfg = node("nvd", TARGET_DEVICE="h100", FRAMEWORK="mega,fsdp,autotp", MODELS="llama")
     rows = [line for line in table(cfg, build_plan(cfg)) if "predicted peak" in line]

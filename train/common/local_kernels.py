@@ -7,6 +7,9 @@ bench's Megatron-LM run) and recorded, since megatron-core would otherwise stop 
   transformer/transformer_config.py);
 - masked_softmax_fusion: Apex's scaled_masked_softmax_cuda, which FusedScaleMaskSoftmax.is_kernel_available imports
   for a bf16 input (fusions/fused_softmax.py get_batch_per_block) rather than falling back to torch's softmax.
+
+The optimizer is the other fused kernel such a stack may lack: megatron-core falls back to torch's AdamW by itself,
+and every Megatron path records which it got (features.optimizer_fusion), since the memory prediction differs.
 """
 
 from __future__ import annotations
@@ -20,3 +23,12 @@ def available() -> dict[str, bool]:
 
     return {"apply_rope_fusion": getattr(rope_utils, "fused_apply_rotary_pos_emb", None) is not None,
             "masked_softmax_fusion": importlib.util.find_spec("scaled_masked_softmax_cuda") is not None}
+
+
+def fused_optimizer() -> bool:
+    """Whether megatron-core's Adam is Transformer Engine's or Apex's FusedAdam; False where neither imports and it
+    falls back to torch's AdamW (megatron-core 0.19.2 optimizer/__init__.py:13-35, USING_PYTORCH_OPTIMIZER), whose
+    foreach step holds a square root of every second moment at once (utils.predict.parameters.adamw_temporaries)."""
+    from megatron.core import optimizer
+
+    return not optimizer.USING_PYTORCH_OPTIMIZER

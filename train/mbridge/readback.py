@@ -18,6 +18,7 @@ import json
 import os
 from pathlib import Path
 
+from train.common import local_kernels
 from train.common.fp8 import te_reduce_amax
 from utils.spec.precision import read_back
 from utils.files import write_json
@@ -70,6 +71,7 @@ def effective(cfg, world_size: int) -> dict:
         "cross_entropy_loss_fusion": model.cross_entropy_loss_fusion,
         "gradient_accumulation_fusion": model.gradient_accumulation_fusion,
         "attention_backend": str(model.attention_backend),
+        "optimizer_fusion": local_kernels.fused_optimizer(),
         "layer_spec": "local" if getattr(model.transformer_layer_spec, "__name__", "") == "local_layer_spec"
         else "transformer_engine",
         "init_method_std": model.init_method_std, "padded_vocab_size": model.vocab_size,

@@ -315,6 +315,7 @@ def features(config: TransformerConfig, stack: Stack) -> dict[str, bool | str]:
     out["persist_layer_norm"] = "not applicable (RMSNorm)" if config.normalization == "RMSNorm" \
         else bool(config.persist_layer_norm)
     out["layer_spec"] = stack.layer_spec
+    out["optimizer_fusion"] = local_kernels.fused_optimizer()
     if stack.transformer_engine:
         switches = {key: os.environ.get(key, "unset") for key in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN")}
         out["attention"] = "transformer_engine " + " ".join(f"{k}={v}" for k, v in switches.items())

@@ -80,10 +80,10 @@ def plan_target(platform: str, target_device: str, workers_per_node: int) -> Tar
     return Target(None, None, None, "none")
 
 
-def layout(req: Request, on_gpu: bool) -> Layout:
+def layout(req: Request, on_gpu: bool, fused_optimizer: bool = True) -> Layout:
     """The memory and time model's view of a request: the framework's memory model from its registry entry
     (utils.frameworks); on a GPU Megatron's fused SwiGLU where the profile asks for it (train/mega/model.py's
-    choose_fusions: the CPU has none)."""
+    choose_fusions: the CPU has none), and its fused Adam unless the run said it had none (fused_optimizer)."""
     lay, t, table, native = req.parallelism, req.training, req.fairness.table, req.native
     return Layout(framework=req.identity.framework, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga, mbs=t.mbs,
                   seq_len=t.seq_len, precision=t.precision, fp8_recipe=str(table["fp8_recipe"]),
@@ -91,7 +91,8 @@ def layout(req: Request, on_gpu: bool) -> Layout:
                   distributed_optimizer=bool(table["use_distributed_optimizer"]),
                   overlap_grad_reduce=bool(table["overlap_grad_reduce"]), data_parallel=native.data_parallel,
                   sac_every=native.sac_every, zero_stage=native.zero_stage,
-                  fused_swiglu=on_gpu and bool(table["bias_swiglu_fusion"]), on_gpu=on_gpu)
+                  fused_swiglu=on_gpu and bool(table["bias_swiglu_fusion"]), on_gpu=on_gpu,
+                  fused_optimizer=fused_optimizer)
 
 
 @dataclass(frozen=True)
@@ -131,10 +132,12 @@ class Prediction:
                 f"DP {figure_text(b.dp_exposed_s)}{hidden}, bubble {figure_text(b.bubble_s)})")
 
 
-def predict(req: Request, target: Target, link_gbps: float | None = None) -> Prediction:
-    """The request's prediction on a target device (link_gbps: NET_LINK_GBPS, the inter-node link per GPU)."""
+def predict(req: Request, target: Target, link_gbps: float | None = None,
+            fused_optimizer: bool = True) -> Prediction:
+    """The request's prediction on a target device (link_gbps: NET_LINK_GBPS, the inter-node link per GPU;
+    fused_optimizer: False where the run read back megatron-core's fallback to torch's AdamW)."""
     spec = req.model
-    lay = layout(req, on_gpu=target.spec is not None)
+    lay = layout(req, on_gpu=target.spec is not None, fused_optimizer=fused_optimizer)
     time = None
     if target.spec is not None:
         net = links(target.spec, req.parallelism.gpus_per_node, req.parallelism.nnodes, link_gbps)
@@ -165,7 +168,8 @@ def result_section(request: Request, result: dict) -> dict:
         target = gpu_target(TARGET_DEVICES[key], None, f"TARGET_DEVICE={key}")
     else:
         target = Target(None, None, None, "none")
-    found = predict(request, target, request.network.link_gbps)
+    fused = (result.get("features") or {}).get("optimizer_fusion") is not False  # unsaid: the GPU stack's fused Adam
+    found = predict(request, target, request.network.link_gbps, fused_optimizer=fused)
     mem = found.memory
     step = ((result.get("performance") or {}).get("step_time_s") or {}).get("median")
     bound_s = found.time.step_s if found.time else None

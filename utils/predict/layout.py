@@ -41,6 +41,9 @@ class Layout:
     sac_every: int = 0  # fsdp: every N-th layer checkpointed (full recomputation of that layer); 0: none
     zero_stage: int = 1  # autotp's ZeRO stage
     fused_swiglu: bool = True  # megatron on a GPU: the profile's bias_swiglu_fusion (none on the CPU)
+    # megatron on a GPU: megatron-core's FusedAdam (Transformer Engine's or Apex's); False where it fell back to
+    # torch's AdamW, neither being installed (read back from the run: features.optimizer_fusion)
+    fused_optimizer: bool = True
     on_gpu: bool = True
 
     def __post_init__(self) -> None:

@@ -121,9 +121,11 @@ def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> lis
     """One pipeline stage (the first holds the embedding, the last the final norm and LM head): megatron-core's
     buffer and the distributed optimizer's shard (module docstring). The fp32 copy of the gradient shard lives from
     the step's start (_copy_model_grads_to_main_grads) to the next step's zero_grad, which frees it before the
-    forward. The optimizer's temporaries: none on a GPU (megatron-core takes Transformer Engine's or Apex's
-    FusedAdam, multi-tensor kernels that update in place: megatron/core/optimizer/__init__.py), torch's AdamW on the
-    CPU, over the fp32 main parameters (one per parameter's piece of the shard)."""
+    forward. The optimizer's temporaries: none on a GPU with Transformer Engine or Apex (megatron-core takes their
+    FusedAdam, multi-tensor kernels that update in place: megatron-core 0.19.2 optimizer/__init__.py:13-35), else
+    torch's AdamW over the fp32 main parameters (one per parameter's piece of the shard): on a GPU its foreach path
+    over the whole shard (the no-decay group of norms is the smaller), on the CPU one piece at a time. On the lent
+    H200 without either (2026-11-28), the fallback's foreach square root was the 7.2 GiB the fused model lacked."""
     numels = megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, first, last)
     buf = megatron_buffer(numels, lay.dp, megatron_bucket_size(lay) if first else None, lay.distributed_optimizer)
     w, g = lay.width, 4 if lay.grad_fp32 else lay.width
@@ -131,7 +133,10 @@ def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> lis
     master = 0 if lay.precision == "fp32" else 4 * buf.shard_numel  # fp32 weights are their own master copy
     main_grads = 4 * buf.shard_numel if g < 4 else 0  # the step's fp32 copy of the shard's 16-bit gradients
     optimizer = master + 8 * buf.shard_numel + 4 * buf.shard_tensors
-    temporaries = 0 if lay.on_gpu else adamw_temporaries(False, [[buf.largest_piece]])
+    if lay.on_gpu:
+        temporaries = 0 if lay.fused_optimizer else adamw_temporaries(True, [[buf.shard_numel]])
+    else:
+        temporaries = adamw_temporaries(False, [[buf.largest_piece]])
     in_flight = min(lay.pp, lay.ga) if first and not last else 1
     held = {"weights": weights, "optimizer": optimizer}
     embedding_grads = (tied_contributions(spec) if last else 1) * w * spec.vocab_size // lay.tp * spec.hidden_size
