@@ -256,13 +256,15 @@ run_megatron_lm() {
   local -a args
   mapfile -t args < <(cd "${TPRIMAT_ROOT}" && "${python}" -m bench.megatron_lm_args "${run_dir}/config.json" \
     --megatron-lm "${megatron_lm}") || { tp_warn "no pretrain_gpt.py arguments for ${run_dir}/config.json"; return 1; }
+  # pretrain_gpt.py through bench/megatron_lm_pretrain.py: its compile_helpers() answered where helpers_cpp is built
   local -a command=("${python}" -m torch.distributed.run --nproc-per-node 1 --master-port 29512
-    "${megatron_lm}/pretrain_gpt.py" "${args[@]}")
+    -m bench.megatron_lm_pretrain "${megatron_lm}/pretrain_gpt.py" "${args[@]}")
   printf '%q ' "${command[@]}" >"${run_dir}/command.sh"
   tp_log "Megatron-LM: ${command[*]}"
   ((dry_run)) && return 0
   local code=0
-  (cd "${megatron_lm}" && CUDA_DEVICE_MAX_CONNECTIONS=1 HF_HUB_OFFLINE=1 timeout --signal=TERM --kill-after=30 \
+  (cd "${megatron_lm}" && PYTHONPATH="${TPRIMAT_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" CUDA_DEVICE_MAX_CONNECTIONS=1 \
+    HF_HUB_OFFLINE=1 timeout --signal=TERM --kill-after=30 \
     "${run_timeout}" "${command[@]}") >"${run_dir}/train.log" 2>&1 || code=$?
   tail -n 5 "${run_dir}/train.log" >&2
   (cd "${TPRIMAT_ROOT}" && "${python}" -m evaluate.probe -o "${run_dir}/system.json") \

@@ -92,3 +92,19 @@ def test_the_table_shows_gated_figures_and_says_when_the_reference_is_missing(tm
     assert "mega / pretrain_gpt.py tokens/s/GPU: - (a run is missing or failed its checks)" in lines
     assert "- note: no InfiniBand port" in lines
     assert gpu_check_table.main([str(tmp_path / "none")]) == 2
+
+
+def test_megatron_lms_script_runs_as_itself_with_compile_helpers_answered_where_the_helpers_are_built(tmp_path):
+    script = tmp_path / "checkout" / "pretrain_gpt.py"  # stands for pretrain_gpt.py: what it sees, and the call
+    script.parent.mkdir()
+    script.write_text("import json, sys\nfrom megatron.core.datasets.utils import compile_helpers\n"
+                      "compile_helpers()\nprint(json.dumps([__name__, sys.argv, sys.path[0]]))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "bench.megatron_lm_pretrain", str(script), "--train-iters", "20"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]  # upstream's compile_helpers exits 1: no Makefile in the wheel
+    assert "answered without make" in out.stdout
+    assert json.loads(out.stdout.splitlines()[-1]) == ["__main__", [str(script), "--train-iters", "20"],
+                                                       str(script.parent)]
+    dry = (REPO / "bench" / "gpu_check.sh").read_text()
+    assert "-m bench.megatron_lm_pretrain \"${megatron_lm}/pretrain_gpt.py\"" in dry

@@ -28,6 +28,7 @@ from tests.fixtures.train.data_dir import DATASET, make_data_dir
 from tests.fixtures.train_matrix.requests import run_request
 from train.mbridge.launch import write_model_dir
 from train.mbridge.recipe import recipe_settings
+from utils.datafiles import COMPILE_HELPERS_CALLERS
 from utils.frameworks import TABLE
 from utils.spec import stacks
 from utils.spec.fairness import profile
@@ -113,6 +114,13 @@ def test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_en
     assert built[1]["te_answers"] == ["megatron.core.utils._te_version",
                                       "megatron.core.models.common.embeddings.rope_utils.fused_apply_rotary_pos_emb",
                                       "megatron.bridge.training.comm_overlap.HAVE_TE"]
+
+
+def test_megatron_bridges_start_up_makes_the_dataset_helpers_the_wheel_ships_built_so_the_run_answers_it(built):
+    """Megatron-Bridge 0.6.2 training/initialize.py:28,147 calls megatron-core's compile_helpers, which runs make in a
+    folder the megatron-core wheel ships without a Makefile; train_mbridge answers it in both modules."""
+    assert built[1]["compile_helpers"] == {"bridge_calls_cores": True, "makefile": False,
+                                           "answered": list(COMPILE_HELPERS_CALLERS)}
 
 
 @pytest.mark.parametrize("case", CASES)

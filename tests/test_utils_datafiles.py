@@ -265,3 +265,27 @@ def test_a_launch_on_a_corrupted_pair_is_refused_in_one_line_before_a_run_direct
     (line,) = out.stderr.splitlines()
     assert "sample_qwen_text_document.bin: sha256" in line and "./shell/run_data.sh" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_megatron_core_wheels_compile_helpers_cannot_make_what_it_ships_built_and_is_answered_without_make(
+        monkeypatch):
+    """megatron-core 0.19.2 datasets/utils.py:20-30 runs make in a folder its wheel ships without a Makefile (and with
+    helpers_cpp built), and exits 1 when make fails: Megatron-LM's and Megatron-Bridge's start-up call it."""
+    from megatron.core.datasets import utils as dataset_utils
+
+    folder = Path(dataset_utils.__file__).parent
+    assert not (folder / "Makefile").exists() and list(folder.glob("helpers_cpp*.so"))
+    with pytest.raises(SystemExit):
+        dataset_utils.compile_helpers()
+    monkeypatch.setattr(dataset_utils, "compile_helpers", dataset_utils.compile_helpers)  # put back after the test
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: pytest.fail("make ran"))
+    assert "megatron.core.datasets.utils" in datafiles.answer_compile_helpers()
+    dataset_utils.compile_helpers()  # answered: helpers_cpp imports, no make
+
+
+def test_where_the_dataset_helpers_are_not_compiled_upstreams_make_is_left_to_build_them(monkeypatch):
+    from megatron.core.datasets import utils as dataset_utils
+
+    upstream = dataset_utils.compile_helpers
+    monkeypatch.setattr(datafiles, "_helpers_importable", lambda: False)
+    assert datafiles.answer_compile_helpers() == [] and dataset_utils.compile_helpers is upstream

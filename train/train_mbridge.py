@@ -83,7 +83,11 @@ def train(cfg, settings: dict, pretrain, forward_step) -> None:
     from megatron.bridge.training.callbacks import CallbackManager
 
     from train.mbridge import readback
+    from utils.datafiles import answer_compile_helpers
 
+    if answered := answer_compile_helpers():  # the wheel's helpers_cpp: no make (utils.datafiles)
+        print(f"[tprimat] megatron-core's dataset helpers are compiled: compile_helpers() in {', '.join(answered)} "
+              "answered without make (a megatron-core wheel ships no Makefile)", flush=True)
     callbacks = CallbackManager()
     callbacks.register("on_train_start", lambda context: readback.write(context.state.cfg, settings,
                                                                         *readback.world()))

@@ -334,6 +334,40 @@ def ensure_dataset_helpers() -> None:
                         f"make, or install a megatron-core wheel, which ships them compiled")
 
 
+# Where Megatron-LM's and Megatron-Bridge's start-up call compile_helpers() (make) unconditionally on (local) rank 0:
+# Megatron-LM f8837c04 megatron/training/initialize.py:176-178 (imported inside the function) and Megatron-Bridge
+# 0.6.2 src/megatron/bridge/training/initialize.py:28 (imported at module level) and :147.
+COMPILE_HELPERS_CALLERS = ("megatron.core.datasets.utils", "megatron.bridge.training.initialize")
+
+
+def answer_compile_helpers(callers: tuple[str, ...] = COMPILE_HELPERS_CALLERS) -> list[str]:
+    """Where helpers_cpp is already compiled, compile_helpers() answered without make in each named module that is
+    installed; returns those answered (none where it is not compiled, so that upstream's make builds it).
+
+    A megatron-core wheel ships helpers_cpp compiled, with helpers.cpp but without the Makefile, yet megatron-core
+    0.19.2's compile_helpers (datasets/utils.py:20-30) runs `make -C` on that folder and exits 1 when make fails
+    there: "No targets specified and no makefile found" stopped both Megatron-LM's pretrain_gpt.py and
+    Megatron-Bridge's pretrain() on a lent H200 (2026-11-28). In a source checkout, which has the Makefile and no
+    compiled module until it runs, nothing changes."""
+    if not _helpers_importable():
+        return []
+    answered = []
+    for name in callers:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "compile_helpers"):
+            module.compile_helpers = _helpers_compiled
+            answered.append(name)
+    return answered
+
+
+def _helpers_compiled() -> None:
+    """compile_helpers' answer where helpers_cpp is compiled: make would find it up to date."""
+    importlib.import_module("megatron.core.datasets.helpers_cpp")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m utils.datafiles", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)

@@ -37,6 +37,8 @@ SOURCES = {
     "megatron-bridge-0.6.2": Source("NVIDIA-NeMo/Megatron-Bridge", "v0.6.0", package="megatron-bridge==0.6.2",
                                     prefix="src/"),
     "megatron-core-0.19.2": Source("NVIDIA/Megatron-LM", "core_v0.19.2", package="megatron-core==0.19.2"),
+    # the head of core_r0.19.0, whose pretrain_gpt.py bench/gpu_check.sh runs beside mega (MEGATRON_LM_COMMIT)
+    "megatron-lm-f8837c04": Source("NVIDIA/Megatron-LM", "f8837c04ef6cbef6cdefb8de001aad63178aebbf"),
 }
 _LOG = "tests/test_evaluate_logs_primus_v26_5.py::"
 _RENDER = "primus/backends/megatron/patches/training_log/print_rank_last_patches.py"
@@ -47,6 +49,7 @@ BUILD = "tests/test_train_mbridge_build.py::"
 OVERLAP = "test_the_finalized_ddp_overlap_is_the_profiles_with_no_communication_overlap_setup_or_manual_gc"
 ENVIRONMENT = "test_the_recipes_process_environment_is_the_stacks_for_every_framework_and_none_is_left_in_the_container"
 READBACK = "test_the_read_back_the_run_writes_is_the_finalized_containers"
+HELPERS = "test_megatron_bridges_start_up_makes_the_dataset_helpers_the_wheel_ships_built_so_the_run_answers_it"
 STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in"
 
 # One section per source; a fact is added where its source's section is.
@@ -269,7 +272,27 @@ FACTS: tuple[Fact, ...] = (
     Fact("mbridge-fp4-needs-te", "megatron-bridge-0.6.2", "src/megatron/bridge/training/mixed_precision.py",
          (110, 111), "4180befc95a419ad20e692bb02b810bcf95f7e4ac36c476b77bd120961d89679",
          "NVFP4 finalization asks Transformer Engine's version (the probe answers the stack's)", BUILD + STAND_INS),
+    Fact("mbridge-initialize-imports-compile-helpers", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/training/initialize.py", (28, 28),
+         "eb6d37061be7d51c4cb3b885bf1599c756124089fc397cd50512169728a2d822",
+         "Megatron-Bridge's start-up holds megatron-core's compile_helpers under its own module's name, so answering "
+         "it means answering it there too (utils.datafiles.COMPILE_HELPERS_CALLERS)", BUILD + HELPERS),
+    Fact("mbridge-initialize-compiles-helpers", "megatron-bridge-0.6.2", "src/megatron/bridge/training/initialize.py",
+         (143, 147), "f299549141784255c2891c06303d0e360e634e41bf02582ea0619482dba2b2bc",
+         "initialize_megatron calls compile_helpers on each node's local rank 0 whatever is installed",
+         BUILD + HELPERS),
     # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
+    Fact("mcore-compile-helpers-runs-make", "megatron-core-0.19.2", "megatron/core/datasets/utils.py", (20, 30),
+         "02c160f0fa9c75902c535a2e67e7d4ead610c01d0dacbb37a5a8e1e143cb8b40",
+         "compile_helpers runs make in the datasets folder and exits 1 when make fails (the wheel has no Makefile)",
+         "tests/test_utils_datafiles.py::test_a_megatron_core_wheels_compile_helpers_cannot_make_what_it_ships_built_"
+         "and_is_answered_without_make"),
+    Fact("mcore-torch-adamw-fallback", "megatron-core-0.19.2", "megatron/core/optimizer/__init__.py", (13, 35),
+         "b58634cdef3e9c6c746229479d8020915505ee9b4d3c4aee3748c576b5a14984",
+         "Adam is Transformer Engine's FusedAdam, else Apex's, else torch's AdamW (USING_PYTORCH_OPTIMIZER), which "
+         "the memory prediction counts where a run records it (features.optimizer_fusion)",
+         "tests/test_utils_predict.py::test_megatron_core_without_transformer_engine_or_apex_takes_torchs_adamw_and_"
+         "the_run_says_so"),
     Fact("mcore-ddp-reuse-needs-fp8-param-gather", "megatron-core-0.19.2",
          "megatron/core/distributed/distributed_data_parallel_config.py", (253, 254),
          "f08775cef223e0857b084ed66c18c0a81f1011498a74445cb6256fc03fb906b4",
@@ -292,4 +315,11 @@ FACTS: tuple[Fact, ...] = (
          "a845a4a06ecd135e8b61a32aea10a1cfbab1985356dc974dfa922a267855f374",
          "with no blend (mock data) the dataset config takes split 1,1,1 of its own",
          BUILD + "test_every_case_finalizes_as_pretrain_finalizes_it_and_keeps_every_setting"),
+    # --- NVIDIA/Megatron-LM f8837c04 (core_r0.19.0): the reference bench/gpu_check.sh runs -----------------------
+    Fact("megatron-lm-initialize-compiles-helpers", "megatron-lm-f8837c04", "megatron/training/initialize.py",
+         (173, 178), "c38ebc1216d8d319eed1f32e82a0b5a5f15f5aa4caacf369d64aefe1c95d4b0a",
+         "pretrain_gpt.py's start-up imports compile_helpers from megatron-core inside the call and runs it on rank "
+         "0 whatever is installed (bench/megatron_lm_pretrain.py answers it there)",
+         "tests/test_bench_gpu_check.py::test_megatron_lms_script_runs_as_itself_with_compile_helpers_answered_where_"
+         "the_helpers_are_built"),
 )
