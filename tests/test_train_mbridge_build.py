@@ -81,12 +81,17 @@ def underived(values: dict, case: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[dict, dict]:
-    """(settings per case, the probe's answer) for every case, built in one Megatron-Bridge process."""
+def interpreter() -> Path:
+    """The Python of the Megatron-Bridge environment (requirements/mbridge.txt), built once per machine."""
     python = python_312()
     if python is None:
         pytest.skip("no Python 3.12 on this machine (Megatron-Bridge 0.6 needs it): install one, e.g. pyenv 3.12.1")
-    interpreter = envs.virtualenv("mbridge", envs.requirement_lines(REQUIREMENTS), python=python, no_deps=True)
+    return envs.virtualenv("mbridge", envs.requirement_lines(REQUIREMENTS), python=python, no_deps=True)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, interpreter) -> tuple[dict, dict]:
+    """(settings per case, the probe's answer) for every case, built in one Megatron-Bridge process."""
     data_dir = make_data_dir(tmp_path_factory.mktemp("data"), model_keys=("llama", "qwen"), documents=20)
     run_root = tmp_path_factory.mktemp("runs")
     settings, world_sizes = {}, {}
@@ -216,10 +221,24 @@ def test_the_effective_settings_are_the_requests_layout_and_workload(built):
          wanted["train.train_iters"], wanted["model.num_layers"], wanted["model.vocab_size"])
 
 
-def test_every_megatron_bridge_and_megatron_core_fact_reads_as_recorded_in_the_installed_packages(built):
+def test_every_megatron_bridge_and_megatron_core_fact_reads_as_recorded_in_the_installed_packages(interpreter):
     """utils/upstream/table.py's facts of the pinned packages, re-read from the files this environment installed."""
-    interpreter = envs.virtualenv("mbridge", envs.requirement_lines(REQUIREMENTS), python=python_312(), no_deps=True)
     out = subprocess.run([str(interpreter), "-m", "utils.upstream", "check", "--installed"], capture_output=True,
                          text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "upstream facts read as recorded" in out.stdout and not out.stdout.startswith("0 of")
+
+
+def test_the_stack_probe_imports_megatron_bridge_as_its_trainer_does_where_transformer_engine_is_absent(interpreter):
+    """A plain `import megatron.bridge` fails at lora_layers' unguarded Transformer Engine import; the launcher's stack
+    check (utils.machine.probe) imports it within the entry's probe_context, as train_mbridge does, so a local-spec
+    run is not refused before it starts (as it was on a lent H200, 2026-11-28)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    plain = subprocess.run([str(interpreter), "-c", "import megatron.bridge"], capture_output=True, text=True,
+                           timeout=300, env=env)
+    probed = subprocess.run([str(interpreter), "-m", "evaluate.probe", "--stack-facts", "--frameworks", "mbridge"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert plain.returncode != 0 and "No module named 'transformer_engine'" in plain.stderr
+    assert probed.returncode == 0, probed.stderr[-2000:]
+    assert json.loads(probed.stdout.splitlines()[-1])["modules"] == {
+        "megatron.bridge": "", "megatron.core": "", "transformer_engine": "not installed"}

@@ -258,10 +258,6 @@ def test_megatron_core_without_transformer_engine_or_apex_takes_torchs_adamw_and
 
     fused = any(importlib.util.find_spec(name) for name in ("transformer_engine", "apex"))
     assert local_kernels.fused_optimizer() is fused is (not optimizer.USING_PYTORCH_OPTIMIZER)
-    if not fused:
-        import torch
-
-        assert optimizer.Adam is torch.optim.AdamW
 
 
 def test_the_prediction_says_which_parts_it_models_and_which_are_an_allowance():

@@ -335,8 +335,8 @@ def ensure_dataset_helpers() -> None:
 
 
 # Where Megatron-LM's and Megatron-Bridge's start-up call compile_helpers() (make) unconditionally on (local) rank 0:
-# Megatron-LM f8837c04 megatron/training/initialize.py:176-178 (imported inside the function) and Megatron-Bridge
-# 0.6.2 src/megatron/bridge/training/initialize.py:28 (imported at module level) and :147.
+# Megatron-LM f8837c04 megatron/training/initialize.py:173-178 (imported inside the function) and Megatron-Bridge
+# 0.6.2 src/megatron/bridge/training/initialize.py:28 (imported at module level) and 143-147 (utils/upstream/table.py).
 COMPILE_HELPERS_CALLERS = ("megatron.core.datasets.utils", "megatron.bridge.training.initialize")
 
 

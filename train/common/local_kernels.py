@@ -27,8 +27,10 @@ def available() -> dict[str, bool]:
 
 def fused_optimizer() -> bool:
     """Whether megatron-core's Adam is Transformer Engine's or Apex's FusedAdam; False where neither imports and it
-    falls back to torch's AdamW (megatron-core 0.19.2 optimizer/__init__.py:13-35, USING_PYTORCH_OPTIMIZER), whose
-    foreach step holds a square root of every second moment at once (utils.predict.parameters.adamw_temporaries)."""
+    falls back to torch's AdamW under the same name (megatron-core 0.19.2 optimizer/__init__.py:13-35; 0.12 has no
+    USING_PYTORCH_OPTIMIZER flag beside it), whose foreach step holds a square root of every second moment at once
+    (utils.predict.parameters.adamw_temporaries)."""
+    import torch
     from megatron.core import optimizer
 
-    return not optimizer.USING_PYTORCH_OPTIMIZER
+    return optimizer.Adam is not torch.optim.AdamW

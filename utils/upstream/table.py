@@ -289,8 +289,8 @@ FACTS: tuple[Fact, ...] = (
          "and_is_answered_without_make"),
     Fact("mcore-torch-adamw-fallback", "megatron-core-0.19.2", "megatron/core/optimizer/__init__.py", (13, 35),
          "b58634cdef3e9c6c746229479d8020915505ee9b4d3c4aee3748c576b5a14984",
-         "Adam is Transformer Engine's FusedAdam, else Apex's, else torch's AdamW (USING_PYTORCH_OPTIMIZER), which "
-         "the memory prediction counts where a run records it (features.optimizer_fusion)",
+         "Adam is Transformer Engine's FusedAdam, else Apex's, else torch's AdamW under the same name, which the "
+         "memory prediction counts where a run records it (features.optimizer_fusion)",
          "tests/test_utils_predict.py::test_megatron_core_without_transformer_engine_or_apex_takes_torchs_adamw_and_"
          "the_run_says_so"),
     Fact("mcore-ddp-reuse-needs-fp8-param-gather", "megatron-core-0.19.2",
