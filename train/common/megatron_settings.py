@@ -16,6 +16,23 @@ from utils.spec.request import Request
 DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "use_distributed_optimizer", "grad_reduce_in_fp32",
             "check_for_nan_in_grad", "average_in_collective")
 DELAYED_KEYS = ("fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo")  # the delayed-scaling recipe's own
+# The other fairness settings, by the megatron-core config that holds them (the model's TransformerConfig, the
+# OptimizerConfig, the parallel layout), as {TPrimat's fairness name: megatron-core's field}
+FAIRNESS_FIELDS = {
+    "model": {"bias_swiglu_fusion": "bias_activation_fusion", "apply_rope_fusion": "apply_rope_fusion",
+              "bias_dropout_fusion": "bias_dropout_fusion", "cross_entropy_loss_fusion": "cross_entropy_loss_fusion",
+              "cross_entropy_fusion_impl": "cross_entropy_fusion_impl",
+              "gradient_accumulation_fusion": "gradient_accumulation_fusion"},
+    "optimizer": {"use_distributed_optimizer": "use_distributed_optimizer", "adam_eps": "adam_eps"},
+    "parallel": {"context_parallel_size": "context_parallel_size"},
+}
+
+
+def fairness_paths(prefixes: dict[str, str]) -> dict[str, str]:
+    """{fairness name: attribute path} of FAIRNESS_FIELDS under each framework's prefix for the config that holds
+    them (NeMo's recipe: "model.config.", "optim.config.", "trainer.strategy."; Megatron-Bridge's ConfigContainer:
+    "model.", "optimizer.", "model.")."""
+    return {name: prefixes[where] + field for where, fields in FAIRNESS_FIELDS.items() for name, field in fields.items()}
 
 
 def architecture(spec: ModelSpec, padded_vocab_size: int, prefix: str) -> dict[str, object]:

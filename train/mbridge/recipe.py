@@ -16,7 +16,7 @@ unless tokenizer.use_tokenizer_vocab_size).
 
 from __future__ import annotations
 
-from train.common.megatron_settings import DDP_KEYS, architecture, precision_settings
+from train.common.megatron_settings import DDP_KEYS, architecture, fairness_paths, precision_settings
 from utils.spec.precision import switch_key
 from utils.frameworks import TABLE
 from utils.spec.request import Request
@@ -38,18 +38,7 @@ PRESETS = {"bf16": "bf16_mixed", "delayed": "bf16_with_fp8_delayed_scaling_mixed
            "mxfp8": "bf16_with_mxfp8_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
 
 # TPrimat's fairness names -> attribute paths on the ConfigContainer.
-FAIRNESS_PATHS = {
-    "context_parallel_size": "model.context_parallel_size",
-    "use_distributed_optimizer": "optimizer.use_distributed_optimizer",
-    "bias_swiglu_fusion": "model.bias_activation_fusion",
-    "apply_rope_fusion": "model.apply_rope_fusion",
-    "bias_dropout_fusion": "model.bias_dropout_fusion",
-    "cross_entropy_loss_fusion": "model.cross_entropy_loss_fusion",
-    "cross_entropy_fusion_impl": "model.cross_entropy_fusion_impl",
-    "gradient_accumulation_fusion": "model.gradient_accumulation_fusion",
-    "adam_eps": "optimizer.adam_eps",
-}
-
+FAIRNESS_PATHS = fairness_paths({"model": "model.", "optimizer": "optimizer.", "parallel": "model."})
 
 # What the recipes switch on that no other framework runs, set as they all run (the upstream lines are
 # utils/upstream/table.py's facts): no communication-overlap setup (the 70B recipe's CommOverlapConfig turns on TP

@@ -8,7 +8,7 @@ builds (data module, DDP config, precision plugin, callbacks).
 
 from __future__ import annotations
 
-from train.common.megatron_settings import DDP_KEYS, architecture, precision_settings
+from train.common.megatron_settings import DDP_KEYS, architecture, fairness_paths, precision_settings
 from utils.frameworks import TABLE
 from utils.spec.precision import switch_key
 from utils.spec.request import Request
@@ -22,17 +22,10 @@ PRECISION_PLUGINS = {"bf16": "bf16_mixed", "delayed": "bf16_with_fp8_mixed",
                      "tensorwise": "bf16_with_fp8_current_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
 
 # TPrimat's fairness names -> NeMo's attribute paths on the recipe.
-FAIRNESS_PATHS = {
-    "context_parallel_size": "trainer.strategy.context_parallel_size",
-    "use_distributed_optimizer": "optim.config.use_distributed_optimizer",
-    "bias_swiglu_fusion": "model.config.bias_activation_fusion",
-    "apply_rope_fusion": "model.config.apply_rope_fusion",
-    "bias_dropout_fusion": "model.config.bias_dropout_fusion",
-    "cross_entropy_loss_fusion": "model.config.cross_entropy_loss_fusion",
-    "cross_entropy_fusion_impl": "model.config.cross_entropy_fusion_impl",
-    "gradient_accumulation_fusion": "model.config.gradient_accumulation_fusion",
-    "adam_eps": "optim.config.adam_eps",
-}
+FAIRNESS_PATHS = fairness_paths({"model": "model.config.", "optimizer": "optim.config.",
+                                  "parallel": "trainer.strategy."})
+
+
 def recipe_settings(req: Request, run_dir: str) -> dict:
     """Everything train_nemo.py sets on the recipe for one run, from the run's request."""
     lay, train, who = req.parallelism, req.training, req.identity
