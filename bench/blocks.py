@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -74,3 +75,12 @@ def block_lines(instrument: str, on: Sequence[float], off: Sequence[float]) -> l
              "blocks " + " ".join(f"{s * 1000:.1f}" for s in times) for mode, times in (("on", on), ("off", off))]
     return lines + [f"  on - off: median {difference * 100:+.2f}% of step time over adjacent block pairs "
                     f"(standard error {error * 100:.2f}%)"]
+
+
+def verdict(within: bool, budget: float, digits: int, command: str, context: str) -> int:
+    """The budget line and the command that reproduces the figures (run from the repository's root, with `context`
+    and this process's OMP_NUM_THREADS said after it); 0 within the budget, 1 over it."""
+    print(f"  budget {budget * 100:.{digits}f}%: {'met' if within else 'EXCEEDED'}")
+    print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && {command}   ({context}; "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
+    return 0 if within else 1

@@ -30,7 +30,6 @@ if __package__ in (None, ""):
 
 import contextlib  # noqa: E402
 import io  # noqa: E402
-import os  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -38,7 +37,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 
 from bench.blocks import (alternating, block_lines, block_parser, fsdp_trainer,  # noqa: E402
-                          paired_difference, parse_blocks)
+                          paired_difference, parse_blocks, verdict)
 from train.native import trainer as native_trainer  # noqa: E402
 
 BUDGET = 0.01  # the issue's limit: 1% of step time
@@ -88,12 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the marks' own host time: {statistics.fmean(own) * 1e6:.1f} us per step = {direct * 100:.4f}% of "
           "step time (clock reads included)")
     within = direct <= BUDGET and difference - 2 * error <= BUDGET
-    print(f"  budget {BUDGET * 100:.0f}%: {'met' if within else 'EXCEEDED'}")
-    print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && FRAMEWORK=fsdp torchrun --standalone "
-          f"--nproc_per_node={world} -m bench.breakdown --model {args.model} --blocks {args.blocks} "
-          f"--block-steps {args.block_steps}   (PLATFORM={req.identity.platform}; "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
-    return 0 if within else 1
+    return verdict(within, BUDGET, 0, f"FRAMEWORK=fsdp torchrun --standalone --nproc_per_node={world} -m "
+                   f"bench.breakdown --model {args.model} --blocks {args.blocks} --block-steps {args.block_steps}",
+                   f"PLATFORM={req.identity.platform}")
 
 
 if __name__ == "__main__":

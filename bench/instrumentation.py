@@ -35,7 +35,6 @@ if __package__ in (None, ""):
 
 import contextlib
 import io
-import os
 import statistics
 import tempfile
 import time
@@ -43,7 +42,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from bench.blocks import alternating, block_lines, block_parser, paired_difference, parse_blocks
+from bench.blocks import alternating, block_lines, block_parser, paired_difference, parse_blocks, verdict
 from train.common import cpu_compat
 from train.common.megatron_data import locate
 from train.common.step_log import StepLog
@@ -133,12 +132,9 @@ def main(argv: list[str] | None = None) -> int:
           f"step = {marks_mean / step_off * 100:.4f}% of step time (their own clock reads included)")
     print(f"  marks made with instrumentation off: {marks_off:.0f}")
     within = direct <= BUDGET and difference - 2 * error <= BUDGET and marks_off == 0
-    print(f"  budget {BUDGET * 100:.0f}%: {'met' if within else 'EXCEEDED'}")
-    print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && "
-          f"torchrun --standalone --nproc_per_node={world} -m bench.instrumentation --model {args.model} "
-          f"--blocks {args.blocks} --block-steps {args.block_steps}   (settings from config.env; "
-          f"PLATFORM={req.identity.platform}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
-    return 0 if within else 1
+    return verdict(within, BUDGET, 0, f"torchrun --standalone --nproc_per_node={world} -m bench.instrumentation "
+                   f"--model {args.model} --blocks {args.blocks} --block-steps {args.block_steps}",
+                   f"settings from config.env; PLATFORM={req.identity.platform}")
 
 
 if __name__ == "__main__":

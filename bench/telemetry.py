@@ -35,7 +35,7 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 
 from bench.blocks import (alternating, block_lines, block_parser, fsdp_trainer,  # noqa: E402
-                          paired_difference, parse_blocks)
+                          paired_difference, parse_blocks, verdict)
 from train.native import trainer as native_trainer  # noqa: E402
 from utils.machine import telemetry  # noqa: E402
 
@@ -126,12 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the sampler's own CPU time: {share * 1000:.2f} ms per second of wall time = {direct * 100:.3f}% of the "
           f"{cores} core(s) {'the training runs on' if platform == 'cpu' else 'of the host'}")
     within = direct <= BUDGET and difference - 2 * error <= BUDGET
-    print(f"  budget {BUDGET * 100:.1f}%: {'met' if within else 'EXCEEDED'}")
-    print(f"  reproduce: cd {Path(__file__).resolve().parent.parent} && DP={lay.dp} GPUS_PER_NODE={world} "
-          f"torchrun --standalone --nproc_per_node={world} -m bench.telemetry --model {args.model} "
-          f"--blocks {args.blocks} --block-steps {args.block_steps} --interval-ms {interval_ms}   "
-          f"(PLATFORM={platform}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
-    return 0 if within else 1
+    return verdict(within, BUDGET, 1, f"DP={lay.dp} GPUS_PER_NODE={world} torchrun --standalone "
+                   f"--nproc_per_node={world} -m bench.telemetry --model {args.model} --blocks {args.blocks} "
+                   f"--block-steps {args.block_steps} --interval-ms {interval_ms}", f"PLATFORM={platform}")
 
 
 if __name__ == "__main__":

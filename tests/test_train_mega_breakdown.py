@@ -87,3 +87,4 @@ def test_bench_mode_makes_no_marks_and_the_benchmark_reports_the_breakdowns_shar
     assert "marks made with instrumentation off: 0" in out.stdout, out.stdout
     share = re.search(r"breakdown marks: \d+ per step, [0-9.]+ ms per step = ([0-9.]+)% of step time", out.stdout)
     assert share and float(share.group(1)) < 100, out.stdout
+    assert re.search(r"budget 1%: (met|EXCEEDED)\n  reproduce: cd .* -m bench.instrumentation --model llama", out.stdout)
