@@ -86,9 +86,14 @@ def shown(key: str, value: object) -> str:
     return f"{label} {value}"
 
 
+# A Megatron path's run on megatron-core's own layers (features.layer_spec, TRANSFORMER_IMPL=local): other kernels than
+# a Transformer Engine run of the same framework, so the two are two configurations, never repeats or peers
+LOCAL_LAYERS = "local layers, no Transformer Engine"
+
+
 def described(result: dict) -> str:
-    """Every recorded torch-native setting in words; "-" for a framework without them, "not recorded" for a
-    torch-native run whose result has none."""
+    """Every recorded torch-native setting in words; "not recorded" for a torch-native run whose result has none; for
+    another framework LOCAL_LAYERS where it ran megatron-core's local layers, else "-"."""
     if not torch_native(result["framework"]):
-        return "-"
+        return LOCAL_LAYERS if (result.get("features") or {}).get("layer_spec") == "local" else "-"
     return ", ".join(shown(key, value) for key, value in recorded(result).items()) or "not recorded"

@@ -142,6 +142,19 @@ def test_sac_is_read_from_the_checkpointed_layers():
 def test_every_request_setting_has_its_words():
     assert set(native_settings.KEYS) == set(native_settings.SETTINGS)
     assert native_settings.described(fixtures.mega().result) == "-"
+
+
+def test_a_megatron_run_on_megatron_cores_local_layers_is_its_own_configuration_and_says_so(items):
+    """TRANSFORMER_IMPL=local (features.layer_spec): never a repeat or a peer of a Transformer Engine run."""
+    local = copy.deepcopy(fixtures.mega())
+    local.result["features"]["layer_spec"] = "local"
+    rows = repeats_of([fixtures.mega(), local])
+    assert [row.settings for row in rows] == ["-", native_settings.LOCAL_LAYERS]
+    assert "| NVIDIA H100 SXM | - | Megatron (local layers, no Transformer Engine) | custom |" in \
+        "\n".join(report.results_table(rows))
+    side = framework_view.section([local, fixtures.fsdp()])
+    assert any(line.startswith("| NVIDIA H100 SXM | Megatron | 1 | local layers, no Transformer Engine |")
+               for line in side), side
     assert native_settings.described(fixtures.result("autotp", "a", effective={}).result) == "not recorded"
 
 

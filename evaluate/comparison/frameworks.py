@@ -81,15 +81,16 @@ def section(items: Sequence[Loaded]) -> list[str]:
     out = ["## Frameworks on the same layout", "",
            "Runs of the same model, TP/PP/DP/GA, micro-batch, sequence length, precision and GPU count; figures are "
            f"median [min-max] over successful repeats, the ratio is tokens/s/GPU over {FRAMEWORK_NAMES[BASELINE]}'s "
-           "on the same device and node count. Torch-native settings: DP implementation, torch.compile (and its "
-           "mode), selective activation checkpointing (SAC 1/N: every N-th layer), attention, ZeRO stage, as the "
-           "framework read them back.", ""]
+           "on the same device and node count. Settings: the torch-native frameworks' DP implementation, "
+           "torch.compile (and its mode), selective activation checkpointing (SAC 1/N: every N-th layer), attention "
+           "and ZeRO stage, as the framework read them back; a Megatron path's megatron-core local layers where it "
+           "ran without Transformer Engine.", ""]
     found = compared(groups(items))
     if not found:
         return out + ["- no model and layout was run by more than one framework", ""]
     for key, rows in found.items():
         out += [heading(key), "",
-                "| Device | Framework | Nodes | Torch-native settings | tokens/s/GPU | TFLOP/s/GPU | Step time (s) | "
+                "| Device | Framework | Nodes | Settings | tokens/s/GPU | TFLOP/s/GPU | Step time (s) | "
                 f"vs {FRAMEWORK_NAMES[BASELINE]} | Runs |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for row in rows:
