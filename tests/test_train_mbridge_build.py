@@ -242,3 +242,13 @@ def test_the_stack_probe_imports_megatron_bridge_as_its_trainer_does_where_trans
     assert probed.returncode == 0, probed.stderr[-2000:]
     assert json.loads(probed.stdout.splitlines()[-1])["modules"] == {
         "megatron.bridge": "", "megatron.core": "", "transformer_engine": "not installed"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_tokenizer_setup_builds_next_leaves_the_requested_vocabulary_as_it_is(built, case):
+    """setup()'s step after initialize_megatron (training/setup.py:293-299): the prepared tokenizer builds, and the
+    model keeps the preset vocabulary TPrimat sets (padded already) instead of padding the tokenizer's again."""
+    found = built[1]["cases"][case]["tokenizer"]
+    assert "error" not in found, found
+    assert found["model_vocab_size"] == built[0][case]["set"]["model.vocab_size"] >= found["vocab_size"]
+    assert found["pad_vocab"] is False

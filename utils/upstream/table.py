@@ -50,6 +50,7 @@ OVERLAP = "test_the_finalized_ddp_overlap_is_the_profiles_with_no_communication_
 ENVIRONMENT = "test_the_recipes_process_environment_is_the_stacks_for_every_framework_and_none_is_left_in_the_container"
 READBACK = "test_the_read_back_the_run_writes_is_the_finalized_containers"
 HELPERS = "test_megatron_bridges_start_up_makes_the_dataset_helpers_the_wheel_ships_built_so_the_run_answers_it"
+TOKENIZER = "test_the_tokenizer_setup_builds_next_leaves_the_requested_vocabulary_as_it_is"
 STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in"
 
 # One section per source; a fact is added where its source's section is.
@@ -281,6 +282,14 @@ FACTS: tuple[Fact, ...] = (
          (143, 147), "f299549141784255c2891c06303d0e360e634e41bf02582ea0619482dba2b2bc",
          "initialize_megatron calls compile_helpers on each node's local rank 0 whatever is installed",
          BUILD + HELPERS),
+    Fact("mbridge-setup-builds-tokenizer", "megatron-bridge-0.6.2", "src/megatron/bridge/training/setup.py",
+         (293, 299), "506410afaa07804ebd902e60a8b857f8e98c34519a5e917fb249f8c6f7d0d973",
+         "after initialize_megatron, setup() builds the tokenizer and sets the model's vocabulary from it and the preset",
+         BUILD + TOKENIZER),
+    Fact("mbridge-preset-vocab-kept-unpadded", "megatron-bridge-0.6.2", "src/megatron/bridge/training/setup.py",
+         (702, 722), "a12675b9b11d63a364c77e5a3e363daa68a4cbde3639e37db1e4af46551b2374",
+         "a preset vocabulary below the tokenizer's is refused; with use_tokenizer_vocab_size False a preset at or "
+         "above it is kept, unpadded (TPrimat presets the padded one)", BUILD + TOKENIZER),
     # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
     Fact("mcore-compile-helpers-runs-make", "megatron-core-0.19.2", "megatron/core/datasets/utils.py", (20, 30),
          "02c160f0fa9c75902c535a2e67e7d4ead610c01d0dacbb37a5a8e1e143cb8b40",
