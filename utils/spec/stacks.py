@@ -2,9 +2,10 @@
 
 A stack is what a vendor ships in one image (its ROCm or CUDA, torch, Transformer Engine, megatron-core and its
 own framework: Primus, NeMo or Megatron-Bridge), plus the frameworks TPrimat runs on it. The image is the base that
-<platform>.Dockerfile builds FROM (its `ARG BASE_IMAGE`); the result records the stack's name and the image's
-digest, so two runs of one vendor on two stacks compare like two vendors do. The newest row of a platform comes
-first and is its default; the older rows stay selectable so that a stack upgrade is measured against the last one.
+<platform>.Dockerfile builds FROM (shell/lib/docker.sh passes it as `BASE_IMAGE`, which has no default); the result
+records the stack's name and the image's digest, so two runs of one vendor on two stacks compare like two vendors
+do. The newest row of a platform comes first and is its default; the older rows stay selectable so that a stack
+upgrade is measured against the last one.
 The CPU's stack is the host's .venv (requirements/host.txt), not an image.
 
 A version is written as the stack's public source states it; None where no public source states it (the probe
