@@ -162,7 +162,7 @@ def _shown(value: str | None) -> str:
 
 
 def markdown() -> str:
-    """The table as docs/frameworks.md's "Tested stacks" shows it (a test keeps the two equal)."""
+    """The table in Markdown, each platform's default marked; docs/frameworks.md's "Tested stacks" names the command."""
     head = ("| Stack | Platform | Image | Runtime | torch | Transformer Engine | megatron-core | Vendor framework | "
             "Collectives | Frameworks |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -177,10 +177,10 @@ def markdown() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`markdown`: the table as docs/frameworks.md shows it, to paste there when a row changes."""
+    """`markdown`: the table in Markdown, for a reader or a page that shows it."""
     from utils.cli import Parser
     parser = Parser(prog="python3 -m utils.spec.stacks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("markdown",), help="markdown: the table as docs/frameworks.md shows it")
+    parser.add_argument("command", choices=("markdown",), help="markdown: print the table in Markdown")
     parser.parse_args(argv)
     print(markdown())
     return 0
