@@ -13,9 +13,11 @@ records what the image really holds, in every result's system.software). `framew
 registry (utils/frameworks/) does not have yet: whoever uses the list filters it to registered names
 (utils.config.selection.stack_frameworks), so a row can be written before its framework's entry lands.
 
-Adding a stack is one row here (docs/ARCHITECTURE.md, "Where new things go"). Standard library only: utils.config
-reads it before any environment exists.
-`python3 -m utils.spec.stacks markdown` prints the table as docs/frameworks.md shows it.
+Adding a stack is one row here and no edit elsewhere, a new newest row (the new default) included: the Dockerfiles,
+the docs and the tests read the table (docs/ARCHITECTURE.md, "Where new things go"; tests/test_utils_stacks_new_row.py
+adds such a row per GPU platform to a copy and runs the tests that read them). Standard library only: utils.config
+reads it before any environment exists. `python3 -m utils.spec.stacks markdown` prints the table (docs/frameworks.md
+keeps no copy).
 """
 
 from __future__ import annotations
