@@ -1,9 +1,10 @@
 # TPrimat on AMD GPUs, FROM the chosen stack's Primus image (utils/spec/stacks.py: ROCm, PyTorch,
 # Transformer Engine, hipBLASLt, RCCL, Primus at /workspace/Primus with its own Megatron-LM).
-# shell/lib/docker.sh passes the STACK row's image as BASE_IMAGE; the default is the newest AMD row
-# (a test keeps them equal). The repository is mounted at run time; no secret is ever copied in
-# (HF_TOKEN arrives with --env-file at run time).
-ARG BASE_IMAGE=rocm/primus:v26.5
+# BASE_IMAGE has no default: the stack table is its one source, and the build (shell/lib/docker.sh,
+# ./shell/build.sh) passes the STACK row's image. By hand: eval "$(python3 -m utils.config stack amd)"
+# && docker build --build-arg BASE_IMAGE="${STACK_IMAGE}" --file amd.Dockerfile . The repository is
+# mounted at run time; no secret is ever copied in (HF_TOKEN arrives with --env-file at run time).
+ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
 # Install only what the base lacks, keeping its torch, Transformer Engine and megatron-core.

@@ -1,9 +1,10 @@
 # TPrimat on NVIDIA GPUs, FROM the chosen stack's NeMo Framework image (utils/spec/stacks.py:
-# NeMo 2 on 25.x, Megatron-Bridge on 26.x; megatron-core, Transformer Engine). shell/lib/docker.sh
-# passes the STACK row's image as BASE_IMAGE; the default is the newest NVIDIA row (a test keeps them
-# equal). The repository is mounted at run time; no secret is ever copied in (HF_TOKEN arrives with
-# --env-file at run time).
-ARG BASE_IMAGE=nvcr.io/nvidia/nemo:26.08
+# NeMo 2 on 25.x, Megatron-Bridge on 26.x; megatron-core, Transformer Engine). BASE_IMAGE has no
+# default: the stack table is its one source, and the build (shell/lib/docker.sh, ./shell/build.sh)
+# passes the STACK row's image. By hand: eval "$(python3 -m utils.config stack nvd)" && docker build
+# --build-arg BASE_IMAGE="${STACK_IMAGE}" --file nvd.Dockerfile . The repository is mounted at run
+# time; no secret is ever copied in (HF_TOKEN arrives with --env-file at run time).
+ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 
 # Install only what the base lacks, keeping its torch, Transformer Engine, megatron-core and NeMo.

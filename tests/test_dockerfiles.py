@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.shell_harness import REPO
+from tests.shell_harness import REPO, FakeMachine
 from utils.machine.platform_env import PLATFORM_ENV
 from utils.spec import stacks
 
@@ -25,9 +25,21 @@ def env_of(platform: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("platform", ["amd", "nvd"])
-def test_image_builds_on_the_stack_s_base_defaulting_to_the_newest_row(platform):
-    """BASE_IMAGE is the STACK row's image (shell/lib/docker.sh); its default is the platform's default stack."""
-    assert instructions(platform)[:2] == [f"ARG BASE_IMAGE={stacks.default(platform).image}", "FROM ${BASE_IMAGE}"]
+def test_image_builds_on_the_base_it_is_given_and_names_no_stack_s_image(platform):
+    """BASE_IMAGE has no default: utils/spec/stacks.py is its one source, so a new newest row edits no Dockerfile."""
+    assert instructions(platform)[:2] == ["ARG BASE_IMAGE", "FROM ${BASE_IMAGE}"]
+    text = (REPO / f"{platform}.Dockerfile").read_text()
+    assert not any(row.image in text for row in stacks.of(platform))
+
+
+@pytest.mark.parametrize("platform", ["amd", "nvd"])
+def test_the_build_passes_the_default_stack_s_image_as_base_image(tmp_path, platform):
+    """shell/lib/docker.sh gives the Dockerfile its base: with STACK unset, the platform's newest row's image."""
+    result = FakeMachine(tmp_path, engine=True).run("shell/build.sh", PLATFORM=platform)
+    assert result.returncode == 0, result.output
+    (build,) = result.calls_of("docker", "build")
+    assert build[build.index("--build-arg") + 1] == f"BASE_IMAGE={stacks.default(platform).image}"
+    assert build[build.index("--file") + 1].endswith(f"/{platform}.Dockerfile")
 
 
 @pytest.mark.parametrize("platform", ["amd", "nvd"])

@@ -298,7 +298,7 @@ def test_a_dry_run_of_a_multi_node_gpu_node_shows_rdma_devices_memlock_and_the_r
     devices.mkdir()
     result = fake.run("shell/run_train.sh", DRY_RUN="1", NNODES="2", DP="16", GA="4", LAUNCHER="local",
                       MASTER_ADDR="10.0.0.1", TPRIMAT_INFINIBAND=str(devices),
-                      FRAMEWORK="mega,nemo" if platform == "nvd" else "mega,prim", STACK="nemo-25.04")
+                      FRAMEWORK="mega,nemo" if platform == "nvd" else "mega,prim", STACK="nemo-25.04,primus-v26.5")
     assert result.returncode == 0, result.output
     (container,) = [line for line in result.stderr.splitlines() if "a real run would start: docker run" in line]
     assert f"--device={devices}:/dev/infiniband" in container and "--ulimit memlock=-1" in container

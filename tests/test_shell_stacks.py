@@ -83,5 +83,5 @@ def test_build_sh_builds_the_stack_of_the_platform_it_is_asked_for(tmp_path):
 def test_a_wrapper_of_a_framework_the_default_stack_lacks_names_the_stack_that_has_it(tmp_path):
     result = machine(tmp_path, nvidia=8).run("train/train_nvd_nemo_qwen.sh", DRY_RUN="1")
     assert result.returncode == 2, result.output
-    assert result.stderr.splitlines()[-1] == ("[tprimat] error: nemo (NeMo) is not on stack nemo-26.08; it runs on "
-                                              "nemo-25.04: STACK=nemo-25.04")
+    assert result.stderr.splitlines()[-1] == (f"[tprimat] error: nemo (NeMo) is not on stack "
+                                              f"{stacks.default('nvd').name}; it runs on nemo-25.04: STACK=nemo-25.04")

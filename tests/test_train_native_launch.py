@@ -13,6 +13,7 @@ from tests.fixtures.train_matrix.shell import machine, read, run_dirs
 from tests.shell_harness import REPO
 
 GPUS = {"nvd": {"nvidia": 8}, "amd": {"amd": 8}}
+STACKS = {"nvd": "nemo-26.08", "amd": "primus-v26.5"}  # the rows whose environments VENDOR_ENV writes out
 # What each launch sets on top of the inherited environment: the platform's variables (utils/machine/platform_env), the
 # framework's, and unbuffered Python.
 VENDOR_ENV = {
@@ -35,7 +36,8 @@ VENDOR_ENV = {
 @pytest.mark.parametrize("platform", ["nvd", "amd"])
 def test_a_dry_run_shows_the_exact_commands_and_vendor_environment_and_skips_the_pipeline_layout(tmp_path, platform):
     fake = machine(tmp_path, **GPUS[platform])
-    result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="fsdp,autotp", STRATEGY="balanced")
+    result = fake.run("shell/train.sh", DRY_RUN="1", FRAMEWORK="fsdp,autotp", STRATEGY="balanced",
+                      STACK=STACKS[platform])
     assert result.returncode == 0, result.output
     dirs = {d.name: d for d in run_dirs(tmp_path / "output")}
     assert sorted(dirs) == ["autotp-llama-balanced", "fsdp-llama-balanced"]  # Qwen's balanced layout is PP2

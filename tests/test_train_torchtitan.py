@@ -243,7 +243,8 @@ def test_importing_torchtitans_entry_point_imports_what_needs_torch_2_13(torchti
 # --- a dry run on faked 8-GPU nodes ---------------------------------------------------------------------------------
 
 def test_a_dry_run_on_an_amd_node_skips_torchtitan_where_no_amd_stacks_torch_can_import_it(tmp_path):
-    result = machine(tmp_path, amd=8).run("shell/train.sh", DRY_RUN="1", FRAMEWORK="torchtitan", MODELS="llama")
+    result = machine(tmp_path, amd=8).run("shell/train.sh", DRY_RUN="1", FRAMEWORK="torchtitan", MODELS="llama",
+                                          STACK="primus-v26.5")  # torch 2.12.0
     assert result.returncode == 2
     assert "skipped: torchtitan (torchtitan) is on no amd stack: torchtitan needs torch 2.13" in result.stdout
     assert "not 2.12.0 (stack primus-v26.5)" in result.stdout and run_dirs(tmp_path / "output") == []

@@ -68,11 +68,10 @@ def test_environment_overrides_file_and_cpu_profile():
 
 @pytest.mark.parametrize("platform, requested, resolved", [
     ("nvd", "prim", ["mbridge"]), ("amd", "nemo", ["prim"]),
-    ("amd", "all", ["mega", "prim", "fsdp", "autotp"]),  # torchtitan 0.3 needs a newer torch than primus-v26.5's
+    ("amd", "all", list(stacks.default("amd").frameworks)),  # the default stack's row
     ("nvd", "mega,prim,nemo", ["mega", "mbridge", "nemo"]),  # nemo stays named: the plan skips it, naming its stack
     ("cpu", "all", ["mega", "fsdp", "autotp"]), ("cpu", "nemo", ["mega"]), ("cpu", "autotp,fsdp", ["autotp", "fsdp"]),
-    # all: the default stack's row (nemo-26.08: Megatron-Bridge, not NeMo 2's recipes)
-    ("nvd", "all", ["mega", "mbridge", "fsdp", "autotp", "torchtitan"]), ("nvd", "mbridge", ["mbridge"]),
+    ("nvd", "all", list(stacks.default("nvd").frameworks)), ("nvd", "mbridge", ["mbridge"]),
     ("amd", "mbridge", ["prim"]),  # Megatron-Bridge is NVIDIA's only: AMD's own framework runs instead
 ])
 def test_frameworks_map_onto_the_platform(platform, requested, resolved):
@@ -229,10 +228,10 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
      "minimal_communication, balanced, truly_identical, memory_optimized, maximum_performance, custom, each once"),
     ("STRATEGY", "all,balanced",
      "STRATEGY=all,balanced: all already names every strategy; write all alone or list names"),
-    ("STACK", "nemo-24.12", "STACK=nemo-24.12: unknown nemo-24.12; valid: a comma list of primus-v26.5, "
-     "primus-v25.11, nemo-26.08, nemo-25.04, host, each once"),
+    ("STACK", "nemo-24.12", f"STACK=nemo-24.12: unknown nemo-24.12; valid: a comma list of {', '.join(stacks.NAMES)}, "
+     "each once"),
     ("STACK", "nemo-26.08,nemo-25.04", "STACK=nemo-26.08,nemo-25.04: nemo-26.08 and nemo-25.04 are both nvd "
-     "stacks; name one per platform (valid nvd stacks: nemo-26.08, nemo-25.04)"),
+     f"stacks; name one per platform (valid nvd stacks: {', '.join(row.name for row in stacks.of('nvd'))})"),
     ("MASTER_ADDR", "", "MASTER_ADDR=: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),
     ("MASTER_ADDR", "１２７.0.0.1",
      "MASTER_ADDR=１２７.0.0.1: must be an IP address or host name of node 0 (ASCII letters, digits, . - : _)"),

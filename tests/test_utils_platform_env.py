@@ -8,6 +8,7 @@ import pytest
 from tests.fixtures.train_matrix.requests import run_request
 from train.launch.command import vendor_env
 from utils.machine.platform_env import apply, platform_env
+from utils.spec import stacks
 
 # Primus's run environment for a Megatron pretrain when the caller sets none, read in github.com/AMD-AGI/Primus:
 # v25.11 examples/run_pretrain.sh at 66bed3ce (line): NCCL_CHECKS_DISABLE (148), HSA_NO_SCRATCH_RECLAIM (223),
@@ -41,7 +42,9 @@ def test_mxfp8_on_amd_is_switched_on_as_primus_does_without_which_its_arguments_
 
 
 def test_without_a_stack_the_platforms_default_stack_is_meant():
-    assert platform_env("amd") == PRIMUS["primus-v26.5"]
+    row = stacks.default("amd")
+    assert platform_env("amd") == platform_env("amd", stack=row.name) != platform_env("amd", stack="primus-v25.11")
+    assert row.env.items() <= platform_env("amd").items()
 
 
 def test_a_callers_value_wins_as_in_primus_and_is_what_the_run_records():

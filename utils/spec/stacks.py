@@ -2,9 +2,10 @@
 
 A stack is what a vendor ships in one image (its ROCm or CUDA, torch, Transformer Engine, megatron-core and its
 own framework: Primus, NeMo or Megatron-Bridge), plus the frameworks TPrimat runs on it. The image is the base that
-<platform>.Dockerfile builds FROM (its `ARG BASE_IMAGE`); the result records the stack's name and the image's
-digest, so two runs of one vendor on two stacks compare like two vendors do. The newest row of a platform comes
-first and is its default; the older rows stay selectable so that a stack upgrade is measured against the last one.
+<platform>.Dockerfile builds FROM (shell/lib/docker.sh passes it as `BASE_IMAGE`, which has no default); the result
+records the stack's name and the image's digest, so two runs of one vendor on two stacks compare like two vendors
+do. The newest row of a platform comes first and is its default; the older rows stay selectable so that a stack
+upgrade is measured against the last one.
 The CPU's stack is the host's .venv (requirements/host.txt), not an image.
 
 A version is written as the stack's public source states it; None where no public source states it (the probe
@@ -12,9 +13,11 @@ records what the image really holds, in every result's system.software). `framew
 registry (utils/frameworks/) does not have yet: whoever uses the list filters it to registered names
 (utils.config.selection.stack_frameworks), so a row can be written before its framework's entry lands.
 
-Adding a stack is one row here (docs/ARCHITECTURE.md, "Where new things go"). Standard library only: utils.config
-reads it before any environment exists.
-`python3 -m utils.spec.stacks markdown` prints the table as docs/frameworks.md shows it.
+Adding a stack is one row here and no edit elsewhere, a new newest row (the new default) included: the Dockerfiles,
+the docs and the tests read the table (docs/ARCHITECTURE.md, "Where new things go"; tests/test_utils_stacks_new_row.py
+adds such a row per GPU platform to a copy and runs the tests that read them). Standard library only: utils.config
+reads it before any environment exists. `python3 -m utils.spec.stacks markdown` prints the table (docs/frameworks.md
+keeps no copy).
 """
 
 from __future__ import annotations
@@ -161,7 +164,7 @@ def _shown(value: str | None) -> str:
 
 
 def markdown() -> str:
-    """The table as docs/frameworks.md's "Tested stacks" shows it (a test keeps the two equal)."""
+    """The table in Markdown, each platform's default marked; docs/frameworks.md's "Tested stacks" names the command."""
     head = ("| Stack | Platform | Image | Runtime | torch | Transformer Engine | megatron-core | Vendor framework | "
             "Collectives | Frameworks |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -176,10 +179,10 @@ def markdown() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`markdown`: the table as docs/frameworks.md shows it, to paste there when a row changes."""
+    """`markdown`: the table in Markdown, for a reader or a page that shows it."""
     from utils.cli import Parser
     parser = Parser(prog="python3 -m utils.spec.stacks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("markdown",), help="markdown: the table as docs/frameworks.md shows it")
+    parser.add_argument("command", choices=("markdown",), help="markdown: print the table in Markdown")
     parser.parse_args(argv)
     print(markdown())
     return 0
