@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from utils import run_files
 from utils import ROOT, frameworks
 from utils.machine.hardware import cpu_flags, cpu_precision
 from utils.machine.probe import host_info
@@ -76,7 +77,7 @@ def default_run(env: dict[str, str], work: Path) -> dict:
     run_set = next(output.iterdir())
     runs = {}
     for launch_file in sorted(run_set.glob("*/launch.json")):
-        result = json.loads((launch_file.parent / "result.json").read_text())
+        result = json.loads((launch_file.parent / run_files.RESULT).read_text())
         step = result["performance"]["step_time_s"] or {}
         runs[launch_file.parent.name] = {"wall_s": json.loads(launch_file.read_text())["wall_s"],
                                          "steps": result["run"]["steps_completed"], "median_step_s": step.get("median"),

@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from utils import run_files
 from bench.blocks import alternating, block_lines, block_parser, paired_difference, parse_blocks, verdict
 from train.common import cpu_compat
 from train.common.megatron_data import locate
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(req, source, Path(scratch))
         trainer.build()
         if rank == world - 1:
-            trainer.log = StepLog(Path(scratch) / "steps.jsonl")
+            trainer.log = StepLog(Path(scratch) / run_files.STEPS)
         console = io.StringIO()  # the Megatron lines are still formatted and written, just not shown
         with contextlib.redirect_stdout(console):
             for step in range(1, args.warmup_steps + 1):

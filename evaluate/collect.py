@@ -24,15 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, BinaryIO, Callable, Sequence
 
+from utils import run_files
 from utils.cli import quoted, warn
 from utils.files import MAX_JSON_BYTES, parse_json, read_bounded
 from utils.spec.result import SCHEMA_VERSION, schema, schema_errors
 from utils.runset import SYSTEM_FILE
 
-RESULT_NAME = "result.json"
-EVALS_NAME = "evals.jsonl"  # train/common/evaluation.py's EVALS_FILE (evaluate reads no trainer module)
-TELEMETRY_NAME, STEPS_NAME, LOG_NAME = "telemetry.jsonl", "steps.jsonl", "train.log"  # evaluate.telemetry_checks'
-CONFIG_NAME = "config.json"  # the run's request, evaluate.prediction_checks' evidence
+RESULT_NAME = run_files.RESULT
+EVALS_NAME = run_files.EVALS
+TELEMETRY_NAME, STEPS_NAME, LOG_NAME = run_files.TELEMETRY, run_files.STEPS, run_files.LOG
+CONFIG_NAME = run_files.REQUEST  # evaluate.prediction_checks' evidence
 SIDE_NAMES = (EVALS_NAME, TELEMETRY_NAME, STEPS_NAME, LOG_NAME, CONFIG_NAME)
 RANK_STEPS = "rank_steps", "rank*.jsonl"  # utils.machine.stragglers' RUN_DIR/rank_steps/rank<R>.jsonl
 SAMPLED_SERIES = 64  # a series longer than this is schema-checked on its sample first

@@ -14,6 +14,7 @@ import math
 import zipfile
 from typing import BinaryIO, Callable
 
+from utils import run_files
 from evaluate.effective_settings import same
 from evaluate.logs.parse import parse_logs, step_ranges
 from utils.frameworks import TABLE
@@ -131,7 +132,7 @@ def evals_file(r: dict, evals: list[dict] | str | None) -> list[Problem]:
     return []
 
 
-LOG_FILE = "train.log"  # the judge's log (evaluate.judge), node N's under nodeN/
+LOG_FILE = run_files.LOG  # the judge's log (evaluate.judge), node N's under nodeN/
 LOG_COLUMNS = ("loss", "wall_s", "eval_time_s")  # what a log's validation report says (evaluate.logs.evaluations)
 
 

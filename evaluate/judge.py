@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils import run_files
 from evaluate import extract, machine_checks, native_settings, telemetry_checks
 from evaluate.logs import worker_failure
 from evaluate.collect import Loaded, first_problem
@@ -111,7 +112,7 @@ def worker_excerpt(record: dict, logs: list[Path]) -> None:
 
 def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str) -> dict:
     """The result of a run that never reached its first step: no figures, the reason and the log's end."""
-    tail = log_tail(run_dir / "train.log")
+    tail = log_tail(run_dir / run_files.LOG)
     try:
         system = extract.find_system(run_dir, None, [])
     except UsageError:  # a damaged system.json: the run's record matters more than its description
@@ -120,7 +121,7 @@ def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str
         run={"id": request.identity.run_id, "started_at": ended.started_at, "ended_at": ended.ended_at,
              "status": "incomplete" if ended.interrupted else "failed", "exit_code": ended.exit_code,
              "error_excerpt": f"{why}\n{tail}".strip(), "commit": None, "source": "extract",
-             "log_files": [str(run_dir / "train.log")]},
+             "log_files": [str(run_dir / run_files.LOG)]},
         **request.result_sections(), system=system, steps=[],
         device_name=(system.get("gpu") or {}).get("name"), warnings=ended.warnings)
 
@@ -128,7 +129,7 @@ def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str
 def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Path]) -> dict:
     """result.json of the run: its trainer's own (utils.frameworks: writes_result), else extracted from the nodes'
     logs in the framework's log format (its entry's log_format)."""
-    path = run_dir / "result.json"
+    path = run_dir / run_files.RESULT
     framework, entry = request.identity.framework, TABLE[request.identity.framework]
     if entry.writes_result and not path.exists() and entry.log_format is None:
         why = (f"exit code {ended.exit_code}; " if ended.exit_code else "") + \
@@ -208,7 +209,7 @@ def other_node_logs(run_dir: Path, nnodes: int, hurry: SignalFlag, timeout_s: fl
     while pending and time.monotonic() < deadline and not hurry.is_set():
         for rank, node_dir in list(pending.items()):
             try:
-                if "exit_code" in json.loads((node_dir / "launch.json").read_text()):
+                if "exit_code" in json.loads((node_dir / run_files.LAUNCH).read_text()):
                     del pending[rank]
             except (OSError, json.JSONDecodeError):
                 pass
@@ -221,8 +222,8 @@ def other_node_logs(run_dir: Path, nnodes: int, hurry: SignalFlag, timeout_s: fl
     if pending:
         why = "stopped waiting" if hurry.is_set() else f"did not record the end of the run within {timeout_s:.0f} s"
         warn(f"node(s) {', '.join(map(str, pending))}: {why}; extracting from the logs there are")
-    return [run_dir / f"node{rank}" / "train.log" for rank in range(1, nnodes)
-            if (run_dir / f"node{rank}" / "train.log").exists()]
+    return [run_dir / f"node{rank}" / run_files.LOG for rank in range(1, nnodes)
+            if (run_dir / f"node{rank}" / run_files.LOG).exists()]
 
 
 def record_environment(nnodes: int, result: dict, environment: dict[str, str], logs: list[Path]) -> list[str]:
@@ -242,8 +243,8 @@ def record_environment(nnodes: int, result: dict, environment: dict[str, str], l
 def step_clock(run_dir: Path, result: dict, ended: Ended) -> tuple[list[energy.Step], str]:
     """Each step's end on telemetry.jsonl's clock (evaluate.telemetry_checks.step_clock, which validate recomputes the
     section on too), from the run directory's files."""
-    return telemetry_checks.step_clock(result, lambda: (run_dir / "steps.jsonl").read_text(encoding="utf-8"),
-                                       lambda: step_end_times(run_dir / "train.log"), ended.ended_at)
+    return telemetry_checks.step_clock(result, lambda: (run_dir / run_files.STEPS).read_text(encoding="utf-8"),
+                                       lambda: step_end_times(run_dir / run_files.LOG), ended.ended_at)
 
 
 # What a side file of a shape no check foresaw raises while its section is made: the section is left out, naming it.
@@ -314,7 +315,7 @@ def machine_sections(request: Request, run_dir: Path, result: dict, ended: Ended
 def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> str:
     """Final status of the run (ok | failed | incomplete | interrupted), written into result.json."""
     nnodes = request.parallelism.nnodes
-    logs = [run_dir / "train.log"] + other_node_logs(run_dir, nnodes, hurry)
+    logs = [run_dir / run_files.LOG] + other_node_logs(run_dir, nnodes, hurry)
     result = collect_result(request, run_dir, ended, logs)
     notes = record_environment(nnodes, result, ended.environment, logs)
     notes += machine_sections(request, run_dir, result, ended)
@@ -336,7 +337,7 @@ def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> s
     if not ended.interrupted and record["status"] != "ok":
         worker_excerpt(record, logs)
     result["warnings"] = list(dict.fromkeys(result["warnings"] + problems + ended.warnings + notes))
-    write_result(run_dir / "result.json", result)
+    write_result(run_dir / run_files.RESULT, result)
     for problem in problems:
         print(f"[tprimat] {request.identity.run_id}: {problem}", file=sys.stderr, flush=True)
     for note in notes:
@@ -356,10 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory (node 0's)")
     args = parser.parse_args(argv)
     try:
-        request = Request.read(args.run_dir / "config.json")
+        request = Request.read(args.run_dir / run_files.REQUEST)
     except RequestError as err:
         raise UsageError(str(err)) from None
-    ended = Ended.read(args.run_dir / "launch.json")
+    ended = Ended.read(args.run_dir / run_files.LAUNCH)
     judge(request, args.run_dir, ended, hurry)
     return 0
 

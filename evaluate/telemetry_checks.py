@@ -22,14 +22,15 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any, BinaryIO, Callable
 
+from utils import run_files
 from evaluate.effective_settings import same
 from evaluate.logs.files import stamped_ends
 from utils.files import MAX_JSON_BYTES
 from utils.machine import energy, stragglers, telemetry
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
-STEPS_FILE = "steps.jsonl"
-LOG_FILE = "train.log"
+STEPS_FILE = run_files.STEPS
+LOG_FILE = run_files.LOG
 # The section's figures the recomputation must give again (the rest are notes and names, or inputs of the summary).
 FIGURES = ("samples", "mean_power_w", "max_power_w", "energy_per_step_j", "tokens_per_joule", "wh_per_million_tokens",
            "min_median_sm_clock_ratio", "max_temp_gpu_c", "max_temp_mem_c")
@@ -56,7 +57,7 @@ def step_clock(result: dict, steps_text: Callable[[], str], log_ends: Callable[[
                 ends[int(item["step"])] = float(item["time_s"])
     except (OSError, ValueError, KeyError, TypeError):
         ends = {}
-    source = "steps.jsonl"
+    source = run_files.STEPS
     if not ends:
         try:
             ends, source = log_ends(), "log_timestamps"

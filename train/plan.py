@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
+from utils import run_files
 from utils.datafiles import PREPARE as PREPARE_COMMAND  # the command that prepares data, named once
 from utils.datafiles import DataProblem, data_prefix, prove, tokenizer_dir
 from utils.cli import Parser
@@ -280,7 +281,7 @@ def _earlier_durations(output_dir: Path, req: Request) -> list[float]:
     for config_file in output_dir.glob("*/*/config.json"):
         try:
             earlier = Request.read(config_file)
-            outcome = read_json(config_file.parent / "launch.json")
+            outcome = read_json(config_file.parent / run_files.LAUNCH)
             wall = float(outcome["wall_s"]) if outcome.get("status") == "ok" else None
         except (RequestError, OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # a record of another shape (or not JSON, or not text): nothing to go by

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from utils import run_files
 from evaluate.logs.settings import complete_batch
 from evaluate.logs.parse import ParsedLog
 from utils.cli import UsageError
@@ -171,7 +172,7 @@ def requested(run_dir: Path | None) -> tuple[Request | None, dict]:
     if run_dir is None:
         return None, {}
     try:
-        request = Request.read(run_dir / "config.json")
+        request = Request.read(run_dir / run_files.REQUEST)
     except RequestError as err:
         raise UsageError(f"--run-dir {run_dir}: {err}; or leave --run-dir out to read the settings from the "
                          "log") from None

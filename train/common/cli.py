@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from train.common.evaluation import EVALS_FILE
+from utils import run_files
 from train.common.outcome import Start, train_and_report
 from utils.cli import Parser
 from utils.config import ConfigError, load_config
@@ -88,7 +88,7 @@ def main(framework: str, tool: str, doc: str, start: Start, argv: list[str] | No
     except KeyError as err:  # a strategy without a layout for this model and platform
         print(f"{tool}: {err.args[0]}", file=sys.stderr)
         return 2
-    taken = [name for name in ("steps.jsonl", EVALS_FILE, "result.json") if (run_dir / name).exists()]
+    taken = [name for name in (run_files.STEPS, run_files.EVALS, run_files.RESULT) if (run_dir / name).exists()]
     if taken:
         print(f"{tool}: {run_dir} already holds a run ({', '.join(taken)}); give a new --run-dir", file=sys.stderr)
         return 2

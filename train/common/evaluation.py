@@ -21,13 +21,14 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Callable
 
+from utils import run_files
 from train.common.megatron_data import ValidationSplit
 from train.common.step_log import StepLog
 from train.common.step_timer import StepClock
 from utils.spec.metrics import time_to_target
 from utils.spec.request import Request
 
-EVALS_FILE = "evals.jsonl"
+EVALS_FILE = run_files.EVALS
 HOW = "the trainer evaluated every EVAL_INTERVAL steps and stopped at the first evaluation at or below the target"
 
 

@@ -29,6 +29,7 @@ import torch
 
 from typing import Any, Callable
 
+from utils import run_files
 from train.common.evaluation import EVALS_FILE, Evaluator
 from train.common.step_log import RankSteps, StepLog, is_last_rank
 from train.common import cpu_compat
@@ -165,7 +166,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         trainer.build()
         trainer.effective["environment"] = env
         if last:
-            trainer.log = StepLog(run_dir / "steps.jsonl")
+            trainer.log = StepLog(run_dir / run_files.STEPS)
             if trainer.evaluator is not None:
                 trainer.evaluator.log = StepLog(run_dir / EVALS_FILE)
             print(f"TPRIMAT_EFFECTIVE {json.dumps(trainer.effective, default=str)}", flush=True)
@@ -196,7 +197,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         try:
             result = assemble_result(req, trainer, source, run_dir, started_at=started_at, status=status,
                                      exit_code=code, error=error)
-            write_result(run_dir / "result.json", result)
+            write_result(run_dir / run_files.RESULT, result)
         except DiskError as err:  # the run fails with it; the judge's result says so where it can be written
             print(f"{tool}: error: {err}", file=sys.stderr, flush=True)
             code = code or 1

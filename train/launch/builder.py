@@ -9,13 +9,14 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 
+from utils import run_files
 from utils.machine.netenv import network_env
 from utils.machine.platform_env import platform_env
 from utils.spec.request import Request
 
 # Variables of the collective libraries (NCCL, RCCL, gloo) recorded in launch.json as the run is started with them.
 NETWORK_PREFIXES = ("NCCL_", "RCCL_", "GLOO_")
-REQUEST_FILE = "config.json"  # the run's request, in the run directory (written by node 0)
+REQUEST_FILE = run_files.REQUEST
 
 
 @dataclass

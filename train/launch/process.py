@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils import run_files
 from train.launch import settle
 from train.launch.command import Launch
 from utils import ROOT
@@ -207,7 +208,7 @@ def judge(run_dir: Path) -> str:
                              preexec_fn=_ignore_stops)
     code = child.wait()
     try:
-        status = json.loads((run_dir / "result.json").read_text())["run"]["status"]
+        status = json.loads((run_dir / run_files.RESULT).read_text())["run"]["status"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         warn(f"evaluate.judge (exit code {code}) left no readable result in {run_dir} ({err}): the run counts as failed")
         return "failed"

@@ -55,6 +55,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from utils import run_files
 from train.launch.command import REQUEST_FILE, Launch, node_identity, prepare, run_environment
 from train.launch.process import hold_stops, judge, run_supervised
 from train.plan import Run, data_problems, plan_device, precision_reason, request, run_name, skip_reason
@@ -103,7 +104,7 @@ def run_dir_of(path: Path, node_rank: int) -> Path:
 def claim(run_dir: Path, node_rank: int, instead: str = "choose a new --run-dir") -> Path:
     """The node's directory of the run, created; UsageError when it already holds a run (node 0: a request, node N:
     a launch record), so that nothing is overwritten. `instead`: what to do then."""
-    marker = run_dir / REQUEST_FILE if node_rank == 0 else node_dir(run_dir, node_rank) / "launch.json"
+    marker = run_dir / REQUEST_FILE if node_rank == 0 else node_dir(run_dir, node_rank) / run_files.LAUNCH
     if marker.exists():
         raise UsageError(f"{marker.parent} already holds a run; nothing is overwritten: {instead}")
     work_dir = node_dir(run_dir, node_rank)
@@ -239,22 +240,22 @@ def run_node(req: Request, run_dir: Path, *, written: bool) -> int:
     if not written:
         req.write(request_path(run_dir, node_rank))
     record = started_record(req, launch)
-    write_json(work_dir / "launch.json", record)
+    write_json(work_dir / run_files.LAUNCH, record)
     print(f"[tprimat] {who.run_id}: {who.framework} {who.variant} {lay.strategy} "
           f"TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga} node {node_rank}/{lay.nnodes} -> {work_dir}", flush=True)
     print(f"[tprimat] command: {launch.shell()}", flush=True)
     if req.environment.dry_run:
-        wrote = [request_path(run_dir, node_rank).name, "launch.json", *launch.generated]
+        wrote = [request_path(run_dir, node_rank).name, run_files.LAUNCH, *launch.generated]
         print(f"[tprimat] dry run: wrote {', '.join(wrote)}; nothing trained", flush=True)
         return EXIT_OK
     if node_rank == 0 and not (run_dir.parent / SYSTEM_FILE).exists():
         probe_system(run_dir.parent / SYSTEM_FILE)
     sampling = req.environment.telemetry_interval_ms if req.environment.telemetry else None
     try:
-        outcome = run_supervised(launch, work_dir / "train.log", who.platform, sampling)
+        outcome = run_supervised(launch, work_dir / run_files.LOG, who.platform, sampling)
     except DiskError as err:  # train.log refused: nothing was started
         try:
-            write_json(work_dir / "launch.json", {**record, "status": "failed", "error": str(err)})
+            write_json(work_dir / run_files.LAUNCH, {**record, "status": "failed", "error": str(err)})
         except DiskError:
             pass  # launch.json stays as it was; the line about train.log is the reason
         raise
@@ -264,12 +265,12 @@ def run_node(req: Request, run_dir: Path, *, written: bool) -> int:
                   log_error=outcome.log_error, environment=run_environment(launch, who.platform, who.framework,
                                                                         req.stack.name))
     if node_rank == 0:  # node 0 judges the run from every node's log
-        write_json(work_dir / "launch.json", record)
+        write_json(work_dir / run_files.LAUNCH, record)
         judged = judge(run_dir)
     else:
         judged = "ok" if outcome.exit_code == 0 and not outcome.log_error else "failed"
     status = "interrupted" if outcome.interrupted else judged
-    write_json(work_dir / "launch.json", {**record, "status": status})
+    write_json(work_dir / run_files.LAUNCH, {**record, "status": status})
     print(f"[tprimat] {who.run_id}: {status} (exit code {outcome.exit_code}, {outcome.wall_s:.0f} s)", flush=True)
     if outcome.interrupted:
         return 128 + outcome.stopped_by

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils import run_files
 from utils.cli import Parser
 from utils.spec.metrics import figure_text
 
@@ -42,7 +43,7 @@ def _read(path: Path) -> dict | None:
 
 def row(run_dir: Path) -> Row:
     """One run's line, from what its launcher and result recorded."""
-    launch, result = _read(run_dir / "launch.json"), _read(run_dir / "result.json")
+    launch, result = _read(run_dir / run_files.LAUNCH), _read(run_dir / run_files.RESULT)
     if launch is None:
         return Row(run_dir.name, "not run", None, None, None, "no launch.json")
     if launch.get("dry_run"):

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
+from utils import run_files
 from utils import ROOT
 from utils.cli import Parser, quoted, run
 from utils.files import json_problem
@@ -47,7 +48,7 @@ from utils.machine.telemetry_backends import Backend, SamplerError, amdsmi_lib, 
 from utils.machine.telemetry_tools import amd_smi, nvidia_smi
 from utils.machine.vendor_tools import Unavailable
 
-FILE = "telemetry.jsonl"
+FILE = run_files.TELEMETRY
 STOP_WAIT_S = 10.0  # the launcher waits this long for the sampler's clean stop, then kills it
 PR_SET_PDEATHSIG = 1
 SAMPLER_NICENESS = 10  # below the run's priority: the sampler waits for a free core, the run never waits for it

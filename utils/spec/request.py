@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from utils import run_files
 from utils.spec import stacks
 from utils.spec.evaluation import Evaluation
 from utils.spec.fairness import identity
@@ -183,7 +184,7 @@ class Request:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], where: str = "config.json") -> "Request":
+    def from_json(cls, data: Mapping[str, Any], where: str = run_files.REQUEST) -> "Request":
         """The request of a config.json object; RequestError names what is missing or unknown."""
         if not isinstance(data, Mapping):
             raise RequestError(f"{where}: not a run request (a JSON object is expected); rerun the launcher")
