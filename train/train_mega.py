@@ -34,10 +34,13 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
     TRAIN_DIR = Path(__file__).resolve().parent
     sys.path[:] = [str(TRAIN_DIR.parent), *(p for p in sys.path if Path(p or ".").resolve() != TRAIN_DIR)]
 
-from train.common import cpu_compat  # noqa: E402 - after the path, as every import of the project's packages
-from train.common import cli as trainer_cli  # noqa: E402
-from train.common.megatron_data import DataSource  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every import of the project's packages
 from utils.spec.request import Request  # noqa: E402
+
+if TYPE_CHECKING:  # torch comes with it: imported as the run starts, so that --help needs none
+    from train.common.megatron_data import DataSource
 
 FRAMEWORK = "mega"
 TOOL = "train_mega"
@@ -45,6 +48,7 @@ TOOL = "train_mega"
 
 def start(req: Request, source: DataSource, run_dir: Path, inject_nan_step: int | None):
     """megatron-core made ready (on the CPU through train/common/cpu_compat.py), distributed started, the trainer."""
+    from train.common import cpu_compat
     from train.mega.trainer import Trainer, init_distributed
 
     cpu_compat.apply()

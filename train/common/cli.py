@@ -16,14 +16,16 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from utils import run_files
-from train.common.outcome import Start, train_and_report
 from utils.cli import Parser
 from utils.config import ConfigError, load_config
 from utils.spec.models import MODEL_KEYS
 from utils.spec.request import Request, RequestError
+
+if TYPE_CHECKING:  # torch comes with it: imported when a run starts, so that --help needs none
+    from train.common.outcome import Start
 
 
 class RequestMismatch(ValueError):
@@ -93,6 +95,8 @@ def main(framework: str, tool: str, doc: str, start: Start, argv: list[str] | No
         print(f"{tool}: {run_dir} already holds a run ({', '.join(taken)}); give a new --run-dir", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
+    from train.common.outcome import train_and_report
+
     return train_and_report(req, run_dir, start, tool, args.inject_nan_at_step)
 
 
