@@ -24,21 +24,14 @@ if __package__ in (None, ""):  # run as a script by torchrun: the project's pack
     sys.path[:] = [str(TRAIN_DIR.parent), *(p for p in sys.path if Path(p or ".").resolve() != TRAIN_DIR)]
 
 from train.common import cli as trainer_cli  # noqa: E402 - after the path, as every project import
+from train.native import lazy_start  # noqa: E402
 
 FRAMEWORK = "fsdp"
 TOOL = "train_fsdp"
 
 
-def start(*args):
-    """The torch-native trainer on FsdpEngine, imported as the run starts (--help needs no torch)."""
-    from train.fsdp.engine import FsdpEngine
-    from train.native import trainer as native_trainer
-
-    return native_trainer.starter(FsdpEngine)(*args)
-
-
 def main(argv: list[str] | None = None) -> int:
-    return trainer_cli.main(FRAMEWORK, TOOL, __doc__, start, argv)
+    return trainer_cli.main(FRAMEWORK, TOOL, __doc__, lazy_start("train.fsdp.engine:FsdpEngine"), argv)
 
 
 if __name__ == "__main__":
