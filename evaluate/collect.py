@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import zipfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, BinaryIO, Callable, Sequence
 
@@ -28,6 +29,7 @@ from utils import run_files
 from utils.cli import quoted, warn
 from utils.files import MAX_JSON_BYTES, parse_json, read_bounded
 from utils.spec.result import SCHEMA_VERSION, schema, schema_errors
+from utils.spec.result_types import Section, typed
 from utils.runset import SYSTEM_FILE
 
 RESULT_NAME = run_files.RESULT
@@ -53,6 +55,11 @@ class Loaded:
     # (evaluate.telemetry_checks', evaluation_checks.log_points', prediction_checks' and straggler_checks' evidence),
     # path relative to it -> the file opened, when a check asks (a log is streamed, never held); None where the result
     # was not read from a run directory
+
+    @cached_property
+    def typed(self) -> Section:
+        """The result as typed objects (utils.spec.result_types): what every reader in evaluate/ reads."""
+        return typed(self.result)
 
     @property
     def name(self) -> str:
