@@ -65,18 +65,17 @@ class Loaded:
     def name(self) -> str:
         """Input-independent name: platform/run id (e.g. nvd/mega-llama-r2), escaped for a terminal (it came from
         a file)."""
-        run = self.result.get("run") or {}
-        return quoted(f"{self.result.get('platform', '?')}/{run.get('id', '?')}", 120)
+        return quoted(f"{self.typed.platform}/{self.typed.run.id}", 120)
 
     @property
     def overturned(self) -> bool:
         """The result says ok, but validate fails it (evaluate.gate): it counts as failed."""
-        return bool(self.failures) and (self.result.get("run") or {}).get("status") == "ok"
+        return bool(self.failures) and self.typed.run.status == "ok"
 
     @property
     def verdict(self) -> str:
         """How the run counts: its status, but "failed" where validate fails a result that says ok."""
-        return "failed" if self.overturned else str((self.result.get("run") or {}).get("status"))
+        return "failed" if self.overturned else self.typed.run.status
 
     @property
     def ok(self) -> bool:
@@ -86,21 +85,21 @@ class Loaded:
     def identity(self) -> str:
         """What makes two results the same run: platform, run id, start and end, model, layout and workload, and
         its series (a copy edited only where no figure comes from is still the same run)."""
-        run = self.result.get("run") or {}
-        return json.dumps([self.result.get("platform"), run.get("id"), run.get("started_at"), run.get("ended_at"),
-                           *(self.result.get(key) for key in ("model", "parallelism", "training", "series"))],
-                          sort_keys=True)
+        result = self.typed
+        return json.dumps([result.platform, result.run.id, result.run.started_at, result.run.ended_at,
+                           *(section.as_dict() for section in (result.model, result.parallelism, result.training,
+                                                               result.series))], sort_keys=True)
 
     @property
     def stack(self) -> str:
         """The stack it ran on (utils/spec/stacks.py); "-" when the result records none (extracted from a log
         without its request, or written before schema 1.5)."""
-        return (self.result.get("stack") or {}).get("name") or "-"
+        return (self.typed.stack.name if self.typed.stack else None) or "-"
 
     @property
     def nodes(self) -> int | None:
         """Nodes the run used: its parallelism.nnodes (schema 1.1), else its system's node count; None unknown."""
-        return (self.result.get("parallelism") or {}).get("nnodes") or self.system.get("nodes")
+        return self.typed.parallelism.nnodes or self.system.get("nodes")
 
 
 class CollectError(Exception):

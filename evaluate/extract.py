@@ -54,6 +54,7 @@ from evaluate.gate import judged
 from utils.cli import Parser, UsageError, WorkError, output_file, quoted
 from utils.spec.evaluation import Evaluation
 from utils.spec.result import ResultError, build_result, write_result
+from utils.spec.result_types import typed
 from utils.runset import system_path
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))
@@ -256,18 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     except WorkError as err:
         print(f"evaluate.extract: {err}", file=sys.stderr)
         return 1
-    if not result["series"]["step"]:
+    read = typed(result)
+    if not read.series.step:
         print(f"evaluate.extract: no training iteration line in the log; {args.output} records the failed run "
               f"(exit code {args.exit_code})", file=sys.stderr)
         return 1
-    item = Loaded(str(args.output), result, result.get("system") or {})
+    item = Loaded(str(args.output), result, read.system.as_dict())
     judged(item)  # the figure is printed only where validate passes the result (evaluate.gate)
-    figure = result["performance"]["tokens_per_s_per_gpu"]
+    figure = read.performance.tokens_per_s_per_gpu
     shown = (metrics.figure_text(figure) if figure is not None else "n/a") if item.ok else \
         f"none (fails validate: {quoted(item.failures[0]) if item.failures else item.verdict})"
-    print(f"{args.output}: {result['framework']} {result['model']['variant']} status={item.verdict} "
-          f"steps={result['run']['steps_completed']}/{result['training']['steps']} tokens/s/GPU={shown}")
-    for note in result["warnings"]:
+    print(f"{args.output}: {read.framework} {read.model.variant} status={item.verdict} "
+          f"steps={read.run.steps_completed}/{read.training.steps} tokens/s/GPU={shown}")
+    for note in read.warnings:
         print(f"  warning: {note}")
     return 0
 

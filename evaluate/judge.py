@@ -46,6 +46,7 @@ from utils.files import parse_json, read_bounded
 from utils.frameworks import TABLE
 from utils.spec.request import Request, RequestError
 from utils.spec.result import build_result, load_result, write_result
+from utils.spec.result_types import typed
 
 NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
 # evaluate.validate's checks that fail a run at once: settings read back from the framework's log
@@ -158,11 +159,12 @@ def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Pat
 def readback_problems(request: Request, result: dict) -> list[str]:
     """Where the framework's own report differs from the request (one line per setting; a torch-native one's own
     settings too), synthetic data where real data was requested, or a log that does not report the layout at all."""
-    effective = result.get("effective") or {}
+    read = typed(result)
+    settings = read.effective.extra  # what the framework reported, by the request's names
     framework = request.identity.framework
     problems = []
-    if not TABLE[framework].writes_result and result["run"]["steps_completed"] > 0:  # a trainer reports its own
-        missing = [key for key in REQUIRED_READBACK if effective.get(key) is None]
+    if not TABLE[framework].writes_result and read.run.steps_completed > 0:  # a trainer reports its own
+        missing = [key for key in REQUIRED_READBACK if settings.get(key) is None]
         if missing:
             problems.append(f"the {framework} log does not report {', '.join(missing)}: "
                             "cannot confirm the requested settings were applied")
@@ -170,7 +172,7 @@ def readback_problems(request: Request, result: dict) -> list[str]:
                  if finding.fatal and finding.check in READBACK_CHECKS]
     problems += [f"effective settings: {problem}"
                  for problem in native_settings.readback_problems(request.native, result)]
-    reported = effective.get("data_path")
+    reported = settings.get("data_path")
     if not request.data.mock_data and reported is not None:
         paths = data_paths(reported)
         if {os.path.normpath(p) for p in paths} != {os.path.normpath(request.data.prefix)}:
@@ -269,15 +271,15 @@ def telemetry_section(request: Request, run_dir: Path, result: dict, ended: Ende
         count = sum(record.bad_count for record in records)
         return left_out(env.telemetry_interval_ms, f"{bad[0]}" + (f" (and {count - 1} more)" if count > 1 else ""))
     steps, clock = step_clock(run_dir, result, ended)
-    training = result["training"]
+    training = typed(result).training  # what ran: an extracted result's batch is its log's
     per_node = None if request.identity.platform == "cpu" else max(1, lay.num_gpus // lay.nnodes)
-    section = energy.summarise(records, steps, window_steps, training["gbs"] * training["seq_len"],
+    section = energy.summarise(records, steps, window_steps, training.gbs * training.seq_len,
                                env.telemetry_interval_ms, clock, per_node)
     missing = [str(path) for path in paths if not path.exists()]
     if missing:
         section["complete"] = False
         section["note"] = "; ".join(filter(None, [section["note"], "no telemetry record: " + ", ".join(missing)]))
-    system = result.get("system") or {}
+    system = typed(result).system.as_dict()
     impossible = [p.message for p in machine_checks.power({**result, "telemetry": section}, system)
                   + machine_checks.energy_moves({**result, "telemetry": section}, system) if p.fatal]
     return left_out(env.telemetry_interval_ms, impossible[0]) if impossible else section
