@@ -26,6 +26,7 @@ from utils.machine.hardware import INTER_NODE_GBPS, lookup_device
 from utils.spec.models import by_variant
 from utils.predict.memory import Layout
 from utils.predict.step_time import bound, links
+from utils.spec.result_types import Section, typed
 from evaluate.gate import gated
 
 LABEL = "MODEL-BASED PROJECTION (not a measurement)"
@@ -54,24 +55,25 @@ def read(path: Path) -> dict:
     if not item.ok:
         why = item.failures[0] if item.failures else f"its run is {item.verdict}"
         raise UsageError(f"{path}: {quoted(why)}: it fails validate, so nothing is projected from it")
-    result = item.result
-    if not (result["performance"].get("step_time_s") or {}).get("median"):
+    step_time = item.typed.performance.step_time_s
+    if not (step_time and step_time.median):
         raise UsageError(f"{path}: the run has no measured step time to project from; give a successful run's result")
-    return result
+    return item.result
 
 
-def layout(result: dict) -> Layout:
+def layout(result: dict | Section) -> Layout:
     """The measured run's layout for the time bound (the fairness profile's DP settings; the torch-native settings
     the run read back)."""
-    p, t, effective = result["parallelism"], result["training"], result.get("effective") or {}
-    table = profile(str(t.get("fairness_profile") or "spec"))
-    return Layout(framework=result["framework"], tp=p["tp"], pp=p["pp"], dp=p["dp"], ga=p["ga"], mbs=t["mbs"],
-                  seq_len=t["seq_len"], precision=t["precision"],
-                  grad_fp32=bool(table["grad_reduce_in_fp32"]) or t["precision"] == "fp32",
+    r = typed(result)
+    p, t = r.parallelism, r.training
+    read_back = r.effective.extra if r.effective else {}  # effective's settings are no field the schema names
+    table = profile(str(t.fairness_profile or "spec"))
+    return Layout(framework=r.framework, tp=p.tp, pp=p.pp, dp=p.dp, ga=p.ga, mbs=t.mbs, seq_len=t.seq_len,
+                  precision=t.precision, grad_fp32=bool(table["grad_reduce_in_fp32"]) or t.precision == "fp32",
                   distributed_optimizer=bool(table["use_distributed_optimizer"]),
                   overlap_grad_reduce=bool(table["overlap_grad_reduce"]),
-                  data_parallel=str(effective.get("data_parallel") or SHARDED),
-                  zero_stage=int(effective.get("zero_stage") or 1))
+                  data_parallel=str(read_back.get("data_parallel") or SHARDED),
+                  zero_stage=int(read_back.get("zero_stage") or 1))
 
 
 def knob(name: str, given: float | None, flag: str) -> float | None:
@@ -109,17 +111,18 @@ class NodeProjection:
     points: list[Point]
 
 
-def projection(result: dict, counts: list[int], link_gbps: float | None) -> NodeProjection:
+def projection(result: dict | Section, counts: list[int], link_gbps: float | None) -> NodeProjection:
     """The measured run at each node count; UsageError naming why a result cannot be projected (a CPU run)."""
-    gpu = (result.get("system") or {}).get("gpu") or {}
+    r = typed(result)
+    gpu = (r.system.gpu if r.system else None) or {}  # free-form: a table of what the probe found
     device = lookup_device(gpu.get("name")) if gpu.get("name") else None
     if device is None or device.intra_gb_s is None:
         raise UsageError(f"the run's device {gpu.get('name')!r} has no entry in utils/machine/hardware.py (a CPU run, or an "
                          "unknown GPU): nothing to project with; give a GPU run's result")
-    spec, lay = by_variant(result["model"]["variant"]), layout(result)
-    nodes = int(result["parallelism"].get("nnodes") or 1)
-    per_node = result["parallelism"]["num_gpus"] // nodes
-    measured = float(result["performance"]["step_time_s"]["median"])
+    spec, lay = by_variant(r.model.variant), layout(r)
+    nodes = int(r.parallelism.nnodes or 1)
+    per_node = r.parallelism.num_gpus // nodes
+    measured = float(r.performance.step_time_s.median)
     here = bound(spec, lay, device, links(device, per_node, nodes, link_gbps))
     if here is None:
         raise UsageError(f"{device.name} has no {lay.precision} peak in utils/machine/hardware.py: nothing to project with")
@@ -132,7 +135,7 @@ def projection(result: dict, counts: list[int], link_gbps: float | None) -> Node
         there = bound(spec, grown, device, links(device, per_node, count, link_gbps))
         step = rest + there.dp_exposed_s
         points.append(Point(count, grown.tp * grown.pp * grown.dp, step, tokens_per_gpu / step))
-    header = (f"{LABEL}: {result['framework']} {spec.display_name} on {device.name}, TP{lay.tp} PP{lay.pp} "
+    header = (f"{LABEL}: {r.framework} {spec.display_name} on {device.name}, TP{lay.tp} PP{lay.pp} "
               f"GA{lay.ga} MBS{lay.mbs} SL{lay.seq_len}, {per_node} GPU(s) per node, measured on {nodes} node(s): "
               f"median step {measured:.3f} s, {tokens_per_gpu / measured:,.0f} tokens/s/GPU")
     assumptions = [
@@ -145,7 +148,7 @@ def projection(result: dict, counts: list[int], link_gbps: float | None) -> Node
     return NodeProjection(header, assumptions, tokens_per_gpu / measured, points)
 
 
-def table(result: dict, counts: list[int], link_gbps: float | None, tokens: float | None) -> list[str]:
+def table(result: dict | Section, counts: list[int], link_gbps: float | None, tokens: float | None) -> list[str]:
     """The projection's lines: what was measured, the assumptions, then one row per node count."""
     return lines(projection(result, counts, link_gbps), tokens)
 

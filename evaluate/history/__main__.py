@@ -101,8 +101,9 @@ def show(args) -> int:
         row = store.find(args.id)
     for name in (*records.ORIGIN, *records.IDENTITY, *records.FIGURES):
         print(f"{name:<22} {quoted(str(row[name]), 400)}")
-    series = records.loaded(row).result["series"]
-    print(f"{'series':<22} {len(series['step'])} steps of {', '.join(k for k, v in series.items() if k != 'step' and v)}")
+    series = records.loaded(row).typed.series
+    recorded = [name for name, values in series.as_dict().items() if name != "step" and values]
+    print(f"{'series':<22} {len(series.step)} steps of {', '.join(recorded)}")
     return 0
 
 

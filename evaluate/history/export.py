@@ -19,6 +19,7 @@ import json
 import unicodedata
 
 from evaluate.history.records import FIGURES, IDENTITY, ORIGIN
+from utils.spec.result_types import typed
 
 # madengine's perf.csv header (madengine's container runner writes these, in this order).
 MADENGINE_COLUMNS = ("model", "n_gpus", "nnodes", "gpus_per_node", "training_precision", "pipeline", "args", "tags",
@@ -34,17 +35,17 @@ CSV_COLUMNS = MADENGINE_COLUMNS + TPRIMAT_COLUMNS
 
 def madengine_row(stored: dict) -> dict:
     """One stored result as a perf.csv row."""
-    result = json.loads(stored["result"])
-    system = json.loads(stored["system"])
+    result = typed(json.loads(stored["result"]))  # the store keeps the whole result: read back, it reads as any result
+    system = json.loads(stored["system"])  # the run's system description as collect found it, not a result section
     failures = json.loads(stored["failures"])
     ok = stored["verdict"] == "ok"
-    gpus = result["parallelism"]["num_gpus"]
+    gpus = result.parallelism.num_gpus
     nodes = stored["nodes"]
     row = {"model": f"{stored['framework']}_{stored['variant']}", "n_gpus": gpus, "nnodes": nodes,
            "gpus_per_node": gpus // nodes if nodes else None, "training_precision": stored["precision"],
            "pipeline": "tprimat", "tags": ",".join(filter(None, (stored["platform"], stored["tag"]))),
            "base_docker": stored["image"], "docker_sha": stored["image_digest"],
-           "git_commit": (result.get("run") or {}).get("commit"),
+           "git_commit": result.run.commit if result.run else None,
            "machine_name": (system.get("host") or {}).get("hostname"), "launcher": "tprimat",
            "gpu_architecture": stored["device"], "performance": stored["tokens_per_s_per_gpu"] if ok else None,
            "metric": METRIC, "status": "SUCCESS" if ok else "FAILURE", "dataname": stored["dataset"]}

@@ -18,6 +18,7 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path, PurePosixPath
+from typing import Mapping
 
 from evaluate import native_settings
 from evaluate.collect import Loaded, first_problem
@@ -27,6 +28,7 @@ from evaluate.validate import FAIRNESS_FIELDS
 from utils.files import parse_json
 from utils.spec.metrics import steady_window
 from utils.spec.models import by_variant
+from utils.spec.result_types import Section, typed
 
 TEXT_IDENTITY = ("platform", "device", "stack", "image", "image_digest", "framework", "model", "variant", "strategy",
                  "settings", "precision", "fairness_profile", "dataset", "dataset_fingerprint", "tokenizer_fingerprint")
@@ -45,31 +47,31 @@ def content_key(item: Loaded) -> str:
 
 
 def identity(item: Loaded) -> dict:
-    r, p, t = item.result, item.result["parallelism"], item.result["training"]
-    stack = r.get("stack") or {}
-    return {"platform": r["platform"], "device": device_label(item), "stack": item.stack, "image": stack.get("image"),
-            "image_digest": stack.get("image_digest"), "framework": r["framework"],
-            "model": by_variant(r["model"]["variant"]).key, "variant": r["model"]["variant"],
-            "strategy": p["strategy"], "settings": native_settings.described(r), "precision": t["precision"],
-            "fairness_profile": t.get("fairness_profile"), "dataset": t["dataset"],
-            "dataset_fingerprint": t["dataset_fingerprint"], "tokenizer_fingerprint": t["tokenizer_fingerprint"],
-            "tp": p["tp"], "pp": p["pp"], "dp": p["dp"], "ga": p["ga"], "mbs": t["mbs"], "nodes": item.nodes}
+    r = item.typed
+    p, t, stack = r.parallelism, r.training, r.stack
+    return {"platform": r.platform, "device": device_label(item), "stack": item.stack,
+            "image": stack.image if stack else None, "image_digest": stack.image_digest if stack else None,
+            "framework": r.framework, "model": by_variant(r.model.variant).key, "variant": r.model.variant,
+            "strategy": p.strategy, "settings": native_settings.described(item.result), "precision": t.precision,
+            "fairness_profile": t.fairness_profile, "dataset": t.dataset, "dataset_fingerprint": t.dataset_fingerprint,
+            "tokenizer_fingerprint": t.tokenizer_fingerprint, "tp": p.tp, "pp": p.pp, "dp": p.dp, "ga": p.ga,
+            "mbs": t.mbs, "nodes": item.nodes}
 
 
 def figures(item: Loaded) -> dict:
     """The headline figures of a result that passes validate; none (all None) of one that does not."""
     if not item.ok:
         return dict.fromkeys(FIGURES)
-    perf = item.result["performance"]
-    return {"step_time_median_s": (perf["step_time_s"] or {}).get("median"), "tokens_per_s": perf["tokens_per_s"],
-            "tokens_per_s_per_gpu": perf["tokens_per_s_per_gpu"], "tflop_per_s_per_gpu": perf["tflop_per_s_per_gpu"],
-            "mfu": perf["mfu"], "peak_memory_gib": memory(item.result)}
+    perf = item.typed.performance
+    return {"step_time_median_s": perf.step_time_s.median if perf.step_time_s else None,
+            "tokens_per_s": perf.tokens_per_s, "tokens_per_s_per_gpu": perf.tokens_per_s_per_gpu,
+            "tflop_per_s_per_gpu": perf.tflop_per_s_per_gpu, "mfu": perf.mfu, "peak_memory_gib": memory(item.result)}
 
 
-def run_date(result: dict) -> str | None:
+def run_date(result: dict | Section) -> str | None:
     """When the run started (else ended), as its result writes it; None when neither is an ISO 8601 time."""
-    run = result.get("run") or {}
-    for text in (run.get("started_at"), run.get("ended_at")):
+    run = typed(result).run
+    for text in (run.started_at, run.ended_at) if run else ():
         try:
             datetime.fromisoformat(text)
             return text
@@ -92,11 +94,16 @@ def run_set(where: str) -> str:
     return Path(os.path.abspath(source)).parent.name  # the input is a run folder
 
 
+def run_id(item: Loaded) -> str:
+    """The run's ID as a column: "None" for a result without one, so the column is text whatever the result holds."""
+    run = item.typed.run
+    return str(run.id if run else None)
+
+
 def row(item: Loaded, added_at: str, tag: str | None) -> dict:
     """Every column of the results table for one result judged by evaluate.gate."""
-    run = item.result.get("run") or {}
-    return {"content_key": content_key(item), "added_at": added_at, "run_date": run_date(item.result),
-            "run_id": str(run.get("id")), "run_set": run_set(item.where), "tag": tag, "source": item.where,
+    return {"content_key": content_key(item), "added_at": added_at, "run_date": run_date(item.typed),
+            "run_id": run_id(item), "run_set": run_set(item.where), "tag": tag, "source": item.where,
             "verdict": item.verdict, "failures": json.dumps(item.failures), **identity(item), **figures(item),
             "result": json.dumps(item.result, sort_keys=True), "system": json.dumps(item.system, sort_keys=True)}
 
@@ -143,8 +150,7 @@ def checked(stored: dict) -> dict:
     is a failure named, not a figure shown."""
     item = Loaded(f"history:{stored['content_key'][:12]}", json.loads(stored["result"]), json.loads(stored["system"]))
     judged(item)
-    run = item.result.get("run") or {}
-    again = {"content_key": content_key(item), "run_id": str(run.get("id")), "run_date": run_date(item.result),
+    again = {"content_key": content_key(item), "run_id": run_id(item), "run_date": run_date(item.typed),
              **identity(item)}
     edited = [name for name in DERIVED if name in again and name in stored and stored[name] != again[name]]
     edited += [name for name in FIGURES if item.ok and stored.get(name) != figures(item)[name]]
@@ -158,10 +164,19 @@ def checked(stored: dict) -> dict:
 def configuration(stored: dict) -> str:
     """The key of the configuration a stored result measured (its identity without the stack, and the fairness
     check's workload fields)."""
-    result = json.loads(stored["result"])
+    result = typed(json.loads(stored["result"]))
     same = {key: stored[key] for key in IDENTITY if key not in STACK_FIELDS}
-    same["workload"] = [result.get(f.section, {}).get(f.key) for f in FAIRNESS_FIELDS]
+    same["workload"] = [_workload_value(result, f.section, f.key) for f in FAIRNESS_FIELDS]
     return json.dumps(same, sort_keys=True, default=str)
+
+
+def _workload_value(result: Section, section: str, key: str):
+    """One fairness field of a typed result, named by validate's FAIRNESS_FIELDS (a section's field, or a name in a
+    free-form section such as features); None where the result has neither."""
+    found = getattr(result, section)
+    if found is None or isinstance(found, Mapping):
+        return (found or {}).get(key)
+    return getattr(found, key)
 
 
 def label(stored: dict) -> str:
@@ -173,11 +188,12 @@ def label(stored: dict) -> str:
             f"{stored['precision']}{nodes}")
 
 
-def steady_step_times(result: dict) -> list[float]:
+def steady_step_times(result: dict | Section) -> list[float]:
     """The step times of the steady-state window (utils.spec.metrics.steady_window), the sample every test uses."""
-    series = result["series"]
-    window = steady_window(series["step"], series["step_time_s"], result["performance"]["warmup_skip"])
+    r = typed(result)
+    series = r.series
+    window = steady_window(series.step, series.step_time_s, r.performance.warmup_skip)
     if window is None:
         return []
     kept = set(window.steps)
-    return [t for step, t in zip(series["step"], series["step_time_s"]) if step in kept]
+    return [t for step, t in zip(series.step, series.step_time_s) if step in kept]
