@@ -9,9 +9,11 @@ from typing import Sequence
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import FRAMEWORK_NAMES, device_label
 from utils.spec.metrics import figure_text
+from utils.spec.result_types import Section
 
 TITLE = "Step time breakdown (% of the step; the step's ms above each bar)"
-# The breakdown's parts, in the order they stack from the bottom, with their label and colour.
+# The breakdown's parts (fields of performance.breakdown), in the order they stack from the bottom, with their label
+# and colour.
 PARTS = (("forward_s", "forward", "#4C72B0"), ("backward_s", "backward", "#DD8452"),
          ("optimizer_s", "optimizer", "#55A868"), ("other_s", "other", "#8C8C8C"))
 NONE = "no breakdown"
@@ -23,16 +25,21 @@ def labels(items: Sequence[Loaded]) -> list[str]:
     several = len({device_label(i) for i in items}) > 1
     out = []
     for item in items:
-        r, p = item.result, item.result["parallelism"]
-        layout = f"TP{p['tp']} PP{p['pp']} DP{p['dp']} GA{p['ga']}"
+        r, p = item.typed, item.typed.parallelism
+        layout = f"TP{p.tp} PP{p.pp} DP{p.dp} GA{p.ga}"
         out.append((f"{device_label(item)}\n" if several else "") +
-                   f"{FRAMEWORK_NAMES[r['framework']]}\n{r['model']['display_name']}\n{layout}")
-    return [label + ("" if out.count(label) == 1 else f"\n{item.result['run']['id']}")
+                   f"{FRAMEWORK_NAMES[r.framework]}\n{r.model.display_name}\n{layout}")
+    return [label + ("" if out.count(label) == 1 else f"\n{item.typed.run.id}")
             for label, item in zip(out, items)]
 
 
-def breakdown(item: Loaded) -> dict | None:
-    return item.result["performance"].get("breakdown")
+def breakdown(item: Loaded) -> Section | None:
+    return item.typed.performance.breakdown
+
+
+def share(found: Section, part: str) -> float:
+    """A part of the breakdown in % of its step."""
+    return 100 * getattr(found, part) / found.step_time_s
 
 
 def table(items: Sequence[Loaded]) -> list[str]:
@@ -45,16 +52,15 @@ def table(items: Sequence[Loaded]) -> list[str]:
            "|---|---|---|---|---|---|---|---|---|---|"]
     methods = {}
     for item in items:
-        r, p, found = item.result, item.result["parallelism"], breakdown(item)
-        head = (f"| {item.name} | {FRAMEWORK_NAMES[r['framework']]} | {r['model']['display_name']} | "
-                f"{p['tp']}/{p['pp']}/{p['dp']}/{p['ga']} | ")
+        r, p, found = item.typed, item.typed.parallelism, breakdown(item)
+        head = (f"| {item.name} | {FRAMEWORK_NAMES[r.framework]} | {r.model.display_name} | "
+                f"{p.tp}/{p.pp}/{p.dp}/{p.ga} | ")
         if found is None:
             out.append(head + " | ".join([NONE] + ["-"] * 5) + " |")
             continue
-        methods.setdefault(found["method"], []).append(item.name)
-        step = found["step_time_s"]
-        parts = [f"{figure_text(1000 * found[key])} ({100 * found[key] / step:.1f}%)" for key, _, _ in PARTS]
-        out.append(head + " | ".join(parts + [figure_text(1000 * step), str(found["count"])]) + " |")
+        methods.setdefault(found.method, []).append(item.name)
+        parts = [f"{figure_text(1000 * getattr(found, key))} ({share(found, key):.1f}%)" for key, _, _ in PARTS]
+        out.append(head + " | ".join(parts + [figure_text(1000 * found.step_time_s), str(found.count)]) + " |")
     out += [""] + [f"- measured by {method}: {', '.join(names)}" for method, names in methods.items()]
     return out + ([""] if methods else [])
 
@@ -66,12 +72,12 @@ def panel(ax, items: Sequence[Loaded]) -> int:
     drawn = [(x, found) for x, found in runs if found is not None]
     bottom = [0.0] * len(drawn)
     for key, name, colour in PARTS:
-        shares = [100 * found[key] / found["step_time_s"] for _, found in drawn]
+        shares = [share(found, key) for _, found in drawn]
         ax.bar([x for x, _ in drawn], shares, bottom=bottom, color=colour, edgecolor="black", linewidth=0.5,
                label=name)
         bottom = [b + s for b, s in zip(bottom, shares)]
     for (x, found), top in zip(drawn, bottom):
-        ax.annotate(f"{figure_text(1000 * found['step_time_s'])} ms", (x, top), textcoords="offset points",
+        ax.annotate(f"{figure_text(1000 * found.step_time_s)} ms", (x, top), textcoords="offset points",
                     xytext=(0, 3), ha="center", fontsize=8)
     for x, found in runs:
         if found is None:

@@ -15,36 +15,43 @@ from typing import Callable, Sequence
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import PLATFORM_NAMES, Repeats, median_or_none, tokens
 from evaluate.machine_checks import node_health, straggler, throttling
-from utils.machine.energy_cost import (FLAGS, PRICE_KNOBS, PROJECT_KNOB, CostSettings, Projection, cost_per_million_tokens,
-                               duration_text, energy_of, project, ratio)
+from utils.machine.energy_cost import (FLAGS, PRICE_KNOBS, PROJECT_KNOB, CostSettings, Energy, Projection,
+                                       cost_per_million_tokens, duration_text, energy_of, project, ratio)
 from utils.spec.metrics import figure_text
 from utils.spec.models import by_variant
+from utils.spec.result_types import Section
 
 NOT_MEASURED = "not measured"
 VENDORS = ("amd", "nvd")
 
 
-def tokens_per_joule(r: dict) -> float | None:
-    return energy_of(r).tokens_per_joule
+def energy(r: Section) -> Energy:
+    """The result's energy figures, by utils.machine.energy_cost's one formula; that reads a result's plain telemetry
+    section, the only part of the result it reads, so only that section is made plain again."""
+    return energy_of({"telemetry": r.telemetry.as_dict() if r.telemetry else None})
 
 
-def wh_per_million_tokens(r: dict) -> float | None:
-    return energy_of(r).wh_per_million_tokens
+def tokens_per_joule(r: Section) -> float | None:
+    return energy(r).tokens_per_joule
 
 
-def mean_power_w(r: dict) -> float | None:
-    return energy_of(r).mean_power_w
+def wh_per_million_tokens(r: Section) -> float | None:
+    return energy(r).wh_per_million_tokens
 
 
-def total_tokens_per_s(r: dict) -> float | None:
-    return r["performance"]["tokens_per_s"]
+def mean_power_w(r: Section) -> float | None:
+    return energy(r).mean_power_w
 
 
-def cost_getter(costs: CostSettings) -> Callable[[dict], float | None]:
+def total_tokens_per_s(r: Section) -> float | None:
+    return r.performance.tokens_per_s
+
+
+def cost_getter(costs: CostSettings) -> Callable[[Section], float | None]:
     """A result's cost per million tokens at its platform's price; None without a price (or a throughput)."""
-    def cost(r: dict) -> float | None:
-        price, rate = costs.price(r["platform"]), r["performance"]["tokens_per_s"]
-        return None if price is None or not rate else cost_per_million_tokens(price, r["parallelism"]["num_gpus"], rate)
+    def cost(r: Section) -> float | None:
+        price, rate = costs.price(r.platform), r.performance.tokens_per_s
+        return None if price is None or not rate else cost_per_million_tokens(price, r.parallelism.num_gpus, rate)
     return cost
 
 
@@ -80,10 +87,10 @@ def figures_of(row: Repeats, costs: CostSettings) -> Figures | None:
     rate, per_gpu = median_or_none(row.figures(total_tokens_per_s)), median_or_none(row.figures(tokens))
     if rate is None or per_gpu is None:
         return None
-    energies = [energy_of(item.result) for item in row.ok]
+    energies = [energy(item.typed) for item in row.ok]
     measured = [e for e in energies if e.tokens_per_joule is not None]
     whys = list(dict.fromkeys(e.why for e in energies if e.why))
-    return Figures(row, row.ok[0].result["parallelism"]["num_gpus"], rate, per_gpu,
+    return Figures(row, row.ok[0].typed.parallelism.num_gpus, rate, per_gpu,
                    median_or_none([e.tokens_per_joule for e in measured]),  # type: ignore[misc]
                    median_or_none([e.wh_per_million_tokens for e in measured]),  # type: ignore[misc]
                    costs.price(row.platform), None if measured else "; ".join(whys), len(measured),
@@ -236,7 +243,7 @@ def fairness_lines(items: Sequence[Loaded]) -> list[str]:
     with health problems, or had a straggler, naming its side."""
     out = []
     for item in items:
-        side = f"the {PLATFORM_NAMES.get(item.result['platform'], '?')} side ({item.name})"
+        side = f"the {PLATFORM_NAMES.get(item.typed.platform, '?')} side ({item.name})"
         said = (("throttled during its steady state, so its figures were measured throttled", throttling(item.result)),
                 ("ran on a node with {} health problem(s)", node_health(item.system)),
                 ("had a straggler", straggler(item.result)))

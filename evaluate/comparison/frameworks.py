@@ -17,11 +17,12 @@ from evaluate.comparison.repeats import (FRAMEWORK_NAMES, device_label, figures,
                                          tflops, tokens)
 from utils.frameworks import BASELINE
 from utils.spec.models import by_variant
+from utils.spec.result_types import Section
 
 
-
-def step_time(r: dict) -> float | None:
-    return (r["performance"]["step_time_s"] or {}).get("median")
+def step_time(r: Section) -> float | None:
+    stats = r.performance.step_time_s
+    return stats.median if stats else None
 
 
 @dataclass
@@ -38,21 +39,19 @@ class Row:
         return figures(self.items, getter)
 
 
-def group_key(r: dict) -> tuple:
+def group_key(r: Section) -> tuple:
     """(variant, tp, pp, dp, ga, mbs, seq_len, precision, num_gpus): what makes two runs the same workload on the
     same layout."""
-    p, t = r["parallelism"], r["training"]
-    return (r["model"]["variant"], p["tp"], p["pp"], p["dp"], p["ga"], t["mbs"], t["seq_len"], t["precision"],
-            p["num_gpus"])
+    p, t = r.parallelism, r.training
+    return (r.model.variant, p.tp, p.pp, p.dp, p.ga, t.mbs, t.seq_len, t.precision, p.num_gpus)
 
 
 def groups(items: Sequence[Loaded]) -> dict[tuple, list[Row]]:
     """group_key -> its rows (Megatron's first) in first-seen order of the groups."""
     out: dict[tuple, dict[tuple, Row]] = {}
     for item in items:
-        r = item.result
-        row = (device_label(item), r["framework"], item.nodes, native_settings.described(r))
-        out.setdefault(group_key(r), {}).setdefault(row, Row(*row)).items.append(item)
+        row = (device_label(item), item.typed.framework, item.nodes, native_settings.described(item.result))
+        out.setdefault(group_key(item.typed), {}).setdefault(row, Row(*row)).items.append(item)
     return {key: sorted(rows.values(), key=lambda row: (row.framework != BASELINE, row.device, row.framework,
                                                         row.settings)) for key, rows in out.items()}
 

@@ -100,15 +100,15 @@ def plot(items: Sequence[Loaded], rows: Sequence[Repeats], path: Path, costs: Co
                         f"or {FLAGS[PRICE_KNOBS['amd']]} / {FLAGS[PRICE_KNOBS['nvd']]}", transform=axes[2, 2].transAxes,
                         ha="center", va="center", fontsize=10, color="dimgray")
     line_panels = ((axes[1, 0], "loss", "Training loss", "loss"), (axes[1, 1], "lr", "Learning rate", "learning rate"),
-                   (axes[1, 2], "step_time_s", "Step time", "seconds per step"))
-    skip = max(i.result["performance"]["warmup_skip"] for i in items)
+                   (axes[1, 2], "step_time_s", "Step time", "seconds per step"))  # fields of the result's series
+    skip = max(i.typed.performance.warmup_skip for i in items)
     for ax, key, name, unit in line_panels:
         for x, row in enumerate(rows):
             for n, item in enumerate(row.ok):  # a result validate fails is drawn nowhere (evaluate.gate)
-                series = item.result["series"]
-                ax.plot(series["step"], [v if v is not None else float("nan") for v in series[key]], color=colour[x],
-                        linestyle=MODEL_STYLES[variants.index(row.variant) % len(MODEL_STYLES)], linewidth=1.4,
-                        alpha=0.9 if n == 0 else 0.5)
+                series = item.typed.series
+                ax.plot(series.step, [v if v is not None else float("nan") for v in getattr(series, key)],
+                        color=colour[x], linestyle=MODEL_STYLES[variants.index(row.variant) % len(MODEL_STYLES)],
+                        linewidth=1.4, alpha=0.9 if n == 0 else 0.5)
         if skip:
             ax.axvspan(0.5, skip + 0.5, color="gray", alpha=0.12, lw=0)
         ax.set_title(name, fontsize=12)
@@ -173,7 +173,7 @@ def _bars(ax, rows: Sequence[Repeats], getter, missing: str, colour: dict[int, s
 
 def _clip_spikes(ax, items: Sequence[Loaded]) -> None:
     """Keep a first-step spike (compilation) from flattening the steady-state step times."""
-    times = sorted(v for i in items for v in i.result["series"]["step_time_s"] if v is not None)
+    times = sorted(v for i in items for v in i.typed.series.step_time_s if v is not None)
     if times:
         p95 = times[int(0.95 * (len(times) - 1))]
         if times[-1] > 2 * p95:

@@ -27,6 +27,7 @@ from utils.config.reading import CONFIG_FILE
 from utils.machine.energy_cost import knob_values
 from utils.spec import precision as precisions
 from utils.spec.metrics import figure_text
+from utils.spec.result_types import Section
 
 TOLERANCE_KNOB = "PRECISION_LOSS_TOLERANCE"
 FLAGS = {TOLERANCE_KNOB: "--precision-loss-tolerance"}
@@ -52,21 +53,21 @@ def quality_settings(flags: Mapping[str, str | None], precision_comparison: bool
 
 def evaluated(items: Sequence[Loaded]) -> list[Loaded]:
     """The results that may enter a figure (evaluate.gate) and carry held-out validation."""
-    return [item for item in items if item.ok and item.result.get("evaluation")]
+    return [item for item in items if item.ok and item.typed.evaluation]
 
 
-def loss_at(result: dict, tokens: int) -> float | None:
+def loss_at(result: Section, tokens: int) -> float | None:
     """The validation loss a result measured at exactly `tokens` training tokens; None where it did not evaluate."""
-    points = result["evaluation"]["points"]
-    return next((loss for t, loss in zip(points["tokens"], points["loss"]) if t == tokens), None)
+    points = result.evaluation.points
+    return next((loss for t, loss in zip(points.tokens, points.loss) if t == tokens), None)
 
 
 def shared_tokens(items: Sequence[Loaded]) -> int | None:
     """The last token count at which every one of the results has a validation loss (equal tokens); None: none."""
     common: set[int] | None = None
     for item in items:
-        points = item.result["evaluation"]["points"]
-        mine = {t for t, loss in zip(points["tokens"], points["loss"]) if loss is not None}
+        points = item.typed.evaluation.points
+        mine = {t for t, loss in zip(points.tokens, points.loss) if loss is not None}
         common = mine if common is None else common & mine
     return max(common) if common else None
 
@@ -74,7 +75,7 @@ def shared_tokens(items: Sequence[Loaded]) -> int | None:
 def row_loss(row: Repeats, tokens: int | None) -> float | None:
     """The median over a configuration's repeats of its validation loss at `tokens`."""
     values = [v for item in evaluated(row.items) if tokens is not None
-              and (v := loss_at(item.result, tokens)) is not None]
+              and (v := loss_at(item.typed, tokens)) is not None]
     return statistics.median(values) if values else None
 
 
@@ -84,13 +85,13 @@ def panel(ax, rows: Sequence[Repeats], colour: dict[int, str], styles: Sequence[
     drawn = 0
     for x, row in enumerate(rows):
         for n, item in enumerate(evaluated(row.items)):
-            points = item.result["evaluation"]["points"]
-            ax.plot(points["tokens"], [float("nan") if v is None else v for v in points["loss"]], color=colour[x],
+            points = item.typed.evaluation.points
+            ax.plot(points.tokens, [float("nan") if v is None else v for v in points.loss], color=colour[x],
                     linestyle=styles[variants.index(row.variant) % len(styles)], marker="o", markersize=3,
                     linewidth=1.4, alpha=0.9 if n == 0 else 0.35)
             drawn += 1
-    targets = {item.result["time_to_train"]["target_loss"] for row in rows for item in evaluated(row.items)
-               if item.result.get("time_to_train")}
+    targets = {item.typed.time_to_train.target_loss for row in rows for item in evaluated(row.items)
+               if item.typed.time_to_train}
     for target in sorted(targets):
         ax.axhline(target, color="dimgray", linestyle="--", linewidth=1)
         ax.text(0.99, target, f"target {target:g}", transform=ax.get_yaxis_transform(), ha="right", va="bottom",
@@ -123,18 +124,18 @@ def validation_section(rows: Sequence[Repeats]) -> list[str]:
                 "Evaluation time (s, outside the throughput) |", "|---|---|---|---|---|---|"]
         for row in mine:
             runs = evaluated(row.items)
-            first = runs[0].result["evaluation"]
-            last = [(e["points"]["tokens"][-1], e["points"]["loss"][-1]) for e in (i.result["evaluation"] for i in runs)
-                    if e["points"]["tokens"]]
+            evaluations = [i.typed.evaluation for i in runs]
+            first = evaluations[0]
+            last = [(e.points.tokens[-1], e.points.loss[-1]) for e in evaluations if e.points.tokens]
             shared = row_loss(row, tokens)
-            split = first["split"]
+            split = first.split
             out.append(
                 f"| {row.label} | {'-' if shared is None else LOSS(shared)} | "
                 + ("; ".join(f"{'-' if loss is None else LOSS(loss)} at {t:,} tokens" for t, loss in last) or "-")
-                + f" | every {first['interval_steps']} steps, {first['tokens']:,} tokens ({first['iters']} batches) | "
-                f"{split['percent']}% ({split['megatron_split']}), {split['documents'] if split['documents'] is not None else '?'} "
-                f"documents, {split['fingerprint'] or 'fingerprint unknown'} | "
-                + ", ".join(figure_text(i.result["evaluation"]["time_s"]) for i in runs) + " |")
+                + f" | every {first.interval_steps} steps, {first.tokens:,} tokens ({first.iters} batches) | "
+                f"{split.percent}% ({split.megatron_split}), {split.documents if split.documents is not None else '?'} "
+                f"documents, {split.fingerprint or 'fingerprint unknown'} | "
+                + ", ".join(figure_text(e.time_s) for e in evaluations) + " |")
         out.append("")
     return out
 
@@ -229,7 +230,7 @@ def banner(settings: QualitySettings, items: Sequence[Loaded]) -> list[str]:
     """The line at the top of report.md (and the console) when a precision comparison was asked for."""
     if not settings.precision_comparison:
         return []
-    names = sorted({f"{i.result['training']['precision']}" for i in items})
+    names = sorted({f"{i.typed.training.precision}" for i in items})
     return [f"**Precision comparison**: asked for (--precision-comparison): runs of different precisions "
             f"({', '.join(names)}) are compared as such, not marked UNFAIR; each low precision is checked against "
             f"its BF16 twin's validation loss (tolerance {100 * settings.tolerance:g}%).", ""]

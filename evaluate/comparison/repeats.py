@@ -18,6 +18,7 @@ from utils.machine.hardware import find_device
 from utils.spec import precision as precisions
 from utils.spec.metrics import figure_text
 from utils.spec.models import by_variant
+from utils.spec.result_types import Section, typed
 
 FRAMEWORK_NAMES = {name: entry.display_name for name, entry in TABLE.items()}
 PLATFORM_NAMES = {"amd": "AMD", "nvd": "NVIDIA", "cpu": "CPU"}
@@ -25,11 +26,12 @@ PLATFORM_NAMES = {"amd": "AMD", "nvd": "NVIDIA", "cpu": "CPU"}
 
 def device_label(item: Loaded) -> str:
     """Short device name: the peak table's canonical name, else what the probe reported."""
-    if item.result["platform"] == "cpu":
+    platform = item.typed.platform
+    if platform == "cpu":
         return "CPU"
-    name = (item.system.get("gpu") or {}).get("name")
+    name = (item.system.get("gpu") or {}).get("name")  # Loaded.system: the result's own, else its run set's system.json
     spec = find_device(name)
-    return spec.name if spec else (name or f"unknown {PLATFORM_NAMES[item.result['platform']]} GPU")
+    return spec.name if spec else (name or f"unknown {PLATFORM_NAMES[platform]} GPU")
 
 
 @dataclass
@@ -78,17 +80,17 @@ class Repeats:
         """", fp8 (delayed)" for a precision below 16 bits, which names its row beside its BF16 twin; else ""."""
         return f", {self.precision}" if self.precision.split()[0] in precisions.LOW else ""
 
-    def figures(self, getter: Callable[[dict], float | None]) -> list[float]:
+    def figures(self, getter: Callable[[Section], float | None]) -> list[float]:
         return figures(self.items, getter)
 
     def status(self) -> str:
         return statuses(self.items)
 
 
-def figures(items: Sequence[Loaded], getter: Callable[[dict], float | None]) -> list[float]:
-    """One figure per successful repeat that passes validate (evaluate.gate); repeats without the figure are left
-    out."""
-    return [v for v in (getter(i.result) for i in items if i.ok) if v is not None]
+def figures(items: Sequence[Loaded], getter: Callable[[Section], float | None]) -> list[float]:
+    """One figure (getter of the typed result) per successful repeat that passes validate (evaluate.gate); repeats
+    without the figure are left out."""
+    return [v for v in (getter(i.typed) for i in items if i.ok) if v is not None]
 
 
 def statuses(items: Sequence[Loaded]) -> str:
@@ -99,52 +101,58 @@ def statuses(items: Sequence[Loaded]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
-def tokens(r: dict) -> float | None:
-    return r["performance"]["tokens_per_s_per_gpu"]
+def tokens(r: Section) -> float | None:
+    return r.performance.tokens_per_s_per_gpu
 
 
-def tflops(r: dict) -> float | None:
-    return r["performance"]["tflop_per_s_per_gpu"]
+def tflops(r: Section) -> float | None:
+    return r.performance.tflop_per_s_per_gpu
 
 
-def mfu(r: dict) -> float | None:
-    return r["performance"]["mfu"]
+def mfu(r: Section) -> float | None:
+    return r.performance.mfu
 
 
 # The memory figure of a run, in order of preference, and its label: the allocator's peak reservation, device
 # memory in use as the driver reports it (Primus), peak tensor allocation, and on the CPU (no device memory)
-# the peak resident host memory of the largest worker process.
+# the peak resident host memory of the largest worker process. Each is a field of the result's memory section.
 MEMORY_KINDS = (("peak_reserved_gib", "reserved"), ("peak_device_used_gib", "device"),
                 ("peak_allocated_gib", "allocated"), ("peak_host_rss_gib", "host"))
 
 
-def memory(r: dict) -> float | None:
-    """Peak memory per GPU (per worker process on the CPU), the first kind of MEMORY_KINDS the run reports."""
-    m = r["memory"]
-    return next((m[key] for key, _ in MEMORY_KINDS if m.get(key) is not None), None)
+def _memory_figures(r: Section | dict) -> list[tuple[float, str]]:
+    """(figure, label) of each memory kind the run reports, in MEMORY_KINDS' order."""
+    section = typed(r).memory
+    return [(value, label) for key, label in MEMORY_KINDS if (value := getattr(section, key)) is not None]
 
 
-def memory_kind(r: dict) -> str:
-    m = r["memory"]
-    return next((label for key, label in MEMORY_KINDS if m.get(key) is not None), "-")
+def memory(r: Section | dict) -> float | None:
+    """Peak memory per GPU (per worker process on the CPU), the first kind of MEMORY_KINDS the run reports. Takes
+    the result dict as well (evaluate/history/records.py)."""
+    return next((value for value, _ in _memory_figures(r)), None)
+
+
+def memory_kind(r: Section | dict) -> str:
+    return next((label for _, label in _memory_figures(r)), "-")
 
 
 def memory_title(items: Sequence[Loaded]) -> str:
     """The memory panel's title: per GPU, per worker process's host memory on the CPU, or both when mixed."""
-    kinds = {memory_kind(i.result) for i in items} - {"-"}
+    kinds = {memory_kind(i.typed) for i in items} - {"-"}
     if kinds == {"host"}:
         return "Peak host memory per worker (resident, CPU)"
     return "Peak memory per GPU" + (" (CPU: host memory per worker)" if "host" in kinds else "")
 
 
-def final_loss(r: dict) -> float | None:
-    return next((v for v in reversed(r["series"]["loss"]) if v is not None), None)
+def final_loss(r: Section) -> float | None:
+    return next((v for v in reversed(r.series.loss) if v is not None), None)
 
 
-def precision_of(r: dict) -> str:
+def precision_of(r: Section) -> str:
     """A result's precision as utils.spec.precision names it, with its FP8 recipe: "fp8 (tensorwise)", "bf16"."""
-    recipe = (r["training"].get("fp8_recipe") or {}).get("fp8_recipe") or precisions.DEFAULT_FP8_RECIPE
-    return precisions.name(r["training"]["precision"], recipe)
+    training = r.training
+    recipe = (training.fp8_recipe.fp8_recipe if training.fp8_recipe else None) or precisions.DEFAULT_FP8_RECIPE
+    return precisions.name(training.precision, recipe)
 
 
 def repeats_of(items: Sequence[Loaded]) -> list[Repeats]:
@@ -153,11 +161,12 @@ def repeats_of(items: Sequence[Loaded]) -> list[Repeats]:
     repeats)."""
     found: dict[tuple, Repeats] = {}
     for item in items:
-        r, p = item.result, item.result["parallelism"]
-        layout = (p["tp"], p["pp"], p["dp"], p["ga"])
-        key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], layout,
-               item.nodes or 0, native_settings.described(r), item.stack, precision_of(r))
-        found.setdefault(key, Repeats(r["platform"], key[2], r["framework"], key[0], p["strategy"], layout,
+        r = item.typed
+        p = r.parallelism
+        layout = (p.tp, p.pp, p.dp, p.ga)
+        key = (r.model.variant, r.platform, device_label(item), r.framework, p.strategy, layout, item.nodes or 0,
+               native_settings.described(item.result), item.stack, precision_of(r))
+        found.setdefault(key, Repeats(r.platform, key[2], r.framework, key[0], p.strategy, layout,
                                       item.nodes, *key[-3:])).items.append(item)
     return [found[k] for k in sorted(found)]
 
@@ -178,15 +187,15 @@ def median_or_none(values: list[float]) -> float | None:
 
 def workload(items: Sequence[Loaded]) -> dict[str, str]:
     """Each workload field with its value, or every distinct value when results disagree."""
-    fields = {"Models": lambda r: r["model"]["display_name"], "Sequence length (tokens)": lambda r: r["training"]["seq_len"],
-              "Global batch (sequences)": lambda r: r["training"]["gbs"], "Micro batch": lambda r: r["training"]["mbs"],
-              "Precision": lambda r: r["training"]["precision"].upper(), "Steps": lambda r: r["training"]["steps"],
-              "Steps left out as warm-up": lambda r: r["performance"]["warmup_skip"],
-              "Dataset": lambda r: r["training"]["dataset"] or "MOCK DATA",
-              "Seed": lambda r: r["training"]["seed"]}
+    fields = {"Models": lambda r: r.model.display_name, "Sequence length (tokens)": lambda r: r.training.seq_len,
+              "Global batch (sequences)": lambda r: r.training.gbs, "Micro batch": lambda r: r.training.mbs,
+              "Precision": lambda r: r.training.precision.upper(), "Steps": lambda r: r.training.steps,
+              "Steps left out as warm-up": lambda r: r.performance.warmup_skip,
+              "Dataset": lambda r: r.training.dataset or "MOCK DATA",
+              "Seed": lambda r: r.training.seed}
     out = {}
     for label, getter in fields.items():
-        values = list(dict.fromkeys(str(getter(i.result)) for i in items))
+        values = list(dict.fromkeys(str(getter(i.typed)) for i in items))
         out[label] = ", ".join(values)
     return out
 

@@ -32,18 +32,19 @@ LOSS = "{:.3f}".format  # losses near 11 part in the third decimal: not a figure
 
 
 def systems_section(items: Sequence[Loaded]) -> list[str]:
-    """One line per distinct system (platform, host and nodes)."""
+    """One line per distinct system (platform, host and nodes); from Loaded.system, a plain dict (the result's own
+    system section, else its run set's system.json)."""
     lines, seen = [], set()
     for item in items:
-        s = item.system
+        s, platform = item.system, item.typed.platform
         host, gpu, sw = s.get("host") or {}, s.get("gpu") or {}, s.get("software") or {}
-        key = (item.result["platform"], host.get("hostname"), gpu.get("name"), tuple(s.get("node_names") or ()),
+        key = (platform, host.get("hostname"), gpu.get("name"), tuple(s.get("node_names") or ()),
                item.nodes)
         if key in seen:
             continue
         seen.add(key)
         if not s:
-            lines.append(f"- {PLATFORM_NAMES[item.result['platform']]}: no system.json (run python3 -m evaluate.probe)")
+            lines.append(f"- {PLATFORM_NAMES[platform]}: no system.json (run python3 -m evaluate.probe)")
             continue
         accel = (f"{gpu.get('count')} x {gpu.get('name')} per node, {gpu.get('memory_gib')} GiB each" if gpu.get("count")
                  else "no GPU")
@@ -52,7 +53,7 @@ def systems_section(items: Sequence[Loaded]) -> list[str]:
             ("megatron-core", "megatron_core"), ("Transformer Engine", "transformer_engine"), ("NeMo", "nemo"),
             ("Primus", "primus"), ("NCCL", "nccl"), ("RCCL", "rccl")) if sw.get(key))
         driver = f"driver {gpu['driver']}, " if gpu.get("driver") else ""
-        lines.append(f"- **{PLATFORM_NAMES[item.result['platform']]}** ({nodes_text(item.nodes, s, host)}): "
+        lines.append(f"- **{PLATFORM_NAMES[platform]}** ({nodes_text(item.nodes, s, host)}): "
                      f"{accel}; {driver}{stack}; CPU {host.get('cpu_model')} "
                      f"({host.get('cpu_cores')} cores), {host.get('memory_gib')} GiB RAM; {host.get('os')}, "
                      f"kernel {host.get('kernel')}; interconnect: {interconnect_text(s.get('interconnect'))}")
@@ -89,11 +90,11 @@ def results_table(rows: Sequence[Repeats]) -> list[str]:
               "MFU | Peak memory (GiB) | Final loss | Runs |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for row in rows:
-        first = row.items[0].result
-        kinds = sorted({memory_kind(i.result) for i in row.ok} - {"-"}) or ["-"]
+        first = row.items[0].typed
+        kinds = sorted({memory_kind(i.typed) for i in row.ok} - {"-"}) or ["-"]
         lines.append(
             f"| {row.device} | {row.stack} | {row.framework_text} | {row.strategy} | {row.nodes or '?'} | "
-            f"{first['parallelism']['num_gpus']} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens))} | "
+            f"{first.parallelism.num_gpus} | {'/'.join(map(str, row.layout))} | {spread(row.figures(tokens))} | "
             f"{spread(row.figures(tflops))} | {spread([100 * v for v in row.figures(mfu)])}"
             f"{'%' if row.figures(mfu) else ''} | {spread(row.figures(memory))} ({'/'.join(kinds)}) | "
             f"{spread(row.figures(final_loss), LOSS)} | {row.status()} |")
@@ -138,10 +139,10 @@ NATIVE_VS_MEGATRON = [
 def mock_lines(items: Sequence[Loaded]) -> list[str]:
     lines = []
     for item in items:
-        r = item.result
-        if r["training"]["mock_data"] or r["effective"].get("mock_data"):
-            asked = "as requested" if r["training"]["mock_data"] else "ALTHOUGH REAL DATA WAS REQUESTED"
-            lines.append(f"- **MOCK DATA**: {item.name} ({r['framework']}, {r['model']['display_name']}) trained on "
+        r = item.typed
+        if r.training.mock_data or r.effective.extra.get("mock_data"):  # effective's read-back setting
+            asked = "as requested" if r.training.mock_data else "ALTHOUGH REAL DATA WAS REQUESTED"
+            lines.append(f"- **MOCK DATA**: {item.name} ({r.framework}, {r.model.display_name}) trained on "
                          f"synthetic tokens {asked}: its throughput stands, its losses mean nothing")
     return lines
 
@@ -232,10 +233,10 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
                             "std, padded vocabulary, EOD loss masking, sampler, NaN check, FP8 recipe), and runs on "
                             "the same number of nodes share the global batch"])
     out += [f"- note: {f.message}" for f in noted] + energy_view.fairness_lines(items) + [""]
-    profiles = sorted({str(i.result["training"].get("fairness_profile")) for i in items})
+    profiles = sorted({str(i.typed.training.fairness_profile) for i in items})
     out += [f"Fairness profile(s): {', '.join(profiles)} (utils/spec/fairness.py: spec = the original specification's "
             "table; tuned = the stacks' own DP overlap and fp32 gradient reduction).", ""]
-    present = {i.result["framework"] for i in items}
+    present = {i.typed.framework for i in items}
     if present & MEGATRON_LOOPS:  # each framework's own word on what it cannot make equal to them (its entry's)
         out += [line for name, entry in TABLE.items() if name in present and entry.beside_megatron
                 for line in (entry.beside_megatron, "")]
@@ -246,8 +247,8 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     if checks:
         out += ["## Run checks", ""] + [f"- {'FAIL' if f.fatal else 'warn'} {markdown_text(f.subject, 1000)}: "
                                         f"{f.check}: {markdown_text(f.message, 4000)}" for f in checks] + [""]
-    flops = sorted({(i.result["model"]["display_name"], i.result["training"]["seq_len"],
-                     i.result["performance"]["flops_per_token"]) for i in items})
+    flops = sorted({(i.typed.model.display_name, i.typed.training.seq_len, i.typed.performance.flops_per_token)
+                    for i in items})
     out += ["## FLOPs convention", "", f"TFLOP/s/GPU is computed by TPrimat for every framework with one formula: "
             f"{FLOPS_CONVENTION}.", ""]
     out += [f"- {name}, SL {sl}: {f / 1e9:.2f} GFLOP per token" for name, sl, f in flops]

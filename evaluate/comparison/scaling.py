@@ -68,11 +68,10 @@ def _median(values: list[float]) -> float | None:
 
 
 def _point(nodes: int, gpus: int, items: Sequence[Loaded]) -> Point:
-    ok = [i.result for i in items if i.ok]
-    return Point(nodes, gpus, tuple(sorted({i.result["training"]["gbs"] for i in items})), len(ok),
-                 _median([r["performance"]["tokens_per_s_per_gpu"] for r in ok
-                          if r["performance"]["tokens_per_s_per_gpu"] is not None]),
-                 _median([r["performance"]["tokens_per_s"] for r in ok if r["performance"]["tokens_per_s"] is not None]))
+    ok = [i.typed.performance for i in items if i.ok]
+    return Point(nodes, gpus, tuple(sorted({i.typed.training.gbs for i in items})), len(ok),
+                 _median([p.tokens_per_s_per_gpu for p in ok if p.tokens_per_s_per_gpu is not None]),
+                 _median([p.tokens_per_s for p in ok if p.tokens_per_s is not None]))
 
 
 def groups(items: Sequence[Loaded], device_label: Callable[[Loaded], str]) -> list[Group]:
@@ -80,12 +79,13 @@ def groups(items: Sequence[Loaded], device_label: Callable[[Loaded], str]) -> li
     node count is unknown are left out)."""
     cells: dict[tuple, dict[int, list[Loaded]]] = {}
     for item in items:
-        r, p, t = item.result, item.result["parallelism"], item.result["training"]
+        r = item.typed
+        p, t = r.parallelism, r.training
         nodes = item.nodes
-        if not nodes or p["num_gpus"] % nodes:
+        if not nodes or p.num_gpus % nodes:
             continue
-        key = (r["model"]["variant"], r["platform"], device_label(item), r["framework"], p["strategy"], p["tp"],
-               p["pp"], p["num_gpus"] // nodes, t["seq_len"], t["mbs"], t["precision"], native_settings.described(r))
+        key = (r.model.variant, r.platform, device_label(item), r.framework, p.strategy, p.tp, p.pp,
+               p.num_gpus // nodes, t.seq_len, t.mbs, t.precision, native_settings.described(item.result))
         cells.setdefault(key, {}).setdefault(nodes, []).append(item)
     out = []
     for key in sorted(cells):

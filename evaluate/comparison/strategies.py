@@ -30,7 +30,8 @@ class Entry:
     tokens: float | None  # median tokens/s/GPU over successful repeats
     memory: float | None  # median peak memory per GPU (GiB)
     status: str
-    result: dict | None = field(default=None, compare=False, repr=False)  # the ok repeat nearest the median tokens
+    result: dict | None = field(default=None, compare=False, repr=False)  # the ok repeat nearest the median tokens,
+    # as read (evaluate.project projects it)
 
     @property
     def config(self) -> str:
@@ -43,10 +44,11 @@ def entries(rows: Sequence[Repeats]) -> list[Entry]:
     for row in rows:
         t, m = row.figures(tokens), row.figures(memory)
         median = statistics.median(t) if t else None
-        measured = [i.result for i in row.ok if tokens(i.result) is not None]
-        nearest = min(measured, key=lambda r: abs(tokens(r) - median)) if measured else None
+        measured = [i for i in row.ok if tokens(i.typed) is not None]
+        nearest = min(measured, key=lambda i: abs(tokens(i.typed) - median)) if measured else None
         out.append(Entry(row.model_name, row.platform, row.device, row.framework_text, row.strategy,
-                         row.layout, median, statistics.median(m) if m else None, row.status(), nearest))
+                         row.layout, median, statistics.median(m) if m else None, row.status(),
+                         nearest.result if nearest else None))
     return out
 
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
+from evaluate.collect import Loaded
 from evaluate.comparison.repeats import Repeats
 from evaluate.evaluation_checks import split_key, tokens_key
 from utils.spec.metrics import figure_text
+from utils.spec.result_types import Section
 
 OLYMPIC_FROM = 5  # reached repeats from which the fastest and the slowest are dropped (MLPerf's olympic scoring)
 STATISTIC = (f"olympic mean (the fastest and the slowest dropped, MLPerf's scoring) from {OLYMPIC_FROM} reached "
@@ -32,18 +34,20 @@ def statistic(times: Sequence[float]) -> tuple[float, str]:
     return statistics.median(ordered), "median" if len(ordered) > 1 else "one run"
 
 
-def _runs(row: Repeats) -> list:
-    return [item for item in row.ok if item.result.get("time_to_train")]
+def _runs(row: Repeats) -> list[Loaded]:
+    return [item for item in row.ok if item.typed.time_to_train]
 
 
-def _evaluation(result: dict) -> str:
+def _evaluation(item: Loaded) -> str:
     """What a result's losses were measured over: runs of different evaluations (sizes, splits) are not ranked
-    together, a loss over 3 tokens reaching a target says nothing beside one over 512,000."""
-    return f"{tokens_key(result)} tokens of split {split_key(result)}"
+    together, a loss over 3 tokens reaching a target says nothing beside one over 512,000. (The keys are
+    evaluate.evaluation_checks', which validate's fairness shares; they are given the result as read.)"""
+    return f"{tokens_key(item.result)} tokens of split {split_key(item.result)}"
 
 
-def best_loss(result: dict) -> float | None:
-    losses = [v for v in ((result.get("evaluation") or {}).get("points") or {}).get("loss", []) if v is not None]
+def best_loss(result: Section) -> float | None:
+    points = result.evaluation.points if result.evaluation else None
+    losses = [v for v in ((points.loss if points else None) or ()) if v is not None]
     return min(losses) if losses else None
 
 
@@ -55,7 +59,7 @@ def section(rows: Sequence[Repeats]) -> list[str]:
     """The ranking per model and target; empty when no result has a time_to_train."""
     groups: dict[tuple[str, float, str], list[Repeats]] = {}
     for row in rows:
-        for target, evaluation in dict.fromkeys((i.result["time_to_train"]["target_loss"], _evaluation(i.result))
+        for target, evaluation in dict.fromkeys((i.typed.time_to_train.target_loss, _evaluation(i))
                                                 for i in _runs(row)):
             groups.setdefault((row.variant, target, evaluation), []).append(row)
     if not groups:
@@ -67,10 +71,10 @@ def section(rows: Sequence[Repeats]) -> list[str]:
     for (variant, target, evaluation), mine in groups.items():
         ranked, missed = [], []
         for row in mine:
-            runs = [i for i in _runs(row) if i.result["time_to_train"]["target_loss"] == target
-                    and _evaluation(i.result) == evaluation]
-            reached = [i.result["time_to_train"]["wall_s"] for i in runs if i.result["time_to_train"]["reached"]]
-            missed += [(row, i) for i in runs if not i.result["time_to_train"]["reached"]]
+            runs = [i for i in _runs(row) if i.typed.time_to_train.target_loss == target
+                    and _evaluation(i) == evaluation]
+            reached = [i.typed.time_to_train.wall_s for i in runs if i.typed.time_to_train.reached]
+            missed += [(row, i) for i in runs if not i.typed.time_to_train.reached]
             if reached:
                 ranked.append((*statistic(reached), reached, row, runs))
         several = sum(key[:2] == (variant, target) for key in groups) > 1
@@ -80,8 +84,8 @@ def section(rows: Sequence[Repeats]) -> list[str]:
             out += ["| Rank | Configuration | Time to target (s) | Statistic | Spread (s) | Tokens | Reached | How |",
                     "|---|---|---|---|---|---|---|---|"]
             for rank, (time, name, reached, row, runs) in enumerate(sorted(ranked, key=lambda entry: entry[0]), 1):
-                tokens = sorted({i.result["time_to_train"]["tokens"] for i in runs if i.result["time_to_train"]["reached"]})
-                hows = sorted({"stopped at the target" if i.result["time_to_train"]["stopped_at_target"]
+                tokens = sorted({i.typed.time_to_train.tokens for i in runs if i.typed.time_to_train.reached})
+                hows = sorted({"stopped at the target" if i.typed.time_to_train.stopped_at_target
                                else "read from the validation series" for i in runs})
                 out.append(f"| {rank} | {row.label} | {figure_text(time)} | {name} | "
                            f"{figure_text(min(reached))}-{figure_text(max(reached))} | "
@@ -90,7 +94,7 @@ def section(rows: Sequence[Repeats]) -> list[str]:
         else:
             out.append("- no run reached the target")
         out += [""] + [f"- not reached, not ranked: {item.name} ({row.label}): last loss "
-                       f"{_loss(item.result['time_to_train']['last_loss'])}, best {_loss(best_loss(item.result))}"
+                       f"{_loss(item.typed.time_to_train.last_loss)}, best {_loss(best_loss(item.typed))}"
                        for row, item in missed]
         out.append("")
     return out
