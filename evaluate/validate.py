@@ -241,8 +241,8 @@ def _figures(name: str, r: Section) -> list[Finding]:
         tflops = metrics.tflops_per_gpu(spec, seq_len, per_gpu)
         expected.update(median_step_time_s=median, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=per_gpu,
                         tflop_per_s_per_gpu=tflops, mfu=metrics.mfu(tflops, peak))
-    recorded = {key: getattr(performance, key) for key in expected if key != "median_step_time_s"}
-    recorded["median_step_time_s"] = performance.step_time_s.median if performance.step_time_s else None
+    median = performance.step_time_s.median if performance.step_time_s else None
+    recorded = {key: median if key == "median_step_time_s" else getattr(performance, key) for key in expected}
     for key, value in expected.items():
         if not effective_settings.same(recorded[key], value):
             found.append(Finding(name, "figures", f"{key} is {_shown(recorded[key])} in the result, {_shown(value)} "
