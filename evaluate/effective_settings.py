@@ -10,9 +10,12 @@ names the difference and its reason.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any, Mapping
 
 from utils.spec.fairness import PROFILES, profile
+from utils.spec.result_types import Section, typed
 
 PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32", "average_in_collective")
 # Printed flat by Megatron/Primus/NeMo/Megatron-Bridge; mega's read-back nests them under fp8_recipe.
@@ -36,33 +39,57 @@ def same(a, b) -> bool:
     return a == b
 
 
-def problems(result: dict) -> list[Problem]:
+def given(section: Section | Mapping | None, name: str) -> bool:
+    """Whether a section holds the field, a null included: the typed result reads an absent field as None too, and a
+    check that tells "not recorded" from "recorded as none" (no FP8 recipe) asks here."""
+    if isinstance(section, Mapping):
+        return name in section
+    return section is not None and name in section.as_dict()
+
+
+def held(section: Section) -> dict[str, Any]:
+    """A closed section's fields that hold a value, by name, in the schema's order (the arrays not copied, as
+    as_dict would: a series can hold 200,000 steps)."""
+    return {item.name: value for item in dataclasses.fields(section)
+            if not item.name.startswith("_") and (value := getattr(section, item.name)) is not None}
+
+
+def plain(value: Any) -> Any:
+    """A field's value as JSON (a section as its dict), to print, hash or compare with a plain value."""
+    return value.as_dict() if isinstance(value, Section) else value
+
+
+def problems(result: Mapping | Section) -> list[Problem]:
     """Every requested setting and profile setting the framework reports otherwise, or does not report."""
-    effective = result["effective"]
-    found: list[Problem] = [(f"{key} is {effective[key]!r} in the framework, {wanted!r} requested", True)
-                            for section in READ_BACK_SECTIONS for key, wanted in result[section].items()
-                            if key not in NOT_READ_BACK and effective.get(key) is not None
-                            and not same(effective[key], wanted)]
-    return found + _profile_applied(result["training"], effective)
+    r = typed(result)
+    reported = r.effective.extra  # the read-back settings, named like the request's fields
+    found: list[Problem] = [(f"{key} is {reported[key]!r} in the framework, {wanted!r} requested", True)
+                            for section in (r.parallelism, r.training) for key, wanted in section.as_dict().items()
+                            if key not in NOT_READ_BACK and reported.get(key) is not None
+                            and not same(reported[key], wanted)]
+    return found + _profile_applied(r.training, reported)
 
 
-def _reported(effective: dict, key: str):
+def _reported(effective: Mapping, key: str):
     nested = effective.get("fp8_recipe") if isinstance(effective.get("fp8_recipe"), dict) else {}
     return effective[key] if effective.get(key) is not None else nested.get(key)
 
 
-def _profile_applied(training: dict, effective: dict) -> list[Problem]:
+def _profile_applied(training: Section, effective: Mapping) -> list[Problem]:
+    """The fairness profile's DDP settings and a delayed FP8 recipe's amax settings against the read-back
+    (effective: the section's settings beyond the schema's names, raw JSON as the framework reported them)."""
     wanted: dict = {}
-    if training.get("fairness_profile") in PROFILES:
-        table = profile(training["fairness_profile"])
+    if training.fairness_profile in PROFILES:
+        table = profile(training.fairness_profile)
         wanted.update({key: table[key] for key in PROFILE_KEYS})
-    if training.get("precision") == "fp32":
+    if training.precision == "fp32":
         wanted.pop("grad_reduce_in_fp32", None)  # fp32 gradients are reduced in fp32 whatever the profile says
-    if (training.get("fp8_recipe") or {}).get("fp8_recipe") == "delayed":  # the amax history is delayed scaling's
-        wanted.update({key: training["fp8_recipe"][key] for key in FP8_KEYS if key in training["fp8_recipe"]})
+    recipe = training.fp8_recipe
+    if recipe is not None and recipe.fp8_recipe == "delayed":  # the amax history is delayed scaling's
+        wanted.update({key: getattr(recipe, key) for key in FP8_KEYS if given(recipe, key)})
     fixed, found = effective.get("profile_fixed") or {}, []
     for key, value in wanted.items():
-        where = f"{value!r} in the fairness profile {training['fairness_profile']}"
+        where = f"{value!r} in the fairness profile {training.fairness_profile}"
         reported = _reported(effective, key)
         if reported is None:
             if "tp" in effective:

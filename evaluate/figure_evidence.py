@@ -34,10 +34,10 @@ RECOMPUTED = {
                      "stragglers.slowest_node.slower_than_median"), "straggler_checks.problems"),
 }
 
-_DEVICE_USED = "never below 0 and never above the device's capacity (validate._memory, integrity.memory); the " \
+_DEVICE_USED = "never below 0 and never above the device's capacity (integrity.below_zero, integrity.memory); the " \
                "driver's per-step readings it is the peak of are not kept in the result's series"
-_PER_WORKER = "never below 0 and never above the host's memory (validate._memory, integrity.memory); each worker's " \
-              "peak is read from its own process, which a result does not carry"
+_PER_WORKER = "never below 0 and never above the host's memory (integrity.below_zero, integrity.memory); each " \
+              "worker's peak is read from its own process, which a result does not carry"
 NOT_YET = {
     "memory.peak_device_used_gib": _DEVICE_USED, "memory.host_rss_gib_per_worker": _PER_WORKER,
     "telemetry.interval_ms": "the request's TELEMETRY_INTERVAL_MS, an input of the summary that validate recomputes "

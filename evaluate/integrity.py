@@ -10,11 +10,13 @@ holds). Not-finite numbers never get this far: the readers refuse them (utils.fi
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Mapping, NamedTuple
 
+from evaluate.effective_settings import held
 from evaluate.logs.parse import step_ranges
 from utils.machine.hardware import DEVICES, HOST_MEMORY_MAX_GIB, find_device
 from utils.spec import metrics
+from utils.spec.result_types import Section, typed
 
 HIGHEST_DEVICE_GIB = max(spec.memory_gib for _, spec in DEVICES if spec.memory_gib)
 DEVICE_MEMORY = ("peak_allocated_gib", "peak_reserved_gib", "peak_device_used_gib")
@@ -33,16 +35,18 @@ class Problem(NamedTuple):
     message: str
 
 
-def problems(result: dict, system: dict) -> list[Problem]:
-    """Every integrity check of one schema-valid result, with the system it ran on."""
-    return series(result) + window(result) + memory(result, system)
+def problems(result: Mapping | Section, system: dict) -> list[Problem]:
+    """Every integrity check of one schema-valid result, with the system it ran on (a system.json's dict: the
+    result's own system section, else its run set's, as evaluate.collect.Loaded.system holds it)."""
+    r = typed(result)
+    return series(r) + window(r) + memory(r, system)
 
 
-def series(result: dict) -> list[Problem]:
+def series(result: Section) -> list[Problem]:
     """Steps unique and increasing; every per-step array as long as the steps."""
     found = []
-    values = result["series"]
-    steps = values["step"]
+    values = result.series
+    steps = values.step
     repeated = sorted({b for a, b in zip(steps, steps[1:]) if b == a})
     backwards = [b for a, b in zip(steps, steps[1:]) if b < a]
     if repeated:
@@ -51,32 +55,33 @@ def series(result: dict) -> list[Problem]:
     if backwards:
         found.append(Problem("series", f"steps go backwards ({', '.join(map(str, backwards[:5]))} after a later "
                              "step): the series is not in the order the run made it"))
-    negative = [key for key in NON_NEGATIVE if any(isinstance(v, (int, float)) and v < 0 for v in values.get(key) or [])]
+    negative = [key for key in NON_NEGATIVE
+                if any(isinstance(v, (int, float)) and v < 0 for v in getattr(values, key) or ())]
     if negative:
         found.append(Problem("series", f"{', '.join(negative)} below 0: a cross-entropy loss, a learning rate and a "
                              "gradient norm never are"))
     huge = [key for key in NON_NEGATIVE if any(isinstance(v, (int, float)) and v > LARGEST_SERIES_VALUE
-                                                for v in values.get(key) or [])]
+                                                for v in getattr(values, key) or ())]
     if huge:
         found.append(Problem("series", f"{', '.join(huge)} above {LARGEST_SERIES_VALUE:g}: no training run reports "
                              "such a value (a misread or made-up series)"))
-    uneven = [f"{key} has {len(array)}" for key, array in values.items()
-              if isinstance(array, list) and key != "step" and len(array) != len(steps)]
+    uneven = [f"{key} has {len(array)}" for key, array in held(values).items()
+              if isinstance(array, tuple) and key != "step" and len(array) != len(steps)]
     if uneven:
         found.append(Problem("series", f"{len(steps)} step(s) but {', '.join(uneven)} value(s): each per-step array "
                              "must have one value per step"))
     return found
 
 
-def window(result: dict) -> list[Problem]:
+def window(result: Section) -> list[Problem]:
     """The recorded steady-state window is the one the step times give, and lies within the steps requested."""
-    performance, values = result["performance"], result["series"]
-    recorded, requested = performance.get("window"), result["training"]["steps"]
+    performance, values = result.performance, result.series
+    recorded, requested = performance.window, result.training.steps
     found = []
-    steps, times = values["step"], values["step_time_s"]
-    expected = metrics.steady_window(steps, times, performance["warmup_skip"]) if len(steps) == len(times) else None
+    steps, times = values.step, values.step_time_s
+    expected = metrics.steady_window(steps, times, performance.warmup_skip) if len(steps) == len(times) else None
     if recorded:
-        first, last, count = recorded["first_step"], recorded["last_step"], recorded["count"]
+        first, last, count = recorded.first_step, recorded.last_step, recorded.count
         if not 1 <= first <= last <= requested or count > last - first + 1:
             found.append(Problem("window", f"steps {first}-{last} ({count} counted) is no window of the {requested} "
                                  "steps requested"))
@@ -85,13 +90,27 @@ def window(result: dict) -> list[Problem]:
             found.append(Problem("window", f"steps {first}-{last} ({count} counted) in the result, "
                                  f"{expected.first_step}-{expected.last_step} ({len(expected.steps)}) from its step "
                                  "times"))
-    counted = (performance.get("step_time_s") or {}).get("count")
+    counted = performance.step_time_s.count if performance.step_time_s else None
     if counted is not None and counted > requested:
         found.append(Problem("window", f"{counted} step times counted, more than the {requested} steps requested"))
     return found
 
 
-def capacity_gib(result: dict, system: dict) -> tuple[float, str]:
+def below_zero(result: Section) -> list[Problem]:
+    """Memory is never below 0: no figure, no worker's peak, no step of a memory series (validate's memory check)."""
+    memory, values = result.memory, result.series
+    below = [key for key, value in held(memory).items() if isinstance(value, (int, float)) and value < 0]
+    if any(value < 0 for value in memory.host_rss_gib_per_worker or ()):
+        below.append("host_rss_gib_per_worker")
+    for key in DEVICE_SERIES + HOST_SERIES:
+        steps = [step for step, value in zip(values.step, getattr(values, key) or ())
+                 if value is not None and value < 0]
+        if steps:
+            below.append(f"{key} at step(s) {step_ranges(steps)}")
+    return [Problem("memory", f"below 0: {'; '.join(below)}")] if below else []
+
+
+def capacity_gib(result: Section, system: dict) -> tuple[float, str]:
     """The memory of one device the run used (GiB) and whose figure that is."""
     name = (system.get("gpu") or {}).get("name")
     spec = find_device(name)
@@ -110,21 +129,21 @@ def host_gib(system: dict) -> tuple[float, str]:
     return HOST_MEMORY_MAX_GIB, f"{HOST_MEMORY_MAX_GIB:g} GiB, more than any machine holds"
 
 
-def memory(result: dict, system: dict) -> list[Problem]:
+def memory(result: Section, system: dict) -> list[Problem]:
     """No memory figure above what its device (or host) holds."""
-    mem, values, steps = result["memory"], result["series"], result["series"]["step"]
-    on_cpu = result["platform"] == "cpu"  # no device memory: every figure is the host's
+    mem, values, steps = result.memory, result.series, result.series.step
+    on_cpu = result.platform == "cpu"  # no device memory: every figure is the host's
     found = []
     for keys, series_keys, (limit, whose) in (
             (DEVICE_MEMORY, DEVICE_SERIES, host_gib(system) if on_cpu else capacity_gib(result, system)),
             (HOST_MEMORY, HOST_SERIES, host_gib(system))):
-        above = [f"{key} {mem[key]:g}" for key in keys if isinstance(mem.get(key), (int, float))
-                 and mem[key] > limit * MEMORY_MARGIN]
+        above = [f"{key} {value:g}" for key in keys if isinstance(value := getattr(mem, key), (int, float))
+                 and value > limit * MEMORY_MARGIN]
         if keys is HOST_MEMORY:
-            above += [f"host_rss_gib_per_worker {v:g}" for v in mem.get("host_rss_gib_per_worker") or []
+            above += [f"host_rss_gib_per_worker {v:g}" for v in mem.host_rss_gib_per_worker or ()
                       if v > limit * MEMORY_MARGIN][:1]
         for key in series_keys:
-            high = [s for s, v in zip(steps, values.get(key) or []) if v is not None and v > limit * MEMORY_MARGIN]
+            high = [s for s, v in zip(steps, getattr(values, key) or ()) if v is not None and v > limit * MEMORY_MARGIN]
             if high:
                 above.append(f"{key} at step(s) {step_ranges(high)}")
         if above:

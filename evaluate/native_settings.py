@@ -11,10 +11,11 @@ reports only the settings that apply to it (no ZeRO stage under fsdp).
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Mapping, NamedTuple
 
 from utils.frameworks import torch_native
 from utils.spec.request import Native
+from utils.spec.result_types import Section, typed
 
 
 class NativeSetting(NamedTuple):
@@ -36,14 +37,15 @@ SETTINGS = {
 KEYS = tuple(field.name for field in dataclasses.fields(Native))
 
 
-def recorded(result: dict) -> dict:
+def recorded(result: Mapping | Section) -> dict:
     """The torch-native settings a result records (its framework's read-back), {} for the other frameworks."""
-    if not torch_native(result["framework"]):
+    r = typed(result)
+    if not torch_native(r.framework):
         return {}
-    effective = result.get("effective") or {}
+    effective = r.effective.extra if r.effective else {}  # the read-back settings: none is a name of the schema's
     found = {key: effective[key] for key in KEYS if effective.get(key) is not None}
     if "sac_every" not in found and isinstance(effective.get("checkpointed_layers"), list):
-        found["sac_every"] = sac_every(effective["checkpointed_layers"], result["model"]["num_layers"])
+        found["sac_every"] = sac_every(effective["checkpointed_layers"], r.model.num_layers)
     if found.get("compile") is False:
         found.pop("compile_mode", None)  # a mode without compiling is no setting
     return {key: found[key] for key in KEYS if key in found}
@@ -60,11 +62,12 @@ def sac_every(layers: list[int], num_layers: int) -> int | list[int]:
     return next((every for every in range(num_layers + 1) if layers == checkpointed(every, num_layers)), layers)
 
 
-def readback_problems(native: Native, result: dict) -> list[str]:
+def readback_problems(native: Native, result: Mapping | Section) -> list[str]:
     """Where a torch-native run's read-back differs from the request's `native` section (the settings both carry);
     SAC as the layers it checkpoints (1/4 of a 2-layer proxy checkpoints none, as 0 does)."""
-    problems, layers = [], result["model"]["num_layers"]
-    for key, value in recorded(result).items():
+    r = typed(result)
+    problems, layers = [], r.model.num_layers
+    for key, value in recorded(r).items():
         wanted = getattr(native, key)
         if key == "sac_every":
             value, wanted = (v if isinstance(v, list) else checkpointed(v, layers) for v in (value, wanted))
@@ -91,9 +94,10 @@ def shown(key: str, value: object) -> str:
 LOCAL_LAYERS = "local layers, no Transformer Engine"
 
 
-def described(result: dict) -> str:
+def described(result: Mapping | Section) -> str:
     """Every recorded torch-native setting in words; "not recorded" for a torch-native run whose result has none; for
     another framework LOCAL_LAYERS where it ran megatron-core's local layers, else "-"."""
-    if not torch_native(result["framework"]):
-        return LOCAL_LAYERS if (result.get("features") or {}).get("layer_spec") == "local" else "-"
-    return ", ".join(shown(key, value) for key, value in recorded(result).items()) or "not recorded"
+    r = typed(result)
+    if not torch_native(r.framework):
+        return LOCAL_LAYERS if (r.features or {}).get("layer_spec") == "local" else "-"
+    return ", ".join(shown(key, value) for key, value in recorded(r).items()) or "not recorded"

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 import zipfile
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Mapping
 
 from evaluate.collect import CONFIG_NAME
 from evaluate.telemetry_checks import SHOWN
 from utils.files import MAX_JSON_BYTES, parse_json
 from utils.predict import result_section
 from utils.spec.request import Request
+from utils.spec.result_types import Section, typed
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
 CHECK = "prediction evidence"
@@ -36,9 +37,11 @@ FIGURES = tuple(f"memory.{part}_gib" for part in ("weights", "gradients", "optim
 REL_TOL = 1e-9  # the same computation on the same inputs: only a JSON round trip lies between them, which is exact
 
 
-def _figure(section: dict, path: str):
+def _figure(section: Section | dict | None, path: str) -> Any:
+    """One figure by its dotted path, in the result's typed section or in the recomputed plain one."""
     for key in path.split("."):
-        section = section.get(key) if isinstance(section, dict) else None
+        section = (getattr(section, key) if isinstance(section, Section)
+                   else section.get(key) if isinstance(section, dict) else None)
     return section
 
 
@@ -55,14 +58,18 @@ def _same(ours, theirs) -> bool:
     return math.isclose(float(ours), float(theirs), rel_tol=REL_TOL, abs_tol=0.0)
 
 
-def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
+def problems(result: Mapping | Section, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
     """The prediction's figures against utils.predict.result_section on the run's config.json; none for a result
-    without a prediction section or without its config.json beside it."""
-    section = r.get("prediction")
-    if not section or not beside or CONFIG_NAME not in beside:
+    without a prediction section or without its config.json beside it. The writer's function reads the plain result:
+    pass it (evaluate.validate does) rather than a typed one, which would be written out again, series and all."""
+    if not beside or CONFIG_NAME not in beside:
         return []
+    section = typed(result).prediction
+    if not section:
+        return []
+    plain = result.as_dict() if isinstance(result, Section) else result
     try:
-        again = result_section(_request(beside[CONFIG_NAME]), r)
+        again = result_section(_request(beside[CONFIG_NAME]), plain)
     except (OSError, ValueError, zipfile.BadZipFile) as err:  # RequestError is a ValueError
         return [(CHECK, f"the request beside the result cannot be read, the prediction is not recomputed: {err}")]
     differing = [f"prediction.{path} is {_figure(section, path)} in the result, {_figure(again, path)} from "

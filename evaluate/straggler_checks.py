@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import PurePosixPath
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Mapping
 
 from evaluate.effective_settings import same
-from evaluate.telemetry_checks import named, side_text
+from evaluate.telemetry_checks import named, side_text, steady_steps
 from utils.machine import stragglers
+from utils.spec.result_types import Section, typed
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
 CHECK = "straggler evidence"
@@ -36,20 +37,22 @@ def _leaves(value: Any, where: str) -> dict[str, Any]:
     return {where: value}
 
 
-def recomputed(r: dict, beside: dict[str, Callable[[], BinaryIO]]) -> dict[str, Any] | None:
-    """The section the judge writes from the rank files beside the result, else from its telemetry's per_gpu."""
+def recomputed(r: Section, beside: dict[str, Callable[[], BinaryIO]]) -> dict[str, Any] | None:
+    """The section the judge writes from the rank files beside the result, else from its telemetry's per_gpu (as
+    the plain entries the judge hands utils.machine.stragglers)."""
     files = {name: (lambda opened=opened: side_text(opened)) for name, opened in beside.items()
              if PurePosixPath(name).parent.as_posix() == stragglers.RANK_STEPS_DIR}
-    per_gpu = (r.get("telemetry") or {}).get("per_gpu") or []
-    return stragglers.section(stragglers.read_rank_steps(files), stragglers.steady_window(r), per_gpu)
+    per_gpu = [gpu.as_dict() for gpu in (r.telemetry.per_gpu or ())] if r.telemetry else []
+    return stragglers.section(stragglers.read_rank_steps(files), steady_steps(r), per_gpu)
 
 
-def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
+def problems(result: Mapping | Section, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
     """The stragglers section against its recomputation: every figure, a section without evidence, and a section
     the evidence gives but the result lacks; none for a result read without its run directory (beside None)."""
     if beside is None:
         return []
-    ours = r.get("stragglers")
+    r = typed(result)
+    ours = r.stragglers
     try:
         again = recomputed(r, beside)
     except (OSError, ValueError, zipfile.BadZipFile) as err:  # the judge leaves the section out of such files
@@ -62,7 +65,7 @@ def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[
     if again is None:
         return [(CHECK, "a stragglers section, but neither rank_steps/ nor the telemetry beside the result give one: "
                         "a straggler verdict without evidence")]
-    theirs, mine = _leaves(again, "stragglers"), _leaves(ours, "stragglers")
+    theirs, mine = _leaves(again, "stragglers"), _leaves(ours.as_dict(), "stragglers")
     found = [f"{path} is {mine.get(path)} in the result, {theirs.get(path)} from the {again['method']}"
              for path in dict.fromkeys([*mine, *theirs]) if not same(mine.get(path), theirs.get(path))]
     return [(CHECK, named(found))] if found else []

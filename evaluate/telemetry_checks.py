@@ -20,13 +20,14 @@ import json
 import zipfile
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Mapping
 
 from utils import run_files
 from evaluate.effective_settings import same
 from evaluate.logs.files import stamped_ends
 from utils.files import MAX_JSON_BYTES
-from utils.machine import energy, stragglers, telemetry
+from utils.machine import energy, telemetry
+from utils.spec.result_types import Section, typed
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
 STEPS_FILE = run_files.STEPS
@@ -41,14 +42,15 @@ GPU_FIGURES = ("index", "samples", "mean_power_w", "max_power_w", "energy_j", "m
 SHOWN = 6  # differing fields named in the one line
 
 
-def step_clock(result: dict, steps_text: Callable[[], str], log_ends: Callable[[], dict[int, float]],
+def step_clock(result: Mapping | Section, steps_text: Callable[[], str], log_ends: Callable[[], dict[int, float]],
                ended_at: str | None) -> tuple[list[energy.Step], str]:
     """Each step's end on telemetry.jsonl's clock and where it came from: the trainer's steps.jsonl (mega, fsdp,
     autotp), else the timestamps of the log's iteration lines (to the second), else reconstructed backwards from
     the run's end with the step times (the end includes the run's teardown: an upper bound). The readers raise
     OSError where their file is absent."""
-    series = result.get("series") or {}
-    durations = {step: t for step, t in zip(series.get("step", []), series.get("step_time_s", [])) if t is not None}
+    series = typed(result).series
+    steps, times = (series.step or (), series.step_time_s or ()) if series else ((), ())
+    durations = {step: t for step, t in zip(steps, times) if t is not None}
     ends: dict[int, float] = {}
     try:
         for line in steps_text().splitlines():
@@ -91,41 +93,49 @@ def _stamped(opened: Callable[[], BinaryIO]) -> dict[int, float]:
         return stamped_ends(handle)
 
 
-def recomputed(r: dict, beside: dict[str, Callable[[], BinaryIO]]) -> dict[str, Any]:
+def steady_steps(r: Section) -> tuple[int, int] | None:
+    """The steps a result's figures are measured over, its performance.window (utils.machine.stragglers.steady_window,
+    which the judge calls on the plain result it writes, read on the typed one)."""
+    window = r.performance.window if r.performance else None
+    return (window.first_step, window.last_step) if window else None
+
+
+def recomputed(r: Section, beside: dict[str, Callable[[], BinaryIO]]) -> dict[str, Any]:
     """The section utils.machine.energy.summarise gives from the samples and steps beside the result."""
-    nnodes = r["parallelism"].get("nnodes") or 1
+    nnodes = r.parallelism.nnodes or 1
     names = [telemetry.FILE] + [f"node{n}/{telemetry.FILE}" for n in range(1, nnodes)]
     records = [telemetry.read(PurePosixPath(name), side_text(beside[name]).splitlines())
                for name in names if name in beside]
     steps_file, log = beside.get(STEPS_FILE), beside.get(LOG_FILE)
     steps, clock = step_clock(r, (lambda: side_text(steps_file)) if steps_file else _absent(STEPS_FILE),
-                              (lambda: _stamped(log)) if log else _absent(LOG_FILE), r["run"].get("ended_at"))
-    section = r["telemetry"]
-    per_node = None if r["platform"] == "cpu" else max(1, r["parallelism"]["num_gpus"] // nnodes)
-    again = energy.summarise(records, steps, stragglers.steady_window(r),
-                             r["training"]["gbs"] * r["training"]["seq_len"], section["interval_ms"] or 0, clock,
-                             per_node)  # no interval of the request's: each record's own (its start line)
+                              (lambda: _stamped(log)) if log else _absent(LOG_FILE), r.run.ended_at)
+    per_node = None if r.platform == "cpu" else max(1, r.parallelism.num_gpus // nnodes)
+    # no interval of the request's: each record's own (its start line)
+    again = energy.summarise(records, steps, steady_steps(r), r.training.gbs * r.training.seq_len,
+                             r.telemetry.interval_ms or 0, clock, per_node)
     bad = next((line for record in records for line in record.bad_lines), None)
     return {**again, "bad_line": bad}
 
 
-def _differences(ours: dict, theirs: dict, keys: tuple[str, ...], where: str) -> list[str]:
-    return [f"{where}.{key} is {ours.get(key)} in the result, {theirs.get(key)} from the samples" for key in keys
-            if not (ours.get(key) is theirs.get(key) is None or (ours.get(key) is not None
-                                                                  and theirs.get(key) is not None
-                                                                  and same(float(ours[key]), float(theirs[key]))))]
+def _differences(ours: Section, theirs: dict, keys: tuple[str, ...], where: str) -> list[str]:
+    """Each of keys on which the result's entry (typed) and the recomputed one (summarise's dict) differ."""
+    pairs = {key: (getattr(ours, key), theirs.get(key)) for key in keys}
+    return [f"{where}.{key} is {mine} in the result, {again} from the samples" for key, (mine, again) in pairs.items()
+            if not (mine is again is None or (mine is not None and again is not None
+                                              and same(float(mine), float(again))))]
 
 
-def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
+def problems(result: Mapping | Section, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[Problem]:
     """The telemetry section's figures against their recomputation from the samples; none for a section without
     figures (telemetry off, or left out by the judge: whatever its flags say, a figure is checked) or a result read
     without its run directory (beside None)."""
-    section = r.get("telemetry")
-    if beside is None or not section or not (any(section.get(key) is not None for key in FIGURES)
-                                             or section.get("per_gpu") or section.get("throttle_events")):
+    r = typed(result)
+    section = r.telemetry
+    if beside is None or not section or not (any(getattr(section, key) is not None for key in FIGURES)
+                                             or section.per_gpu or section.throttle_events):
         return []
     if telemetry.FILE not in beside:
-        figured = [key for key in ("mean_power_w", "tokens_per_joule") if section.get(key) is not None]
+        figured = [key for key in ("mean_power_w", "tokens_per_joule") if getattr(section, key) is not None]
         return [("telemetry evidence", f"no {telemetry.FILE} beside the result: its {' and '.join(figured)} cannot be "
                  "recomputed, and an energy figure without its samples does not rank")] if figured else []
     try:
@@ -135,8 +145,8 @@ def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[
     if again["bad_line"]:
         return [("telemetry evidence", f"{again['bad_line']}: the judge leaves out a section from such samples")]
     found = _differences(section, again, FIGURES, "telemetry")
-    gpus, their_gpus = section.get("per_gpu", []), again["per_gpu"]
-    events, their_events = section.get("throttle_events", []), again["throttle_events"]
+    gpus, their_gpus = section.per_gpu or (), again["per_gpu"]  # again: summarise's dict, not the result
+    events, their_events = section.throttle_events or (), again["throttle_events"]
     if len(gpus) != len(their_gpus):
         found.append(f"telemetry.per_gpu has {len(gpus)} device(s) in the result, {len(their_gpus)} from the samples")
     for n, (ours, theirs) in enumerate(zip(gpus, their_gpus)):
@@ -146,8 +156,8 @@ def problems(r: dict, beside: dict[str, Callable[[], BinaryIO]] | None) -> list[
                      "the samples")
     for n, (ours, theirs) in enumerate(zip(events, their_events)):
         found += _differences(ours, theirs, EVENT_FIGURES, f"telemetry.throttle_events[{n}]")
-        if (ours.get("reason"), ours.get("steady")) != (theirs["reason"], theirs["steady"]):
-            found.append(f"telemetry.throttle_events[{n}] is {ours.get('reason')} (steady {ours.get('steady')}) in "
+        if (ours.reason, ours.steady) != (theirs["reason"], theirs["steady"]):
+            found.append(f"telemetry.throttle_events[{n}] is {ours.reason} (steady {ours.steady}) in "
                          f"the result, {theirs['reason']} (steady {theirs['steady']}) from the samples")
     return [("telemetry evidence", named(found))] if found else []
 

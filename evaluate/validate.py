@@ -33,7 +33,7 @@ import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from evaluate import (effective_settings, evaluation_checks, integrity, machine_checks, native_settings,
                       prediction_checks, series_checks, straggler_checks, telemetry_checks)
@@ -44,6 +44,7 @@ from utils.cli import Parser, quoted, run
 from utils.machine.hardware import DEVICES
 from utils.spec.precision import PEAK_CLASS
 from utils.spec.models import by_variant
+from utils.spec.result_types import Section
 
 SHORT_RUN = 20  # below this many steps a loss that did not fall is only flagged
 MAX_LISTED = 100_000  # missing steps beyond this many are counted, not listed
@@ -92,7 +93,6 @@ def highest_peak(precision: str) -> float:
     exceeds): what no step can beat, whatever device ran it."""
     wanted = precision if precision in PEAK_CLASS and PEAK_CLASS[precision] else "bf16"
     return max(peak for _, spec in DEVICES if (peak := spec.peak_tflops(wanted)))
-MEMORY_SERIES = ("mem_allocated_gib", "mem_reserved_gib", "mem_host_rss_gib")
 HEADLINE = ("median_step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu", "mfu")
 
 
@@ -112,21 +112,22 @@ class Finding:
 
 def check_result(item: Loaded) -> list[Finding]:
     """Every per-result check; an empty list means the result is sound."""
-    r, name = item.result, item.name
-    problem = first_problem(r)
+    name = item.name
+    problem = first_problem(item.result)  # the schema's check reads the JSON as written; typed reads follow it
     if problem:
         return [Finding(name, "schema", problem)]
+    r = item.typed
     found: list[Finding] = []
-    run, training, health, series = r["run"], r["training"], r["health"], r["series"]
-    if run["status"] != "ok":
-        excerpt = (run["error_excerpt"] or "").strip().splitlines()[-1:] or ["no error excerpt"]
-        found.append(Finding(name, "status", f"{run['status']} (exit code {run['exit_code']}): {excerpt[0][:200]}"))
-    found += _steps(name, run, training, series, r["effective"], evaluation_checks.stopped_at(r))
+    run, training, health, series = r.run, r.training, r.health, r.series
+    if run.status != "ok":
+        excerpt = (run.error_excerpt or "").strip().splitlines()[-1:] or ["no error excerpt"]
+        found.append(Finding(name, "status", f"{run.status} (exit code {run.exit_code}): {excerpt[0][:200]}"))
+    found += _steps(name, run, training, series, r.effective, evaluation_checks.stopped_at(r))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
     found += [Finding(name, *problem) for problem in series_checks.problems(r)]
     found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals, item.beside)]
-    losses = series["loss"]
-    bad = [item_["step"] for item_ in health["nonfinite"] if item_["field"] == "loss"]
+    losses = series.loss
+    bad = [item_.step for item_ in health.nonfinite if item_.field == "loss"]
     if bad:
         found.append(Finding(name, "finite loss", f"loss was nan/inf at step(s) {', '.join(map(str, bad[:10]))}"))
     finite = [v for v in losses if v is not None]
@@ -136,39 +137,40 @@ def check_result(item: Loaded) -> list[Finding]:
         span = max(1, len(finite) // 10)
         start, end = sum(finite[:span]) / span, sum(finite[-span:]) / span
         if not end < start:
-            short = training["steps"] < SHORT_RUN
+            short = training.steps < SHORT_RUN
             found.append(Finding(name, "loss decreases", f"mean loss of the last {span} step(s) {end:.4g} is not below "
                                  f"the first {span} {start:.4g}" + (" (a very short run)" if short else ""),
                                  fatal=not short))
-    if health["nan_iterations"] or health["skipped_iterations"]:
-        found.append(Finding(name, "nan/skipped iterations", f"{health['nan_iterations']} NaN and "
-                             f"{health['skipped_iterations']} skipped iteration(s)"))
-    effective = r["effective"]
-    if effective.get("mock_data") and not training["mock_data"]:
+    if health.nan_iterations or health.skipped_iterations:
+        found.append(Finding(name, "nan/skipped iterations", f"{health.nan_iterations} NaN and "
+                             f"{health.skipped_iterations} skipped iteration(s)"))
+    reported = r.effective.extra  # the framework's read-back settings
+    if reported.get("mock_data") and not training.mock_data:
         found.append(Finding(name, "real data", "the framework trained on MOCK DATA although real data was requested"))
-    elif training["mock_data"]:
+    elif training.mock_data:
         found.append(Finding(name, "real data", "MOCK DATA was requested: throughput only, losses mean nothing",
                              fatal=False))
-    if effective.get("cp") not in (None, 1):
-        found.append(Finding(name, "effective settings", f"context parallel size is {effective['cp']}, TPrimat "
+    if reported.get("cp") not in (None, 1):
+        found.append(Finding(name, "effective settings", f"context parallel size is {reported['cp']}, TPrimat "
                              "layouts use 1"))
     found += [Finding(name, "effective settings", message, fatal) for message, fatal in effective_settings.problems(r)]
-    return (found + _figures(name, r) + _memory(name, r)
+    return (found + _figures(name, r) + [Finding(name, *problem) for problem in integrity.below_zero(r)]
             + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)]
             + [Finding(name, *problem) for problem in telemetry_checks.problems(r, item.beside)]
             + [Finding(name, *problem) for problem in straggler_checks.problems(r, item.beside)]
-            + [Finding(name, *problem, fatal=False) for problem in prediction_checks.problems(r, item.beside)])
+            + [Finding(name, *problem, fatal=False)  # the plain result: utils.predict's writer reads it
+               for problem in prediction_checks.problems(item.result, item.beside)])
 
 
-def _steps(name: str, run: dict, training: dict, series: dict, effective: dict,
+def _steps(name: str, run: Section, training: Section, series: Section, effective: Section,
            stopped_at: int | None = None) -> list[Finding]:
     """Every requested step ran and has its record: Megatron's log_interval-th steps where the log said one. A run
     that stopped at TARGET_LOSS (stopped_at: where evaluation_checks.stopped_at finds the stop in its evidence, not
     where the result merely claims one) requested the steps up to the evaluation that reached it."""
-    completed, requested, recorded = run["steps_completed"], training["steps"], series["step"]
+    completed, requested, recorded = run.steps_completed, training.steps, series.step
     if stopped_at is not None:
         requested = min(requested, stopped_at)
-    interval = effective.get("log_interval")
+    interval = effective.extra.get("log_interval")
     interval = interval if isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1 else 1
     last = max(recorded, default=0)
     present = {step for step in recorded if step <= requested and step % interval == 0}
@@ -189,31 +191,31 @@ def _steps(name: str, run: dict, training: dict, series: dict, effective: dict,
     return [Finding(name, "steps", "; ".join(said))] if said else []
 
 
-def _figures(name: str, r: dict) -> list[Finding]:
+def _figures(name: str, r: Section) -> list[Finding]:
     """The figures again, from the step times by utils.spec.metrics, the FLOPs formula and the peak table.
 
     A step time that is not a finite number above 0, or that is shorter than the step's FLOPs take at the
     peak (the device's, else the fastest of the table), is named: no device runs faster than its peak,
     so such a step (an MFU above 1) is a misread or made-up figure.
     """
-    training, performance, series = r["training"], r["performance"], r["series"]
+    training, performance, series = r.training, r.performance, r.series
     try:
-        spec = by_variant(r["model"]["variant"])
+        spec = by_variant(r.model.variant)
     except ValueError as err:
         return [Finding(name, "figures", f"{err}: its FLOPs are unknown")]
     found = []
-    peak, highest = performance["peak_tflop_per_s_per_gpu"], highest_peak(str(training["precision"]))
+    peak, highest = performance.peak_tflop_per_s_per_gpu, highest_peak(str(training.precision))
     plausible = peak is not None and 0 < peak <= highest
     if peak is not None and not plausible:
         found.append(Finding(name, "figures", f"peak {peak:g} TFLOP/s is no device's: utils/machine/hardware.py's "
                              f"highest is {highest:g}"))
     bound, whose = (peak, "the device's peak") if plausible else (highest, "the fastest peak in utils/machine/hardware.py")
-    num_gpus, seq_len = r["parallelism"]["num_gpus"], training["seq_len"]
-    tokens_per_step = training["gbs"] * seq_len
+    num_gpus, seq_len = r.parallelism.num_gpus, training.seq_len
+    tokens_per_step = training.gbs * seq_len
     flops_per_gpu = spec.flops_per_token(seq_len) * tokens_per_step / num_gpus
     fastest = flops_per_gpu / (bound * 1e12)
-    steps, times = series["step"], series["step_time_s"]
-    broken = sorted({item["step"] for item in r["health"]["nonfinite"] if item["field"] == "step_time_s"}
+    steps, times = series.step, series.step_time_s
+    broken = sorted({item.step for item in r.health.nonfinite if item.field == "step_time_s"}
                     | {step for step, t in zip(steps, times) if t is not None and t <= 0})
     if broken:
         found.append(Finding(name, "step times", f"step(s) {step_ranges(broken)}: step time nan/inf, 0 or below"))
@@ -221,16 +223,16 @@ def _figures(name: str, r: dict) -> list[Finding]:
     if too_fast:
         found.append(Finding(name, "step times", f"step(s) {step_ranges(too_fast)}: faster than {fastest:.3g} s, "
                              f"the least {flops_per_gpu:.3g} FLOPs per GPU take at {whose} {bound:g} TFLOP/s"))
-    if performance["mfu"] is not None and performance["mfu"] > 1:
-        found.append(Finding(name, "figures", f"MFU {performance['mfu']:g} is above 1: no device computes faster "
+    if performance.mfu is not None and performance.mfu > 1:
+        found.append(Finding(name, "figures", f"MFU {performance.mfu:g} is above 1: no device computes faster "
                              "than its peak"))
     expected: dict = {"tokens_per_step": tokens_per_step, "flops_per_token": spec.flops_per_token(seq_len)}
-    window = metrics.steady_window(steps, times, performance["warmup_skip"])
+    window = metrics.steady_window(steps, times, performance.warmup_skip)
     if window is None:
         expected.update(dict.fromkeys(HEADLINE))
         if steps:  # steps recorded, and no figure (a run without steps fails "steps")
             found.append(Finding(name, "figures", f"no throughput figure: no step after WARMUP_SKIP="
-                                 f"{performance['warmup_skip']} has a step time"))
+                                 f"{performance.warmup_skip} has a step time"))
     elif not any(t is not None and t <= 0 for t in times):  # else named above: no tokens/s of those
         kept = set(window.steps)
         median = metrics.summarize(t for step, t in zip(steps, times) if step in kept).median
@@ -239,7 +241,8 @@ def _figures(name: str, r: dict) -> list[Finding]:
         tflops = metrics.tflops_per_gpu(spec, seq_len, per_gpu)
         expected.update(median_step_time_s=median, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=per_gpu,
                         tflop_per_s_per_gpu=tflops, mfu=metrics.mfu(tflops, peak))
-    recorded = {**performance, "median_step_time_s": (performance["step_time_s"] or {}).get("median")}
+    median = performance.step_time_s.median if performance.step_time_s else None
+    recorded = {key: median if key == "median_step_time_s" else getattr(performance, key) for key in expected}
     for key, value in expected.items():
         if not effective_settings.same(recorded[key], value):
             found.append(Finding(name, "figures", f"{key} is {_shown(recorded[key])} in the result, {_shown(value)} "
@@ -249,19 +252,6 @@ def _figures(name: str, r: dict) -> list[Finding]:
 
 def _shown(value: float | None) -> str:
     return "none" if value is None else f"{value:.4g}"
-
-
-def _memory(name: str, r: dict) -> list[Finding]:
-    """Memory is never below 0."""
-    memory, series = r["memory"], r["series"]
-    below = [key for key, value in memory.items() if isinstance(value, (int, float)) and value < 0]
-    if any(value < 0 for value in memory.get("host_rss_gib_per_worker", [])):
-        below.append("host_rss_gib_per_worker")
-    for key in MEMORY_SERIES:
-        steps = [step for step, value in zip(series["step"], series.get(key, [])) if value is not None and value < 0]
-        if steps:
-            below.append(f"{key} at step(s) {step_ranges(steps)}")
-    return [Finding(name, "memory", f"below 0: {'; '.join(below)}")] if below else []
 
 
 def _names(names: list[str], limit: int = 6) -> str:
@@ -279,8 +269,7 @@ def fairness(items: Sequence[Loaded], precision_comparison: bool = False) -> lis
     precision_comparison, a difference of precision or its recipe is a note (the comparison asked for)."""
     by_model: dict[str, list[Loaded]] = defaultdict(list)
     for item in items:
-        model = item.result.get("model", {}).get("key", "?")
-        by_model[model].append(item)
+        by_model[item.typed.model.key].append(item)
     found = []
     for model, group in by_model.items():
         for field in FAIRNESS_FIELDS:
@@ -302,16 +291,15 @@ def stack_comparisons(items: Sequence[Loaded]) -> list[Finding]:
     groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     labels: dict[str, str] = {}
     for item in items:
-        r = item.result
+        r = item.typed
         if item.stack == "-":
             continue
-        p = r.get("parallelism", {})
-        same = [r.get("platform"), r.get("framework"), [p.get(k) for k in ("tp", "pp", "dp", "ga")], item.nodes,
-                [r.get(f.section, {}).get(f.key) for f in FAIRNESS_FIELDS], native_settings.described(r)]
+        p = r.parallelism
+        same = [r.platform, r.framework, [p.tp, p.pp, p.dp, p.ga], item.nodes,
+                [_shared(r, f)[1] for f in FAIRNESS_FIELDS], native_settings.described(r)]
         key = json.dumps(same, sort_keys=True, default=str)
         groups[key][item.stack].append(item.name)
-        labels[key] = (f"{r.get('model', {}).get('variant', '?')} with {r.get('framework')} on {r.get('platform')}, "
-                       f"TP{p.get('tp')} PP{p.get('pp')} DP{p.get('dp')} GA{p.get('ga')}")
+        labels[key] = f"{r.model.variant} with {r.framework} on {r.platform}, TP{p.tp} PP{p.pp} DP{p.dp} GA{p.ga}"
     return [Finding("set", "stack comparison", f"{labels[key]}: the runs differ only in their stack ("
                     + "; ".join(f"{stack} in {_names(names)}" for stack, names in sorted(by_stack.items()))
                     + "): a stack comparison of one vendor, not an unfairness", fatal=False)
@@ -324,7 +312,7 @@ def _native_differences(model: str, items: Sequence[Loaded]) -> list[Finding]:
     for key, setting in native_settings.SETTINGS.items():
         values: dict[str, list[str]] = defaultdict(list)
         for item in items:
-            value = native_settings.recorded(item.result).get(key)
+            value = native_settings.recorded(item.typed).get(key)
             if value is not None:
                 values[native_settings.shown(key, value)].append(item.name)
         if len(values) > 1:
@@ -341,23 +329,33 @@ def _evaluation_differences(model: str, items: Sequence[Loaded]) -> list[Finding
     for label, key in evaluation_checks.SHARED_EVALUATION:
         values: dict[str, list[str]] = defaultdict(list)
         for item in items:
-            if item.result.get("evaluation"):
-                values[key(item.result)].append(item.name)
+            if item.typed.evaluation:
+                values[key(item.typed)].append(item.name)
         if len(values) > 1:
             spread = "; ".join(f"{value} in {_names(names)}" for value, names in values.items())
             found.append(Finding("set", "fairness", f"{model}: {label} differs: {spread}"))
     return found
 
 
+def _shared(r: Section, field: Shared) -> tuple[bool, Any]:
+    """Whether a result records a shared field, a null included (a null FP8 recipe is a value: none used), and its
+    value as JSON (features is a table of names, the other sections typed)."""
+    section = getattr(r, field.section)
+    if isinstance(section, Mapping):
+        return field.key in section, section.get(field.key)
+    value = effective_settings.plain(getattr(section, field.key)) if section is not None else None
+    return value is not None or effective_settings.given(section, field.key), value
+
+
 def _differences(where: str, field: Shared, items: Sequence[Loaded]) -> list[Finding]:
     values: dict[str, list[str]] = defaultdict(list)
     unknown = []
     for item in items:
-        section = item.result.get(field.section, {})
-        if field.key not in section or (section[field.key] is None and not field.null_is_value):
+        recorded, value = _shared(item.typed, field)
+        if not recorded or (value is None and not field.null_is_value):
             unknown.append(item.name)
         else:
-            values[json.dumps(section[field.key], sort_keys=True)].append(item.name)
+            values[json.dumps(value, sort_keys=True)].append(item.name)
     found = []
     if unknown and field.unknown_fatal is not None:  # None: a field only some frameworks have (layer_spec)
         found.append(Finding("set", "fairness", f"{where}: {field.label} unknown in {_names(unknown)}: "
