@@ -244,9 +244,9 @@ def fairness_lines(items: Sequence[Loaded]) -> list[str]:
     out = []
     for item in items:
         side = f"the {PLATFORM_NAMES.get(item.typed.platform, '?')} side ({item.name})"
-        said = (("throttled during its steady state, so its figures were measured throttled", throttling(item.result)),
+        said = (("throttled during its steady state, so its figures were measured throttled", throttling(item.typed)),
                 ("ran on a node with {} health problem(s)", node_health(item.system)),
-                ("had a straggler", straggler(item.result)))
+                ("had a straggler", straggler(item.typed)))
         out += [f"- {side} {what.format(len(found))}: " + "; ".join(p.message for p in found)
                 for what, found in said if found]
     return out

@@ -50,7 +50,7 @@ def groups(items: Sequence[Loaded]) -> dict[tuple, list[Row]]:
     """group_key -> its rows (Megatron's first) in first-seen order of the groups."""
     out: dict[tuple, dict[tuple, Row]] = {}
     for item in items:
-        row = (device_label(item), item.typed.framework, item.nodes, native_settings.described(item.result))
+        row = (device_label(item), item.typed.framework, item.nodes, native_settings.described(item.typed))
         out.setdefault(group_key(item.typed), {}).setdefault(row, Row(*row)).items.append(item)
     return {key: sorted(rows.values(), key=lambda row: (row.framework != BASELINE, row.device, row.framework,
                                                         row.settings)) for key, rows in out.items()}

@@ -165,7 +165,7 @@ def repeats_of(items: Sequence[Loaded]) -> list[Repeats]:
         p = r.parallelism
         layout = (p.tp, p.pp, p.dp, p.ga)
         key = (r.model.variant, r.platform, device_label(item), r.framework, p.strategy, layout, item.nodes or 0,
-               native_settings.described(item.result), item.stack, precision_of(r))
+               native_settings.described(item.typed), item.stack, precision_of(r))
         found.setdefault(key, Repeats(r.platform, key[2], r.framework, key[0], p.strategy, layout,
                                       item.nodes, *key[-3:])).items.append(item)
     return [found[k] for k in sorted(found)]

@@ -85,7 +85,7 @@ def groups(items: Sequence[Loaded], device_label: Callable[[Loaded], str]) -> li
         if not nodes or p.num_gpus % nodes:
             continue
         key = (r.model.variant, r.platform, device_label(item), r.framework, p.strategy, p.tp, p.pp,
-               p.num_gpus // nodes, t.seq_len, t.mbs, t.precision, native_settings.described(item.result))
+               p.num_gpus // nodes, t.seq_len, t.mbs, t.precision, native_settings.described(item.typed))
         cells.setdefault(key, {}).setdefault(nodes, []).append(item)
     out = []
     for key in sorted(cells):

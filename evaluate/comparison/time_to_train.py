@@ -42,7 +42,7 @@ def _evaluation(item: Loaded) -> str:
     """What a result's losses were measured over: runs of different evaluations (sizes, splits) are not ranked
     together, a loss over 3 tokens reaching a target says nothing beside one over 512,000. (The keys are
     evaluate.evaluation_checks', which validate's fairness shares; they are given the result as read.)"""
-    return f"{tokens_key(item.result)} tokens of split {split_key(item.result)}"
+    return f"{tokens_key(item.typed)} tokens of split {split_key(item.typed)}"
 
 
 def best_loss(result: Section) -> float | None:

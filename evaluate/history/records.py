@@ -52,7 +52,7 @@ def identity(item: Loaded) -> dict:
     return {"platform": r.platform, "device": device_label(item), "stack": item.stack,
             "image": stack.image if stack else None, "image_digest": stack.image_digest if stack else None,
             "framework": r.framework, "model": by_variant(r.model.variant).key, "variant": r.model.variant,
-            "strategy": p.strategy, "settings": native_settings.described(item.result), "precision": t.precision,
+            "strategy": p.strategy, "settings": native_settings.described(item.typed), "precision": t.precision,
             "fairness_profile": t.fairness_profile, "dataset": t.dataset, "dataset_fingerprint": t.dataset_fingerprint,
             "tokenizer_fingerprint": t.tokenizer_fingerprint, "tp": p.tp, "pp": p.pp, "dp": p.dp, "ga": p.ga,
             "mbs": t.mbs, "nodes": item.nodes}
@@ -65,7 +65,7 @@ def figures(item: Loaded) -> dict:
     perf = item.typed.performance
     return {"step_time_median_s": perf.step_time_s.median if perf.step_time_s else None,
             "tokens_per_s": perf.tokens_per_s, "tokens_per_s_per_gpu": perf.tokens_per_s_per_gpu,
-            "tflop_per_s_per_gpu": perf.tflop_per_s_per_gpu, "mfu": perf.mfu, "peak_memory_gib": memory(item.result)}
+            "tflop_per_s_per_gpu": perf.tflop_per_s_per_gpu, "mfu": perf.mfu, "peak_memory_gib": memory(item.typed)}
 
 
 def run_date(result: dict | Section) -> str | None:
