@@ -148,7 +148,7 @@ def log_points(r: Section, beside: dict[str, Callable[[], BinaryIO]] | None) -> 
     read without its run directory): there is nothing to read again, and evals_file's absence is no fault either."""
     framework = TABLE.get(r.framework)
     if (beside is None or LOG_FILE not in beside or r.evaluation is None or framework is None
-            or framework.writes_result):
+            or framework.own_trainer):
         return []
     nnodes = r.parallelism.nnodes or 1
     names = [LOG_FILE] + [name for n in range(1, nnodes) if (name := f"node{n}/{LOG_FILE}") in beside]

@@ -223,33 +223,44 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line of one extraction (the judge's, evaluate/judge.py, as a user's)."""
+    return _parser().parse_args(argv)
+
+
+def result_of(args: argparse.Namespace) -> dict:
+    """The result of the logs the command line names; UsageError or ResultError for input no result comes from,
+    WorkError for logs that never reached a step."""
+    notes: list[str] = []
+    for log in args.logs:
+        if not log.is_file():
+            raise UsageError(f"{log}: no such log file")
+        if binary(log):
+            raise UsageError(f"{log}: not a text log (a NUL byte in its first {BINARY_PROBE // 1024} KiB); give "
+                             "the run's console log (train.log, or what the framework printed)")
+    request, requested_settings = requested(args.run_dir)
+    # The log is the flag's framework's, else the requested framework's (its registry entry's log_format); the
+    # result names the framework that ran, whose log format may be another's too.
+    given = None if args.framework == "auto" else args.framework
+    asked = request.identity.framework if request and request.identity.framework in by_name() else None
+    framework = request.identity.framework if request else given
+    parsed = parse_logs(args.logs, framework=given or asked)
+    if not parsed.records and not args.exit_code:
+        last = parsed.tail[-1] if parsed.tail else "(empty)"
+        raise WorkError(f"no training iteration line in {', '.join(map(str, args.logs))} ({parsed.lines_read} "
+                        f"lines; last: {quoted(redact(last))}): the run did not reach its first logged step")
+    system = find_system(args.run_dir, args.system, notes)
+    settings = merged(args.logs, args.run_dir, requested_settings, {key: getattr(args, key) for key in SETTINGS},
+                      shown_by(parsed), system, notes)
+    return extract(parsed, args.logs, settings, framework=framework, system=system, exit_code=args.exit_code,
+                   started_at=args.started_at, ended_at=args.ended_at, from_run_dir=args.run_dir is not None,
+                   notes=notes, asked=request.evaluation if request else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    notes: list[str] = []
     try:
-        for log in args.logs:
-            if not log.is_file():
-                raise UsageError(f"{log}: no such log file")
-            if binary(log):
-                raise UsageError(f"{log}: not a text log (a NUL byte in its first {BINARY_PROBE // 1024} KiB); give "
-                                 "the run's console log (train.log, or what the framework printed)")
-        request, requested_settings = requested(args.run_dir)
-        # The log is the flag's framework's, else the requested framework's (its registry entry's log_format); the
-        # result names the framework that ran, whose log format may be another's too.
-        given = None if args.framework == "auto" else args.framework
-        asked = request.identity.framework if request and request.identity.framework in by_name() else None
-        framework = request.identity.framework if request else given
-        parsed = parse_logs(args.logs, framework=given or asked)
-        if not parsed.records and not args.exit_code:
-            last = parsed.tail[-1] if parsed.tail else "(empty)"
-            raise WorkError(f"no training iteration line in {', '.join(map(str, args.logs))} ({parsed.lines_read} "
-                              f"lines; last: {quoted(redact(last))}): the run did not reach its first logged step")
-        system = find_system(args.run_dir, args.system, notes)
-        settings = merged(args.logs, args.run_dir, requested_settings, {key: getattr(args, key) for key in SETTINGS},
-                          shown_by(parsed), system, notes)
-        result = extract(parsed, args.logs, settings, framework=framework, system=system, exit_code=args.exit_code,
-                         started_at=args.started_at, ended_at=args.ended_at, from_run_dir=args.run_dir is not None,
-                         notes=notes, asked=request.evaluation if request else None)
+        result = result_of(args)
         write_result(args.output, result)
     except (UsageError, ResultError) as err:
         print(f"evaluate.extract: {err}", file=sys.stderr)

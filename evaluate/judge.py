@@ -1,23 +1,24 @@
-"""Judge one run once it has ended: its result.json, extracted or the trainer's, checked against its request.
+"""Judge one run once it has ended, and write its result.json: the one writer of a run's result.
 
     python3 -m evaluate.judge RUN_DIR
 
 The launcher (train/launch/process.py) runs this on node 0 after the run, with the run directory it wrote:
 config.json (the request, utils.spec.request) and launch.json (the command and its outcome: exit_code,
-started_at, ended_at, warnings, stopped_by, environment). A multi-node run's other nodes keep theirs in
-node<N>/; their logs are waited for (at most NODE_WAIT_S; a stop signal cuts the wait short) and read
-with node 0's. The result is the trainer's own (mega, fsdp, autotp: utils.frameworks' writes_result), else
-extracted from the logs (evaluate.extract), else, for a run that never logged a step or a torch-native trainer
-that wrote none, a result with no figures naming why. Then the settings the framework reports are compared
-with the request (a torch-native framework's own settings too, those it reads back: evaluate/native_settings.py):
-a mismatch, a layout it does not report, synthetic or other data than requested fail the run; a stopped run
-is incomplete. Every result, whatever its framework, gets a telemetry section from the nodes' telemetry.jsonl
-(utils/machine/energy.py; TELEMETRY=0: a section saying so) and, where it can be told, a stragglers section
-(utils/machine/stragglers.py), with a warning for a steady-state throttle or a straggler. result.json is written
-atomically.
+started_at, ended_at, warnings, stopped_by, environment). A TPrimat trainer started by hand (train/common/cli.py)
+leaves config.json and its account, trainer.json, which stand in for launch.json. A multi-node run's other nodes
+keep theirs in node<N>/; their logs are waited for (at most NODE_WAIT_S; a stop signal cuts the wait short) and read
+with node 0's. The result is made from the trainer's records (mega, fsdp, autotp: utils.frameworks' own_trainer;
+evaluate/trainer_account.py), else extracted from the logs (evaluate.extract), else, for a run that never logged a
+step or a torch-native trainer that recorded nothing, a result with no figures naming why. Then the settings the
+framework reports are compared with the request (a torch-native framework's own settings too, those it reads back:
+evaluate/native_settings.py): a mismatch, a layout it does not report, synthetic or other data than requested fail
+the run; a stopped run is incomplete. Every result, whatever its framework, gets a telemetry section from the nodes'
+telemetry.jsonl (utils/machine/energy.py; TELEMETRY=0: a section saying so) and, where it can be told, a stragglers
+section (utils/machine/stragglers.py), with a warning for a steady-state throttle or a straggler. result.json is
+written once, atomically.
 
-Exit 0: result.json written (its run.status is the verdict); 2: RUN_DIR holds no readable request or
-launch record.
+Exit 0: result.json written (its run.status is the verdict); 2: RUN_DIR holds no readable request, or neither a
+launch record nor a trainer's account.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from utils import run_files
-from evaluate import extract, machine_checks, native_settings, telemetry_checks
+from evaluate import extract, machine_checks, native_settings, telemetry_checks, trainer_account
 from evaluate.logs import worker_failure
 from evaluate.collect import Loaded, first_problem
 from evaluate.logs.files import step_end_times
@@ -41,11 +42,11 @@ from evaluate.logs.parse import collective_network
 from evaluate.validate import check_result
 from utils.machine import energy, stragglers, telemetry
 from utils import predict
-from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, quoted, run, warn
+from utils.cli import STOP_SIGNALS, Parser, SignalFlag, UsageError, WorkError, quoted, run, warn
 from utils.files import parse_json, read_bounded
 from utils.frameworks import TABLE
 from utils.spec.request import Request, RequestError
-from utils.spec.result import build_result, load_result, write_result
+from utils.spec.result import ResultError, build_result, write_result
 from utils.spec.result_types import typed
 
 NODE_WAIT_S = 300.0  # node 0 waits this long for the other nodes' logs of a multi-node run
@@ -73,6 +74,19 @@ class Ended:
     @property
     def interrupted(self) -> bool:
         return self.stopped_by is not None
+
+    @classmethod
+    def of_trainer(cls, run_dir: Path) -> "Ended":
+        """How a run started by hand ended, from its trainer's account (there is no launcher's record)."""
+        try:
+            account = trainer_account.read_account(run_dir)
+        except (OSError, ValueError) as err:
+            raise UsageError(f"{run_dir}: no launch record ({run_files.LAUNCH}) and no trainer's account "
+                             f"({run_files.TRAINER}: {err}); judge a run directory whose run has ended") from None
+        code = int(account["exit_code"])
+        stopped = code - 128 if account["status"] == "incomplete" and code > 128 else None
+        return cls(code, account["started_at"], account["ended_at"], [], stopped,
+                   dict((account["effective"] or {}).get("environment") or {}))
 
     @classmethod
     def read(cls, path: Path) -> "Ended":
@@ -128,32 +142,35 @@ def start_failure_result(request: Request, run_dir: Path, ended: Ended, why: str
 
 
 def collect_result(request: Request, run_dir: Path, ended: Ended, logs: list[Path]) -> dict:
-    """result.json of the run: its trainer's own (utils.frameworks: writes_result), else extracted from the nodes'
-    logs in the framework's log format (its entry's log_format)."""
-    path = run_dir / run_files.RESULT
+    """The run's result, not yet judged: made from its trainer's records (TPrimat's own trainers: trainer.json,
+    steps.jsonl, evals.jsonl; evaluate/trainer_account.py), else extracted from the nodes' logs in the framework's log
+    format (its entry's log_format), else a result with no figures naming why."""
     framework, entry = request.identity.framework, TABLE[request.identity.framework]
-    if entry.writes_result and not path.exists() and entry.log_format is None:
-        why = (f"exit code {ended.exit_code}; " if ended.exit_code else "") + \
-              f"the {framework} trainer wrote no result.json and its log is no format evaluate.extract reads"
-        write_result(path, start_failure_result(request, run_dir, ended, why))
-    elif not entry.writes_result or not path.exists():
-        code = extract.main([*map(str, logs), "--framework", framework, "--run-dir", str(run_dir),
-                             "--exit-code", str(ended.exit_code), "--started-at", ended.started_at,
-                             "--ended-at", ended.ended_at, "-o", str(path)])
-        if code != 0:
-            why = (f"exit code {ended.exit_code}; " if ended.exit_code else "") + \
-                  "no training step in the log (see evaluate.extract's message above)"
-            write_result(path, start_failure_result(request, run_dir, ended, why))
-    try:
-        result = load_result(path)
-    except ValueError as err:
-        result = None
-        why = f"its result.json is no result ({err})"
-    if not isinstance(result, dict) or first_problem(result):
-        why = why if result is None else f"its result.json is no result ({first_problem(result)})"
-        result = start_failure_result(request, run_dir, ended, why)
-        write_result(path, result)
-    return result
+    exited = f"exit code {ended.exit_code}; " if ended.exit_code else ""
+    if entry.own_trainer and (run_dir / run_files.TRAINER).exists():
+        notes: list[str] = []
+        try:
+            result = trainer_account.result(request, run_dir, extract.find_system(run_dir, None, notes), notes)
+        except (UsageError, ValueError, KeyError, TypeError) as err:
+            return start_failure_result(request, run_dir, ended, f"{exited}its trainer's records make no result "
+                                                                 f"({type(err).__name__}: {quoted(str(err))})")
+    elif entry.log_format is None:
+        return start_failure_result(request, run_dir, ended, f"{exited}the {framework} trainer recorded no account of "
+                                    f"its run ({run_files.TRAINER}) and its log is no format evaluate.extract reads")
+    else:
+        args = extract.parse_args([*map(str, logs), "--framework", framework, "--run-dir", str(run_dir),
+                                   "--exit-code", str(ended.exit_code), "--started-at", ended.started_at,
+                                   "--ended-at", ended.ended_at, "-o", str(run_dir / run_files.RESULT)])
+        try:
+            result = extract.result_of(args)
+        except (UsageError, WorkError, ResultError) as err:
+            print(f"evaluate.extract: {err}", file=sys.stderr, flush=True)
+            result = None
+        if result is None or not result["series"]["step"]:
+            return start_failure_result(request, run_dir, ended, f"{exited}no training step in the log (see "
+                                                                 "evaluate.extract's message above)")
+    problem = first_problem(result)
+    return start_failure_result(request, run_dir, ended, f"its result is no result ({problem})") if problem else result
 
 
 def readback_problems(request: Request, result: dict) -> list[str]:
@@ -163,7 +180,7 @@ def readback_problems(request: Request, result: dict) -> list[str]:
     settings = read.effective.extra  # what the framework reported, by the request's names
     framework = request.identity.framework
     problems = []
-    if not TABLE[framework].writes_result and read.run.steps_completed > 0:  # a trainer reports its own
+    if not TABLE[framework].own_trainer and read.run.steps_completed > 0:  # a trainer reports its own
         missing = [key for key in REQUIRED_READBACK if settings.get(key) is None]
         if missing:
             problems.append(f"the {framework} log does not report {', '.join(missing)}: "
@@ -317,7 +334,8 @@ def machine_sections(request: Request, run_dir: Path, result: dict, ended: Ended
 def judge(request: Request, run_dir: Path, ended: Ended, hurry: SignalFlag) -> str:
     """Final status of the run (ok | failed | incomplete | interrupted), written into result.json."""
     nnodes = request.parallelism.nnodes
-    logs = [run_dir / run_files.LOG] + other_node_logs(run_dir, nnodes, hurry)
+    own = run_dir / run_files.LOG  # none for a trainer started by hand: its console was the caller's
+    logs = [own] * own.exists() + other_node_logs(run_dir, nnodes, hurry)
     result = collect_result(request, run_dir, ended, logs)
     notes = record_environment(nnodes, result, ended.environment, logs)
     notes += machine_sections(request, run_dir, result, ended)
@@ -362,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         request = Request.read(args.run_dir / run_files.REQUEST)
     except RequestError as err:
         raise UsageError(str(err)) from None
-    ended = Ended.read(args.run_dir / run_files.LAUNCH)
+    launch = args.run_dir / run_files.LAUNCH
+    ended = Ended.read(launch) if launch.exists() or not (args.run_dir / run_files.TRAINER).exists() \
+        else Ended.of_trainer(args.run_dir)
     judge(request, args.run_dir, ended, hurry)
     return 0
 

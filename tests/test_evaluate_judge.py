@@ -84,7 +84,7 @@ def test_the_trainers_own_record_of_its_environment_is_kept():
 
 @pytest.mark.parametrize("network, nnodes, warned", [("IB", 2, False), ("Socket", 2, True), ("Socket", 1, False)])
 def test_the_network_the_trainer_ran_on_is_read_from_every_nodes_log(tmp_path, network, nnodes, warned):
-    """mega's trainer writes its own result; NCCL's INFO line in a node's log adds the transport to it."""
+    """mega's trainer records its own settings; NCCL's INFO line in a node's log adds the transport to them."""
     first, second = tmp_path / "train.log", tmp_path / "node1.log"
     first.write_text("gpu-01:11:12 [0] NCCL INFO Using network IB\n")
     second.write_text(f"gpu-02:13:14 [8] NCCL INFO Using network {network}\n")
@@ -207,7 +207,7 @@ def test_a_stop_signal_cuts_the_wait_for_other_nodes_short_and_the_result_is_sti
     assert json.loads((run_dir / "result.json").read_text())["run"]["steps_completed"] == 12
 
 
-# --- The torch-native frameworks (fsdp, autotp): their own settings read back, and a trainer that wrote nothing ---
+# --- The torch-native frameworks (fsdp, autotp): their own settings read back, and a trainer that recorded nothing -
 
 def native_readback(effective: dict, **env: str) -> list[str]:
     """judge.readback_problems of an fsdp result (tests/fixtures/breakdown_results.py) reading back `effective`."""
@@ -244,7 +244,7 @@ def test_settings_a_torch_native_framework_does_not_report_are_not_compared():
     assert native_readback({"attn_impl": "sdpa"}) == []
 
 
-def test_a_torch_native_trainer_that_wrote_no_result_gets_one_that_says_why(tmp_path):
+def test_a_torch_native_trainer_that_recorded_nothing_gets_a_result_that_says_why(tmp_path):
     run_dir = tmp_path / "set" / "fsdp-llama"
     run_dir.mkdir(parents=True)
     run_request("cpu", "fsdp", "llama").write(run_dir / "config.json")
@@ -254,5 +254,6 @@ def test_a_torch_native_trainer_that_wrote_no_result_gets_one_that_says_why(tmp_
     code, result = judged(run_dir)
     assert code == 0 and result["framework"] == "fsdp" and result["run"]["status"] == "failed"
     assert result["run"]["error_excerpt"].startswith(
-        "exit code 1; the fsdp trainer wrote no result.json and its log is no format evaluate.extract reads\n")
+        "exit code 1; the fsdp trainer recorded no account of its run (trainer.json) and its log is no format "
+        "evaluate.extract reads\n")
     assert "RuntimeError: out of memory" in result["run"]["error_excerpt"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from data.verify import _cache_problem
-from tests.test_train_mega_runs import BASE, ROOT, trainer_env
+from tests.test_train_mega_runs import BASE, ROOT, trainer_env, write_request
 from train.common.step_log import StepLog, StepRecord
 from utils.files import DiskError, atomic_open, disk_problem, write_json
 
@@ -205,16 +205,18 @@ def test_verify_s_index_cache_refused_is_named_with_tmpdir_not_as_a_broken_pair(
     assert _cache_problem(full, tmp_path).endswith("; free space there or set TMPDIR to a folder on a larger disk")
 
 
-def test_a_trainer_whose_step_log_and_result_cannot_be_written_fails_in_one_line_each(tmp_path):
-    env = trainer_env(tmp_path / "no-data", {**BASE, "MOCK_DATA": 1, "TRAIN_ITERS": 6, "WARMUP_STEPS": 1})
+def test_a_trainer_whose_step_log_and_account_cannot_be_written_fails_in_one_line_each(tmp_path):
+    knobs = {**BASE, "MOCK_DATA": 1, "TRAIN_ITERS": 6, "WARMUP_STEPS": 1}
+    env = trainer_env(tmp_path / "no-data", knobs)
+    request = write_request(tmp_path / "run" / "config.json", tmp_path / "no-data", **knobs)
     limit = 1500
-    out = subprocess.run([sys.executable, "train/train_mega.py", "--model", "llama", "--run-dir",
+    out = subprocess.run([sys.executable, "train/train_mega.py", "--request", str(request), "--run-dir",
                           str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True, text=True,
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("train_mega: error: ")]
     assert [line.split(":")[2].strip() for line in errors] == [
-        f"cannot write {tmp_path / 'run' / 'steps.jsonl'}", f"cannot write {tmp_path / 'run' / 'result.json'}"]
-    assert not any(p.name.startswith("result.json") for p in (tmp_path / "run").iterdir())
+        f"cannot write {tmp_path / 'run' / 'steps.jsonl'}", f"cannot write {tmp_path / 'run' / 'trainer.json'}"]
+    assert not any(p.name.startswith("trainer.json") for p in (tmp_path / "run").iterdir())
     assert all(json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").read_text().splitlines())

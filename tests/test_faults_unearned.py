@@ -232,11 +232,13 @@ def test_a_malformed_rank_file_is_named_and_the_straggler_section_left_out(tmp_p
     assert any(w.startswith("stragglers left out: ") and "rank1.jsonl line 2" in w for w in result["warnings"])
 
 
-def test_a_trainers_result_json_nested_too_deep_fails_the_run_naming_why(tmp_path):
+def test_a_trainers_account_nested_too_deep_fails_the_run_naming_why(tmp_path):
     run_dir = ended_run(tmp_path, "megatron.log", config="config-nvd.json")
-    (run_dir / "result.json").write_text("[" * 5000 + "]" * 5000)
+    (run_dir / "trainer.json").write_text("[" * 5000 + "]" * 5000)
     code, result = judged(run_dir)
-    assert code == 0 and result["run"]["status"] in ("ok", "failed")  # extracted from the log, or failed naming it
+    assert code == 0 and result["run"]["status"] == "failed"
+    assert result["run"]["error_excerpt"].startswith("its trainer's records make no result (ValueError: ")
+    assert "nested more than 64 levels deep" in result["run"]["error_excerpt"]
 
 
 # --- 6. A deeply nested or oversized JSON stops no reader ------------------------------------------------------

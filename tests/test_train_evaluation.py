@@ -1,5 +1,5 @@
 """train.common.evaluation: which steps are evaluated, that no step time holds an evaluation, the points kept in
-evals.jsonl and the result, and TARGET_LOSS (in-process, a stand-in evaluation and clock; the trainers' real
+evals.jsonl and the result the judge makes of them (evaluate/trainer_account.py), and TARGET_LOSS (in-process, a stand-in evaluation and clock; the trainers' real
 evaluations are in tests/test_train_{mega,fsdp,autotp}_runs.py)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from evaluate import trainer_account
 from tests.test_evaluate_validate import checks, result
 from train.common.evaluation import Evaluator
 from train.common.step_log import StepLog
@@ -33,6 +34,18 @@ def split() -> SimpleNamespace:
         "megatron_split": "95,5,0", "documents": 12, "fingerprint": "sha256:ab", "percent": 5})
 
 
+def evaluator_in(run_dir, target_loss: float | None = None, steps: int = 7) -> tuple[Evaluator, StepClock]:
+    """An evaluator keeping its points in run_dir's evals.jsonl, as the last rank's does, and its clock."""
+    clock = StepClock(sync=lambda: None)
+    return Evaluator(request(target_loss, steps), split(), clock, log=StepLog(run_dir / "evals.jsonl")), clock
+
+
+def judged_sections(evaluator: Evaluator, run_dir) -> dict:
+    """The result's evaluation and time_to_train, as the judge makes them from evals.jsonl and the trainer's account."""
+    evaluator.log.close()
+    return trainer_account.evaluation_of(evaluator.request, run_dir, {"evaluation": evaluator.account()})
+
+
 def train(evaluator: Evaluator, clock: StepClock, losses: list[float]) -> list[float]:
     """Steps of STEP_S, each evaluation of EVALUATION_S giving the next loss (sum, count); the step times."""
     given = iter(losses)
@@ -52,12 +65,10 @@ def train(evaluator: Evaluator, clock: StepClock, losses: list[float]) -> list[f
 
 
 def test_evaluations_follow_every_interval_and_the_last_step_outside_every_step_time(tmp_path):
-    clock = StepClock(sync=lambda: None)
-    evaluator = Evaluator(request(), split(), clock, log=StepLog(tmp_path / "evals.jsonl"))
+    evaluator, clock = evaluator_in(tmp_path)
     times = train(evaluator, clock, [7.0, 6.0, 5.5])
-    evaluator.log.close()
     assert len(times) == 7 and max(times) < EVALUATION_S / 2  # steps 4 and 7 follow an evaluation
-    sections = evaluator.result_sections()
+    sections = judged_sections(evaluator, tmp_path)
     points = sections["evaluation"]["points"]
     assert points["step"] == [3, 6, 7] and points["loss"] == [7.0, 6.0, 5.5]
     assert points["tokens"] == [3 * 4 * 64, 6 * 4 * 64, 7 * 4 * 64]
@@ -71,31 +82,28 @@ def test_evaluations_follow_every_interval_and_the_last_step_outside_every_step_
 
 
 @pytest.mark.parametrize("target, steps, reached", [(6.0, 6, True), (5.0, 7, False)])
-def test_a_target_loss_stops_every_rank_at_the_first_evaluation_at_or_below_it(target, steps, reached):
-    clock = StepClock(sync=lambda: None)
-    evaluator = Evaluator(request(target), split(), clock)
+def test_a_target_loss_stops_every_rank_at_the_first_evaluation_at_or_below_it(target, steps, reached, tmp_path):
+    evaluator, clock = evaluator_in(tmp_path, target)
     assert len(train(evaluator, clock, [7.0, 6.0, 5.5])) == steps
-    to_train = evaluator.result_sections()["time_to_train"]
+    to_train = judged_sections(evaluator, tmp_path)["time_to_train"]
     assert (to_train["reached"], to_train["stopped_at_target"], to_train["step"]) == \
         (reached, reached, 6 if reached else None)
     assert to_train["last_loss"] == (6.0 if reached else 5.5)
 
 
-def test_a_non_finite_validation_loss_is_recorded_as_none_and_reaches_no_target():
-    clock = StepClock(sync=lambda: None)
-    evaluator = Evaluator(request(target_loss=100.0, steps=3), split(), clock)
+def test_a_non_finite_validation_loss_is_recorded_as_none_and_reaches_no_target(tmp_path):
+    evaluator, clock = evaluator_in(tmp_path, target_loss=100.0, steps=3)
     clock.start()
     assert not evaluator.after_step(3, 0.1, lambda: (float("nan"), 10.0))
-    assert evaluator.result_sections()["evaluation"]["points"]["loss"] == [None]
+    assert judged_sections(evaluator, tmp_path)["evaluation"]["points"]["loss"] == [None]
 
 
-def test_the_sections_fit_the_result_schema():
+def test_the_sections_fit_the_result_schema(tmp_path):
     from tests.test_utils_result import build  # a valid result to put them in
 
-    clock = StepClock(sync=lambda: None)
-    evaluator = Evaluator(request(6.0), split(), clock)
+    evaluator, clock = evaluator_in(tmp_path, 6.0)
     train(evaluator, clock, [7.0, 6.0])
-    assert schema_errors({**build(), **evaluator.result_sections()}) == []
+    assert schema_errors({**build(), **judged_sections(evaluator, tmp_path)}) == []
 
 
 def stopped_at_target(data, step: int) -> dict:

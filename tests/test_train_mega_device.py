@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from tests.fixtures.train.judged import judged_result
 from tests.shell_harness import HANG_TIMEOUT_S, REPO
 from tests.test_train_mega_runs import trainer_env
 
@@ -22,5 +22,5 @@ def test_a_gpu_platform_whose_torch_sees_no_gpu_stops_before_the_model_is_built(
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"PLATFORM=nvd: torch {torch.__version__} sees no GPU; run in the container runtime" in run.stderr
     assert "Traceback" not in run.stderr
-    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    result = judged_result(tmp_path / "run")
     assert result["run"]["status"] == "failed" and result["run"]["steps_completed"] == 0

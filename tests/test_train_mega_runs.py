@@ -23,6 +23,7 @@ from evaluate import validate
 from evaluate.collect import Loaded
 from evaluate.logs.parse import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
+from tests.fixtures.train.judged import judged_result
 from tests.shell_harness import HANG_TIMEOUT_S
 from utils.config import KNOBS
 from utils.spec.fairness import IDENTITY_KEYS
@@ -58,7 +59,8 @@ class Run:
 
     @property
     def result(self) -> dict:
-        return json.loads((self.directory / "result.json").read_text())
+        """result.json, as the judge writes it from the trainer's records."""
+        return judged_result(self.directory)
 
     def series(self, key: str) -> list:
         return [step[key] for step in self.steps]

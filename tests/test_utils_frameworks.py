@@ -40,7 +40,7 @@ def test_the_workload_records_each_frameworks_warm_up_convention():
 
 
 def test_tprimats_own_trainers_write_their_result_and_the_vendors_logs_are_extracted():
-    assert [name for name, spec in frameworks.TABLE.items() if spec.writes_result] == ["mega", "fsdp", "autotp"]
+    assert [name for name, spec in frameworks.TABLE.items() if spec.own_trainer] == ["mega", "fsdp", "autotp"]
 
 
 # --- Every table about frameworks comes from the registry ----------------------------------------------------------

@@ -8,4 +8,5 @@ LOG = "train.log"  # the run's console, as the launcher captured it
 STEPS = "steps.jsonl"  # one line per optimizer step (train/common/step_log.py)
 EVALS = "evals.jsonl"  # one line per held-out evaluation (train/common/evaluation.py)
 TELEMETRY = "telemetry.jsonl"  # the node's samples on the steps' clock (utils/machine/telemetry.py)
-RESULT = "result.json"  # the run's result (utils.spec.result), as the judge leaves it
+TRAINER = "trainer.json"  # a TPrimat trainer's account of its run: how it ended, what it read back (train/common/outcome.py)
+RESULT = "result.json"  # the run's result (utils.spec.result): the judge (evaluate/judge.py) is its one writer

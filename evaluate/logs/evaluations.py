@@ -19,7 +19,7 @@ import math
 import reprlib
 
 from utils.frameworks import TABLE
-from utils.spec.evaluation import Evaluation
+from utils.spec.evaluation import Evaluation, section
 from utils.spec.metrics import time_to_target
 
 STOPPED = "the trainer stopped at the first evaluation at or below the target"
@@ -86,8 +86,8 @@ def evaluation_of(validations: list[dict], records: list[dict], asked: Evaluatio
         notes.append(f"{len(validations) - len(timed)} of {len(validations)} validation reports give no duration "
                      f"({TABLE[framework].display_name} prints none): evaluation.time_s counts only the reports "
                      "that give it, and their wall_s is null (no report has a time of day)")
-    evaluation = {"interval_steps": asked.interval_steps, "iters": iters, "tokens": iters * gbs * seq_len,
-                  "split": _split(asked, split, notes), "time_s": sum(timed), "points": points}
+    evaluation = section(asked, iters=iters, tokens=iters * gbs * seq_len, split=_split(asked, split, notes),
+                         points=points)
     if asked.target_loss is None:
         return evaluation, None
     last = records[-1]["step"] if records else 0

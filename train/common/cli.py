@@ -1,13 +1,16 @@
 """The command line every TPrimat trainer shares (train_mega.py, train_fsdp.py, train_autotp.py).
 
     torchrun ... train/train_<framework>.py --request RUN_DIR/config.json --run-dir RUN_DIR   # the launcher
-    torchrun ... train/train_<framework>.py --model MODEL --run-dir DIR [--strategy NAME] # by hand
+    torchrun ... train/train_<framework>.py --model MODEL --run-dir DIR [--strategy NAME] # by hand, then
+    python3 -m evaluate.judge DIR                                                          # its result.json
 
 Every setting comes from the run's request (utils.spec.request): the config.json the launcher wrote (--request), or,
 started by hand, the request train.plan builds from the configuration (config.env + environment, utils.config)
 for --model and --strategy, as the launcher would. Bad input (a request of another framework, model or strategy,
 an unreadable request, a taken run directory) is one line and exit status 2; the run itself is
-train/common/outcome.py's train_and_report.
+train/common/outcome.py's train_and_report. A trainer records its run (steps.jsonl, evals.jsonl, trainer.json) and
+the judge writes its result: the launcher runs it; started by hand, the run directory also gets the request
+(config.json) the judge reads.
 """
 
 from __future__ import annotations
@@ -90,14 +93,21 @@ def main(framework: str, tool: str, doc: str, start: Start, argv: list[str] | No
     except KeyError as err:  # a strategy without a layout for this model and platform
         print(f"{tool}: {err.args[0]}", file=sys.stderr)
         return 2
-    taken = [name for name in (run_files.STEPS, run_files.EVALS, run_files.RESULT) if (run_dir / name).exists()]
+    taken = [name for name in (run_files.STEPS, run_files.EVALS, run_files.TRAINER, run_files.RESULT)
+             if (run_dir / name).exists()]
     if taken:
         print(f"{tool}: {run_dir} already holds a run ({', '.join(taken)}); give a new --run-dir", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
+    by_hand = args.request is None
+    if by_hand and int(os.environ.get("RANK", "0")) == 0:  # the request the judge reads, as a launcher leaves it
+        req.write(run_dir / run_files.REQUEST)
     from train.common.outcome import train_and_report
 
-    return train_and_report(req, run_dir, start, tool, args.inject_nan_at_step)
+    code = train_and_report(req, run_dir, start, tool, args.inject_nan_at_step)
+    if by_hand and int(os.environ.get("RANK", "0")) == int(os.environ.get("WORLD_SIZE", "1")) - 1:
+        print(f"[tprimat] {tool}: python3 -m evaluate.judge {run_dir} writes the run's result.json", flush=True)
+    return code
 
 
 def leave(code: int) -> NoReturn:

@@ -9,8 +9,8 @@ and stops at the same evaluation when TARGET_LOSS is reached. The evaluation's s
 (eval_time_s, and wall_s, MLPerf's clock, which includes them).
 
 The last rank appends each point to RUN_DIR/evals.jsonl (flushed, beside steps.jsonl), so that a killed run keeps
-the evaluations it finished, prints Megatron-LM's validation line, and gives the result its `evaluation` and
-`time_to_train` sections (utils.spec.metrics.time_to_target).
+the evaluations it finished, and prints Megatron-LM's validation line. The judge makes the result's `evaluation` and
+`time_to_train` sections from evals.jsonl and the split the trainer's account names (Evaluator.account).
 """
 
 from __future__ import annotations
@@ -18,18 +18,16 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from utils import run_files
 from train.common.megatron_data import ValidationSplit
 from train.common.step_log import StepLog
 from train.common.step_timer import StepClock
-from utils.spec.metrics import time_to_target
 from utils.spec.request import Request
 
 EVALS_FILE = run_files.EVALS
-HOW = "the trainer evaluated every EVAL_INTERVAL steps and stopped at the first evaluation at or below the target"
 
 
 @dataclass(frozen=True)
@@ -94,13 +92,8 @@ class Evaluator:
         target = self.request.evaluation.target_loss
         return target is not None and point.loss is not None and point.loss <= target
 
-    def result_sections(self) -> dict:
-        """build_result's evaluation and time_to_train (the latter with TARGET_LOSS only)."""
-        t, asked = self.request.training, self.request.evaluation
-        points = {f.name: [getattr(point, f.name) for point in self.points] for f in fields(EvalPoint)}
-        evaluation = {"interval_steps": asked.interval_steps, "iters": self.split.iters,
-                      "tokens": self.split.samples * t.seq_len, "split": self.split.result_split(),
-                      "time_s": sum(points["eval_time_s"]), "points": points}
-        to_target = None if asked.target_loss is None else time_to_target(
-            points, asked.target_loss, stopped_at_target=True, how=HOW)
-        return {"evaluation": evaluation, "time_to_train": to_target}
+    def account(self) -> dict:
+        """What the judge needs beside evals.jsonl to make the result's evaluation section: the split evaluated on
+        and the size of one evaluation (train/common/outcome.py's trainer.json)."""
+        return {"iters": self.split.iters, "tokens": self.split.samples * self.request.training.seq_len,
+                "split": self.split.result_split()}

@@ -1,22 +1,24 @@
-"""How a TPrimat trainer's run ends (mega, fsdp, autotp): trained, or failed or stopped, and always with a result
-(written by the last rank).
+"""How a TPrimat trainer's run ends (mega, fsdp, autotp): trained, or failed or stopped, and always with its account
+(RUN_DIR/trainer.json, written by the last rank), from which the judge makes the result.
 
 A framework hands train_and_report a `start(req, source, run_dir, inject_nan_step)` that initialises
-distributed and returns its trainer object: a RunRecord (what the result is made of as the run goes) with build(),
+distributed and returns its trainer object: a RunRecord (what the account is made of as the run goes) with build(),
 train(), breakdown_method (how the step's forward/backward/optimizer seconds were timed; None where they are not
 measured) and reduce_step_record(step, elapsed, ...), which every rank
 calls as a step ends: train_and_report wraps it so that each rank writes its own step times
 (train.common.step_log.RankSteps, for the straggler check) and each step record carries its end on the telemetry's clock.
 
-A crash, an out-of-memory error or a NaN loss still ends in a result with status failed: a failing rank leaves
-its traceback in RUN_DIR/error_rank<N>.txt, and the last rank quotes the other ranks' errors in its own. The
-result's identity, layout, workload and measurement window come from the request (Request.result_sections,
-the one place the launcher's judge takes them from too); its figures from utils.spec.metrics through utils.spec.result.
+A crash, an out-of-memory error or a NaN loss still ends in an account with status failed: a failing rank leaves
+its traceback in RUN_DIR/error_rank<N>.txt, and the last rank quotes the other ranks' errors in its own. The trainer
+emits events only (steps.jsonl, evals.jsonl, trainer.json): the judge (evaluate/judge.py, evaluate/trainer_account.py)
+is the one writer of result.json, its identity, layout and workload from the request (Request.result_sections), its
+figures from utils.spec.metrics through utils.spec.result.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -40,8 +42,6 @@ from utils.cli import now_iso
 from utils.files import DiskError, atomic_open
 from utils.fingerprint import project_commit
 from utils.spec.request import Request
-from utils.spec.result import build_result, write_result
-from utils.runset import system_path
 
 EXCERPT_LINES = 20
 EXCERPT_LINE_CHARS = 500  # a DTensor sharding error prints every tensor's spec on one line of many kilobytes
@@ -52,7 +52,7 @@ Start = Callable[[Request, DataSource, Path, "int | None"], Any]  # (request, da
 
 @dataclass(kw_only=True)
 class RunRecord:
-    """What a TPrimat trainer keeps for its result as it builds and trains (train_and_report writes it): each trainer's
+    """What a TPrimat trainer keeps for its account as it builds and trains (train_and_report writes it): each trainer's
     state derives from it, its own fields first."""
 
     notes: list[str] = field(default_factory=list)
@@ -113,40 +113,40 @@ def _peer_errors(run_dir: Path, rank: int, wait: bool, own: str) -> str:
     return "\n".join(f"[{name}] {text}" for name, text in reports.items() if text != _excerpt(own, 5))
 
 
-def _system(run_dir: Path) -> tuple[dict, list[str]]:
-    """The probe's system.json of the run set (the run directory's parent), if it ran."""
-    path = system_path(run_dir)
-    if path is None:
-        return {}, ["no system.json beside the run: system description empty"]
-    return json.loads(path.read_text()), []
+def nonfinite(records: list) -> list[dict]:
+    """The step values that were nan or inf (steps.jsonl writes them as null): the judge lists them in the result."""
+    return [{"step": record.step, "field": key} for record in records for key, value in asdict(record).items()
+            if isinstance(value, float) and not math.isfinite(value)]
 
 
-def assemble_result(req: Request, trainer: Any, source: DataSource | None, run_dir: Path, *,
-                    started_at: str, status: str, exit_code: int, error: str | None) -> dict:
-    """The run's result in TPrimat's one shape (utils.spec.result), figures from utils.spec.metrics."""
-    system, notes = _system(run_dir)
-    if trainer is not None:
-        notes = trainer.notes + notes
-    if req.data.mock_data:
-        notes.append("MOCK DATA: trained on synthetic tokens (MOCK_DATA=1), not on a dataset")
-    records = trainer.log.records if trainer is not None and trainer.log is not None else []
+def account(req: Request, trainer: Any, source: DataSource | None, *, started_at: str, status: str, exit_code: int,
+            error: str | None) -> dict:
+    """The trainer's account of its run (RUN_DIR/trainer.json): how it ended and what it read back; with steps.jsonl
+    and evals.jsonl, what the judge (evaluate/trainer_account.py) makes the result of."""
     evaluator = trainer.evaluator if trainer is not None else None
-    return build_result(
-        run={"id": req.identity.run_id, "started_at": started_at, "ended_at": now_iso(), "status": status,
-             "exit_code": exit_code, "error_excerpt": error, "commit": project_commit(), "source": "trainer"},
-        **req.result_sections(dataset_fingerprint=source.fingerprint if source else None,
-                              tokenizer_fingerprint=source.tokenizer_fingerprint if source else None),
-        system=system, steps=[asdict(r) for r in records],
-        device_name=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        effective=trainer.effective if trainer is not None else {},
-        features=trainer.features if trainer is not None else {},
-        host_rss_gib_per_worker=trainer.host_rss_gib_per_worker if trainer is not None else (), warnings=notes,
-        breakdown_method=trainer.breakdown_method if trainer is not None else None,
-        **(evaluator.result_sections() if evaluator is not None else {}))
+    return {"status": status, "exit_code": exit_code, "error_excerpt": error, "started_at": started_at,
+            "ended_at": now_iso(), "commit": project_commit(),
+            "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "dataset_fingerprint": source.fingerprint if source else None,
+            "tokenizer_fingerprint": source.tokenizer_fingerprint if source else None,
+            "notes": list(trainer.notes) if trainer is not None else [],
+            "effective": trainer.effective if trainer is not None else {},
+            "features": trainer.features if trainer is not None else {},
+            "host_rss_gib_per_worker": list(trainer.host_rss_gib_per_worker) if trainer is not None else [],
+            "breakdown_method": trainer.breakdown_method if trainer is not None else None,
+            "nonfinite": nonfinite(trainer.log.records) if trainer is not None and trainer.log is not None else [],
+            "evaluation": evaluator.account() if evaluator is not None else None}
+
+
+def write_account(path: Path, record: dict) -> None:
+    """trainer.json, whole or not at all (a temporary name, then renamed)."""
+    with atomic_open(path, encoding="utf-8") as out:
+        json.dump(record, out, indent=1, default=str, allow_nan=False)
+        out.write("\n")
 
 
 def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, inject_nan_step: int | None = None) -> int:
-    """Train one run with the trainer start() returns and write its result (last rank); returns the process exit
+    """Train one run with the trainer start() returns and write its account (last rank); returns the process exit
     status. tool names the trainer in its one-line errors."""
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     last = is_last_rank()
@@ -184,7 +184,7 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         peers = _peer_errors(run_dir, rank, wait=True, own="")
         status, code = ("failed" if peers else "incomplete"), 128 + stop.signum
         error = "\n".join(part for part in (str(stop), peers) if part)
-    except BaseException:  # noqa: BLE001 - every failure must still end in a result
+    except BaseException:  # noqa: BLE001 - every failure must still end in an account
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
         status, code = "failed", 1
@@ -195,9 +195,8 @@ def train_and_report(req: Request, run_dir: Path, start: Start, tool: str, injec
         error = "\n".join(part for part in (_excerpt(text), peers) if part)
     if last:
         try:
-            result = assemble_result(req, trainer, source, run_dir, started_at=started_at, status=status,
-                                     exit_code=code, error=error)
-            write_result(run_dir / run_files.RESULT, result)
+            write_account(run_dir / run_files.TRAINER, account(req, trainer, source, started_at=started_at,
+                                                               status=status, exit_code=code, error=error))
         except DiskError as err:  # the run fails with it; the judge's result says so where it can be written
             print(f"{tool}: error: {err}", file=sys.stderr, flush=True)
             code = code or 1

@@ -119,8 +119,9 @@ class Framework:
         object.__setattr__(self, "tp_refuses", MappingProxyType(dict(self.tp_refuses)))
 
     @property
-    def writes_result(self) -> bool:
-        """Its trainer writes result.json itself; otherwise evaluate.judge extracts it from the log."""
+    def own_trainer(self) -> bool:
+        """TPrimat's own trainer runs it and records its steps, evaluations and end itself (steps.jsonl, evals.jsonl,
+        trainer.json), which the judge makes the result of; otherwise the judge extracts them from the log."""
         return self.trainer is not None
 
     @property

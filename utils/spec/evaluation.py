@@ -37,3 +37,11 @@ class Evaluation:
         if not self.enabled:
             return NO_SPLIT
         return f"{100 - self.validation_percent},{self.validation_percent},0"
+
+
+def section(asked: Evaluation, *, iters: int, tokens: int, split: dict, points: dict) -> dict:
+    """The result's evaluation section (the one place it is made: the judge's for a trainer's evals.jsonl and
+    evaluate.extract's for a log's validation reports): points are its columns (step, tokens, train_time_s,
+    wall_s, loss, eval_time_s); time_s counts the evaluations that report a duration."""
+    return {"interval_steps": asked.interval_steps, "iters": iters, "tokens": tokens, "split": split,
+            "time_s": sum(t for t in points["eval_time_s"] if t is not None), "points": points}
