@@ -44,7 +44,7 @@ def given(section: Section | Mapping | None, name: str) -> bool:
     check that tells "not recorded" from "recorded as none" (no FP8 recipe) asks here."""
     if isinstance(section, Mapping):
         return name in section
-    return section is not None and name in section.as_dict()
+    return section is not None and section.holds(name)
 
 
 def held(section: Section) -> dict[str, Any]:

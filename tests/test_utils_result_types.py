@@ -86,3 +86,11 @@ def test_load_checks_the_file_against_the_schema(tmp_path, result):
     bad.write_text("{")
     with pytest.raises(ResultError, match=str(bad)):
         load(bad)
+
+
+def test_a_field_held_as_null_is_told_from_one_left_out(result):
+    result["performance"]["mfu"] = None
+    result["performance"].pop("breakdown", None)
+    performance = typed(result).performance
+    assert performance.holds("mfu") and not performance.holds("breakdown")
+    assert typed(result).effective.holds("tp")  # an open object's other keys count too

@@ -36,6 +36,11 @@ class Section:
         """The plain JSON value again (for a copy written out, or a fingerprint of the section)."""
         return _plain(self)
 
+    def holds(self, name: str) -> bool:
+        """Whether the result holds the field, a null included: an absent field reads as None too, and a check that
+        tells "not recorded" from "recorded as none" asks here."""
+        return name in self._present or name in getattr(self, EXTRA, {})
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Section):
@@ -50,8 +55,10 @@ def _plain(value: Any) -> Any:
         return out
     if isinstance(value, Mapping):
         return {key: _plain(v) for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+    if isinstance(value, (list, tuple)):  # the schema's arrays hold objects or scalars, never both: a series of
+        if value and isinstance(value[0], (Section, Mapping, list, tuple)):  # numbers is copied whole
+            return [_plain(v) for v in value]
+        return list(value)
     return value
 
 
