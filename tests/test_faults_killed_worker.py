@@ -70,8 +70,9 @@ def test_a_log_without_a_torchrun_report_gives_no_summary():
     assert worker_failure.summary(["iteration 1/ 4 | lm loss: 1.0", "RuntimeError: boom"]) is None
 
 
-def _worker_pid(rank: int) -> int | None:
-    """The pid of the mega trainer worker of this rank (not torchrun's agent), from /proc."""
+def _worker_pid(rank: int, output_dir: Path) -> int | None:
+    """The pid of the mega trainer worker of this rank (not torchrun's agent) of this test's run (its OUTPUT_DIR:
+    another checkout's tests may train beside it on the same machine), from /proc."""
     for entry in os.listdir("/proc"):
         try:
             command = Path(f"/proc/{entry}/cmdline").read_bytes()
@@ -79,7 +80,7 @@ def _worker_pid(rank: int) -> int | None:
         except OSError:
             continue
         if b"train_mega.py" in command and b"torch.distributed.run" not in command \
-                and f"RANK={rank}".encode() in environment:
+                and f"RANK={rank}".encode() in environment and f"OUTPUT_DIR={output_dir}".encode() in environment:
             return int(entry)
     return None
 
@@ -96,7 +97,7 @@ def test_a_worker_killed_mid_run_ends_the_run_failed_naming_the_rank_its_signal_
     while not (log.exists() and "iteration        3/" in log.read_text(errors="replace")):
         assert launch.poll() is None and time.monotonic() < deadline, "the run ended before its third step"
         time.sleep(0.2)
-    victim = _worker_pid(0)
+    victim = _worker_pid(0, tmp_path)
     assert victim is not None
     os.kill(victim, signal.SIGKILL)
     console = launch.communicate(timeout=HANG_TIMEOUT_S)[0]
