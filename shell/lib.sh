@@ -239,14 +239,14 @@ tp_venv_install() {
   fi
 }
 
-# After requirements/host.txt: DeepSpeed's CPU op and the bytecode of what the runs import (python3 -m utils.bytecode:
+# After requirements/host.txt: DeepSpeed's CPU op and the bytecode of what the runs import (python3 -m utils.machine.bytecode:
 # without it, wherever PYTHONDONTWRITEBYTECODE is set, every process compiles torch and megatron-core again, 17 s
 # instead of 6 s per worker), side by side: the op's two compilations and the imports share the cores.
 tp_finish_host_venv() {
-  tp_log "writing the bytecode of the modules the runs import (python3 -m utils.bytecode; once)"
+  tp_log "writing the bytecode of the modules the runs import (python3 -m utils.machine.bytecode; once)"
   tp_build_deepspeed_cpu_op &
   local builder=$!
-  (cd "${TPRIMAT_ROOT}" && "${TPRIMAT_VENV}/bin/python" -m utils.bytecode) \
+  (cd "${TPRIMAT_ROOT}" && "${TPRIMAT_VENV}/bin/python" -m utils.machine.bytecode) \
     || tp_warn "the bytecode of the modules above was not written: every run's processes compile them again"
   wait "${builder}" || true  # it says itself when the op did not build
 }

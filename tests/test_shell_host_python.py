@@ -122,7 +122,7 @@ def test_the_venv_is_installed_with_dev_txts_uv_else_with_pip(tmp_path, pip_answ
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_the_venv_s_packages_are_installed_without_compiling_all_their_bytecode(tmp_path, installer):
-    """All of it took 74 CPU seconds for 15,800 modules, most never imported: python3 -m utils.bytecode writes that of
+    """All of it took 74 CPU seconds for 15,800 modules, most never imported: python3 -m utils.machine.bytecode writes that of
     the modules the runs import (tp_finish_host_venv)."""
     venv = tmp_path / "venv"
     calls = tmp_path / "calls"
@@ -148,6 +148,6 @@ def test_the_host_venv_is_finished_with_the_bytecode_beside_deepspeed_s_op(tmp_p
     out = lib("tp_finish_host_venv", tmp_path, TPRIMAT_VENV=str(venv))
     assert out.returncode == 0, out.stderr
     lines = calls.read_text().splitlines()
-    assert f"{REPO} -m utils.bytecode" in lines and any(" -c from deepspeed" in line for line in lines)
+    assert f"{REPO} -m utils.machine.bytecode" in lines and any(" -c from deepspeed" in line for line in lines)
     assert "the bytecode of the modules above was not written" in out.stderr
     assert "DeepSpeed's CPU collective op did not build" in out.stderr

@@ -1,6 +1,6 @@
 """Write the bytecode of what TPrimat's runs import, into .venv and the checkout, whatever PYTHONDONTWRITEBYTECODE says.
 
-    python3 -m utils.bytecode        (shell/lib.sh, with .venv's Python, once requirements/host.txt is installed)
+    python3 -m utils.machine.bytecode        (shell/lib.sh, with .venv's Python, once requirements/host.txt is installed)
 
 .venv's packages are installed without their bytecode: compiling all of it (uv --compile-bytecode) compiled 15,800
 modules of 5.9 GB, 74 CPU seconds on a 2-core EPYC, most of them never imported (pandas, transformers' other
@@ -34,16 +34,17 @@ from utils.cli import Parser
 # What the CPU's runs import, at start or when a run needs it: torchrun, the trainers (mega, fsdp, autotp), the data
 # stages, the launcher's tools and the report. Each imports what it imports in turn.
 MODULES = (
-    "torch", "torch.distributed.run", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
-    "torch.utils.cpp_extension",
+    "torch", "torch.distributed.run", "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+    "torch.distributed.fsdp", "torch.distributed.tensor.parallel", "torch.utils.cpp_extension",
     "megatron.core", "megatron.core.datasets.blended_megatron_dataset_builder", "megatron.core.datasets.gpt_dataset",
-    "megatron.core.distributed", "megatron.core.models.gpt.gpt_layer_specs", "megatron.core.optimizer",
-    "megatron.core.optimizer_param_scheduler", "megatron.core.pipeline_parallel",
+    "megatron.core.distributed", "megatron.core.models.gpt.gpt_layer_specs", "megatron.core.models.mimo",
+    "megatron.core.optimizer", "megatron.core.optimizer_param_scheduler", "megatron.core.pipeline_parallel",
     "transformers", "transformers.models.auto.modeling_auto", "transformers.models.llama.modeling_llama",
-    "transformers.models.qwen2.modeling_qwen2", "transformers.convert_slow_tokenizer",
+    "transformers.models.qwen2.modeling_qwen2", "transformers.models.mistral.configuration_mistral",
+    "transformers.convert_slow_tokenizer",
     "deepspeed", "deepspeed.module_inject",
     "tokenizers", "tiktoken", "numpy", "ftfy", "huggingface_hub", "jsonschema", "yaml", "psutil", "markdown_it",
-    "matplotlib.pyplot", "scipy.stats",
+    "matplotlib.pyplot", "matplotlib.backends.backend_agg", "scipy.stats",
 )
 PACKAGES = ("data", "train", "evaluate", "utils")  # the checkout's own, run as modules from its root
 
@@ -81,7 +82,7 @@ def import_all(modules: tuple[str, ...]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    Parser(prog="python3 -m utils.bytecode", description=__doc__,
+    Parser(prog="python3 -m utils.machine.bytecode", description=__doc__,
            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     problems = [f"{package}: did not compile (above)" for package in PACKAGES
                 if not compileall.compile_dir(ROOT / package, quiet=1)]

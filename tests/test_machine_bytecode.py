@@ -1,4 +1,4 @@
-"""utils.bytecode: the bytecode of what the runs import, written once into .venv, whatever PYTHONDONTWRITEBYTECODE says."""
+"""utils.machine.bytecode: the bytecode of what the runs import, written once into .venv, whatever PYTHONDONTWRITEBYTECODE says."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from utils import bytecode
+from utils.machine import bytecode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def test_it_compiles_the_checkout_s_packages_and_exits_1_on_a_failed_import(monk
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     monkeypatch.setattr(bytecode, "MODULES", ("json",))
     assert bytecode.main([]) == 0
-    assert list((REPO / "utils" / "__pycache__").glob("bytecode.*.pyc"))
+    assert list((REPO / "utils" / "machine" / "__pycache__").glob("bytecode.*.pyc"))
     monkeypatch.setattr(bytecode, "MODULES", ("tprimat_no_such_module",))
     assert bytecode.main([]) == 1
     assert capsys.readouterr().err.startswith("[tprimat] error: bytecode: tprimat_no_such_module: ")
