@@ -42,7 +42,8 @@ MODULES = (
     "transformers", "transformers.models.auto.modeling_auto", "transformers.models.llama.modeling_llama",
     "transformers.models.qwen2.modeling_qwen2", "transformers.models.mistral.configuration_mistral",
     "transformers.convert_slow_tokenizer",
-    "deepspeed", "deepspeed.module_inject",
+    "deepspeed", "deepspeed.module_inject", "deepspeed.module_inject.auto_ep_layer", "deepspeed.ops.op_builder.all_ops",
+    "deepspeed.runtime.zero.muon",
     "tokenizers", "tiktoken", "numpy", "ftfy", "huggingface_hub", "jsonschema", "yaml", "psutil", "markdown_it",
     "matplotlib.pyplot", "matplotlib.backends.backend_agg", "scipy.stats",
 )
