@@ -10,7 +10,9 @@ The budgets a newcomer and CI are promised on a 2-core machine whose CPU has no 
 data prepared, trains both tiny models with every framework the CPU runs and writes the plot and the report in
 at most 2 minutes per framework: 6 with mega, fsdp and autotp (5m42s measured; the first promise, 4 minutes,
 was made when mega alone ran);
-.ci/run from a fresh clone (building its own .venv) finishes in at most 25 minutes. A faster machine
+.ci/run from a fresh clone (building its own .venv) finishes in at most 25 minutes. A fresh clone's default
+(--fresh: .venv, the sample data, the six runs, the report) has no budget of its own: about 4 min 50 s on a quiet
+2-core EPYC with bf16, about 7 min 25 s with AVX2 only (bench/README.md). A faster machine
 proves little, so the figures are printed with the CPU model, core count and the flags that decide
 the precision. Each default run writes into a temporary OUTPUT_DIR (deleted afterwards), so earlier
 results neither slow it nor change its time estimate; --ci measures the committed HEAD, not
