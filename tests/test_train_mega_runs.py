@@ -24,7 +24,7 @@ from evaluate import validate
 from evaluate.collect import Loaded
 from evaluate.logs.parse import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
-from tests.fixtures.train.shared_runs import shared_data_dir, shared_run
+from tests.fixtures.train.shared_runs import data_dir_of, shared_run
 from tests.shell_harness import HANG_TIMEOUT_S
 from utils.config import KNOBS
 from utils.spec.fairness import IDENTITY_KEYS
@@ -125,15 +125,14 @@ LAYOUTS = {
 
 def trained(tmp_path_factory, name: str) -> Run:
     """The run of LAYOUTS called name, trained once per session for every file that reads it (shared_runs.py)."""
-    data_dir = shared_data_dir(tmp_path_factory)
     knobs = dict(LAYOUTS[name])
     launch = knobs.pop("launch", train)
-    return Run(*shared_run(tmp_path_factory, f"mega-{name}", lambda directory: launch(directory, data_dir, **knobs)))
+    return Run(*shared_run(tmp_path_factory, f"mega-{name}", lambda directory, data: launch(directory, data, **knobs)))
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    return shared_data_dir(tmp_path_factory)
+    return make_data_dir(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +213,9 @@ def test_learning_rate_follows_megatron_lm_warmup_then_cosine(runs):
     assert lrs[3] == pytest.approx(MIN_LR + (LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * 1 / 2)))
 
 
-def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_settings(runs, data_dir):
+def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_settings(runs):
     run = runs("base")
+    data_dir = data_dir_of(run.directory)
     result = run.result
     assert schema_errors(result) == []
     manifest = json.loads((data_dir / "sample_llama_text_document.manifest.json").read_text())
