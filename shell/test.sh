@@ -3,7 +3,8 @@
 # Every lint and test: set up the test environment (.venv from requirements/host.txt and dev.txt, built
 # with Python 3.12 or TPRIMAT_HOST_PYTHON; Slurm and PostgreSQL from the distribution's packages when they can
 # be installed), then shellcheck over every shell script and pytest over tests/, one worker per core (pytest-xdist; a test
-# file stays on one worker, so its module fixtures, e.g. a trained run set, are built once; -n 0 runs serially).
+# file stays on one worker, so its module fixtures, e.g. a trained run set, are built once; -n 0 runs serially; the
+# files are handed out in collection order, the longest first: tests/conftest.py's LONGEST_FIRST).
 # Arguments go to pytest, which checks them before anything long starts, e.g.
 #   ./shell/test.sh -k config        ./shell/test.sh tests/test_entry_points.py -x
 # (pytest's own options: .venv/bin/python -m pytest --help). CI runs it through .ci/run.
@@ -47,7 +48,7 @@ main() {
   "${TPRIMAT_VENV}/bin/shellcheck" "${scripts[@]}"
   tp_log "pytest"
   cd "${TPRIMAT_ROOT}"
-  HF_HUB_OFFLINE=1 "${TPRIMAT_VENV}/bin/python" -m pytest -ra -n auto --dist loadfile tests "$@"
+  HF_HUB_OFFLINE=1 "${TPRIMAT_VENV}/bin/python" -m pytest -ra -n auto --dist loadfile --no-loadscope-reorder tests "$@"
 }
 
 main "$@"

@@ -20,6 +20,7 @@ import pytest
 
 from tests.shell_harness import HANG_TIMEOUT_S, REPO, FakeMachine, Result
 from tests.slurm.cluster import SlurmCluster, free_ports, unavailable_reason
+from tests.test_train_mega_runs import BASE, LAYOUTS, trained
 
 SLURM_KNOBS = {"SLURM_PARTITION": "", "SLURM_ACCOUNT": "", "SLURM_QOS": "", "SLURM_TIME": "00:10:00",
                "SLURM_CONTAINER": "none", "SLURM_CONTAINER_IMAGE": "", "SLURM_PENDING_TIMEOUT": "60",
@@ -168,12 +169,16 @@ def test_a_node_that_dies_ends_the_command_with_node_fail(login_node, cluster):
 # --- The real benchmark across both nodes ----------------------------------------------------------
 
 # One run: Megatron on the tiny Llama (the CPU's FRAMEWORK=all would add fsdp and autotp, which cross two nodes
-# through the same launcher and rendezvous).
-TINY_RUN = {"FRAMEWORK": "mega", "MODELS": "llama", "TRAIN_ITERS": "3", "WARMUP_STEPS": "1", "WARMUP_SKIP": "1",
-            "SEED": "42", "MBS": "2", "SL": "128", "HF_HUB_OFFLINE": "1"}
+# through the same launcher and rendezvous) with the settings of test_train_mega_runs.py's learn_llama: that run, on
+# one node with two workers (DP=2, as TWO_NODES), is the reference, trained once for both files.
+ONE_NODE = {**BASE, **LAYOUTS["learn_llama"]}
+TINY_RUN = {"FRAMEWORK": "mega", "MODELS": "llama", "HF_HUB_OFFLINE": "1",
+            **{key: str(ONE_NODE[key]) for key in ("TRAIN_ITERS", "WARMUP_STEPS", "WARMUP_SKIP", "MBS", "SL", "LR",
+                                                  "MIN_LR")}}
 
 
-def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with_two_workers(cluster, tmp_path):
+def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with_two_workers(cluster, tmp_path,
+                                                                                            tmp_path_factory):
     from tests.fixtures.train.data_dir import make_data_dir
 
     data = make_data_dir(tmp_path / "data", ("llama",))
@@ -198,13 +203,10 @@ def test_the_cpu_benchmark_trains_one_model_across_both_nodes_like_one_node_with
     assert (run_set / "report.md").exists() and (run_set / "compare.png").exists()
     assert (run_set / "system.json").exists()
 
-    single_env = {**os.environ, **TINY_RUN, "PLATFORM": "cpu", "NNODES": "1", "GPUS_PER_NODE": "2", "DP": "2",
-                  "GA": "1", "DATA_DIR": str(data), "OUTPUT_DIR": str(tmp_path / "single"),
-                  "MASTER_PORT": str(free_ports(1)[0])}
-    single = subprocess.run(["bash", "train/train_cpu_mega_llama.sh", "--run-dir", str(tmp_path / "single" / "run")],
-                            cwd=REPO, env=single_env, capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
-    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
-    reference = json.loads((tmp_path / "single" / "run" / "result.json").read_text())
+    one_node = trained(tmp_path_factory, "learn_llama")
+    assert one_node.returncode == 0, one_node.console[-3000:]
+    assert (ONE_NODE["DP"], one_node.result["training"]["seed"]) == (2, run["training"]["seed"])
+    reference = one_node.result
     # The same data in the same order from the same weights. Not compared to the last digit: kernels'
     # rounding may differ between the job's processes and these (seen once on a CI machine: 4e-5 at step
     # 2 while this machine gives equal digits; AVX2 against AVX-512 kernels moves them 6e-5), whereas

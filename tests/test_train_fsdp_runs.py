@@ -9,6 +9,7 @@ tests/test_train_native_tensor_parallel.py).
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 
 from evaluate import validate
 from evaluate.collect import Loaded
-from tests.fixtures.train.data_dir import make_data_dir
+from tests.fixtures.train.shared_runs import data_dir_of, shared_run
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import Run, trainer_env
 from utils.spec.result import schema_errors
@@ -51,28 +52,24 @@ def train(directory: Path, data_dir: Path, *, model: str = "llama", args: tuple[
     return Run(directory, out.returncode, out.stdout + out.stderr)
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return make_data_dir(tmp_path_factory.mktemp("data"))
+LAYOUTS = {
+    "fsdp_dp2": dict(**EVAL, SAC_FREQ="1/2", PYTHONWARNINGS="default"),  # warnings shown, as the launcher runs
+    "rerun": dict(**EVAL, SAC_FREQ="1/2"),
+    "tp2": dict(**EVAL, TP=2, DP=1, MBS=2, SAC_FREQ="1/2"),  # autotp's too (test_train_autotp_runs.py)
+    "qwen_ddp": dict(model="qwen", DATA_PARALLEL="ddp", COMPILE=1, COMPILE_MODE="default"),
+}
+
+
+def trained(tmp_path_factory, name: str) -> Run:
+    """The run of LAYOUTS called name, trained once per session for every file that reads it (shared_runs.py)."""
+    return Run(*shared_run(tmp_path_factory, f"fsdp-{name}",
+                           lambda directory, data: train(directory, data, **LAYOUTS[name])))
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, data_dir):
-    """Each named run trained once, on first use."""
-    layouts = {
-        "fsdp_dp2": dict(**EVAL, SAC_FREQ="1/2", PYTHONWARNINGS="default"),  # warnings shown, as the launcher runs
-        "rerun": dict(**EVAL, SAC_FREQ="1/2"),
-        "tp2": dict(**EVAL, TP=2, DP=1, MBS=2, SAC_FREQ="1/2"),
-        "qwen_ddp": dict(model="qwen", DATA_PARALLEL="ddp", COMPILE=1, COMPILE_MODE="default"),
-    }
-    done: dict[str, Run] = {}
-
-    def get(name: str) -> Run:
-        if name not in done:
-            done[name] = train(tmp_path_factory.mktemp(name) / "run", data_dir, **layouts[name])
-        return done[name]
-
-    return get
+def runs(tmp_path_factory):
+    """Each named run of LAYOUTS, trained once on first use."""
+    return functools.partial(trained, tmp_path_factory)
 
 
 def assert_trained(run: Run) -> None:
@@ -136,8 +133,9 @@ def test_learning_rate_is_megatron_lms_warmup_then_cosine(runs):
     assert lrs[3] == pytest.approx(MIN_LR + (LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * 1 / 6)))
 
 
-def test_result_is_valid_with_the_breakdown_and_the_read_back(runs, data_dir):
+def test_result_is_valid_with_the_breakdown_and_the_read_back(runs):
     run = runs("fsdp_dp2")
+    data_dir = data_dir_of(run.directory)
     result = run.result
     assert schema_errors(result) == []
     breakdown = result["performance"]["breakdown"]

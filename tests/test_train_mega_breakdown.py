@@ -1,8 +1,9 @@
 """mega's forward / backward / optimizer breakdown: measured in every step of a real run, absent in bench mode.
 
 One tiny run with two pipeline stages over two processes (PP=2, GA=2, so that 1F1B interleaves the
-microbatches' forwards and backwards) carries the assertions on the result; the arithmetic of the marks is
-checked on its own with a clock the test sets; bench mode is the instrumentation benchmark's own off blocks.
+microbatches' forwards and backwards: test_train_mega_runs.py's pp2_ga2, trained once for both files) carries the
+assertions on the result; the arithmetic of the marks is checked on its own with a clock the test sets; bench mode is
+the instrumentation benchmark's own off blocks.
 """
 
 from __future__ import annotations
@@ -13,21 +14,19 @@ import sys
 
 import pytest
 
-from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S, REPO
-from tests.test_train_mega_runs import BASE, assert_trained, train, trainer_env
+from tests.test_train_mega_runs import BASE, assert_trained, trained, trainer_env
 from train.common import step_marks
 from train.mega.trainer import breakdown_method
 from utils.spec.metrics import BREAKDOWN_KEYS
 
-STEPS = 6
+STEPS = 4
 ROUNDING = 1e-9  # seconds: the result's means against the step time, both from the same floats
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    data_dir = make_data_dir(tmp_path_factory.mktemp("data"), model_keys=("llama",))
-    done = train(tmp_path_factory.mktemp("pp2") / "run", data_dir, PP=2, MBS=1, GA=2, TRAIN_ITERS=STEPS)
+    done = trained(tmp_path_factory, "pp2_ga2")
     assert_trained(done, STEPS)
     return done
 

@@ -8,6 +8,7 @@ only by rounding, and a rerun repeats them bit for bit. The runs train in the CP
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from evaluate.collect import Loaded
 from evaluate.logs.parse import parse_logs
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.fixtures.train.judged import judged_result
+from tests.fixtures.train.shared_runs import data_dir_of, shared_run
 from tests.shell_harness import HANG_TIMEOUT_S
 from utils.config import KNOBS
 from utils.spec.fairness import IDENTITY_KEYS
@@ -102,34 +104,43 @@ def write_request(path: Path, data_dir: Path, *, model: str = "llama", **knobs) 
     return path
 
 
+def launched_with_its_request(directory: Path, data_dir: Path, **knobs) -> Run:
+    """The launcher's way (--request RUN_DIR/config.json, written first) under environment knobs the request must
+    override: read, the configuration would refuse LR, and TRAIN_ITERS and SEED would change the run."""
+    request = write_request(directory / "config.json", data_dir, **knobs)
+    return train(directory, data_dir, args=("--request", str(request)), TRAIN_ITERS=3, SEED=7, LR="not-a-number")
+
+
+LAYOUTS = {
+    "base": EVAL,
+    "rerun_profiled": dict(**EVAL, PROFILING="true", PROFILE_START_STEP=2, PROFILE_END_STEP=3),
+    "tp2": dict(**EVAL, TP=2),
+    "pp2_ga2": dict(**EVAL, PP=2, MBS=1, GA=2),  # 1F1B interleaves two microbatches (test_train_mega_breakdown.py)
+    "ga2_from_request": dict(**EVAL, MBS=1, GA=2, launch=launched_with_its_request),
+    "tuned_dp2": dict(**EVAL, MBS=1, DP=2, FAIRNESS="tuned"),
+    "learn_llama": dict(DP=2, TRAIN_ITERS=LEARN_STEPS, PYTHONWARNINGS="default"),  # warnings shown, as launched
+    "stop_at_target": dict(**EVAL, TRAIN_ITERS=LEARN_STEPS, TARGET_LOSS=TARGET_LOSS, model="qwen"),
+    "nan": dict(DP=2, MBS=1, TRAIN_ITERS=3, model="qwen", args=("--inject-nan-at-step", "2")),
+    "bf16_emulated": dict(**EVAL, PRECISION="bf16", TRAIN_ITERS=2, WARMUP_STEPS=1, TPRIMAT_CPUINFO=str(AVX2_ONLY)),
+}
+
+
+def trained(tmp_path_factory, name: str) -> Run:
+    """The run of LAYOUTS called name, trained once per session for every file that reads it (shared_runs.py)."""
+    knobs = dict(LAYOUTS[name])
+    launch = knobs.pop("launch", train)
+    return Run(*shared_run(tmp_path_factory, f"mega-{name}", lambda directory, data: launch(directory, data, **knobs)))
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     return make_data_dir(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, data_dir):
-    """Each named run trained once, on first use."""
-    layouts = {
-        "base": EVAL,
-        "rerun_profiled": dict(**EVAL, PROFILING="true", PROFILE_START_STEP=2, PROFILE_END_STEP=3),
-        "tp2": dict(**EVAL, TP=2),
-        "pp2": dict(**EVAL, PP=2),
-        "ga2": dict(**EVAL, MBS=1, GA=2),
-        "tuned_dp2": dict(**EVAL, MBS=1, DP=2, FAIRNESS="tuned"),
-        "learn_llama": dict(DP=2, TRAIN_ITERS=LEARN_STEPS, PYTHONWARNINGS="default"),  # warnings shown, as launched
-        "stop_at_target": dict(**EVAL, TRAIN_ITERS=LEARN_STEPS, TARGET_LOSS=TARGET_LOSS, model="qwen"),
-        "nan": dict(DP=2, MBS=1, TRAIN_ITERS=3, model="qwen", args=("--inject-nan-at-step", "2")),
-        "bf16_emulated": dict(**EVAL, PRECISION="bf16", TRAIN_ITERS=2, WARMUP_STEPS=1, TPRIMAT_CPUINFO=str(AVX2_ONLY)),
-    }
-    done: dict[str, Run] = {}
-
-    def get(name: str) -> Run:
-        if name not in done:
-            done[name] = train(tmp_path_factory.mktemp(name) / "run", data_dir, **layouts[name])
-        return done[name]
-
-    return get
+def runs(tmp_path_factory):
+    """Each named run of LAYOUTS, trained once on first use."""
+    return functools.partial(trained, tmp_path_factory)
 
 
 def assert_trained(run: Run, steps: int) -> None:
@@ -174,8 +185,8 @@ def test_a_rerun_with_the_same_seed_repeats_every_loss_exactly(runs):
 
 @pytest.mark.parametrize("name, readback", [
     ("tp2", {"tp": 2, "sequence_parallel": True}),
-    ("pp2", {"pp": 2}),
-    ("ga2", {"ga": 2, "mbs": 1, "gbs": 2}),
+    ("pp2_ga2", {"pp": 2, "ga": 2, "mbs": 1, "gbs": 2}),
+    ("ga2_from_request", {"ga": 2, "mbs": 1, "gbs": 2}),
 ])
 def test_other_layouts_give_the_same_losses(runs, name, readback):
     base, other = runs("base"), runs(name)
@@ -204,8 +215,9 @@ def test_learning_rate_follows_megatron_lm_warmup_then_cosine(runs):
     assert lrs[3] == pytest.approx(MIN_LR + (LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * 1 / 2)))
 
 
-def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_settings(runs, data_dir):
+def test_result_is_valid_and_carries_the_data_fingerprints_and_the_read_back_settings(runs):
     run = runs("base")
+    data_dir = data_dir_of(run.directory)
     result = run.result
     assert schema_errors(result) == []
     manifest = json.loads((data_dir / "sample_llama_text_document.manifest.json").read_text())
@@ -299,9 +311,11 @@ def test_each_worker_records_its_peak_host_memory(runs):
     assert series == sorted(series) and series[-1] <= max(per_worker)  # a peak so far never falls
 
 
-def test_console_shows_megatron_lines_that_parse_to_the_recorded_steps(runs):
+def test_console_shows_megatron_lines_that_parse_to_the_recorded_steps(runs, tmp_path):
     run = runs("base")
-    parsed = parse_logs([_write(run.directory.parent / "console.log", run.console)])
+    log = tmp_path / "console.log"
+    log.write_text(run.console)
+    parsed = parse_logs([log])
     assert parsed.framework == "mega"
     assert [r["step"] for r in parsed.records] == [1, 2, 3, 4]
     assert [r["loss"] for r in parsed.records] == pytest.approx(run.series("loss"), rel=1e-6)
@@ -344,16 +358,14 @@ def test_mock_data_is_only_used_when_asked_for_and_says_so(tmp_path):
     assert any("MOCK DATA" in warning for warning in result["warnings"])
 
 
-def test_a_trainer_given_its_request_takes_every_setting_from_it_not_from_the_environment(tmp_path, data_dir):
+def test_a_trainer_given_its_request_takes_every_setting_from_it_not_from_the_environment(runs):
     """The launcher's way (--request RUN_DIR/config.json): the configuration is not even read (a knob it would
-    refuse changes nothing), and the knobs of the environment no longer count."""
-    request = write_request(tmp_path / "run" / "config.json", data_dir, TRAIN_ITERS=2, WARMUP_STEPS=1, MBS=1, GA=2)
-    run = train(tmp_path / "run", data_dir, args=("--request", str(request)), TRAIN_ITERS=3, SEED=7,
-                LR="not-a-number")
-    assert_trained(run, 2)
+    refuse changes nothing), and the knobs of the environment no longer count (launched_with_its_request)."""
+    run = runs("ga2_from_request")
+    assert_trained(run, 4)
     result = run.result
     assert (result["training"]["steps"], result["training"]["seed"], result["training"]["lr"],
-            result["run"]["id"]) == (2, 42, LR, "run")
+            result["run"]["id"]) == (4, 42, LR, "run")
     assert {key: result["effective"][key] for key in ("mbs", "ga", "gbs", "seed")} == {"mbs": 1, "ga": 2, "gbs": 2,
                                                                                         "seed": 42}
     assert result["parallelism"]["distributed_optimizer"] is True and result["parallelism"]["nnodes"] == 1
@@ -388,8 +400,3 @@ def test_a_run_directory_is_never_reused(tmp_path, data_dir):
     (tmp_path / "run" / "steps.jsonl").write_text("")
     run = train(tmp_path / "run", data_dir)
     assert run.returncode == 2 and "already holds a run" in run.console
-
-
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
