@@ -191,7 +191,7 @@ tp_ensure_venv() {
       tp_log "installing ${file} into ${TPRIMAT_VENV} with ${installer} (a few minutes, once)"
       tp_venv_install "${installer}" -r "${TPRIMAT_ROOT}/${file}" \
         || tp_die 1 "${installer} could not install ${file}; fix the error above and rerun"
-      [[ "${file}" != requirements/host.txt ]] || tp_finish_host_venv
+      [[ "${file}" != requirements/host.txt ]] || tp_build_deepspeed_cpu_op
       printf '%s\n' "${hash}" >"${stamp}"
     fi
   done
@@ -227,28 +227,17 @@ tp_venv_installer() {
 }
 
 # tp_venv_install uv|pip PIP_INSTALL_ARGUMENT...
-# Neither compiles the packages' bytecode: all of it (uv --compile-bytecode) took 74 CPU seconds on a 2-core EPYC for
-# 15,800 modules, most never imported; tp_finish_host_venv writes that of the modules the runs import.
+# Both leave the packages' bytecode compiled (pip does by default, uv when asked): otherwise every process compiles
+# what it imports again wherever PYTHONDONTWRITEBYTECODE is set (torch and megatron-core: 17 s instead of 6 s per
+# worker, measured on a 2-core EPYC), and elsewhere a matrix's first run carries the compilation in its time.
 tp_venv_install() {
   local installer="$1"
   shift
   if [[ "${installer}" == uv ]]; then
-    "${TPRIMAT_VENV}/bin/uv" pip install --quiet --python "${TPRIMAT_VENV}/bin/python" "$@"
+    "${TPRIMAT_VENV}/bin/uv" pip install --quiet --compile-bytecode --python "${TPRIMAT_VENV}/bin/python" "$@"
   else
-    "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check "$@"
+    "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
   fi
-}
-
-# After requirements/host.txt: DeepSpeed's CPU op and the bytecode of what the runs import (python3 -m utils.machine.bytecode:
-# without it, wherever PYTHONDONTWRITEBYTECODE is set, every process compiles torch and megatron-core again, 17 s
-# instead of 6 s per worker), side by side: the op's two compilations and the imports share the cores.
-tp_finish_host_venv() {
-  tp_log "writing the bytecode of the modules the runs import (python3 -m utils.machine.bytecode; once)"
-  tp_build_deepspeed_cpu_op &
-  local builder=$!
-  (cd "${TPRIMAT_ROOT}" && "${TPRIMAT_VENV}/bin/python" -m utils.machine.bytecode) \
-    || tp_warn "the bytecode of the modules above was not written: every run's processes compile them again"
-  wait "${builder}" || true  # it says itself when the op did not build
 }
 
 # DeepSpeed builds its CPU collective op (shared-memory all-reduce) at its first use, minutes on a small

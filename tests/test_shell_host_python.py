@@ -121,9 +121,9 @@ def test_the_venv_is_installed_with_dev_txts_uv_else_with_pip(tmp_path, pip_answ
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_the_venv_s_packages_are_installed_without_compiling_all_their_bytecode(tmp_path, installer):
-    """All of it took 74 CPU seconds for 15,800 modules, most never imported: python3 -m utils.machine.bytecode writes that of
-    the modules the runs import (tp_finish_host_venv)."""
+def test_the_venv_s_packages_are_installed_with_their_bytecode_compiled(tmp_path, installer):
+    """uv compiles only when asked (pip by default, so its line carries no --no-compile): without it, every process
+    compiles torch and megatron-core again wherever PYTHONDONTWRITEBYTECODE is set."""
     venv = tmp_path / "venv"
     calls = tmp_path / "calls"
     (venv / "bin").mkdir(parents=True)
@@ -134,20 +134,5 @@ def test_the_venv_s_packages_are_installed_without_compiling_all_their_bytecode(
     assert out.returncode == 0, out.stderr
     [call] = calls.read_text().splitlines()
     assert call.startswith({"uv": "uv pip install ", "pip": "python -m pip install "}[installer])
-    assert "--compile-bytecode" not in call.split()
-    assert ("--no-compile" in call.split()) == (installer == "pip")
-
-
-def test_the_host_venv_is_finished_with_the_bytecode_beside_deepspeed_s_op(tmp_path):
-    """Both run, the bytecode in the checkout's root; a failure of either is a warning, never the end of the run."""
-    venv = tmp_path / "venv"
-    calls = tmp_path / "calls"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").write_text(f'#!/bin/sh\necho "$PWD $*" >>{calls}\nexit 1\n')
-    (venv / "bin" / "python").chmod(0o755)
-    out = lib("tp_finish_host_venv", tmp_path, TPRIMAT_VENV=str(venv))
-    assert out.returncode == 0, out.stderr
-    lines = calls.read_text().splitlines()
-    assert f"{REPO} -m utils.machine.bytecode" in lines and any(" -c from deepspeed" in line for line in lines)
-    assert "the bytecode of the modules above was not written" in out.stderr
-    assert "DeepSpeed's CPU collective op did not build" in out.stderr
+    assert ("--compile-bytecode" in call.split()) == (installer == "uv")
+    assert "--no-compile" not in call.split()
