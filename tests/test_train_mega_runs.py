@@ -48,7 +48,8 @@ LAYOUT_TOLERANCE = 2e-3  # absolute, on losses near 11.7: rounding of a differen
 
 @dataclass
 class Run:
-    """A finished trainer run: its exit status, console output and run directory."""
+    """A finished trainer run: its exit status, console output and run directory (its result.json, as the judge
+    writes it from the trainer's records)."""
 
     directory: Path
     returncode: int
@@ -59,10 +60,7 @@ class Run:
         path = self.directory / "steps.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
-    @property
-    def result(self) -> dict:
-        """result.json, as the judge writes it from the trainer's records."""
-        return judged_result(self.directory)
+    result = property(lambda self: judged_result(self.directory))
 
     def series(self, key: str) -> list:
         return [step[key] for step in self.steps]
