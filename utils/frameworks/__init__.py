@@ -47,13 +47,14 @@ class Framework:
     # imports them (mbridge: the Transformer Engine stand-in of a local-spec run); None: plain imports
     probe_context: str | None = None
     # How its command is built: `trainer`, a script of TPrimat's own run under torchrun with the run's config.json
-    # (it writes result.json itself), or `command`, "package.module:function" under train/ building the Launch and
-    # generated files of a framework with its own launcher (the judge then extracts the result from its log).
+    # (it records its run: steps.jsonl, evals.jsonl, trainer.json; the judge writes the result), or `command`,
+    # "package.module:function" under train/ building the Launch and generated files of a framework with its own
+    # launcher (the judge then extracts the result from its log).
     trainer: str | None = None
     command: str | None = None
     # Its log's format, "package.module:NAME" of a utils.frameworks.log_format.LogFormat (its folder's, or a shared
-    # one), read when its trainer wrote no result (a framework with its own launcher writes none); None: no reader,
-    # a trainer that wrote nothing fails its run
+    # one), read when its trainer recorded no account (a framework with its own launcher records none); None: no
+    # reader, a trainer that recorded nothing fails its run
     log_format: str | None = None
     in_this_python: bool = True  # its trainer runs under this Python's torchrun, so the launcher checks that stack
     memory_model: str = "megatron"  # one of MEMORY_MODELS
