@@ -43,11 +43,12 @@ def json_lines(path: Path) -> list[dict]:
 def steps_of(run_dir: Path, nonfinite: list[dict]) -> list[dict]:
     """steps.jsonl's records, with the values the trainer saw as nan/inf (written as null) nan again, so that the
     result lists them in health.nonfinite as it lists an extracted log's."""
-    records = {record["step"]: record for record in json_lines(run_dir / run_files.STEPS)}
+    records = json_lines(run_dir / run_files.STEPS)  # a step written twice stays twice: build_result refuses it
     for item in nonfinite:
-        if item["step"] in records:
-            records[item["step"]][item["field"]] = math.nan
-    return list(records.values())
+        for record in records:
+            if record["step"] == item["step"]:
+                record[item["field"]] = math.nan
+    return records
 
 
 def evaluation_of(request: Request, run_dir: Path, account: dict) -> dict:
