@@ -33,6 +33,10 @@ ARCHITECTURE = {"normalization": "RMSNorm", "swiglu": True, "position_embedding_
 # Primus's names that a newer Megatron-LM's parser spells otherwise (its network-size options are generated from
 # megatron-core's TransformerConfig fields since 0.17), tried where the parser has no destination of the first name.
 ALIASES = {"norm_epsilon": "layernorm_epsilon"}
+# TransformerConfig switches Megatron-LM's parser holds as their negation: --no-persist-layer-norm stores True into
+# no_persist_layer_norm (megatron/training/arguments.py:2802 at MEGATRON_LM_COMMIT), which argument_utils.py:304
+# turns into persist_layer_norm.
+NEGATED = {"persist_layer_norm": "no_persist_layer_norm"}
 
 
 def settings(req: Request) -> dict:
@@ -58,6 +62,8 @@ def arguments(values: dict, parser: argparse.ArgumentParser) -> tuple[list[str],
             by_dest.setdefault(action.dest, []).append(action)
     args, unknown = [], []
     for dest, value in values.items():
+        if dest not in by_dest and dest in NEGATED and isinstance(value, bool):
+            dest, value = NEGATED[dest], not value
         actions = by_dest.get(dest) or by_dest.get(ALIASES.get(dest, ""))
         if not actions:
             unknown.append(dest)

@@ -26,6 +26,7 @@ def megatron_like_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float)
     parser.add_argument("--norm-epsilon", type=float, dest="layernorm_epsilon", default=1e-5)
     parser.add_argument("--train-data-path", nargs="*")
+    parser.add_argument("--no-persist-layer-norm", action="store_true")
     return parser
 
 
@@ -38,6 +39,12 @@ def test_each_setting_becomes_the_option_of_its_destination_and_defaults_are_lef
     assert unknown == ["disable_wandb"]
     same, _ = arguments({"rotary_base": 10000, "norm_epsilon": 1e-5, "lr": None}, megatron_like_parser())
     assert same == []
+
+
+def test_a_switch_the_parser_holds_as_its_negation_is_set_through_it():
+    off, unknown = arguments({"persist_layer_norm": False}, megatron_like_parser())
+    on, _ = arguments({"persist_layer_norm": True}, megatron_like_parser())
+    assert (off, on, unknown) == (["--no-persist-layer-norm"], [], [])
 
 
 def test_a_value_no_option_can_set_is_refused():
@@ -54,3 +61,4 @@ def test_the_workload_is_the_requests_with_the_layers_it_names():
     assert (found["micro_batch_size"], found["seq_length"]) == (req.training.mbs, req.training.seq_len)
     assert {key: found[key] for key in ARCHITECTURE} == ARCHITECTURE
     assert found["apply_rope_fusion"] is False  # no fused RoPE without Transformer Engine or Apex on this machine
+    assert found["persist_layer_norm"] is False  # torch's norm, the local layers' without Apex, refuses it

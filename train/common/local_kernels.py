@@ -6,7 +6,11 @@ bench's Megatron-LM run) and recorded, since megatron-core would otherwise stop 
   it TransformerConfig.__post_init__ raises "apply_rope_fusion is not available" (megatron-core 0.19.2,
   transformer/transformer_config.py);
 - masked_softmax_fusion: Apex's scaled_masked_softmax_cuda, which FusedScaleMaskSoftmax.is_kernel_available imports
-  for a bf16 input (fusions/fused_softmax.py get_batch_per_block) rather than falling back to torch's softmax.
+  for a bf16 input (fusions/fused_softmax.py get_batch_per_block) rather than falling back to torch's softmax;
+- persist_layer_norm: Apex's persistent LayerNorm; without Apex the local layers' norm is WrappedTorchNorm
+  (models/backends.py:25-35), which asserts the switch off (transformer/torch_norm.py:48), so the model's first
+  layer stops the run (Megatron-Bridge's Llama bridge turns it on, models/llama/llama_bridge.py:69 of 0.6.2, and
+  Megatron-LM's pretrain_gpt.py has it on unless --no-persist-layer-norm).
 
 The optimizer is the other fused kernel such a stack may lack: megatron-core falls back to torch's AdamW by itself,
 and every Megatron path records which it got (features.optimizer_fusion), since the memory prediction differs.
@@ -22,7 +26,8 @@ def available() -> dict[str, bool]:
     from megatron.core.models.common.embeddings import rope_utils
 
     return {"apply_rope_fusion": getattr(rope_utils, "fused_apply_rotary_pos_emb", None) is not None,
-            "masked_softmax_fusion": importlib.util.find_spec("scaled_masked_softmax_cuda") is not None}
+            "masked_softmax_fusion": importlib.util.find_spec("scaled_masked_softmax_cuda") is not None,
+            "persist_layer_norm": importlib.util.find_spec("apex") is not None}
 
 
 def fused_optimizer() -> bool:
