@@ -38,6 +38,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from evaluate import (effective_settings, evaluation_checks, integrity, machine_checks, native_settings,
                       prediction_checks, series_checks, straggler_checks, telemetry_checks)
 from evaluate.collect import CollectError, Loaded, collect, first_problem
+from evaluate.logs import worker_failure
 from evaluate.logs.parse import step_ranges
 from utils.spec import metrics
 from utils.cli import Parser, quoted, run
@@ -120,8 +121,8 @@ def check_result(item: Loaded) -> list[Finding]:
     found: list[Finding] = []
     run, training, health, series = r.run, r.training, r.health, r.series
     if run.status != "ok":
-        excerpt = (run.error_excerpt or "").strip().splitlines()[-1:] or ["no error excerpt"]
-        found.append(Finding(name, "status", f"{run.status} (exit code {run.exit_code}): {excerpt[0][:200]}"))
+        cause = worker_failure.cause(run.error_excerpt or "")
+        found.append(Finding(name, "status", f"{run.status} (exit code {run.exit_code}): {cause[:200]}"))
     found += _steps(name, run, training, series, r.effective, evaluation_checks.stopped_at(r))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
     found += [Finding(name, *problem) for problem in series_checks.problems(r)]

@@ -35,6 +35,13 @@ def test_a_cut_off_run_fails_status_and_steps():
     assert checks(result("megatron_truncated")) == {("status", True), ("steps", True)}
 
 
+def test_a_failed_runs_status_names_the_exception_its_worker_raised():
+    data = result("megatron_truncated")
+    data["run"].update(status="failed", exit_code=1, error_excerpt="rank 0's last lines:\n  ValueError: bad shard\n====")
+    status = [f.message for f in validate.check_result(Loaded("test", data, {})) if f.check == "status"]
+    assert status == ["failed (exit code 1): ValueError: bad shard"]
+
+
 def test_nan_losses_and_nan_iterations_fail():
     assert checks(result("megatron_nan")) == {("finite loss", True), ("nan/skipped iterations", True)}
 

@@ -66,6 +66,27 @@ def test_where_the_log_prefixes_lines_per_rank_the_failed_rank_s_own_last_lines_
     assert head[2:] == ["rank 1's last lines:", "  step 5 done", "  loading shard 7 \\x1b[31mslow"]
 
 
+# The shape of an excerpt torchrun's report ends: the worker's exception quoted, then torchrun's own traceback and frame
+# (a Megatron-Bridge run on an H200 that stopped in its first layer, cut short).
+RAISED_THEN_FRAMED = """\
+first failure: rank 0 (local rank 0) on host localhost exited with code 1
+rank 0's last lines:
+    File "megatron/core/transformer/torch_norm.py", line 48, in __new__
+  AssertionError: persist_layer_norm not supported by torch LayerNorm when instantiating TransformerLayer
+exit code 1; no training step in the log
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================"""
+
+
+def test_a_failed_run_is_shown_by_the_exception_its_worker_raised_not_torchruns_frame():
+    assert worker_failure.cause(RAISED_THEN_FRAMED) == (
+        "AssertionError: persist_layer_norm not supported by torch LayerNorm when instantiating TransformerLayer")
+    assert worker_failure.cause("[rank3]: torch.OutOfMemoryError: CUDA out of memory\nshutting down") == (
+        "torch.OutOfMemoryError: CUDA out of memory")
+    assert worker_failure.cause("killed by SIGKILL\n=====") == "====="  # no exception: the last line, as it is
+    assert worker_failure.cause("") == "no error excerpt"
+
+
 def test_a_log_without_a_torchrun_report_gives_no_summary():
     assert worker_failure.summary(["iteration 1/ 4 | lm loss: 1.0", "RuntimeError: boom"]) is None
 

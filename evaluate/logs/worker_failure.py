@@ -32,6 +32,8 @@ EXIT = re.compile(r"^(-?\d+)")
 AGENT = re.compile(r"^(?:[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*torch/distributed/|Traceback |\s+|"
                    r"torch\.distributed\.elastic\.|\S+ FAILED$|[=*-]{10,}$|Setting OMP_NUM_THREADS)")
 PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?(.*)$")
+# A Python exception's last line ("AssertionError: ...", "torch.OutOfMemoryError: ..."), a rank prefix allowed.
+RAISED = re.compile(r"^\s*(?:\[(?:rank|default)\d+\]:\s*)?((?:\w+\.)*\w*(?:Error|Exception)(?::.*)?)$")
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,14 @@ def summary(lines: list[str]) -> str | None:
         head.append(f"{whose}:")
         head += [f"  {quoted(line)}" for line in printed]
     return "\n".join(head)
+
+
+def cause(excerpt: str) -> str:
+    """The one line a failed run is shown by: the last exception its workers raised, where the excerpt names one
+    (torchrun's own ChildFailedError aside, which only says a worker failed), else the excerpt's last line."""
+    lines = excerpt.strip().splitlines()
+    raised = [m.group(1).strip() for m in map(RAISED.match, lines) if m and "ChildFailedError" not in m.group(1)]
+    return (raised or lines or ["no error excerpt"])[-1]
 
 
 def log_tail_lines(path: Path) -> list[str]:
