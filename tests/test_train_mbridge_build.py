@@ -67,6 +67,7 @@ CASES = {
     "llama-fp8-delayed-balanced-tuned": ("llama", {"PRECISION": "fp8", "STRATEGY": "balanced", "FAIRNESS": "tuned",
                                                    "EVAL_INTERVAL": "50", "VALIDATION_PERCENT": "10"}),
     "llama70b-bf16-proxy": ("llama70b", {"MODEL_LAYERS": "4"}),
+    "llama-bf16-local-layers": ("llama", {"TRANSFORMER_IMPL": "local", "MODEL_LAYERS": "4"}),
     "llama-tiny-mock-profiled": ("llama", {"MODEL_SIZE": "tiny", "MOCK_DATA": "1", "PROFILING": "1",
                                            "TRAIN_ITERS": "20", "WARMUP_STEPS": "2", "WARMUP_SKIP": "2"}),
 }
@@ -78,6 +79,21 @@ def underived(values: dict, case: str) -> dict:
     own (blended_megatron_dataset_config.py: mock data has no documents to hold out)."""
     derived = ("dataset.blend", "dataset.split") if "MOCK_DATA" in CASES[case][1] else ("dataset.blend",)
     return {path: value for path, value in values.items() if path not in derived}
+
+
+def lacking(case: str) -> set[str]:
+    """For the local layers, the settings of the fused kernels this stack lacks: train_mbridge.build_config turns
+    each off (and says so), as every Megatron path does (local_kernels); none for Transformer Engine's layers."""
+    if CASES[case][1].get("TRANSFORMER_IMPL") != "local":
+        return set()
+    from train.common import local_kernels
+
+    return {f"model.{name}" for name, have in local_kernels.available().items() if not have}
+
+
+def kept(mismatch: dict, case: str) -> dict:
+    """What a case changed of TPrimat's settings, less the kernels it lacks, which read False."""
+    return {path: held for path, held in mismatch.items() if not (path in lacking(case) and held == "False")}
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +149,7 @@ def test_every_setting_exists_on_the_recipes_config_container_and_keeps_its_valu
     report = built[1]["cases"][case]
     assert "build" not in report["errors"]
     assert report["missing"] == []
-    assert report["set_mismatch"] == {}
+    assert kept(report["set_mismatch"], case) == {}
     assert report["built"]["config"] == "ConfigContainer"
 
 
@@ -143,7 +159,7 @@ def test_every_case_finalizes_as_pretrain_finalizes_it_and_keeps_every_setting(b
     overrides nothing TPrimat set."""
     report = built[1]["cases"][case]
     assert report["errors"] == {}
-    assert underived(report["finalized"]["set_mismatch"], case) == {}
+    assert kept(underived(report["finalized"]["set_mismatch"], case), case) == {}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -180,7 +196,8 @@ def test_the_read_back_the_run_writes_is_the_finalized_containers(built, case):
     settings, report = built[0][case], built[1]["cases"][case]["finalized"]
     written = json.loads(Path(settings["readback"]).read_text())
     assert written == {key: value for key, value in report.items() if key not in ("set_mismatch", "blend")}
-    assert underived(written["set"], case) == underived(json.loads(json.dumps(settings["set"])), case)
+    ran = {**settings["set"], **{path: False for path in lacking(case) if path in settings["set"]}}
+    assert underived(written["set"], case) == underived(json.loads(json.dumps(ran)), case)
 
 
 def test_the_recipes_process_environment_is_the_stacks_for_every_framework_and_none_is_left_in_the_container(built):
@@ -252,3 +269,12 @@ def test_the_tokenizer_setup_builds_next_leaves_the_requested_vocabulary_as_it_i
     assert "error" not in found, found
     assert found["model_vocab_size"] == built[0][case]["set"]["model.vocab_size"] >= found["vocab_size"]
     assert found["pad_vocab"] is False
+
+
+def test_the_local_layers_norms_build_from_the_finalized_container_without_apex(built):
+    """TRANSFORMER_IMPL=local on a stack without Apex: torch's norm stands in and refuses persist_layer_norm, which
+    Megatron-Bridge's Llama bridge turns on; the run turns it off (train/common/local_kernels.py)."""
+    settings, answer = built
+    local = [name for name, s in settings.items() if s["transformer_impl"] == "local"]
+    assert local and all(answer["cases"][name]["local_norms"] == {"input_layernorm": "RMSNorm",
+                                                                  "pre_mlp_layernorm": "RMSNorm"} for name in local)

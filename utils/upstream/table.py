@@ -51,7 +51,10 @@ ENVIRONMENT = "test_the_recipes_process_environment_is_the_stacks_for_every_fram
 READBACK = "test_the_read_back_the_run_writes_is_the_finalized_containers"
 HELPERS = "test_megatron_bridges_start_up_makes_the_dataset_helpers_the_wheel_ships_built_so_the_run_answers_it"
 TOKENIZER = "test_the_tokenizer_setup_builds_next_leaves_the_requested_vocabulary_as_it_is"
+LOCAL_NORMS = "test_the_local_layers_norms_build_from_the_finalized_container_without_apex"
 STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in"
+
+NEGATED = "tests/test_bench_megatron_lm_args.py::test_a_switch_the_parser_holds_as_its_negation_is_set_through_it"
 
 # One section per source; a fact is added where its source's section is.
 FACTS: tuple[Fact, ...] = (
@@ -290,6 +293,11 @@ FACTS: tuple[Fact, ...] = (
          (702, 722), "a12675b9b11d63a364c77e5a3e363daa68a4cbde3639e37db1e4af46551b2374",
          "a preset vocabulary below the tokenizer's is refused; with use_tokenizer_vocab_size False a preset at or "
          "above it is kept, unpadded (TPrimat presets the padded one)", BUILD + TOKENIZER),
+    Fact("mbridge-llama-bridge-persist-layer-norm", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/models/llama/llama_bridge.py", (69, 69),
+         "11719b7a7081af68662d0f122f25aada49f600d0c71056fa0ebc0533ca98c869",
+         "the Llama bridge turns persist_layer_norm on, which torch's norm refuses (the local layers without Apex)",
+         BUILD + LOCAL_NORMS),
     # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
     Fact("mcore-compile-helpers-runs-make", "megatron-core-0.19.2", "megatron/core/datasets/utils.py", (20, 30),
          "02c160f0fa9c75902c535a2e67e7d4ead610c01d0dacbb37a5a8e1e143cb8b40",
@@ -324,6 +332,14 @@ FACTS: tuple[Fact, ...] = (
          "a845a4a06ecd135e8b61a32aea10a1cfbab1985356dc974dfa922a267855f374",
          "with no blend (mock data) the dataset config takes split 1,1,1 of its own",
          BUILD + "test_every_case_finalizes_as_pretrain_finalizes_it_and_keeps_every_setting"),
+    Fact("mcore-local-norm-without-apex", "megatron-core-0.19.2", "megatron/core/models/backends.py", (26, 37),
+         "9b7b34701dbc2d4ae137d0411afba023337cd0e4adbcd48d872a995684dd4b3c",
+         "without Apex the local layers' norm is WrappedTorchNorm (torch's), not Apex's FusedLayerNorm",
+         BUILD + LOCAL_NORMS),
+    Fact("mcore-torch-norm-refuses-persist", "megatron-core-0.19.2", "megatron/core/transformer/torch_norm.py",
+         (48, 48), "266afe95f5b043dedecb94f2a2b535e3a03afc76636ed4e4437cacd6c9d4e0f1",
+         "torch's norm asserts persist_layer_norm off: every Megatron path turns it off without Apex "
+         "(train/common/local_kernels.py)", BUILD + LOCAL_NORMS),
     # --- NVIDIA/Megatron-LM f8837c04 (core_r0.19.0): the reference bench/gpu_check.sh runs -----------------------
     Fact("megatron-lm-initialize-compiles-helpers", "megatron-lm-f8837c04", "megatron/training/initialize.py",
          (173, 178), "c38ebc1216d8d319eed1f32e82a0b5a5f15f5aa4caacf369d64aefe1c95d4b0a",
@@ -331,4 +347,11 @@ FACTS: tuple[Fact, ...] = (
          "0 whatever is installed (bench/megatron_lm_pretrain.py answers it there)",
          "tests/test_bench_gpu_check.py::test_megatron_lms_script_runs_as_itself_with_compile_helpers_answered_where_"
          "the_helpers_are_built"),
+    Fact("megatron-lm-no-persist-layer-norm", "megatron-lm-f8837c04", "megatron/training/arguments.py", (2802, 2806),
+         "21329eb3777bf81367cacdbea65aabfe08f50bf06091a867f4b782242cfb18f6",
+         "pretrain_gpt.py's parser holds persist_layer_norm as --no-persist-layer-norm (store_true, its own "
+         "destination), on by default", NEGATED),
+    Fact("megatron-lm-persist-from-negation", "megatron-lm-f8837c04", "megatron/training/argument_utils.py",
+         (304, 304), "9ae82bb5d12fded48c513c1260104872f69f994fa9e9947d94acd9c96cc6789c",
+         "the model's persist_layer_norm is the negation of no_persist_layer_norm", NEGATED),
 )
