@@ -199,10 +199,32 @@ FACTS: tuple[Fact, ...] = (
          "092e86476bdb93e65eae007eafb68292aa561db2befed6bd10b2a64c64f30300",
          "the decoder's block mask is built with create_block_mask's separate_full_blocks argument",
          "tests/test_utils_stacks.py::test_no_stack_lists_a_framework_its_published_torch_is_too_old_for"),
+    # What stands in for these on the CPU: train/torchtitan/cpu_stand_ins.py (each names its lines here)
     Fact("torchtitan-0.3.0-cuda-without-accelerator", "torchtitan-0.3.0", "torchtitan/tools/utils.py", (55, 55),
          "a0cd384c355bd7da14ecf04f6cf4ebdc04a93bac60ea19a0121f7257b8a5dc6b",
-         "with no accelerator torchtitan picks the cuda device type, so it cannot train on a CPU as shipped",
-         "tests/test_train_torchtitan.py::test_without_an_accelerator_torchtitan_picks_cuda_so_it_cannot_train_on_a_cpu"),
+         "with no accelerator torchtitan picks the cuda device type (the CPU's stand-in makes torch's device probe "
+         "answer cpu before torchtitan is imported)",
+         "tests/test_train_torchtitan.py::test_without_the_stand_in_torchtitan_picks_cuda_on_a_cpu"),
+    Fact("torchtitan-0.3.0-cuda-memory-monitor", "torchtitan-0.3.0", "torchtitan/components/metrics.py", (95, 95),
+         "9f1f11a245f7942357af1f294911af272bf6f86665d8d30265d3a3cdee3d294f",
+         "the metrics processor's memory monitor is built by one module-level function, which reads the device's "
+         "memory statistics (on the CPU a monitor reporting no figure stands in for it)",
+         "tests/test_train_torchtitan_cpu.py::test_its_memory_is_recorded_as_not_measured"),
+    Fact("torchtitan-0.3.0-barrier-device-ids", "torchtitan-0.3.0", "torchtitan/distributed/utils.py", (586, 587),
+         "1c7c67a43a223b1c6d3f35e6fe28edec96f514029b6ec72a63b027bc3da3223e",
+         "set_pg_timeouts, called after the first step, waits at a barrier given the current device's id, which "
+         "gloo refuses (on the CPU the same call runs with the barrier's device_ids left out)",
+         "tests/test_train_torchtitan_cpu.py::test_torchtitan_trains_on_the_cpu_through_its_own_loop_and_log"),
+    Fact("torchtitan-0.3.0-fsdp-divide-factor", "torchtitan-0.3.0", "torchtitan/distributed/fsdp.py", (41, 41),
+         "dfe0acf3bbd38bede39c2fbcffc7abfe9c1b81bfb5c96cfa1a2c62e91d55ad08",
+         "every FSDP module gets a gradient divide factor of 1.0, which makes FSDP2 reduce with PREMUL_SUM, which "
+         "gloo refuses at 2 or more ranks (on the CPU each module also forces SUM: the same arithmetic)",
+         "tests/test_train_torchtitan_cpu.py::test_torchtitan_trains_on_the_cpu_through_its_own_loop_and_log"),
+    Fact("torchtitan-0.3.0-no-sdpa-backend", "torchtitan-0.3.0", "torchtitan/models/common/config_utils.py",
+         (97, 101), "f6d3e660e74a8d54e8238e3f2a59fa0b9a0a61fc691d5ec0871f95c17e0f6a9e",
+         "the attention backend name sdpa is refused for language models, so a CPU run builds the layers with flex "
+         "and sets each layer's inner attention to ScaledDotProductAttention's config afterwards",
+         "tests/test_train_torchtitan_cpu.py::test_torchtitan_trains_on_the_cpu_through_its_own_loop_and_log"),
     # --- pytorch/pytorch v2.13.0 (the Megatron-Bridge test environment's torch, requirements/mbridge.txt) -----
     Fact("torch-2.13-mesh-dims", "torch-2.13.0", "torch/distributed/fsdp/__init__.py", (53, 53),
          "61083ced4f3f57fd2dd20746b55e6968c58694c3887dd1b1a0e0a176d3e69e93",
