@@ -87,10 +87,10 @@ def resolve_stack(value: str, platform: str, problems: list[str]) -> stacks.Stac
 
 
 def runs_on(framework: str, stack: stacks.Stack) -> bool:
-    """Whether a framework runs on a stack: it is in the stack's row, or no row of that platform lists it (a
-    framework kept outside the repository, TPRIMAT_FRAMEWORKS, runs on whatever stack is chosen) and the stack's
-    torch is not older than the framework's floor (utils.frameworks.Framework.torch_floor)."""
-    if framework in stack.frameworks:
+    """Whether a framework runs on a stack: it is in the stack's row (its frameworks or on_request), or no row of that
+    platform lists it (a framework kept outside the repository, TPRIMAT_FRAMEWORKS, runs on whatever stack is
+    chosen) and the stack's torch is not older than the framework's floor (utils.frameworks.Framework.torch_floor)."""
+    if framework in stack.frameworks or framework in stack.on_request:
         return True
     entry = frameworks.TABLE.get(framework)
     return (not any(framework in row.frameworks for row in stacks.of(stack.platform))
@@ -100,10 +100,11 @@ def runs_on(framework: str, stack: stacks.Stack) -> bool:
 def stack_frameworks(stack: stacks.Stack) -> list[str]:
     """FRAMEWORK=all on a stack: its frameworks that are registered (a row may name one whose entry has not landed,
     or was taken out), then the registered ones no row of the platform lists (kept outside the repository,
-    TPRIMAT_FRAMEWORKS)."""
+    TPRIMAT_FRAMEWORKS); never one it runs only when named (on_request)."""
     available = frameworks.on(stack.platform)
     return [name for name in stack.frameworks if name in frameworks.TABLE] + \
-        [name for name in available if name not in stack.frameworks and runs_on(name, stack)]
+        [name for name in available if name not in stack.frameworks and name not in stack.on_request
+         and runs_on(name, stack)]
 
 
 def resolve_frameworks(requested: list[str], platform: str, notes: list[str],

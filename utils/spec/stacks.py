@@ -51,6 +51,8 @@ class Stack:
     # utils/machine/platform_env's platform-wide values; an exported value wins); `env_source` says where it is read.
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     env_source: str = ""
+    # Frameworks that run on it only when FRAMEWORK names them, never in FRAMEWORK=all (utils.config.selection)
+    on_request: tuple[str, ...] = ()
 
 
 ROWS = (
@@ -116,7 +118,10 @@ ROWS = (
                  "Transformer Engine are not published here"),
     Stack(name="host", platform="cpu", image=None, released="2026-11", runtime="", torch="2.15.0",
           transformer_engine="", megatron_core="0.19.2", frameworks=("mega", "fsdp", "autotp"), collectives="",
-          source="requirements/host.txt"),
+          source="requirements/host.txt",
+          # torchtitan is not in requirements/host.txt: its own environment, built on first use
+          # (train/torchtitan/environment.py), and its minutes, are for whoever asks, not the CPU's default run set
+          on_request=("torchtitan",)),
 )
 
 TABLE: Mapping[str, Stack] = MappingProxyType({row.name: row for row in ROWS})
@@ -174,7 +179,8 @@ def markdown() -> str:
         name = row.name + (" (default)" if row is default(row.platform) else "")
         lines.append(f"| {name} | {row.platform} | {f'`{row.image}`' if row.image else 'host .venv'} | "
                      f"{_shown(row.runtime)} | {_shown(row.torch)} | {_shown(row.transformer_engine)} | "
-                     f"{row.megatron_core} | {vendor} | {_shown(row.collectives)} | {', '.join(row.frameworks)} |")
+                     f"{row.megatron_core} | {vendor} | {_shown(row.collectives)} | {', '.join(row.frameworks)}"
+                     f"{'; when named: ' + ', '.join(row.on_request) if row.on_request else ''} |")
     return "\n".join(lines)
 
 
