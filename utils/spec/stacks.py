@@ -59,6 +59,24 @@ class Stack:
 
 
 ROWS = (
+    # Not checked here: no v26.8 release in train/prim/releases.py (nor its checkout in utils/frameworks/prim/
+    # checkout.py), so prim cannot launch it and is not listed. No torchtitan either: TPrimat's pinned 0.3.0 is
+    # unchecked on torch 2.14, and torchtitan 0.4.0 needs torch 2.15.
+    Stack(name="primus-v26.8", platform="amd", image="rocm/primus:v26.8", released="2026-10",
+          runtime="ROCm 10.1.0", torch="2.14.0+rocm10.1.0", transformer_engine="2.17.1+130099ce4",
+          megatron_core="0.16.0rc0 (Megatron-LM d3528a21)", frameworks=("mega", "fsdp", "autotp"),
+          primus="v26.8", megatron_bridge="0.3.0rc0 (9577b128)", collectives="RCCL 2.30.7", python="3.12.3",
+          checked=False,
+          source="AMD-AGI/Primus docs/01-getting-started/release-notes.md, the version whose current section is v26.8 "
+                 "(public code index, commit not named there), section rocm/primus:v26.8: built 2026-10-08, ROCm "
+                 "10.1.0, Python 3.12.3, PyTorch 2.14.0+rocm10.1.0, Transformer Engine 2.17.1+130099ce4, RCCL 2.30.7; "
+                 "its 'Primus source for v26.8': built from release/v26.8 tip f487a934, Megatron-LM d3528a21 "
+                 "(NVIDIA/Megatron-LM megatron/core/package_info.py: 0.16.0rc0), Megatron Bridge 9577b128 "
+                 "(NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/package_info.py: 0.3.0rc0); "
+                 ".github/workflows/docker-release/Dockerfile.primus-v26.8 (2d59b2d9): THE_ROCK_VERSION 10.1.0, "
+                 "PYTORCH_VERSION 2.14.0+rocm10.1.0, TE from ROCm/TransformerEngine 130099ce; "
+                 "rocm.docs.amd.com/projects/primus/en/v26.9 megatron-lm-training.md names it the image before "
+                 "rocm/primus:v26.9, whose versions no public source found states"),
     Stack(name="primus-v26.5", platform="amd", image="rocm/primus:v26.5", released="2026-07",
           runtime="ROCm 7.15.0", torch="2.12.0", transformer_engine="2.15.0.dev0",
           megatron_core="0.16.0rc0 (Megatron-LM d3528a21)",
