@@ -109,10 +109,11 @@ def stack_frameworks(stack: stacks.Stack) -> list[str]:
 def resolve_frameworks(requested: list[str], platform: str, notes: list[str],
                        stack: stacks.Stack | None = None) -> list[str]:
     """FRAMEWORK (with all: the stack's frameworks) mapped onto what the platform runs (utils.frameworks):
-    prim<->nemo; on the CPU a vendor's framework is left out (the others run there). A named framework the stack
-    lacks stays in the list: the plan skips it, naming the stack that has it (train.plan.skip_reason)."""
+    prim<->nemo; on the CPU a vendor's framework is left out (the others run there) unless it runs there on request
+    and is named (mbridge). A named framework the stack lacks stays in the list: the plan skips it, naming the stack
+    that has it (train.plan.skip_reason)."""
     stack = stack or stacks.default(platform)
-    available = frameworks.on(platform)
+    available = frameworks.runnable(platform)
     resolved: list[str] = []
     for name in requested:
         if name == "all":
@@ -121,8 +122,10 @@ def resolve_frameworks(requested: list[str], platform: str, notes: list[str],
         if name in available:
             resolved.append(name)
         elif platform == "cpu":
-            notes.append(f"FRAMEWORK={name}: {name} needs a GPU; the CPU runs {', '.join(available)}, "
-                         f"{frameworks.BASELINE} instead")
+            asked = [other for other in available if other not in frameworks.on(platform)]
+            also = f" (and, named, {', '.join(asked)})" if asked else ""
+            notes.append(f"FRAMEWORK={name}: {name} needs a GPU; the CPU runs {', '.join(frameworks.on(platform))}"
+                         f"{also}, {frameworks.BASELINE} instead")
             resolved.append(frameworks.BASELINE)
         else:
             own = vendor_counterpart(platform, stack)

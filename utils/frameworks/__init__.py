@@ -46,6 +46,9 @@ class Framework:
     # "package.module:NAME" of a context manager the probe imports each of probe_modules within, as the trainer
     # imports them (mbridge: the Transformer Engine stand-in of a local-spec run); None: plain imports
     probe_context: str | None = None
+    # where it also runs, but only when FRAMEWORK names it: FRAMEWORK=all (the default run) leaves it out there
+    # (mbridge on the CPU, in an environment of its own that only such a run builds)
+    on_request: tuple[str, ...] = ()
     # How its command is built: `trainer`, a script of TPrimat's own run under torchrun with the run's config.json
     # (it records its run: steps.jsonl, evals.jsonl, trainer.json; the judge writes the result), or `command`,
     # "package.module:function" under train/ building the Launch and generated files of a framework with its own
@@ -213,6 +216,12 @@ NATIVE = tuple(name for name, entry in TABLE.items() if entry.torch_native)
 def on(platform: str) -> tuple[str, ...]:
     """The frameworks one platform runs, in the table's order."""
     return tuple(name for name, entry in TABLE.items() if platform in entry.platforms)
+
+
+def runnable(platform: str) -> tuple[str, ...]:
+    """The frameworks a FRAMEWORK= list may name on one platform: on(platform) and those that run there on request
+    (on_request), in the table's order."""
+    return tuple(name for name, entry in TABLE.items() if platform in entry.platforms + entry.on_request)
 
 
 def torch_native(name: str) -> bool:

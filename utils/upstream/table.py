@@ -54,6 +54,8 @@ TOKENIZER = "test_the_tokenizer_setup_builds_next_leaves_the_requested_vocabular
 LOCAL_NORMS = "test_the_local_layers_norms_build_from_the_finalized_container_without_apex"
 STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in"
 
+CPU = "tests/test_train_mbridge_cpu.py::test_megatron_bridge_trains_on_the_cpu_with_only_its_gpu_steps_stood_in"
+
 NEGATED = "tests/test_bench_megatron_lm_args.py::test_a_switch_the_parser_holds_as_its_negation_is_set_through_it"
 
 # One section per source; a fact is added where its source's section is.
@@ -298,6 +300,24 @@ FACTS: tuple[Fact, ...] = (
          "11719b7a7081af68662d0f122f25aada49f600d0c71056fa0ebc0533ca98c869",
          "the Llama bridge turns persist_layer_norm on, which torch's norm refuses (the local layers without Apex)",
          BUILD + LOCAL_NORMS),
+    # what a CPU run stands in for (train/mbridge/cpu_stand_ins.py) or installs (requirements/mbridge.txt)
+    Fact("mbridge-initialize-asserts-cuda", "megatron-bridge-0.6.2", "src/megatron/bridge/training/initialize.py",
+         (89, 91), "55def04dc9df6689b78b39c9e009873cfa41bc4f70ef797f06047728c66c5797",
+         "initialize_megatron asserts CUDA unless allow_no_cuda", CPU),
+    Fact("mbridge-setup-initializes-with-cuda", "megatron-bridge-0.6.2", "src/megatron/bridge/training/setup.py",
+         (253, 257), "ca9f30c8653e81399455e55628492b2bb521b1a3e6ee2d187a816808124d56a3",
+         "setup() calls initialize_megatron without allow_no_cuda (the CPU passes it)", CPU),
+    Fact("mbridge-rng-tracker-seeded-only-with-cuda", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/training/initialize.py", (869, 880),
+         "01491acca30f981bd04dd7e81370cf56c9379f1ae5b75cab0dbba28fefe3cc10",
+         "_set_random_seed seeds the model-parallel RNG tracker only where torch counts a CUDA device (the CPU seeds "
+         "it after, from the seed given to torch and the process groups' ranks)", CPU),
+    Fact("mbridge-pretrain-imports-resiliency", "megatron-bridge-0.6.2", "src/megatron/bridge/training/pretrain.py",
+         (19, 19), "49eeb3f46347ca9a9d4b43be64ef39c4de564907232a8f9acbbf1ee4294b115e",
+         "pretrain.py imports nvidia_resiliency_ext.inprocess unguarded (the CPU answers it inertly)", CPU),
+    Fact("mbridge-gpt-step-imports-modelopt", "megatron-bridge-0.6.2", "src/megatron/bridge/training/gpt_step.py",
+         (19, 19), "1ab17ae81ab803ee8ac18968523a3e3ab7d914ab92a6871c8250f15252fd5a25",
+         "the GPT forward step imports modelopt, whose package imports scipy (requirements/mbridge.txt has it)", CPU),
     # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
     Fact("mcore-compile-helpers-runs-make", "megatron-core-0.19.2", "megatron/core/datasets/utils.py", (20, 30),
          "02c160f0fa9c75902c535a2e67e7d4ead610c01d0dacbb37a5a8e1e143cb8b40",
@@ -340,6 +360,12 @@ FACTS: tuple[Fact, ...] = (
          (48, 48), "266afe95f5b043dedecb94f2a2b535e3a03afc76636ed4e4437cacd6c9d4e0f1",
          "torch's norm asserts persist_layer_norm off: every Megatron path turns it off without Apex "
          "(train/common/local_kernels.py)", BUILD + LOCAL_NORMS),
+    Fact("mcore-rng-fork-needs-a-state", "megatron-core-0.19.2", "megatron/core/tensor_parallel/random.py",
+         (314, 316), "242a43ff60430fa8e9716f15b0fd0fc64471c74ede1681b15e1e4a7fbcf5af4b",
+         "the model-parallel RNG tracker's fork raises for a state never added (an unseeded tracker)", CPU),
+    Fact("mcore-ddp-wrap-cuda-stream", "megatron-core-0.19.2", "megatron/training/models/dist_utils.py", (303, 306),
+         "4a9608f499a9684d3b5515d4b1303981772f9fde9b946b2df739b22dcdc96683",
+         "the DDP wrap makes a CUDA stream and wraps the model on it (the CPU's is in order)", CPU),
     # --- NVIDIA/Megatron-LM f8837c04 (core_r0.19.0): the reference bench/gpu_check.sh runs -----------------------
     Fact("megatron-lm-initialize-compiles-helpers", "megatron-lm-f8837c04", "megatron/training/initialize.py",
          (173, 178), "c38ebc1216d8d319eed1f32e82a0b5a5f15f5aa4caacf369d64aefe1c95d4b0a",
