@@ -80,7 +80,7 @@ def test_without_a_frameworks_folders_the_rest_of_its_platform_still_runs(tmp_pa
     prepared_data(tmp_path / "data", "bc", ("llama",))
     without(fake.root, name)
     # the default stack's frameworks, or the older row's where the default's lacks it (nemo: nemo-25.04)
-    stack = next(row for row in stacks.of(platform) if name in row.frameworks)
+    stack = stacks.having(name, platform)
     env = {**os.environ, **fake.env, "TPRIMAT_DETECTED_PLATFORM": platform, "TPRIMAT_DETECTED_GPUS": "8",
            "PLATFORM": platform, "STACK": stack.name, "FRAMEWORK": "all", "MODELS": "llama", "DATASET": "bc"}
     done = subprocess.run([sys.executable, "-c", PLAN_AND_READ, str(tmp_path / "runs"),

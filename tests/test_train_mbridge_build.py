@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -26,37 +25,24 @@ import pytest
 from tests.fixtures import envs
 from tests.fixtures.train.data_dir import DATASET, make_data_dir
 from tests.fixtures.train_matrix.requests import run_request
+from train.mbridge import environment
 from train.mbridge.launch import write_model_dir
 from train.mbridge.recipe import recipe_settings
 from utils.datafiles import COMPILE_HELPERS_CALLERS
+from utils.config import workload
 from utils.frameworks import TABLE
+from utils.machine import pyenvs
 from utils.spec import stacks
 from utils.spec.fairness import profile
 from utils.spec.strategies import BUILTIN, lookup
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIREMENTS = ROOT / "requirements" / "mbridge.txt"
+REQUIREMENTS = environment.REQUIREMENTS
 PROBE = ROOT / "tests" / "fixtures" / "train" / "mbridge_build_probe.py"
-PYENV_312 = Path("/root/.pyenv/versions/3.12.1/bin/python3.12")
-
-
-def python_312() -> str | None:
-    """A Python 3.12 that runs: pyenv's 3.12.1, else python3.12 on PATH (a pyenv shim may name none)."""
-    candidates = [str(PYENV_312), shutil.which("python3.12")]
-    if shutil.which("pyenv"):
-        out = subprocess.run(["pyenv", "which", "python3.12"], capture_output=True, text=True,
-                             env={**os.environ, "PYENV_VERSION": "3.12.1"})
-        candidates.insert(0, out.stdout.strip() if out.returncode == 0 else None)
-    for python in filter(None, candidates):
-        if subprocess.run([python, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"],
-                          capture_output=True).returncode == 0:
-            return python
-    return None
-
-
 MBRIDGE = TABLE["mbridge"]
-# Every precision mbridge offers, FP8 under each of its recipes, as PRECISION and FP8_RECIPE name them
-PRECISIONS = {**{p: {"PRECISION": p} for p in MBRIDGE.precisions if p != "fp8"},
+GPU_PRECISIONS = workload.PRECISIONS["nvd"]  # fp32 is the CPU's (tests/test_train_mbridge_cpu.py trains there)
+# Every precision mbridge offers on NVIDIA, FP8 under each of its recipes, as PRECISION and FP8_RECIPE name them
+PRECISIONS = {**{p: {"PRECISION": p} for p in MBRIDGE.precisions if p != "fp8" and p in GPU_PRECISIONS},
               **{f"fp8-{r}": {"PRECISION": "fp8", "FP8_RECIPE": r} for r in MBRIDGE.fp8_recipes}}
 # every model x precision x strategy with a layout for that model on NVIDIA, and the knobs that change what is
 # built: the tuned profile with validation, a layer-cut proxy, a tiny model on mock data with profiling
@@ -99,10 +85,11 @@ def kept(mismatch: dict, case: str) -> dict:
 @pytest.fixture(scope="module")
 def interpreter() -> Path:
     """The Python of the Megatron-Bridge environment (requirements/mbridge.txt), built once per machine."""
-    python = python_312()
+    python = pyenvs.find_python(environment.PYTHON)
     if python is None:
         pytest.skip("no Python 3.12 on this machine (Megatron-Bridge 0.6 needs it): install one, e.g. pyenv 3.12.1")
-    return envs.virtualenv("mbridge", envs.requirement_lines(REQUIREMENTS), python=python, no_deps=True)
+    # the environment FRAMEWORK=mbridge trains in on the CPU (train/mbridge/environment.py)
+    return envs.virtualenv(environment.NAME, environment.requirements(), python=python, no_deps=True)
 
 
 @pytest.fixture(scope="module")

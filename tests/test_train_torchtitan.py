@@ -31,7 +31,7 @@ from train.torchtitan import environment
 from train.torchtitan.launch import command
 from train.torchtitan.settings import SETTINGS_ENV, settings
 from utils.errors import UsageError
-from utils.machine import environments
+from utils.machine import pyenvs
 from utils.frameworks.torchtitan import FRAMEWORK
 from utils.upstream import FACTS
 
@@ -141,9 +141,9 @@ def test_the_cpus_default_run_set_leaves_torchtitan_out_and_runs_it_when_named()
 
 def test_a_cpu_run_set_without_pypi_or_a_built_environment_stops_in_one_line(tmp_path, monkeypatch):
     """Offline and never built: the matrix stops before the run set, exit 2, naming the fix."""
-    monkeypatch.setenv(environments.ROOT_ENV, str(tmp_path / "envs"))
-    monkeypatch.setattr(environments, "run_step", lambda step, what: (_ for _ in ()).throw(
-        environments.BuildError(f"could not build {what}:\nerror: Failed to fetch: https://pypi.org/simple/")))
+    monkeypatch.setenv(pyenvs.ROOT_ENV, str(tmp_path / "envs"))
+    monkeypatch.setattr(pyenvs, "_run", lambda step, what: (_ for _ in ()).throw(
+        pyenvs.EnvError(f"could not build {what}:\nerror: Failed to fetch: https://pypi.org/simple/")))
     with pytest.raises(UsageError) as err:
         environment.environment("cpu")
     line = str(err.value)

@@ -42,7 +42,7 @@ from tests.test_train_fsdp_runs import trained as fsdp_trained
 from tests.test_train_mega_runs import trainer_env
 from train.torchtitan import cpu_stand_ins
 from utils import run_files
-from utils.machine import environments
+from utils.machine import pyenvs
 from utils.frameworks.torchtitan import FRAMEWORK
 from utils.upstream import FACTS
 
@@ -70,7 +70,7 @@ class Titan:
 def train(directory: Path, data_dir: Path) -> Titan:
     """One torchtitan run through TPrimat's launcher on fsdp_dp2's workload, judged by it."""
     knobs = {**BASE, **EVAL, "FRAMEWORK": "torchtitan", "MODELS": "llama"}
-    env = {**trainer_env(data_dir, knobs), environments.ROOT_ENV: str(environments.root())}
+    env = {**trainer_env(data_dir, knobs), pyenvs.ROOT_ENV: str(pyenvs.root())}
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "train.launch.run", "--platform", "cpu", "--framework", "torchtitan",
                           "--model", "llama", "--run-dir", str(directory)], cwd=ROOT, env=env, capture_output=True,

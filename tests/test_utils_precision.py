@@ -112,7 +112,7 @@ KNOBS = {"PRECISION": "fp8", "FP8_RECIPE": "delayed"}
     ("fsdp", "nemo-26.08", "h100", {}, "fsdp has no FP8 delayed recipe (FP8_RECIPE=tensorwise runs it there)"),
     ("fsdp", "nemo-26.08", "h100", {"FP8_RECIPE": "tensorwise"}, ""),
     ("mbridge", "nemo-26.08", "b200", {"PRECISION": "mxfp4"},
-     "mbridge has no mxfp4 switch (it trains bf16, fp8, mxfp8, nvfp4); prim has one"),
+     "mbridge has no mxfp4 switch (it trains bf16, fp8, mxfp8, nvfp4, fp32); prim has one"),
     ("mega", "nemo-26.08", None, {"PRECISION": "nvfp4"}, ""),  # an unknown device is not refused on a guess
 ])
 def test_the_plan_skips_a_precision_naming_the_device_framework_or_stack_that_lacks_it(framework, stack, device,

@@ -13,11 +13,31 @@ from utils import frameworks
 from utils.spec import stacks
 
 
-def test_each_platform_has_one_default_its_first_and_newest_row():
+def test_each_platform_has_one_default_its_newest_checked_row():
     for platform in ("amd", "nvd", "cpu"):
         rows = stacks.of(platform)
-        assert rows and stacks.default(platform) is rows[0]
+        assert stacks.default(platform) is next(row for row in rows if row.checked)
         assert [row.released for row in rows] == sorted((row.released for row in rows), reverse=True)
+
+
+def test_an_unchecked_newest_row_is_selectable_by_stack_but_not_the_default(monkeypatch):
+    """A row whose frameworks CI cannot install yet: STACK reaches it, an empty STACK does not, the table says so."""
+    from dataclasses import replace
+
+    from utils.config.selection import resolve_stack
+
+    checked = stacks.default("amd")
+    newer = replace(checked, name=checked.name + ".1", released="2099-01", checked=False)
+    rows = (newer, *stacks.ROWS)
+    monkeypatch.setattr(stacks, "ROWS", rows)
+    monkeypatch.setattr(stacks, "TABLE", {row.name: row for row in rows})
+    monkeypatch.setattr(stacks, "NAMES", tuple(row.name for row in rows))
+    problems: list[str] = []
+    assert resolve_stack(newer.name, "amd", problems) is newer and not problems
+    assert resolve_stack("", "amd", problems) is checked is stacks.default("amd")
+    assert stacks.having("mega", "amd") is checked  # a skip line names the checked row
+    assert f"| {newer.name} (not checked here) |" in stacks.markdown()
+    assert f"| {checked.name} (default) |" in stacks.markdown()
 
 
 def test_names_are_unique_and_end_in_their_image_s_tag():
@@ -81,12 +101,13 @@ def test_docs_tested_stacks_names_the_command_that_prints_the_table_and_keeps_no
     assert "| Stack |" not in section
 
 
-def test_the_markdown_command_prints_every_row_in_order_marking_each_platform_s_default():
+def test_the_markdown_command_prints_every_row_in_order_marking_defaults_and_rows_not_checked_here():
     printed = subprocess.run([sys.executable, "-m", "utils.spec.stacks", "markdown"], cwd=REPO, capture_output=True,
                              text=True, timeout=60, check=True).stdout
     assert printed == stacks.markdown() + "\n"
     shown = [line.split(" | ", 1)[0].removeprefix("| ") for line in printed.splitlines()[2:]]
-    assert shown == [row.name + (" (default)" if row is stacks.default(row.platform) else "") for row in stacks.ROWS]
+    assert shown == [row.name + (" (default)" if row is stacks.default(row.platform) else "")
+                     + ("" if row.checked else " (not checked here)") for row in stacks.ROWS]
 
 
 def test_a_gpu_run_outside_any_image_records_the_host_stack_not_its_row_s_image(monkeypatch):

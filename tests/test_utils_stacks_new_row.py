@@ -1,6 +1,6 @@
 """A stack row is one commit touching only the stack table, utils/spec/stacks.py (issue 44): in a copy of TPrimat
-whose table gains a new newest row, the new default, on each GPU platform and nothing else, the tests that read a
-platform's default, the Dockerfiles' base image and the docs' table still pass. Each new row is today's default under
+whose table gains a new newest checked row, the new default, on each GPU platform and nothing else, the tests that
+read a platform's default, the Dockerfiles' base image and the docs' table still pass. Each new row is today's default under
 a later tag and date, so every fact but the default's name stays what the tests know. The copy holds the repository's
 files as the working tree has them (git ls-files: tracked, or new and not ignored), so uncommitted work is proved too.
 """

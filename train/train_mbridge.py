@@ -36,7 +36,7 @@ def build_config(settings: dict):
     if served := import_recipes({module}):  # first: megatron.bridge's own __init__ reaches the unguarded import
         print(f"[tprimat] no Transformer Engine: its import by {', '.join(UNGUARDED_TE_IMPORTERS)} answered by an "
               f"inert stand-in ({', '.join(served)}); TRANSFORMER_IMPL={settings['transformer_impl']}", flush=True)
-    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+    from megatron.bridge.training.mixed_precision import MixedPrecisionConfig, get_mixed_precision_config
 
     recipe = getattr(importlib.import_module(f"megatron.bridge.recipes.{module}"), function)
     with contextlib.chdir(settings["model_dir"]):  # the recipe's Hub id resolves to launch.write_model_dir's folder
@@ -57,7 +57,8 @@ def build_config(settings: dict):
             print(f"[tprimat] fused kernels unavailable on this stack, running without: {', '.join(lacking)}",
                   flush=True)
     cfg.model.pipeline_dtype = getattr(torch, settings["pipeline_dtype"]) if settings["pipeline_dtype"] else None
-    mixed = get_mixed_precision_config(settings["mixed_precision"]["preset"])
+    preset = settings["mixed_precision"]["preset"]  # None: fp32, every reduced precision off
+    mixed = get_mixed_precision_config(preset) if preset else MixedPrecisionConfig()
     for key, value in settings["mixed_precision"]["set"].items():
         setattr(mixed, key, value)
     cfg.mixed_precision = mixed
@@ -68,10 +69,27 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_file.load(argv, "train.train_mbridge", __doc__)  # its env set before Megatron-Bridge
     if settings is None:
         return 2
+    cpu = settings.get("cpu", False)
+    if cpu:  # megatron-core on the CPU, before it is imported (train/common/cpu_compat.py)
+        from train.common import cpu_compat
+
+        cpu_compat.apply()
     cfg = build_config(settings)
+    resiliency = contextlib.nullcontext()
+    if cpu:  # Megatron-Bridge's steps that cannot run without a GPU, each stood in for alone
+        from train.mbridge import cpu_stand_ins
+
+        for line in cpu_stand_ins.apply():
+            print(f"[tprimat] no GPU: stood in for {line}", flush=True)
+        resiliency = cpu_stand_ins.answering_resiliency()
 
     from megatron.bridge.training.gpt_step import forward_step
-    from megatron.bridge.training.pretrain import pretrain
+
+    with resiliency as served:
+        from megatron.bridge.training.pretrain import pretrain
+    if served:
+        print(f"[tprimat] no nvidia_resiliency_ext: pretrain.py's import answered by an inert stand-in "
+              f"({', '.join(served)})", flush=True)
 
     train(cfg, settings, pretrain, forward_step)
     return 0

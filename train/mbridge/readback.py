@@ -49,7 +49,9 @@ def plain(value: object) -> object:
 def _precision(mixed) -> str:
     if low := read_back(mixed):
         return low
-    return "bf16" if getattr(mixed, "bf16", False) else "other"
+    if getattr(mixed, "bf16", False):
+        return "bf16"
+    return "other" if getattr(mixed, "fp16", False) else "fp32"
 
 
 def effective(cfg, world_size: int) -> dict:

@@ -33,7 +33,9 @@ HUB_IDS = {
 }
 # Its mixed-precision presets (training/mixed_precision.py) by utils.spec.precision.switch_key; no MXFP4 (megatron-core
 # has no such recipe)
-PRESETS = {"bf16": "bf16_mixed", "delayed": "bf16_with_fp8_delayed_scaling_mixed",
+# fp32 (a CPU without bf16 instructions, as mega trains there): no preset, a MixedPrecisionConfig with every
+# reduced precision off (train_mbridge.build_config), so the model, optimizer and DDP keep megatron-core's fp32
+PRESETS = {"fp32": None, "bf16": "bf16_mixed", "delayed": "bf16_with_fp8_delayed_scaling_mixed",
            "tensorwise": "bf16_with_fp8_current_scaling_mixed", "blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
            "mxfp8": "bf16_with_mxfp8_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
 
@@ -49,6 +51,13 @@ FAIRNESS_PATHS = fairness_paths({"model": "model.", "optimizer": "optimizer.", "
 # environment of the recipe's own (cfg.env_vars, applied inside the process): its variables are the stack's
 # (utils/spec/stacks.py), which the launcher gives every framework on the stack.
 RUN_AS_THE_OTHERS = {"comm_overlap": None, "train.manual_gc": False, "env_vars": {}}
+
+# On the CPU (FRAMEWORK=mbridge, PLATFORM=cpu), as mega runs there: gloo for the collectives, megatron-core's local
+# layers (no Transformer Engine), and the fusions that are GPU kernels off (torch.compile'd jit fusions; the fused
+# RoPE and softmax kernels are turned off by train_mbridge where the stack lacks them, as on a GPU's local layers).
+CPU_SETTINGS = {"dist.distributed_backend": "gloo", "model.transformer_impl": "local",
+                "model.bias_activation_fusion": False, "model.bias_dropout_fusion": False,
+                "model.cross_entropy_loss_fusion": False, "model.gradient_accumulation_fusion": False}
 
 
 def recipe_settings(req: Request, run_dir: str) -> dict:
@@ -89,7 +98,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "optimizer.adam_beta1": train.beta1,
         "optimizer.adam_beta2": train.beta2,
         "optimizer.clip_grad": train.grad_clip,
-        "optimizer.bf16": True,
+        "optimizer.bf16": train.precision != "fp32",
         "optimizer.fp16": False,
         "scheduler.lr_warmup_iters": train.warmup_steps,
         "scheduler.lr_warmup_init": 0.0,
@@ -116,6 +125,10 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         **RUN_AS_THE_OTHERS,
         "model.transformer_impl": env.transformer_impl,
     }
+    cpu = req.identity.platform == "cpu"
+    if cpu:
+        settings.update(CPU_SETTINGS)
+    impl = "local" if cpu else env.transformer_impl
     if env.profiling:  # megatron's nsys capture range, rank 0
         settings.update({"profiling.use_nsys_profiler": True, "profiling.profile_step_start": env.profile_start_step,
                          "profiling.profile_step_end": env.profile_end_step, "profiling.profile_ranks": [0]})
@@ -129,7 +142,8 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "attention_backend": fairness["attention_backend"],
         # megatron-core's layers (TRANSFORMER_IMPL): local builds them with Megatron-Bridge's local_layer_spec
         # (src/megatron/bridge/models/gpt_provider.py) and answers Transformer Engine's one unguarded import inertly
-        "transformer_impl": env.transformer_impl,
+        "transformer_impl": impl,
+        "cpu": cpu,  # train_mbridge applies train/mbridge/cpu_stand_ins.py before Megatron-Bridge is imported
         "mixed_precision": {"preset": PRESETS[switch_key(train.precision, str(fairness["fp8_recipe"]))],
                             "set": mixed_precision(req)},
         "workload": applied,  # for the record: the sampler is Megatron's sequential one, the warm-up Megatron's

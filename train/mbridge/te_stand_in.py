@@ -31,9 +31,10 @@ class _Inert(type):
 
 
 class _StandIn:
-    """Answers `import transformer_engine...` for the unguarded importers only."""
+    """Answers `import <package>...` for the named importers only."""
 
-    def __init__(self) -> None:
+    def __init__(self, package: str, importers: tuple[str, ...]) -> None:
+        self.package, self.importers = package, importers
         self.served: list[str] = []
 
     @staticmethod
@@ -47,7 +48,7 @@ class _StandIn:
         return ""
 
     def find_spec(self, name, path, target=None):
-        if name.split(".")[0] != "transformer_engine" or self._importer() not in UNGUARDED_TE_IMPORTERS:
+        if name.split(".")[0] != self.package or self._importer() not in self.importers:
             return None
         self.served.append(name)
         return importlib.machinery.ModuleSpec(name, self, is_package=True)
@@ -55,7 +56,7 @@ class _StandIn:
     def create_module(self, spec):
         module = types.ModuleType(spec.name)
         module.__path__ = []
-        module.__getattr__ = lambda name: _Inert.__getattr__(_Inert("transformer_engine", (), {}), name)
+        module.__getattr__ = lambda name: _Inert.__getattr__(_Inert(self.package, (), {}), name)
         return module
 
     def exec_module(self, module) -> None:
@@ -63,13 +64,12 @@ class _StandIn:
 
 
 @contextlib.contextmanager
-def standing_in():
-    """The stand-in in front of the import system while the block runs, where Transformer Engine is not installed;
-    afterwards its modules leave sys.modules, so that nothing later sees a Transformer Engine. Yields the list of
-    module names it serves (none where Transformer Engine is installed). The probe imports megatron.bridge within it
-    (the entry's probe_context), as the trainer does through import_recipes."""
-    stand_in = _StandIn()
-    if importlib.util.find_spec("transformer_engine") is not None:
+def answering(package: str, importers: tuple[str, ...]):
+    """An inert `package` for `importers` alone while the block runs, where the package is not installed; afterwards
+    its modules leave sys.modules, so that nothing later sees it. Yields the list of module names it serves (none
+    where the package is installed). train/mbridge/cpu_stand_ins.py answers a CPU run's other unguarded import so."""
+    stand_in = _StandIn(package, importers)
+    if importlib.util.find_spec(package) is not None:
         yield stand_in.served
         return
     sys.meta_path.insert(0, stand_in)
@@ -77,8 +77,17 @@ def standing_in():
         yield stand_in.served
     finally:
         sys.meta_path.remove(stand_in)
-        for name in [name for name in sys.modules if name.split(".")[0] == "transformer_engine"]:
+        for name in [name for name in sys.modules if name.split(".")[0] == package]:
             del sys.modules[name]
+
+
+@contextlib.contextmanager
+def standing_in():
+    """The Transformer Engine stand-in in front of the import system while the block runs (answering), where Transformer
+    Engine is not installed. The probe imports megatron.bridge within it (the entry's probe_context), as the trainer
+    does through import_recipes."""
+    with answering("transformer_engine", UNGUARDED_TE_IMPORTERS) as served:
+        yield served
 
 
 def import_recipes(modules: set[str]) -> list[str]:

@@ -1,5 +1,5 @@
 """torchtitan's environment on the CPU: requirements/torchtitan.txt (plus what a CPU host's .venv lacks) installed once
-without dependencies into an overlay over .venv's torch (utils/machine/environments.py), put on the run's PYTHONPATH.
+without dependencies into an overlay over .venv's torch (utils/machine/pyenvs.py), put on the run's PYTHONPATH.
 
 The host's .venv (requirements/host.txt) has no torchtitan: it runs on the CPU only when FRAMEWORK names it, so the
 CPU's default run set never pays for it. The overlay is built on first use (train.matrix builds it before the run
@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from utils.machine import environments
+from utils.machine import pyenvs
 from utils.config import ROOT
 from utils.errors import UsageError
 
@@ -26,24 +26,24 @@ CPU_HOST_EXTRAS = ("triton==3.9.0", "protobuf==7.36.2", "absl-py==2.5.1")
 
 
 def requirements() -> list[str]:
-    return environments.requirement_lines(REQUIREMENTS) + list(CPU_HOST_EXTRAS)
+    return pyenvs.requirement_lines(REQUIREMENTS) + list(CPU_HOST_EXTRAS)
 
 
 def folder(build: bool = True) -> Path:
     """The overlay's folder: built on first use (build), else where it lies or would lie (a dry run's command)."""
     if not build:
-        return environments.overlay_path(NAME, requirements())
-    target = environments.overlay_path(NAME, requirements())
-    if not (target / environments.COMPLETE).is_file():
+        return pyenvs.overlay_path(NAME, requirements())
+    target = pyenvs.overlay_path(NAME, requirements())
+    if not (target / pyenvs.COMPLETE).is_file():
         print(f"[tprimat] building torchtitan's CPU environment into {target} (first use: installs "
               f"{REQUIREMENTS.relative_to(ROOT)} from PyPI)", file=sys.stderr, flush=True)
     try:
-        return environments.overlay(NAME, requirements())
-    except environments.BuildError as err:
+        return pyenvs.overlay(NAME, requirements())
+    except pyenvs.EnvError as err:
         last = next((line for line in reversed(str(err).splitlines()) if line.strip()), str(err))
         raise UsageError(f"torchtitan on the CPU needs its environment ({REQUIREMENTS.relative_to(ROOT)} in {target}), "
                          f"which is not built and could not be installed ({last.strip()}); run it once where PyPI "
-                         f"answers, or set {environments.ROOT_ENV} to a folder holding a built one") from None
+                         f"answers, or set {pyenvs.ROOT_ENV} to a folder holding a built one") from None
 
 
 def environment(platform: str, build: bool = True) -> dict[str, str]:

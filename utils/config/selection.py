@@ -87,10 +87,10 @@ def resolve_stack(value: str, platform: str, problems: list[str]) -> stacks.Stac
 
 
 def runs_on(framework: str, stack: stacks.Stack) -> bool:
-    """Whether a framework runs on a stack: it is in the stack's row (its frameworks or on_request), or no row of that
-    platform lists it (a framework kept outside the repository, TPRIMAT_FRAMEWORKS, runs on whatever stack is
-    chosen) and the stack's torch is not older than the framework's floor (utils.frameworks.Framework.torch_floor)."""
-    if framework in stack.frameworks or framework in stack.on_request:
+    """Whether a framework runs on a stack: it is in the stack's row, or no row of that platform lists it (a
+    framework kept outside the repository, TPRIMAT_FRAMEWORKS, runs on whatever stack is chosen) and the stack's
+    torch is not older than the framework's floor (utils.frameworks.Framework.torch_floor)."""
+    if framework in stack.frameworks:
         return True
     entry = frameworks.TABLE.get(framework)
     return (not any(framework in row.frameworks for row in stacks.of(stack.platform))
@@ -100,20 +100,20 @@ def runs_on(framework: str, stack: stacks.Stack) -> bool:
 def stack_frameworks(stack: stacks.Stack) -> list[str]:
     """FRAMEWORK=all on a stack: its frameworks that are registered (a row may name one whose entry has not landed,
     or was taken out), then the registered ones no row of the platform lists (kept outside the repository,
-    TPRIMAT_FRAMEWORKS); never one it runs only when named (on_request)."""
+    TPRIMAT_FRAMEWORKS)."""
     available = frameworks.on(stack.platform)
     return [name for name in stack.frameworks if name in frameworks.TABLE] + \
-        [name for name in available if name not in stack.frameworks and name not in stack.on_request
-         and runs_on(name, stack)]
+        [name for name in available if name not in stack.frameworks and runs_on(name, stack)]
 
 
 def resolve_frameworks(requested: list[str], platform: str, notes: list[str],
                        stack: stacks.Stack | None = None) -> list[str]:
     """FRAMEWORK (with all: the stack's frameworks) mapped onto what the platform runs (utils.frameworks):
-    prim<->nemo; on the CPU a vendor's framework is left out (the others run there). A named framework the stack
-    lacks stays in the list: the plan skips it, naming the stack that has it (train.plan.skip_reason)."""
+    prim<->nemo; on the CPU a vendor's framework is left out (the others run there) unless it runs there on request
+    and is named (mbridge). A named framework the stack lacks stays in the list: the plan skips it, naming the stack
+    that has it (train.plan.skip_reason)."""
     stack = stack or stacks.default(platform)
-    available = frameworks.on(platform)
+    available = frameworks.runnable(platform)
     resolved: list[str] = []
     for name in requested:
         if name == "all":
@@ -122,8 +122,10 @@ def resolve_frameworks(requested: list[str], platform: str, notes: list[str],
         if name in available:
             resolved.append(name)
         elif platform == "cpu":
-            notes.append(f"FRAMEWORK={name}: {name} needs a GPU; the CPU runs {', '.join(available)}, "
-                         f"{frameworks.BASELINE} instead")
+            asked = [other for other in available if other not in frameworks.on(platform)]
+            also = f" (and, named, {', '.join(asked)})" if asked else ""
+            notes.append(f"FRAMEWORK={name}: {name} needs a GPU; the CPU runs {', '.join(frameworks.on(platform))}"
+                         f"{also}, {frameworks.BASELINE} instead")
             resolved.append(frameworks.BASELINE)
         else:
             own = vendor_counterpart(platform, stack)

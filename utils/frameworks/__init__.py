@@ -46,6 +46,9 @@ class Framework:
     # "package.module:NAME" of a context manager the probe imports each of probe_modules within, as the trainer
     # imports them (mbridge: the Transformer Engine stand-in of a local-spec run); None: plain imports
     probe_context: str | None = None
+    # where it also runs, but only when FRAMEWORK names it: FRAMEWORK=all (the default run) leaves it out there
+    # (mbridge on the CPU, in an environment of its own that only such a run builds)
+    on_request: tuple[str, ...] = ()
     # How its command is built: `trainer`, a script of TPrimat's own run under torchrun with the run's config.json
     # (it records its run: steps.jsonl, evals.jsonl, trainer.json; the judge writes the result), or `command`,
     # "package.module:function" under train/ building the Launch and generated files of a framework with its own
@@ -93,10 +96,10 @@ class Framework:
     # What a comparison cannot make equal between it and the frameworks whose loop is Megatron-LM's, which the
     # report says where its results sit beside theirs ("" where it is one of them, or has nothing to add)
     beside_megatron: str = ""
-    # "package.module:function" (platform -> the variables its run adds, building on first use what they point at;
+    # "package.module:function" (platform -> the variables its run adds, building on first use what the run needs;
     # utils.errors.UsageError when it cannot be built): an environment of its own where the platform's Python lacks
-    # its package (torchtitan on the CPU). train.matrix builds it before the run set, so that one it cannot build
-    # stops the run set in one line; None: it runs in the platform's Python as it is
+    # its package (on the CPU: torchtitan's overlay, mbridge's Python 3.12). train.matrix builds it before the run
+    # set, so that one it cannot build stops the run set in one line; None: it runs in the platform's Python as it is
     environment: str | None = None
     # "package.module:function" (stack row -> why it cannot run from this stack here, or None): what the probe checks
     # beyond the modules its image imports, before a GPU run (a framework that runs from a checkout: prim)
@@ -218,6 +221,12 @@ NATIVE = tuple(name for name, entry in TABLE.items() if entry.torch_native)
 def on(platform: str) -> tuple[str, ...]:
     """The frameworks one platform runs, in the table's order."""
     return tuple(name for name, entry in TABLE.items() if platform in entry.platforms)
+
+
+def runnable(platform: str) -> tuple[str, ...]:
+    """The frameworks a FRAMEWORK= list may name on one platform: on(platform) and those that run there on request
+    (on_request), in the table's order."""
+    return tuple(name for name, entry in TABLE.items() if platform in entry.platforms + entry.on_request)
 
 
 def torch_native(name: str) -> bool:

@@ -4,8 +4,10 @@ A stack is what a vendor ships in one image (its ROCm or CUDA, torch, Transforme
 own framework: Primus, NeMo or Megatron-Bridge), plus the frameworks TPrimat runs on it. The image is the base that
 <platform>.Dockerfile builds FROM (shell/lib/docker.sh passes it as `BASE_IMAGE`, which has no default); the result
 records the stack's name and the image's digest, so two runs of one vendor on two stacks compare like two vendors
-do. The newest row of a platform comes first and is its default; the older rows stay selectable so that a stack
-upgrade is measured against the last one.
+do. A platform's rows run newest first; its default is its newest row that is checked (CI installs and checks the
+framework versions it carries). The other rows stay selectable: the older ones so that a stack upgrade is measured
+against the last one, a newer one not checked here (its frameworks not yet on the index CI reaches) so that it can
+be tried before it becomes the default; the printed table marks it.
 The CPU's stack is the host's .venv (requirements/host.txt), not an image.
 
 A version is written as the stack's public source states it; None where no public source states it (the probe
@@ -13,11 +15,11 @@ records what the image really holds, in every result's system.software). `framew
 registry (utils/frameworks/) does not have yet: whoever uses the list filters it to registered names
 (utils.config.selection.stack_frameworks), so a row can be written before its framework's entry lands.
 
-Adding a stack is one row here and no edit elsewhere, a new newest row (the new default) included: the Dockerfiles,
-the docs and the tests read the table (docs/ARCHITECTURE.md, "Where new things go"; tests/test_utils_stacks_new_row.py
-adds such a row per GPU platform to a copy and runs the tests that read them). Standard library only: utils.config
-reads it before any environment exists. `python3 -m utils.spec.stacks markdown` prints the table (docs/frameworks.md
-keeps no copy).
+Adding a stack is one row here and no edit elsewhere, a new newest checked row (the new default) included: the
+Dockerfiles, the docs and the tests read the table (docs/ARCHITECTURE.md, "Where new things go";
+tests/test_utils_stacks_new_row.py adds such a row per GPU platform to a copy and runs the tests that read them).
+Standard library only: utils.config reads it before any environment exists. `python3 -m utils.spec.stacks markdown`
+prints the table (docs/frameworks.md keeps no copy).
 """
 
 from __future__ import annotations
@@ -47,15 +49,34 @@ class Stack:
     collectives: str | None = None  # its RCCL or NCCL; None: not published
     python: str | None = None  # the image's Python; None: not published
     source: str = ""  # where these facts were read (repository, path, tag or commit, or URL)
+    # Whether CI installs and checks the framework versions the row carries; a row that is not is selectable by STACK
+    # but never a platform's default, and the printed table says "not checked here".
+    checked: bool = True
     # The vendor's run environment where it differs between stacks (every framework on the stack gets it, over
     # utils/machine/platform_env's platform-wide values; an exported value wins); `env_source` says where it is read.
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     env_source: str = ""
-    # Frameworks that run on it only when FRAMEWORK names them, never in FRAMEWORK=all (utils.config.selection)
-    on_request: tuple[str, ...] = ()
 
 
 ROWS = (
+    # Not checked here: no v26.8 release in train/prim/releases.py (nor its checkout in utils/frameworks/prim/
+    # checkout.py), so prim cannot launch it and is not listed. No torchtitan either: TPrimat's pinned 0.3.0 is
+    # unchecked on torch 2.14, and torchtitan 0.4.0 needs torch 2.15.
+    Stack(name="primus-v26.8", platform="amd", image="rocm/primus:v26.8", released="2026-10",
+          runtime="ROCm 10.1.0", torch="2.14.0+rocm10.1.0", transformer_engine="2.17.1+130099ce4",
+          megatron_core="0.16.0rc0 (Megatron-LM d3528a21)", frameworks=("mega", "fsdp", "autotp"),
+          primus="v26.8", megatron_bridge="0.3.0rc0 (9577b128)", collectives="RCCL 2.30.7", python="3.12.3",
+          checked=False,
+          source="AMD-AGI/Primus docs/01-getting-started/release-notes.md, the version whose current section is v26.8 "
+                 "(public code index, commit not named there), section rocm/primus:v26.8: built 2026-10-08, ROCm "
+                 "10.1.0, Python 3.12.3, PyTorch 2.14.0+rocm10.1.0, Transformer Engine 2.17.1+130099ce4, RCCL 2.30.7; "
+                 "its 'Primus source for v26.8': built from release/v26.8 tip f487a934, Megatron-LM d3528a21 "
+                 "(NVIDIA/Megatron-LM megatron/core/package_info.py: 0.16.0rc0), Megatron Bridge 9577b128 "
+                 "(NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/package_info.py: 0.3.0rc0); "
+                 ".github/workflows/docker-release/Dockerfile.primus-v26.8 (2d59b2d9): THE_ROCK_VERSION 10.1.0, "
+                 "PYTORCH_VERSION 2.14.0+rocm10.1.0, TE from ROCm/TransformerEngine 130099ce; "
+                 "rocm.docs.amd.com/projects/primus/en/v26.9 megatron-lm-training.md names it the image before "
+                 "rocm/primus:v26.9, whose versions no public source found states"),
     Stack(name="primus-v26.5", platform="amd", image="rocm/primus:v26.5", released="2026-07",
           runtime="ROCm 7.15.0", torch="2.12.0", transformer_engine="2.15.0.dev0",
           megatron_core="0.16.0rc0 (Megatron-LM d3528a21)",
@@ -118,10 +139,7 @@ ROWS = (
                  "Transformer Engine are not published here"),
     Stack(name="host", platform="cpu", image=None, released="2026-11", runtime="", torch="2.15.0",
           transformer_engine="", megatron_core="0.19.2", frameworks=("mega", "fsdp", "autotp"), collectives="",
-          source="requirements/host.txt",
-          # torchtitan is not in requirements/host.txt: its own environment, built on first use
-          # (train/torchtitan/environment.py), and its minutes, are for whoever asks, not the CPU's default run set
-          on_request=("torchtitan",)),
+          source="requirements/host.txt"),
 )
 
 TABLE: Mapping[str, Stack] = MappingProxyType({row.name: row for row in ROWS})
@@ -129,13 +147,13 @@ NAMES = tuple(TABLE)
 
 
 def of(platform: str) -> tuple[Stack, ...]:
-    """A platform's stacks, newest first (the first is its default)."""
+    """A platform's stacks, newest first."""
     return tuple(row for row in ROWS if row.platform == platform)
 
 
 def default(platform: str) -> Stack:
-    """A platform's newest stack."""
-    return of(platform)[0]
+    """A platform's newest checked stack: what STACK left empty runs on."""
+    return next(row for row in of(platform) if row.checked)
 
 
 def get(name: str) -> Stack:
@@ -143,8 +161,10 @@ def get(name: str) -> Stack:
 
 
 def having(framework: str, platform: str) -> Stack | None:
-    """The newest stack of a platform that runs a framework, or None: what a skip line tells the user to choose."""
-    return next((row for row in of(platform) if framework in row.frameworks), None)
+    """The newest stack of a platform that runs a framework, a checked one first, or None: what a skip line tells the
+    user to choose."""
+    return next((row for row in sorted(of(platform), key=lambda row: not row.checked) if framework in row.frameworks),
+                None)
 
 
 # Why a run has no image digest when it ran outside any image: on a GPU platform it then ran on TPRIMAT_PYTHON's
@@ -169,18 +189,19 @@ def _shown(value: str | None) -> str:
 
 
 def markdown() -> str:
-    """The table in Markdown, each platform's default marked; docs/frameworks.md's "Tested stacks" names the command."""
+    """The table in Markdown, each platform's default and each row not checked here marked; docs/frameworks.md's
+    "Tested stacks" names the command."""
     head = ("| Stack | Platform | Image | Runtime | torch | Transformer Engine | megatron-core | Vendor framework | "
             "Collectives | Frameworks |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in ROWS:
         vendor = ", ".join(f"{label} {value}" for label, value in (
             ("Primus", row.primus), ("NeMo", row.nemo), ("Megatron-Bridge", row.megatron_bridge)) if value) or "-"
-        name = row.name + (" (default)" if row is default(row.platform) else "")
+        name = row.name + (" (default)" if row is default(row.platform) else "") + (
+            "" if row.checked else " (not checked here)")
         lines.append(f"| {name} | {row.platform} | {f'`{row.image}`' if row.image else 'host .venv'} | "
                      f"{_shown(row.runtime)} | {_shown(row.torch)} | {_shown(row.transformer_engine)} | "
-                     f"{row.megatron_core} | {vendor} | {_shown(row.collectives)} | {', '.join(row.frameworks)}"
-                     f"{'; when named: ' + ', '.join(row.on_request) if row.on_request else ''} |")
+                     f"{row.megatron_core} | {vendor} | {_shown(row.collectives)} | {', '.join(row.frameworks)} |")
     return "\n".join(lines)
 
 

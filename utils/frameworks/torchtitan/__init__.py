@@ -4,8 +4,8 @@ must not be slower than on one layout.
 
 It builds each model of utils.spec.models from the spec as torchtitan's llama3 model (Qwen 2.5's QKV bias as a
 bias on its fused QKV projection; no sliding window, so Mistral skips it) and reads TPrimat's prepared data through
-TPrimat's dataloader component. On the CPU it runs only when FRAMEWORK names it (the host stack's `on_request`: not
-in the CPU's default run set), from an environment of its own built on first use (`environment`:
+TPrimat's dataloader component. On the CPU it runs only when FRAMEWORK names it (`on_request`: not in
+the CPU's default run set), from an environment of its own built on first use (`environment`:
 train/torchtitan/environment.py), through torchtitan's own loop with stand-ins for what needs a GPU
 (train/torchtitan/cpu_stand_ins.py, docs/frameworks.md "torchtitan"), in fp32 with SDPA attention. Its LR warm-up is torchtitan's own (step k at LR x k/W), its
 result is extracted from its log: torchtitan's metrics line and TPrimat's TPRIMAT_STEP line (device-synchronised
@@ -24,7 +24,8 @@ from utils.spec.models import ENTRIES
 MODEL_NAMES = {spec.key: "llama3" for spec, _ in ENTRIES if spec.sliding_window is None}
 
 FRAMEWORK = Framework(
-    name="torchtitan", display_name="torchtitan", platforms=("amd", "nvd", "cpu"), warmup_convention="torchtitan",
+    name="torchtitan", display_name="torchtitan", platforms=("amd", "nvd"), on_request=("cpu",),
+    warmup_convention="torchtitan",
     # torchtitan's entry point, which the run starts (it imports the trainer and its distributed pieces), and
     # megatron.core, through which TPrimat's dataloader reads data
     probe_modules=("torchtitan.train", "megatron.core"),
