@@ -31,12 +31,14 @@ import time
 from pathlib import Path
 
 from utils import run_files
-from utils import ROOT, frameworks
+from utils import ROOT
+from utils.config import selection
 from utils.machine.hardware import cpu_flags, cpu_precision
 from utils.machine.probe import host_info
+from utils.spec import stacks
 
 # Per framework of the CPU's default (FRAMEWORK=all): the two tiny models' runs with one framework.
-DEFAULT_BUDGET_S = 2 * 60 * len(frameworks.on("cpu"))
+DEFAULT_BUDGET_S = 2 * 60 * len(selection.stack_frameworks(stacks.default("cpu")))
 CI_BUDGET_S = 25 * 60
 PRECISION_FLAGS = re.compile(r"avx512.*|amx.*|bf16|avx2")
 

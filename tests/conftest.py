@@ -33,8 +33,9 @@ def gpus(tmp_path, monkeypatch):
 # (--no-loadscope-reorder), so these go first and the short files even out the workers' ends.
 LONGEST_FIRST = ("test_train_mega_runs.py", "test_megatron_versions.py", "test_train_fsdp_runs.py",
                  "test_train_mbridge_cpu.py", "test_slurm_cluster.py", "test_utils_predict_measured.py",
-                 "test_entry_points.py", "test_train_autotp_runs.py", "test_shell_train_matrix.py", "test_train_tied_model_runs.py",
-                 "test_train_torchtitan.py", "test_signals.py")
+                 "test_entry_points.py", "test_train_autotp_runs.py", "test_shell_train_matrix.py",
+                 "test_train_tied_model_runs.py", "test_train_torchtitan.py", "test_train_torchtitan_cpu.py",
+                 "test_signals.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,8 +4,8 @@ The mapping (train/torchtitan/settings.py) and the command are checked without t
 (requirements/torchtitan.txt, plus what this CPU host lacks) is installed once into a cached overlay over .venv's torch
 (tests/fixtures/envs.py), and torchtitan's own ConfigManager loads TPrimat's config function for Llama and Qwen: every
 field the settings set exists and keeps its value, and the model it builds (on the meta device) has exactly the spec's
-parameters. The same overlay shows why torchtitan does not train on a CPU (docs/frameworks.md): without an
-accelerator it picks CUDA.
+parameters. The same overlay shows why a CPU run needs its stand-ins (train/torchtitan/cpu_stand_ins.py): without an
+accelerator torchtitan picks CUDA; tests/test_train_torchtitan_cpu.py trains through them.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from tests.fixtures.train.data_dir import make_data_dir
 from tests.fixtures.train.torchtitan_overlay import request
 from tests.fixtures.train_matrix.shell import machine, read, run_dirs
 from tests.fixtures.train_matrix.shell import request as request_of
+from tests.fixtures.train_matrix.requests import node, run_request
+from train.torchtitan import environment
 from train.torchtitan.launch import command
 from train.torchtitan.settings import SETTINGS_ENV, settings
 from utils.errors import UsageError
+from utils.machine import pyenvs
 from utils.frameworks.torchtitan import FRAMEWORK
 from utils.upstream import FACTS
 
@@ -112,6 +115,40 @@ def test_the_command_is_torchrun_on_torchtitans_entry_point_with_tprimats_config
     assert launch.env[SETTINGS_ENV] == str(tmp_path / "torchtitan_settings.json") and launch.cwd == str(ROOT)
     written = json.loads((tmp_path / "torchtitan_settings.json").read_text())
     assert written["request"] == str(tmp_path / "run" / "config.json")
+
+
+def test_a_cpu_run_is_fp32_with_sdpa_through_the_cpu_entry_point_and_its_own_environment(tmp_path):
+    """On the CPU (FRAMEWORK named: torchtitan is not in its default run set) torchtitan trains with SDPA
+    (FlexAttention has no CPU backward), in fp32 where asked (the CPU's precision without native bf16), through
+    train.torchtitan.on_cpu (the stand-ins, then torchtitan.train) with its environment's overlay first on
+    PYTHONPATH; a dry run builds nothing."""
+    req = run_request("cpu", "torchtitan", "llama", FRAMEWORK="torchtitan", MODELS="llama", PRECISION="fp32",
+                      DRY_RUN="1")
+    written = settings(req, RUN_DIR)
+    assert (written["attention"], written["set"]["training.mixed_precision_param"],
+            written["set"]["training.mixed_precision_reduce"]) == ("sdpa", "float32", "float32")
+    assert settings(request(), RUN_DIR)["attention"] == "flex"
+    launch = command(req, tmp_path / "run", tmp_path)
+    assert launch.argv[-6:] == ["-m", "train.torchtitan.on_cpu", "--module", "train.torchtitan", "--config", "tprimat"]
+    assert launch.env["PYTHONPATH"].split(os.pathsep)[0] == str(environment.folder(build=False))
+    assert "PYTHONPATH" not in command(request(DRY_RUN="1"), tmp_path / "gpu", tmp_path).env
+
+
+def test_the_cpus_default_run_set_leaves_torchtitan_out_and_runs_it_when_named():
+    assert "torchtitan" not in node("cpu").frameworks
+    assert node("cpu", FRAMEWORK="torchtitan").frameworks == ["torchtitan"]
+
+
+def test_a_cpu_run_set_without_pypi_or_a_built_environment_stops_in_one_line(tmp_path, monkeypatch):
+    """Offline and never built: the matrix stops before the run set, exit 2, naming the fix."""
+    monkeypatch.setenv(pyenvs.ROOT_ENV, str(tmp_path / "envs"))
+    monkeypatch.setattr(pyenvs, "_run", lambda step, what: (_ for _ in ()).throw(
+        pyenvs.EnvError(f"could not build {what}:\nerror: Failed to fetch: https://pypi.org/simple/")))
+    with pytest.raises(UsageError) as err:
+        environment.environment("cpu")
+    line = str(err.value)
+    assert "\n" not in line and "Failed to fetch" in line and "run it once where PyPI answers" in line
+    assert environment.environment("nvd") == {}
 
 
 def test_a_run_without_the_models_tokenizer_is_refused_before_it_starts(tmp_path):
@@ -213,9 +250,10 @@ def test_the_read_back_of_the_built_trainer_is_the_request_where_the_judge_compa
     assert {key: found[key] for key in wanted} == wanted
 
 
-def test_without_an_accelerator_torchtitan_picks_cuda_so_it_cannot_train_on_a_cpu(probed):
+def test_without_the_stand_in_torchtitan_picks_cuda_on_a_cpu(probed):
     """torchtitan/tools/utils.py:55 (get_device_info): `_get_available_device_type() or "cuda"`; the trainer then
-    sets that device (trainer.py:299-301) and starts NCCL on it (distributed/utils.py:512-519)."""
+    sets that device and starts NCCL on it. The probe imports torchtitan without the CPU's stand-ins
+    (train/torchtitan/cpu_stand_ins.py), which a CPU run applies first (tests/test_train_torchtitan_cpu.py)."""
     found = probed("llama")
     if found["cuda_available"]:
         pytest.skip("this host has a GPU")

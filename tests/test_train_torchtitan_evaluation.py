@@ -1,9 +1,9 @@
 """torchtitan runs TPrimat's held-out validation (train/torchtitan/trainer.py): after every EVAL_INTERVAL-th step and
 the last, on the prepared validation split, with its own model and loss, and stops at TARGET_LOSS.
 
-torchtitan 0.3.0 cannot train on a CPU, so its own entry point runs here through
-tests/fixtures/train/torchtitan_on_cpu.py, whose steps train nothing: every evaluation sees the initial model on the
-same samples, so their losses are equal, and near ln(vocabulary) for an untrained model.
+Its own entry point runs here through tests/fixtures/train/torchtitan_on_cpu.py (the CPU's stand-ins, and steps that
+train nothing): every evaluation sees the initial model on the same samples, so their losses are equal, and near
+ln(vocabulary) for an untrained model.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
     python3 -m train.matrix      (shell/train.sh hands over to it in the chosen runtime)
 
 Prints the run list (on the CPU, with one line for the GPU kernel libraries it lacks: utils/missing_stacks.py),
-checks the data (on the CPU with the bundled sample corpus it prepares it), probes
+checks the data (on the CPU with the bundled sample corpus it prepares it), builds the environment of a framework
+that brings its own (torchtitan on the CPU; one it cannot build stops the run set, exit 2), probes
 the system into system.json, checks the node's health (evaluate.health, as HEALTH says: warn records, strict
 refuses an unhealthy node, off skips), then for each run writes the request it planned (train.plan.request) where
 the launcher reads it (the run's config.json; node<N>/request.json on node N) and starts the launcher on it,
@@ -31,7 +32,7 @@ from typing import NoReturn
 from train import plan
 from train.launch import run as launcher
 from train.launch import summary
-from utils import ROOT, missing_stacks
+from utils import ROOT, frameworks, missing_stacks
 from utils.cli import STOP_SIGNALS, Parser, UsageError, say, warn
 from utils.config import ConfigError, Config
 from utils.config.workload import evaluation
@@ -187,6 +188,21 @@ def wait_for_sample_data(cfg: Config, stop: Stop) -> None:
     log(f"node {node}: the sample corpus is ready")
 
 
+def build_environments(cfg: Config, runs: list[plan.Run]) -> None:
+    """The environment of each framework that brings its own on this platform (its entry's `environment`: torchtitan
+    on the CPU), built before the run set so that one it cannot build (offline, never built) stops in one line, exit
+    2, before anything starts. A dry run builds nothing."""
+    if cfg["DRY_RUN"]:
+        return
+    for name in dict.fromkeys(run.framework for run in runs if not run.skipped):
+        entry = frameworks.TABLE[name]
+        if entry.environment:
+            try:
+                frameworks.resolve(entry.environment)(cfg.platform)
+            except UsageError as err:
+                die(2, str(err))
+
+
 def container_command(platform: str, script: str, args: list[str]) -> str:
     """DRY_RUN in a container: the `docker run` line that starts the same run from the host (shell/lib.sh's)."""
     words = ["bash", "-c", 'source "$1"; shift; tp_docker_command_line "$@"', "tprimat",
@@ -293,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.platform == "cpu" and not cfg["DRY_RUN"] and (missing := missing_stacks.notice()):
         log(missing)  # instead of megatron-core's warnings from every process (utils/missing_stacks.py)
     check_data(cfg, stop)
+    stop.end_if_stopped()
+    build_environments(cfg, runs)
     stop.end_if_stopped()
     try:
         stop.run_set = run_set = make_run_set(cfg["OUTPUT_DIR"], cfg.platform, os.environ.get("RUN_SET_DIR"))

@@ -51,3 +51,12 @@ def interpreter(say=print) -> Path:
                          f"could not be built: {first}; build it once where PyPI is reachable (or its wheels are in "
                          f"uv's cache) and keep {pyenvs.root()} (TPRIMAT_ENVS), or leave mbridge out of "
                          "FRAMEWORK") from None
+
+
+def environment(platform: str, build: bool = True) -> dict[str, str]:
+    """The registry's hook (utils.frameworks.Framework.environment): on the CPU the interpreter is built (build) before
+    the run set, so that one this machine cannot build stops it in one line; the run adds no variables (its launcher
+    starts that interpreter)."""
+    if platform == "cpu" and build:
+        interpreter()
+    return {}

@@ -28,6 +28,7 @@ from torchtitan.components.optimizer.optimizer import ParamGroupConfig
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.models import llama3 as titan_llama
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.attention import ScaledDotProductAttention
 from torchtitan.models.llama3.model import Llama3Model
 from torchtitan.protocols.model_spec import ModelSpec
 
@@ -35,7 +36,7 @@ from train.torchtitan.data import PreparedDataLoader
 from train.torchtitan.settings import SETTINGS_ENV
 from train.torchtitan.trainer import TimedTrainer
 
-ATTENTION = "flex"  # models/llama3/__init__.py, model_registry's default
+ATTENTION = "flex"  # models/llama3/__init__.py, model_registry's default, which the layers are built with
 
 
 def read_settings() -> dict:
@@ -46,8 +47,11 @@ def read_settings() -> dict:
     return json.loads(Path(path).read_text())
 
 
-def build_model(numbers: dict) -> Llama3Model.Config:
-    """torchtitan's llama3 model config with exactly the spec's numbers."""
+def build_model(numbers: dict, attention: str = ATTENTION) -> Llama3Model.Config:
+    """torchtitan's llama3 model config with exactly the spec's numbers; attention "sdpa": each layer's inner
+    attention torchtitan's ScaledDotProductAttention (causal) instead of FlexAttention (settings.py, ATTENTION).
+    torchtitan's own builder refuses "sdpa" for language models (models/common/config_utils.py:97-101) but takes
+    the layer's config set afterwards."""
     dim, heads = numbers["dim"], numbers["n_heads"]
     scaling = numbers["rope_scaling"]
     rope = ComplexRoPE.Config(
@@ -68,6 +72,11 @@ def build_model(numbers: dict) -> Llama3Model.Config:
             hidden_dim=numbers["ffn_hidden"], rope=rope, fuse_qkv=True, attn_backend=ATTENTION))
     for _, norm, _, _ in config.traverse(RMSNorm.Config):
         norm.eps = numbers["norm_eps"]
+    if attention == "sdpa":
+        for layer in config.layers:
+            layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    elif attention != ATTENTION:
+        raise ValueError(f"attention {attention!r}: TPrimat builds torchtitan's layers with {ATTENTION} or sdpa")
     if numbers["qkv_bias"]:
         for fqn, linear, _, _ in config.traverse(Linear.Config):
             if fqn.endswith(".wqkv"):
@@ -97,7 +106,7 @@ def quiet_other_ranks() -> None:
 def tprimat() -> TimedTrainer.Config:
     """The run's Trainer.Config (torchtitan's config function)."""
     settings = read_settings()
-    model = build_model(settings["model"])
+    model = build_model(settings["model"], settings["attention"])
     config = TimedTrainer.Config(
         model_spec=ModelSpec(name="llama3", flavor=settings["model"]["variant"], model=model,
                              parallelize_fn=titan_llama.parallelize_llama, pipelining_fn=pipeline_llm,

@@ -23,6 +23,15 @@ SETTINGS_FILE = "torchtitan_settings.json"
 CONFIG_FILE = "torchtitan_config.json"  # torchtitan's own dump of the config it built (DebugConfig.save_config_file)
 # LRSchedulersContainer.Config.decay_type's values that are TPrimat's LR_DECAY_STYLE too.
 DECAY_STYLES = ("cosine", "linear")
+# TPrimat's PRECISION -> torchtitan's mixed_precision_param: bf16 compute over fp32 master weights, or fp32 throughout
+# (the CPU's, where it has no native bf16)
+PRECISIONS = {"bf16": "bfloat16", "fp32": "float32"}
+# The attention each layer runs: torchtitan's llama3 default FlexAttention, or on the CPU, where FlexAttention has no
+# backward (torch nn/attention/flex_attention.py:2236), torch's scaled_dot_product_attention through torchtitan's own
+# ScaledDotProductAttention (causal; with positions 0..SL-1 in every row, as TPrimat's data gives them, the same
+# mask as FlexAttention's block-causal one)
+ATTENTION = {"cpu": "sdpa"}
+DEFAULT_ATTENTION = "flex"
 
 
 def refusals(req: Request) -> list[str]:
@@ -41,8 +50,8 @@ def refusals(req: Request) -> list[str]:
     if native.sac_every:
         found.append("SAC_FREQ: torchtitan 0.3.0 checkpoints by operation on every layer, not every N-th layer; "
                      "clear SAC_FREQ")
-    if t.precision != "bf16":
-        found.append(f"PRECISION={t.precision}: TPrimat maps torchtitan's bf16 mixed precision only; set "
+    if t.precision not in PRECISIONS:
+        found.append(f"PRECISION={t.precision}: TPrimat maps torchtitan's {' and '.join(PRECISIONS)} only; set "
                      "PRECISION=bf16")
     if t.lr_decay_style not in DECAY_STYLES:
         found.append(f"LR_DECAY_STYLE={t.lr_decay_style}: torchtitan decays {' or '.join(DECAY_STYLES)}")
@@ -81,10 +90,12 @@ def settings(req: Request, run_dir: str) -> dict:
         "training.steps": t.steps,
         "training.max_norm": t.grad_clip,
         # bf16 mixed precision: fp32 master weights, bf16 compute, the profile's gradient reduction (FSDP2's
-        # reduce_dtype, models/llama3/parallelize.py; under DDP torchtitan autocasts and reduces fp32 gradients)
+        # reduce_dtype, models/llama3/parallelize.py; under DDP torchtitan autocasts and reduces fp32 gradients);
+        # fp32: fp32 compute and reduction
         "training.dtype": "float32",
-        "training.mixed_precision_param": "bfloat16",
-        "training.mixed_precision_reduce": "float32" if table["grad_reduce_in_fp32"] else "bfloat16",
+        "training.mixed_precision_param": PRECISIONS[t.precision],
+        "training.mixed_precision_reduce": "float32" if table["grad_reduce_in_fp32"] or t.precision == "fp32"
+        else "bfloat16",
         # torchtitan captures each forward-backward in a CUDA graph by default, on NVIDIA only (ROCm runs eagerly:
         # distributed/cudagraph.py, wrap_with_cuda_graph): off, so both vendors (and fsdp) run the same eager work
         "training.disable_cuda_graphs": True,
@@ -118,6 +129,7 @@ def settings(req: Request, run_dir: str) -> dict:
     decayed = {"lr": t.lr, "betas": [t.beta1, t.beta2], "eps": float(table["adam_eps"]),
                "weight_decay": t.weight_decay}
     return {"set": values, "model": model(req), "request": f"{run_dir}/{REQUEST_FILE}",
+            "attention": ATTENTION.get(req.identity.platform, DEFAULT_ATTENTION),
             # megatron-core's parameter groups: no weight decay on biases and norms (the 1-D weights), first match
             # wins (components/optimizer/optimizer.py, OptimizersContainer._build_param_groups)
             "optimizer": [{"pattern": r"(norm\.weight|\.bias)$", "kwargs": {**decayed, "weight_decay": 0.0}},

@@ -115,6 +115,8 @@ def effective(trainer: Trainer) -> dict:
         "sac_every": 0 if config.activation_checkpoint is None else None,
         "num_layers": len(model.layers), "hidden_size": model.dim, "padded_vocab_size": model.vocab_size,
         "num_attention_heads": attention.n_heads, "num_kv_heads": attention.n_kv_heads,
+        # the attention every layer runs (FlexAttention; on the CPU ScaledDotProductAttention: settings.py)
+        "attention_backend": type(attention.inner_attention).__qualname__.removesuffix(".Config"),
         "mock_data": loader.source.mock, "data_path": None if loader.source.mock else str(loader.source.prefix),
         # the held-out documents it evaluates on (evaluate/logs/evaluations.py puts them in the result's evaluation)
         "validation": None if loader.validation is None else loader.validation.result_split(),

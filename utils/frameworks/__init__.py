@@ -96,6 +96,11 @@ class Framework:
     # What a comparison cannot make equal between it and the frameworks whose loop is Megatron-LM's, which the
     # report says where its results sit beside theirs ("" where it is one of them, or has nothing to add)
     beside_megatron: str = ""
+    # "package.module:function" (platform -> the variables its run adds, building on first use what the run needs;
+    # utils.errors.UsageError when it cannot be built): an environment of its own where the platform's Python lacks
+    # its package (on the CPU: torchtitan's overlay, mbridge's Python 3.12). train.matrix builds it before the run
+    # set, so that one it cannot build stops the run set in one line; None: it runs in the platform's Python as it is
+    environment: str | None = None
     # "package.module:function" (stack row -> why it cannot run from this stack here, or None): what the probe checks
     # beyond the modules its image imports, before a GPU run (a framework that runs from a checkout: prim)
     stack_check: str | None = None

@@ -28,6 +28,7 @@ from pathlib import Path
 TIMEOUT_S = 1200
 COMPILED = ".tprimat-compiled"  # in an environment whose packages' bytecode is compiled
 ROOT_ENV = "TPRIMAT_ENVS"
+COMPLETE = ".tprimat-complete"  # in an overlay whose install finished
 
 
 class EnvError(Exception):
@@ -147,12 +148,17 @@ def _build_virtualenv(name: str, target: Path, requirements: list[str], python: 
     partial.rename(target)  # uv and venv write no absolute path that the rename breaks for `python -m`
 
 
+def overlay_path(name: str, requirements: list[str]) -> Path:
+    """Where overlay() keeps that folder, built or not."""
+    return root() / key(name, sys.executable, requirements, True)
+
+
 def overlay(name: str, requirements: list[str]) -> Path:
     """A folder of packages installed without their dependencies, to put on PYTHONPATH in front of this
     interpreter's own (e.g. another megatron-core over .venv's torch); EnvError where the install fails."""
-    target = root() / key(name, sys.executable, requirements, True)
+    target = overlay_path(name, requirements)
     with _building(target):
-        if not (target / ".tprimat-complete").is_file():
+        if not (target / COMPLETE).is_file():
             _build_overlay(name, target, requirements)
         _compiled(target, sys.executable)
     return target
@@ -170,6 +176,6 @@ def _build_overlay(name: str, target: Path, requirements: list[str]) -> None:
         step = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(partial),
                 *requirements]
     _run(step, f"the {name} overlay")
-    (partial / ".tprimat-complete").write_text("\n".join(requirements) + "\n")
+    (partial / COMPLETE).write_text("\n".join(requirements) + "\n")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)

@@ -1,28 +1,11 @@
 """The upstream-fact table itself (utils/upstream/__init__.py says what a fact is, how it is hashed and re-read):
-one section per source, a fact added where its source's section is. Standard library only."""
+one section per source, a fact added where its source's section is (the Primus sections in
+utils/upstream/primus_facts.py). Standard library only."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Source:
-    repo: str  # owner/name on GitHub
-    ref: str  # the tag or commit the facts were read at (a stack row's pin)
-    package: str | None = None  # the PyPI distribution==version whose installed files are the repository's
-    prefix: str = ""  # the repository folder the installed package's files sit under ("src/" for src layouts)
-
-
-@dataclass(frozen=True)
-class Fact:
-    name: str  # unique, short
-    source: str  # a key of SOURCES
-    path: str  # the file, relative to the repository root
-    lines: tuple[int, int]  # first and last line, 1-based, inclusive
-    sha256: str  # of those lines (module docstring)
-    claim: str  # what TPrimat relies on, in TPrimat's words
-    test: str  # tests/<file>.py::<test function> that holds TPrimat to it
+from utils.upstream.kinds import Fact, Source
+from utils.upstream.primus_facts import PRIMUS_FACTS
 
 
 SOURCES = {
@@ -40,9 +23,6 @@ SOURCES = {
     # the head of core_r0.19.0, whose pretrain_gpt.py bench/gpu_check.sh runs beside mega (MEGATRON_LM_COMMIT)
     "megatron-lm-f8837c04": Source("NVIDIA/Megatron-LM", "f8837c04ef6cbef6cdefb8de001aad63178aebbf"),
 }
-_LOG = "tests/test_evaluate_logs_primus_v26_5.py::"
-_RENDER = "primus/backends/megatron/patches/training_log/print_rank_last_patches.py"
-_AMAX = "primus/backends/megatron/patches/te_patches/delayed_scaling_patches.py"
 
 # The tests that hold TPrimat to a fact (tests/<file>.py::<test function>)
 BUILD = "tests/test_train_mbridge_build.py::"
@@ -60,133 +40,7 @@ NEGATED = "tests/test_bench_megatron_lm_args.py::test_a_switch_the_parser_holds_
 
 # One section per source; a fact is added where its source's section is.
 FACTS: tuple[Fact, ...] = (
-    # --- AMD-AGI/Primus release/v26.5 (ca7ddda3) -------------------------------------------------------------
-    Fact("console prefix", "primus-v26.5", "primus/core/utils/logger.py", (35, 40),
-         "01ba7a10810b524d5f53f9acdcd3ca633980441313456da27d291413e4d75d59",
-         "a worker's console line starts [YYYYMMDD HH:mm:ss][rank-R/W] then its padded level, in ANSI colour",
-         _LOG + "test_primus_v26_5_rank_0_console_gives_every_forwarded_step"),
-    Fact("console level padding", "primus-v26.5", "primus/core/utils/logger.py", (170, 176),
-         "90a219f971246f3c6b6a8247cc5911c2a6073bc31915619a1d2120ffdce05172",
-         "the level is bracketed and padded with spaces to 11 characters ('[DEBUG]    ')",
-         _LOG + "test_primus_v26_5_rank_0_console_gives_every_forwarded_step"),
-    Fact("console level filter", "primus-v26.5", "primus/core/utils/logger.py", (205, 217),
-         "2bf82494c261b3af4024281552d10a15cc33c4e1798607a639308dbdde3123cb",
-         "the console shows a DEBUG line only at stderr_sink_level DEBUG (module_base.yaml: INFO); rank 0's "
-         "forwarded line may be missing, the last rank's own print is not",
-         "tests/test_train_prim_config.py::"
-         "test_v26_5_on_one_node_shows_local_rank_0_and_the_last_one_whose_validation_lines_only_it_prints"),
-    Fact("shipped console level", "primus-v26.5", "examples/megatron/configs/MI300X/llama3.1_8B-BF16-pretrain.yaml",
-         (18, 18), "854c163f1096a297d8c139d2a76334fd8e71fe5d7e4ee59c4a37db92329c9e7e",
-         "the shipped Llama 3.1 8B experiment (which TPrimat keeps) sets stderr_sink_level DEBUG, so rank 0's "
-         "console shows the forwarded line", _LOG + "test_primus_v26_5_rank_0_console_gives_every_forwarded_step"),
-    Fact("module location", "primus-v26.5", "primus/core/utils/logger.py", (284, 291),
-         "d27247ef6ede937826137ef5903ccc08105d6e3f2869f869f2f5e5b842cb4e22",
-         "the message's '[---module.py:line] ' is dash-padded to the longest location seen so far: its width varies",
-         _LOG + "test_primus_v26_5_rank_0_console_gives_every_forwarded_step"),
-    Fact("forwarded to rank 0", "primus-v26.5", _RENDER, (181, 193),
-         "09745a23a62537fde851b6577ce4723d3920c32e3d6b95662d6d5567ab2ba656",
-         "on one node the last rank's iteration line is broadcast and rank 0 logs it at DEBUG on its console only, "
-         "labelled with the last rank", _LOG + "test_primus_v26_5_rank_0_console_gives_every_forwarded_step"),
-    Fact("forwarded prefix", "primus-v26.5", _RENDER, (556, 563),
-         "149857e3470eb0bbf26583a268960798e2a581f11c0dc72fc9c10b647d2ed76a",
-         "the forwarded message starts with Megatron's print_rank_last location and ': ', then Megatron-LM's own "
-         "timestamped line", _LOG + "test_primus_v26_5_rank_0_console_gives_every_forwarded_step"),
-    Fact("last rank prints too", "primus-v26.5", _RENDER, (603, 606),
-         "40865c5a89ccb8e066324c81c67f2ec48a887240a12908b828aefe17c3eed761",
-         "after forwarding, the last rank prints the same line itself: a console showing both has each step twice",
-         _LOG + "test_primus_v26_5_console_with_the_last_rank_shown_reads_each_step_once_and_the_validation_losses"),
-    Fact("only inside training_log", "primus-v26.5", _RENDER, (608, 621),
-         "278acc57e2f0b94862a05c831b6b49751cd8ca9e318414337fe07ad2b30b2eaf",
-         "only training_log's print_rank_last is replaced: the validation reports stay the last rank's plain prints, "
-         "never forwarded", "tests/test_train_prim_config.py::"
-         "test_v26_5_on_one_node_shows_local_rank_0_and_the_last_one_whose_validation_lines_only_it_prints"),
-    Fact("rendered line", "primus-v26.5", _RENDER, (133, 136),
-         "f71b8f431bbd63da3ec85e39cdf236a2770dae991286ef10ae23959d02e5dcbe",
-         "the line is re-rendered from its non-empty segments joined by ' | ': no trailing '|'",
-         _LOG + "test_primus_v26_5_memory_as_the_last_field_counts_only_where_its_line_is_whole"),
-    Fact("elapsed segment", "primus-v26.5", _RENDER, (347, 349),
-         "c0ca13191cbce79a50935ba020d75f2b60693ed36a152330d3fc918b51651e30",
-         "the step time is 'elapsed time per iteration (ms): inst/avg' once averaging starts",
-         _LOG + "test_primus_v26_5_rank_0_console_gives_every_forwarded_step"),
-    Fact("compute segment", "primus-v26.5", _RENDER, (427, 429),
-         "eafbbefd3ce405309b72f055e10912cc2c77d3342bb4cb2109804ba731a47f9e",
-         "Megatron-LM's TFLOP/s field becomes 'compute per GPU (TFLOP/s/GPU): X (avg Y)' once averaging starts",
-         _LOG + "test_primus_v26_5_compute_field_gives_its_tflops_and_average_and_the_memory_field_its_use"),
-    Fact("tokens segment", "primus-v26.5", _RENDER, (483, 488),
-         "77f08fa4f4bc3d852900ab1efddcaf5371650b9ca3f47caedd93b80e459ebda8",
-         "'tokens/s/GPU inst/harmonic mean: X/Y' follows the compute field as its own '|' segment",
-         _LOG + "test_primus_v26_5_compute_field_gives_its_tflops_and_average_and_the_memory_field_its_use"),
-    Fact("memory field", "primus-v26.5", _RENDER, (227, 233),
-         "5bc4902b88c09301f65642bc7a38809e783da112b1be716044d75640814a651d",
-         "'hip mem usage/free/total/usage_ratio: aGB/bGB/cGB/d%': GiB values spelt GB, the ratio a percentage",
-         _LOG + "test_primus_v26_5_compute_field_gives_its_tflops_and_average_and_the_memory_field_its_use"),
-    Fact("memory segment last", "primus-v26.5", _RENDER, (282, 291),
-         "b1708d54f0e7e1e032ce39b39ce62f3241447dc7bd6004660106a6f75c334909",
-         "the HIP (and ROCm SMI) memory is appended as the last segment: the last field has no '|' after it",
-         _LOG + "test_primus_v26_5_memory_as_the_last_field_counts_only_where_its_line_is_whole"),
-    Fact("local ranks filter", "primus-v26.5", "runner/primus-cli-direct.sh", (690, 711),
-         "82a5eccee546a9f1057634b377e7ec363cdc8600c8b71d2bfba4a8307c1edf2f",
-         "on one node torchrun gets --local-ranks-filter 0, then LOCAL_RANKS unquoted: a later filter there wins; "
-         "on several nodes the last node adds its last local rank itself", "tests/test_train_prim_config.py::"
-         "test_v26_5_on_one_node_shows_local_rank_0_and_the_last_one_whose_validation_lines_only_it_prints"),
-    Fact("MXFP8 switch", "primus-v26.5", "runner/helpers/envs/base_env.sh", (237, 238),
-         "14b5704a24e6ba861b11db994b33c4dc6e25a7b3a574af5f682f1b677206c87e",
-         "NVTE_ROCM_ENABLE_MXFP8=1 is exported for every run, whatever the precision",
-         "tests/test_utils_platform_env.py::"
-         "test_mxfp8_on_amd_is_switched_on_as_primus_does_without_which_its_arguments_check_refuses_the_recipe"),
-    Fact("MXFP8 refused without it", "primus-v26.5", "primus/backends/megatron/patches/args/rocm_arg_validation.py",
-         (146, 150), "d7df6bee9a71c526acfae4ae628a90920cdc5dfb7ec882d60d948e97c43b32a3",
-         "Primus's ROCm argument check asserts NVTE_ROCM_ENABLE_MXFP8=1 for fp8_recipe mxfp8",
-         "tests/test_utils_platform_env.py::"
-         "test_mxfp8_on_amd_is_switched_on_as_primus_does_without_which_its_arguments_check_refuses_the_recipe"),
-    Fact("delayed scaling reduce_amax", "primus-v26.5", _AMAX, (40, 43),
-         "db72c9e66d8b0d33584b57369591e6f63f63c458f3806bb2eca95e413ac29d21",
-         "the delayed FP8 recipe reduces the amax exactly with sequence parallelism at TP > 1",
-         _LOG + "test_primus_v26_5_fp8_amax_reduction_is_what_its_delayed_scaling_patch_says_it_set"),
-    Fact("delayed scaling reduce_amax line", "primus-v26.5", _AMAX, (66, 69),
-         "f49a3d1337fcd212988e116285f99e0c1aaebc2ed63094e3c2a707d1fcc648c5",
-         "rank 0 logs '[Patch:megatron.te.delayed_scaling_reduce_amax] ... set reduce_amax=True|False'",
-         _LOG + "test_primus_v26_5_fp8_amax_reduction_is_what_its_delayed_scaling_patch_says_it_set"),
-    Fact("checkout marker", "primus-v26.5", "primus-cli", (10, 14),
-         "ededf9edd8d5c9aea82f1a45f963a91aeaf42b66bdd62c526f4d42920bf14b1f",
-         "the checkout's root holds primus-cli, the launcher TPrimat starts (v25.11 has none)",
-         "tests/test_evaluate_probe.py::test_a_primus_checkout_is_the_one_that_holds_its_release_s_launcher"),
-    Fact("v26.5 scratch reclaim kept", "primus-v26.5", "runner/helpers/envs/base_env.sh", (200, 200),
-         "9ae4c3a1b0fb3ef2091752e0da2e8b14c928250992dacc75ccdb14377ed27523",
-         "v26.5 runs with HSA_NO_SCRATCH_RECLAIM=1 unless the caller sets it",
-         "tests/test_utils_stacks.py::test_each_amd_row_runs_its_primus_releases_own_scratch_and_attention_defaults"),
-    Fact("v26.5 CK attention backward v3 on", "primus-v26.5", "runner/helpers/envs/base_env.sh", (240, 240),
-         "beb9cecbfb84fed1b0deab84ff68c88f73fc4c0f67218e3aa22e2b9d71b8aa94",
-         "v26.5 runs with NVTE_CK_USES_BWD_V3=1 unless the caller sets it",
-         "tests/test_utils_stacks.py::test_each_amd_row_runs_its_primus_releases_own_scratch_and_attention_defaults"),
-    # --- AMD-AGI/Primus clairlee/release/v25.11 (66bed3ce) ----------------------------------------------------
-    Fact("v25.11 MXFP8 switch", "primus-v25.11", "examples/run_pretrain.sh", (314, 315),
-         "14b5704a24e6ba861b11db994b33c4dc6e25a7b3a574af5f682f1b677206c87e",
-         "v25.11 exports NVTE_ROCM_ENABLE_MXFP8=1 for every run too",
-         "tests/test_utils_platform_env.py::"
-         "test_mxfp8_on_amd_is_switched_on_as_primus_does_without_which_its_arguments_check_refuses_the_recipe"),
-    Fact("v25.11 delayed scaling reduce_amax", "primus-v25.11", "primus/modules/trainer/megatron/trainer.py",
-         (466, 469), "016e1c75f0b978a6c0d0355aaf4be0131d8f837323e181da2426119f91a04dd7",
-         "v25.11's trainer builds the delayed FP8 recipe with reduce_amax=False at every layout",
-         "tests/test_evaluate_effective_settings.py::"
-         "test_a_prim_fp8_result_says_primus_keeps_each_ranks_amax_and_validate_warns_with_the_reason"),
-    Fact("v25.11 scratch reclaim", "primus-v25.11", "examples/run_pretrain.sh", (223, 223),
-         "3d70239a562eeebcad682c1acff61d6b4151a8df2cf748b1b8f85100fc039e5c",
-         "v25.11 runs with HSA_NO_SCRATCH_RECLAIM=0 unless the caller sets it",
-         "tests/test_utils_stacks.py::test_each_amd_row_runs_its_primus_releases_own_scratch_and_attention_defaults"),
-    Fact("v25.11 CK attention backward v3 off", "primus-v25.11", "examples/run_pretrain.sh", (318, 318),
-         "96cfbca19596dc75b159f93c89d3c848088e0a10a2643830ed96e06b761389b2",
-         "v25.11 runs with NVTE_CK_USES_BWD_V3=0 unless the caller sets it",
-         "tests/test_utils_stacks.py::test_each_amd_row_runs_its_primus_releases_own_scratch_and_attention_defaults"),
-    Fact("v25.11 launch installs requirements", "primus-v25.11", "examples/run_pretrain.sh", (87, 92),
-         "b06ff31b9d955b9aeb66feb3df217551caf2ef28a2cdaf522ecad22a9e112620",
-         "every v25.11 launch pip-installs requirements.txt, with no switch to skip it",
-         "tests/test_train_prim_config.py::test_v25_11s_launch_time_pip_installs_install_nothing_and_download_nothing"),
-    Fact("v25.11 launch builds Emerging-Optimizers", "primus-v25.11", "examples/megatron/prepare.py", (173, 173),
-         "2515fc27765cc41dfce8ed5327e1674509967ef2df1f41f0d042d1301fbf2f9b",
-         "every v25.11 launch pip-installs the Emerging-Optimizers checkout in editable mode, failing the launch if "
-         "pip fails",
-         "tests/test_train_prim_config.py::test_v25_11s_launch_time_pip_installs_install_nothing_and_download_nothing"),
+    *PRIMUS_FACTS,
     # --- pytorch/torchtitan v0.3.0 (requirements/torchtitan.txt) ----------------------------------------------
     Fact("torchtitan-0.3.0-trainer-imports-full-dtensor", "torchtitan-0.3.0", "torchtitan/trainer.py", (40, 40),
          "8ee9787acffd26cfb736172eda5640a385313b09426f6d4b3d0d911ebd59eb32",
@@ -201,10 +55,32 @@ FACTS: tuple[Fact, ...] = (
          "092e86476bdb93e65eae007eafb68292aa561db2befed6bd10b2a64c64f30300",
          "the decoder's block mask is built with create_block_mask's separate_full_blocks argument",
          "tests/test_utils_stacks.py::test_no_stack_lists_a_framework_its_published_torch_is_too_old_for"),
+    # What stands in for these on the CPU: train/torchtitan/cpu_stand_ins.py (each names its lines here)
     Fact("torchtitan-0.3.0-cuda-without-accelerator", "torchtitan-0.3.0", "torchtitan/tools/utils.py", (55, 55),
          "a0cd384c355bd7da14ecf04f6cf4ebdc04a93bac60ea19a0121f7257b8a5dc6b",
-         "with no accelerator torchtitan picks the cuda device type, so it cannot train on a CPU as shipped",
-         "tests/test_train_torchtitan.py::test_without_an_accelerator_torchtitan_picks_cuda_so_it_cannot_train_on_a_cpu"),
+         "with no accelerator torchtitan picks the cuda device type (the CPU's stand-in makes torch's device probe "
+         "answer cpu before torchtitan is imported)",
+         "tests/test_train_torchtitan.py::test_without_the_stand_in_torchtitan_picks_cuda_on_a_cpu"),
+    Fact("torchtitan-0.3.0-cuda-memory-monitor", "torchtitan-0.3.0", "torchtitan/components/metrics.py", (95, 95),
+         "9f1f11a245f7942357af1f294911af272bf6f86665d8d30265d3a3cdee3d294f",
+         "the metrics processor's memory monitor is built by one module-level function, which reads the device's "
+         "memory statistics (on the CPU a monitor reporting no figure stands in for it)",
+         "tests/test_train_torchtitan_cpu.py::test_its_memory_is_recorded_as_not_measured"),
+    Fact("torchtitan-0.3.0-barrier-device-ids", "torchtitan-0.3.0", "torchtitan/distributed/utils.py", (586, 587),
+         "1c7c67a43a223b1c6d3f35e6fe28edec96f514029b6ec72a63b027bc3da3223e",
+         "set_pg_timeouts, called after the first step, waits at a barrier given the current device's id, which "
+         "gloo refuses (on the CPU the same call runs with the barrier's device_ids left out)",
+         "tests/test_train_torchtitan_cpu.py::test_torchtitan_trains_on_the_cpu_through_its_own_loop_and_log"),
+    Fact("torchtitan-0.3.0-fsdp-divide-factor", "torchtitan-0.3.0", "torchtitan/distributed/fsdp.py", (41, 41),
+         "dfe0acf3bbd38bede39c2fbcffc7abfe9c1b81bfb5c96cfa1a2c62e91d55ad08",
+         "every FSDP module gets a gradient divide factor of 1.0, which makes FSDP2 reduce with PREMUL_SUM, which "
+         "gloo refuses at 2 or more ranks (on the CPU each module also forces SUM: the same arithmetic)",
+         "tests/test_train_torchtitan_cpu.py::test_torchtitan_trains_on_the_cpu_through_its_own_loop_and_log"),
+    Fact("torchtitan-0.3.0-no-sdpa-backend", "torchtitan-0.3.0", "torchtitan/models/common/config_utils.py",
+         (97, 101), "f6d3e660e74a8d54e8238e3f2a59fa0b9a0a61fc691d5ec0871f95c17e0f6a9e",
+         "the attention backend name sdpa is refused for language models, so a CPU run builds the layers with flex "
+         "and sets each layer's inner attention to ScaledDotProductAttention's config afterwards",
+         "tests/test_train_torchtitan_cpu.py::test_torchtitan_trains_on_the_cpu_through_its_own_loop_and_log"),
     # --- pytorch/pytorch v2.13.0 (the Megatron-Bridge test environment's torch, requirements/mbridge.txt) -----
     Fact("torch-2.13-mesh-dims", "torch-2.13.0", "torch/distributed/fsdp/__init__.py", (53, 53),
          "61083ced4f3f57fd2dd20746b55e6968c58694c3887dd1b1a0e0a176d3e69e93",

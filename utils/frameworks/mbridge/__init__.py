@@ -24,7 +24,7 @@ FRAMEWORK = Framework(
     warmup_convention="megatron",
     stops_at_target=False,  # Megatron-LM's loop has no switch to end at a validation loss
     probe_modules=("transformer_engine", "megatron.core", "megatron.bridge"), command="train.mbridge.launch:command",
-    probe_context="train.mbridge.te_stand_in:standing_in",
+    probe_context="train.mbridge.te_stand_in:standing_in", environment="train.mbridge.environment:environment",
     # Its mixed-precision presets (train/mbridge/recipe.py PRESETS); no MXFP4: megatron-core has none; fp32 where
     # a CPU has no bf16 instructions (PRECISION=fp32 is the CPU's only)
     log_format="utils.frameworks.megatron_log:FORMAT", precisions=("bf16", "fp8", "mxfp8", "nvfp4", "fp32"),

@@ -3,9 +3,11 @@ entry point `torchtitan.train`, configured by TPrimat's config function (train/t
 must not be slower than on one layout.
 
 It builds each model of utils.spec.models from the spec as torchtitan's llama3 model (Qwen 2.5's QKV bias as a
-bias on its fused QKV projection; no sliding window, so Mistral skips it) and reads TPrimat's prepared data through TPrimat's dataloader component. GPUs only:
-torchtitan 0.3.0 picks "cuda" when torch sees no accelerator (torchtitan/tools/utils.py:55, get_device_info) and
-starts NCCL on it (docs/frameworks.md, "torchtitan"). Its LR warm-up is torchtitan's own (step k at LR x k/W), its
+bias on its fused QKV projection; no sliding window, so Mistral skips it) and reads TPrimat's prepared data through
+TPrimat's dataloader component. On the CPU it runs only when FRAMEWORK names it (`on_request`: not in
+the CPU's default run set), from an environment of its own built on first use (`environment`:
+train/torchtitan/environment.py), through torchtitan's own loop with stand-ins for what needs a GPU
+(train/torchtitan/cpu_stand_ins.py, docs/frameworks.md "torchtitan"), in fp32 with SDPA attention. Its LR warm-up is torchtitan's own (step k at LR x k/W), its
 result is extracted from its log: torchtitan's metrics line and TPrimat's TPRIMAT_STEP line (device-synchronised
 step time, every rank's peak memory).
 
@@ -22,13 +24,14 @@ from utils.spec.models import ENTRIES
 MODEL_NAMES = {spec.key: "llama3" for spec, _ in ENTRIES if spec.sliding_window is None}
 
 FRAMEWORK = Framework(
-    name="torchtitan", display_name="torchtitan", platforms=("amd", "nvd"), warmup_convention="torchtitan",
+    name="torchtitan", display_name="torchtitan", platforms=("amd", "nvd"), on_request=("cpu",),
+    warmup_convention="torchtitan",
     # torchtitan's entry point, which the run starts (it imports the trainer and its distributed pieces), and
     # megatron.core, through which TPrimat's dataloader reads data
     probe_modules=("torchtitan.train", "megatron.core"),
     command="train.torchtitan.launch:command", log_format="utils.frameworks.torchtitan.log_format:FORMAT",
-    memory_model="fsdp2",
-    parallelisms=frozenset({"tp"}), precisions=("bf16",), knobs=("DATA_PARALLEL", "COMPILE"), model_names=MODEL_NAMES,
+    memory_model="fsdp2", environment="train.torchtitan.environment:environment",
+    parallelisms=frozenset({"tp"}), precisions=("bf16", "fp32"), knobs=("DATA_PARALLEL", "COMPILE"), model_names=MODEL_NAMES,
     env={"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},  # as fsdp's: the same torch on the same GPUs
     # utils/upstream/table.py: torchtitan-0.3.0-mesh-dims, torchtitan-0.3.0-block-mask, torch-2.13-mesh-dims
     torch_floor=("2.13", "torchtitan 0.3.0 imports torch.distributed.fsdp.DataParallelMeshDims and calls "
