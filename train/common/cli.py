@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from train.common import console
 from utils import run_files
 from utils.cli import Parser
 from utils.config import ConfigError, load_config
@@ -80,6 +81,7 @@ def given_request(framework: str, path: Path, model: str | None, strategy: str |
 def main(framework: str, tool: str, doc: str, start: Start, argv: list[str] | None = None) -> int:
     """One trainer's whole command: its request, a fresh run directory, then the run; the exit status."""
     args = parse_args(tool, doc, argv)
+    console.whole_lines()
     run_dir = args.run_dir.resolve()
     try:
         req = given_request(framework, args.request, args.model, args.strategy) if args.request is not None \

@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from train.common import console
+
 
 class SettingsError(ValueError):
     """A request this run cannot honour (exit 2)."""
@@ -22,6 +24,7 @@ def load(argv: list[str] | None, module: str, doc: str | None) -> dict | None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", type=Path, required=True, help="the run's settings file, written by its launch")
     args = parser.parse_args(argv)
+    console.whole_lines()
     try:
         settings = json.loads(args.settings.read_text())
     except (OSError, json.JSONDecodeError) as err:

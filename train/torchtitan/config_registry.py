@@ -32,6 +32,7 @@ from torchtitan.models.common.attention import ScaledDotProductAttention
 from torchtitan.models.llama3.model import Llama3Model
 from torchtitan.protocols.model_spec import ModelSpec
 
+from train.common import console
 from train.torchtitan.data import PreparedDataLoader
 from train.torchtitan.settings import SETTINGS_ENV
 from train.torchtitan.trainer import TimedTrainer
@@ -105,6 +106,7 @@ def quiet_other_ranks() -> None:
 
 def tprimat() -> TimedTrainer.Config:
     """The run's Trainer.Config (torchtitan's config function)."""
+    console.whole_lines()  # torchtitan calls this in its own process, before it prints a step
     settings = read_settings()
     model = build_model(settings["model"], settings["attention"])
     config = TimedTrainer.Config(
