@@ -38,6 +38,7 @@ import pytest
 from tests.fixtures.train.data_dir import make_data_dir
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_mega_runs import BASE, LAYOUTS, LEARN_STEPS, trained, trainer_env
+from train.mbridge.environment import REQUIREMENTS
 from utils.machine import pyenvs
 from utils.config.selection import resolve_frameworks
 from utils.spec import stacks
@@ -126,6 +127,13 @@ def test_the_read_back_is_the_finalized_configuration_and_the_request(run):
         {"tp": 1, "pp": 1, "dp": 2, "mbs": 2, "gbs": 4, "seq_len": 64, "steps": LEARN_STEPS, "layer_spec": "local"}
     assert effective["precision"] == run.result["training"]["precision"]
     assert readback["effective"]["num_layers"] == run.result["model"]["num_layers"]
+
+
+def test_its_result_describes_the_environment_it_trained_in_not_the_launchers(run):
+    """The run's own Python (requirements/mbridge.txt: its torch, Megatron-Bridge) probed into its system.json."""
+    software = run.result["system"]["software"]
+    pins = pyenvs.requirement_lines(REQUIREMENTS)
+    assert f"torch=={software['torch']}" in pins and f"megatron-bridge=={software['megatron_bridge']}" in pins
 
 
 def test_its_loss_curve_is_megas_on_the_same_workload(run, mega):

@@ -36,6 +36,7 @@ import pytest
 from evaluate.logs.parse import parse_logs
 from tests.fixtures.train import torchtitan_overlay
 from tests.fixtures.train.shared_runs import shared_run
+from train.torchtitan.environment import REQUIREMENTS
 from tests.shell_harness import HANG_TIMEOUT_S
 from tests.test_train_fsdp_runs import BASE, EVAL, STEPS
 from tests.test_train_fsdp_runs import trained as fsdp_trained
@@ -112,6 +113,12 @@ def test_its_memory_is_recorded_as_not_measured(titan):
     assert (result["memory"]["peak_allocated_gib"], result["memory"]["peak_reserved_gib"]) == (None, None)
     assert "mem_reserved_gib_last" not in result["raw_framework"]
     assert "memory:   nanGiB(nan%)" in (titan.directory / "train.log").read_text()
+
+
+def test_its_result_names_the_torchtitan_that_trained(titan):
+    """The run's own environment (the overlay of requirements/torchtitan.txt) probed into its system.json."""
+    version = titan.result["system"]["software"]["torchtitan"]
+    assert f"torchtitan=={version}" in pyenvs.requirement_lines(REQUIREMENTS)
 
 
 def test_its_losses_follow_fsdps_on_the_same_workload(titan, fsdp):

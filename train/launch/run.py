@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,12 +77,26 @@ from utils.spec.strategies import CUSTOM
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 NODE_REQUEST_FILE = "request.json"  # a node's own request on nodes other than 0, in node<N>/
+PROBE_TIMEOUT_S = 120
 
 
 def probe_system(path: Path) -> None:
     """system.json for a run started alone (the matrix writes it once per run set)."""
     if probe.main(["-o", str(path)]) != 0:
         warn("the system probe failed: the result will have no system description")
+
+
+def probe_own_environment(launch: Launch, framework: str, path: Path) -> None:
+    """The run's own system.json where its framework brings its own environment (the entry's `environment`: mbridge's
+    Python 3.12, torchtitan's overlay, on the CPU): probed by the run's Python with the run's variables, so that the
+    result's software (torch, megatron-core, the framework) is what trained, not the launcher's; the judge reads a
+    run's own system.json before its run set's."""
+    out = subprocess.run([launch.argv[0], "-m", "utils.machine.probe", "-o", str(path)], cwd=launch.cwd,
+                         env={**os.environ, **launch.env}, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        warn(f"the system probe in {framework}'s own environment failed ({last}): its result describes the "
+             "launcher's Python instead")
 
 
 def node_dir(run_dir: Path, node_rank: int) -> Path:
@@ -250,6 +265,9 @@ def run_node(req: Request, run_dir: Path, *, written: bool) -> int:
         return EXIT_OK
     if node_rank == 0 and not (run_dir.parent / SYSTEM_FILE).exists():
         probe_system(run_dir.parent / SYSTEM_FILE)
+    if node_rank == 0 and TABLE[who.framework].environment and (launch.argv[0] != sys.executable
+                                                                 or "PYTHONPATH" in launch.env):
+        probe_own_environment(launch, who.framework, run_dir / SYSTEM_FILE)
     sampling = req.environment.telemetry_interval_ms if req.environment.telemetry else None
     try:
         outcome = run_supervised(launch, work_dir / run_files.LOG, who.platform, sampling)

@@ -48,6 +48,7 @@ PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
 DISTRIBUTIONS = {"torch": ("torch",), "megatron_core": ("megatron-core", "megatron_core"),
                  "transformer_engine": ("transformer-engine", "transformer_engine", "transformer_engine_torch"),
                  "nemo": ("nemo-toolkit", "nemo_toolkit"), "primus": ("primus",), "primus_turbo": ("primus-turbo",),
+                 "megatron_bridge": ("megatron-bridge", "megatron_bridge"), "torchtitan": ("torchtitan",),
                  "numpy": ("numpy",)}
 
 
