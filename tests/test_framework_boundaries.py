@@ -56,8 +56,9 @@ NAMED_ELSEWHERE = {
     # ships: the stack table's rows
     # DATA_PARALLEL's mode "fsdp" (fsdp | ddp), another vocabulary spelled as the framework is, named once
     "utils/config/native.py": {"fsdp"},
-    # NeMo's package ("nemo" in the software versions the probe records and the report shows)
-    "utils/machine/probe.py": {"nemo"}, "evaluate/comparison/report.py": {"nemo"},
+    # NeMo's and torchtitan's packages, spelled as the frameworks are, in the software versions the probe records
+    # (a run in torchtitan's own environment names the torchtitan that trained) and the report shows
+    "utils/machine/probe.py": {"nemo", "torchtitan"}, "evaluate/comparison/report.py": {"nemo"},
 }
 SHARED = ("data", "train", "evaluate", "utils")  # bench/ and tests/ name the frameworks they measure and check
 
