@@ -83,7 +83,7 @@ class _CudaIsCpu(TorchFunctionMode):
         return result
 
 
-class _InOrder:
+class InOrder:
     """The CPU's one stream: work runs in program order, so a wait has nothing to wait for (10)."""
 
     def wait_event(self, _event) -> None:
@@ -167,7 +167,7 @@ def apply() -> None:
     torch.cuda.current_device = _stand_in("current_device", lambda: 0)
     for name in ("set_device", "synchronize", "empty_cache"):
         setattr(torch.cuda, name, _stand_in(name, lambda *args, **kwargs: None))
-    in_order = _InOrder()
+    in_order = InOrder()
     torch.cuda.current_stream = _stand_in("current_stream", lambda *args, **kwargs: in_order)  # 10.
     # 7. sequence parallelism with torch's norm (the local spec without Apex).
     WrappedTorchNorm.__new__ = _sequence_parallel_torch_norm

@@ -32,19 +32,6 @@ import functools
 RESILIENCY_IMPORTERS = ("megatron.bridge.training.pretrain",)
 
 
-class _NoStream:
-    """A stream on the CPU: work runs in program order, so there is nothing to wait for."""
-
-    def wait_stream(self, _stream) -> None:
-        return None
-
-    def wait_event(self, _event) -> None:
-        return None
-
-    def synchronize(self) -> None:
-        return None
-
-
 def _seeded_after(set_random_seed):
     """_set_random_seed, then the model-parallel RNG tracker seeded as its CUDA branch would seed it (2)."""
 
@@ -75,9 +62,11 @@ def apply() -> list[str]:
     import torch
     from megatron.bridge.training import initialize, setup
 
+    from train.common.cpu_compat import InOrder
+
     setup.initialize_megatron = functools.partial(initialize.initialize_megatron, allow_no_cuda=True)  # 1.
     initialize._set_random_seed = _seeded_after(initialize._set_random_seed)  # 2.
-    torch.cuda.Stream = lambda *args, **kwargs: _NoStream()  # 3.
+    torch.cuda.Stream = lambda *args, **kwargs: InOrder()  # 3.
     torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
     return ["initialize_megatron(allow_no_cuda=True) (initialize.py:89-91, called by setup.py:253)",
             "the model-parallel RNG tracker seeded without CUDA (initialize.py:869)",
