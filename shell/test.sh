@@ -25,8 +25,9 @@ check_pytest_args() {
   ((code != 4)) || tp_die 2 "pytest refuses the arguments: $(grep -i 'error' <<<"${answer}" | tail -n 1) (--help shows the usage)"
 }
 
-# The system packages some tests start for real (tests/*/install.sh, through tests/apt_install.sh): a package that
-# cannot be installed skips its tests with the reason, it does not stop the suite.
+# What some tests need installed or built before the suite (tests/*/install.sh): the system packages they start for
+# real (through tests/apt_install.sh), DeepSpeed's CPU op. One that cannot be installed skips its tests with the
+# reason, it does not stop the suite.
 install_test_packages() {
   local script
   for script in "${TPRIMAT_ROOT}"/tests/*/install.sh; do

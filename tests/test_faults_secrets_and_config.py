@@ -196,7 +196,7 @@ def validation_case(tmp_path, monkeypatch, eval_tokens: int):
     cfg = load_config({**CPU_MACHINE, "DATA_DIR": str(tmp_path), "DATASET": "sample", "MODELS": "llama",
                        "MOCK_DATA": "0", "EVAL_INTERVAL": "5", "EVAL_TOKENS": str(eval_tokens),
                        "VALIDATION_PERCENT": "10"})
-    return lambda: matrix.check_data(cfg, matrix.Stop())
+    return lambda: matrix.check_data(cfg, matrix.Stop(), matrix.Beside(cfg, []))
 
 
 def test_eval_tokens_beyond_the_validation_split_is_refused_before_the_run_set_in_one_line(tmp_path, monkeypatch,

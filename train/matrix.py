@@ -3,8 +3,9 @@
     python3 -m train.matrix      (shell/train.sh hands over to it in the chosen runtime)
 
 Prints the run list (on the CPU, with one line for the GPU kernel libraries it lacks: utils/missing_stacks.py),
-checks the data (on the CPU with the bundled sample corpus it prepares it), builds the environment of a framework
-that brings its own (torchtitan on the CPU; one it cannot build stops the run set, exit 2), probes
+checks the data (on the CPU with the bundled sample corpus it prepares it) and, beside it, builds what a framework's
+runs need built on this platform (on the CPU: torchtitan's and mbridge's own environments, autotp's collective op;
+one it cannot build stops the run set, exit 2), probes
 the system into system.json, checks the node's health (evaluate.health, as HEALTH says: warn records, strict
 refuses an unhealthy node, off skips), then for each run writes the request it planned (train.plan.request) where
 the launcher reads it (the run's config.json; node<N>/request.json on node N) and starts the launcher on it,
@@ -25,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NoReturn
@@ -116,9 +118,9 @@ def tool(*argv: str) -> int:
     return subprocess.run([python(), "-m", *argv], cwd=ROOT).returncode
 
 
-def check_data(cfg: Config, stop: Stop) -> None:
-    """Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here (in a multi-node
-    run only node 0 does; the other nodes wait for it)."""
+def check_data(cfg: Config, stop: Stop, beside: Beside) -> None:
+    """Data for every model, verified; on the CPU with the bundled sample corpus, prepare it here, with the frameworks'
+    environments built beside it (in a multi-node run only node 0 does; the other nodes wait for it)."""
     if plan.report_data_problems(cfg):
         refuse_short_validation(cfg)
         return
@@ -128,6 +130,7 @@ def check_data(cfg: Config, stop: Stop) -> None:
         wait_for_sample_data(cfg, stop)
     elif sample:
         log("preparing the bundled sample corpus (DATASET=sample on the CPU)")
+        beside.start()
         if subprocess.run(["bash", str(ROOT / "shell" / "data.sh")], cwd=ROOT).returncode != 0:
             stop.end_if_stopped()
             die(1, "preparing the sample data failed (see above)")
@@ -189,18 +192,42 @@ def wait_for_sample_data(cfg: Config, stop: Stop) -> None:
 
 
 def build_environments(cfg: Config, runs: list[plan.Run]) -> None:
-    """The environment of each framework that brings its own on this platform (its entry's `environment`: torchtitan
-    on the CPU), built before the run set so that one it cannot build (offline, never built) stops in one line, exit
-    2, before anything starts. A dry run builds nothing."""
+    """The environment of each framework that needs one built on this platform (its entry's `environment`: torchtitan's
+    and mbridge's own, autotp's collective op, on the CPU), built before the run set so that one it cannot build stops
+    in one line (utils.errors.UsageError), before anything starts. A dry run builds nothing."""
     if cfg["DRY_RUN"]:
         return
     for name in dict.fromkeys(run.framework for run in runs if not run.skipped):
         entry = frameworks.TABLE[name]
         if entry.environment:
-            try:
-                frameworks.resolve(entry.environment)(cfg.platform)
-            except UsageError as err:
-                die(2, str(err))
+            frameworks.resolve(entry.environment)(cfg.platform)
+
+
+class Beside(threading.Thread):
+    """build_environments in a thread beside the data preparation: both are mostly one core's work (a compiler or an
+    installer; the tokenizers and the sample index), so on a fresh machine they share its cores instead of taking
+    turns. Its subprocesses are in the matrix's process group: a stop reaches them as it reaches the data stage."""
+
+    def __init__(self, cfg: Config, runs: list[plan.Run]) -> None:
+        super().__init__(name="environments", daemon=True)
+        self.cfg, self.runs, self.problem = cfg, runs, ""
+
+    def run(self) -> None:
+        try:
+            build_environments(self.cfg, self.runs)
+        except UsageError as err:
+            self.problem = str(err)
+
+    def finish(self, stop: Stop) -> None:
+        """Wait for the builds (started now if the data needed no preparation), ending the matrix on a stop (checked
+        twice a second) or on a build that failed."""
+        if self.ident is None:
+            self.start()
+        while self.is_alive():
+            self.join(timeout=0.5)
+            stop.end_if_stopped()
+        if self.problem:
+            die(2, self.problem)
 
 
 def container_command(platform: str, script: str, args: list[str]) -> str:
@@ -308,10 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         die(2, "the run list has nothing to run (each skip's reason is on its line); check FRAMEWORK, MODELS, STRATEGY and PRECISION")
     if cfg.platform == "cpu" and not cfg["DRY_RUN"] and (missing := missing_stacks.notice()):
         log(missing)  # instead of megatron-core's warnings from every process (utils/missing_stacks.py)
-    check_data(cfg, stop)
+    environments = Beside(cfg, runs)
+    check_data(cfg, stop, environments)
     stop.end_if_stopped()
-    build_environments(cfg, runs)
-    stop.end_if_stopped()
+    environments.finish(stop)
     try:
         stop.run_set = run_set = make_run_set(cfg["OUTPUT_DIR"], cfg.platform, os.environ.get("RUN_SET_DIR"))
     except UsageError as err:

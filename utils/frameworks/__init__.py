@@ -98,8 +98,9 @@ class Framework:
     beside_megatron: str = ""
     # "package.module:function" (platform -> the variables its run adds, building on first use what the run needs;
     # utils.errors.UsageError when it cannot be built): an environment of its own where the platform's Python lacks
-    # its package (on the CPU: torchtitan's overlay, mbridge's Python 3.12). train.matrix builds it before the run
-    # set, so that one it cannot build stops the run set in one line; None: it runs in the platform's Python as it is
+    # its package (on the CPU: torchtitan's overlay, mbridge's Python 3.12), or what its runs need built once into
+    # the platform's Python (autotp on the CPU: DeepSpeed's collective op). train.matrix builds it before the run set,
+    # beside the data preparation, so that one it cannot build stops the run set in one line; None: nothing to build
     environment: str | None = None
     # "package.module:function" (stack row -> why it cannot run from this stack here, or None): what the probe checks
     # beyond the modules its image imports, before a GPU run (a framework that runs from a checkout: prim)
