@@ -10,8 +10,8 @@ set -euo pipefail
 TPRIMAT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly TPRIMAT_ROOT
 TPRIMAT_VENV="${TPRIMAT_VENV:-${TPRIMAT_ROOT}/.venv}"
-# Torch extensions JIT-built for this environment (DeepSpeed's CPU collective op, autotp on the CPU) live with it:
-# built once when .venv is set up, never rebuilt per run, and gone with .venv.
+# Torch extensions JIT-built for this environment (on the CPU, what a framework's `environment` hook builds before
+# its first run set) live with it: built once, never rebuilt per run, and gone with .venv.
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-${TPRIMAT_VENV}/torch_extensions}"
 TPRIMAT_KFD="${TPRIMAT_KFD:-/dev/kfd}"  # AMD's kernel driver node (tests point it elsewhere)
 TPRIMAT_INFINIBAND="${TPRIMAT_INFINIBAND:-/dev/infiniband}"  # the host's RDMA devices (tests point it elsewhere)
@@ -191,7 +191,7 @@ tp_ensure_venv() {
       tp_log "installing ${file} into ${TPRIMAT_VENV} with ${installer} (a few minutes, once)"
       tp_venv_install "${installer}" -r "${TPRIMAT_ROOT}/${file}" \
         || tp_die 1 "${installer} could not install ${file}; fix the error above and rerun"
-      [[ "${file}" != requirements/host.txt ]] || tp_build_deepspeed_cpu_op
+      tp_write_bytecode "${file}"
       printf '%s\n' "${hash}" >"${stamp}"
     fi
   done
@@ -227,26 +227,30 @@ tp_venv_installer() {
 }
 
 # tp_venv_install uv|pip PIP_INSTALL_ARGUMENT...
-# Both leave the packages' bytecode compiled (pip does by default, uv when asked): otherwise every process compiles
-# what it imports again wherever PYTHONDONTWRITEBYTECODE is set (torch and megatron-core: 17 s instead of 6 s per
-# worker, measured on a 2-core EPYC), and elsewhere a matrix's first run carries the compilation in its time.
+# Neither compiles the packages' bytecode: all of it (uv --compile-bytecode) took 74 CPU seconds on a 2-core EPYC for
+# 15,800 modules, most never imported; tp_write_bytecode writes what each file's users import.
 tp_venv_install() {
   local installer="$1"
   shift
   if [[ "${installer}" == uv ]]; then
-    "${TPRIMAT_VENV}/bin/uv" pip install --quiet --compile-bytecode --python "${TPRIMAT_VENV}/bin/python" "$@"
+    "${TPRIMAT_VENV}/bin/uv" pip install --quiet --python "${TPRIMAT_VENV}/bin/python" "$@"
   else
-    "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+    "${TPRIMAT_VENV}/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check "$@"
   fi
 }
 
-# DeepSpeed builds its CPU collective op (shared-memory all-reduce) at its first use, minutes on a small
-# machine: build it with the environment instead of inside the first autotp run on the CPU.
-tp_build_deepspeed_cpu_op() {
-  tp_log "building DeepSpeed's CPU collective op into ${TORCH_EXTENSIONS_DIR} (autotp on the CPU; a few minutes, once)"
-  DS_ACCELERATOR=cpu "${TPRIMAT_VENV}/bin/python" -c 'from deepspeed.accelerator import get_accelerator
-get_accelerator().create_op_builder("ShareMemCommBuilder").load()' >/dev/null \
-    || tp_warn "DeepSpeed's CPU collective op did not build (above); autotp cannot train on the CPU until it does"
+# tp_write_bytecode REQUIREMENTS_FILE: the bytecode its users import, once, whatever PYTHONDONTWRITEBYTECODE says
+# (where it is set, Python writes none itself, and every process of every run compiled torch and megatron-core
+# again: a training worker's imports took 17 s instead of 6 s). After requirements/host.txt, that of the modules the
+# runs import (python3 -m utils.machine.bytecode: about 4,400, 33 CPU seconds); after requirements/dev.txt, all of
+# .venv's, as the tests import far more than the runs do. A failure is a warning: slower, never wrong.
+tp_write_bytecode() {
+  local -a write=(-m utils.machine.bytecode)
+  [[ "$1" != requirements/dev.txt ]] || write=(-W ignore -m compileall -q -j 0 \
+    "$("${TPRIMAT_VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')")
+  tp_log "writing the bytecode of what $1's users import (once)"
+  (cd "${TPRIMAT_ROOT}" && "${TPRIMAT_VENV}/bin/python" "${write[@]}") \
+    || tp_warn "the bytecode was not all written (above): the processes that import the rest compile it again"
 }
 
 # The host runtime on a GPU platform trains with TPRIMAT_PYTHON, or .venv as it is: requirements/host.txt
