@@ -53,6 +53,25 @@ prepare_model() {
     --seq-length "${SL}" --samples "$((TRAIN_ITERS * GBS))" --seed "${SEED}"
 }
 
+# prepare_models CLEAN REPORT WORKERS MODEL...: each model's tokenizer, pair and verification, the models side by side
+# (each is mostly one core's work, the verification's imports most of it); the first failure's exit status once all
+# have ended, each having said why.
+prepare_models() {
+  local clean="$1" report="$2" workers="$3" model pid status code=0
+  shift 3
+  local -a preparing=()
+  for model in "$@"; do
+    prepare_model "${model}" "${clean}" "${report}" "${workers}" &
+    preparing+=("$!")
+  done
+  for pid in "${preparing[@]}"; do
+    status=0
+    wait "${pid}" || status=$?
+    ((code)) || code="${status}"
+  done
+  return "${code}"
+}
+
 main() {
   tp_args "" "$@"
   tp_load_config --quiet
@@ -78,9 +97,7 @@ main() {
   local -a keys
   mapfile -t keys < <(tp_python -m utils.spec.models data-keys "${MODELS}")
   ((${#keys[@]})) || tp_die 2 "MODELS=${MODELS}: no model to prepare data for"
-  for model in "${keys[@]}"; do
-    prepare_model "${model}" "${clean}" "${DATA_DIR}/clean/${DATASET}.report.json" "${workers}"
-  done
+  prepare_models "${clean}" "${DATA_DIR}/clean/${DATASET}.report.json" "${workers}" "${keys[@]}"
   tp_log "data ready: $(for model in "${keys[@]}"; do data_layout "${model}" | tail -n 1; done | tr '\n' ' ')"
 }
 
