@@ -91,8 +91,9 @@ def default_run(env: dict[str, str], work: Path) -> dict:
 
 
 # The lines that end each setup phase of a fresh clone's ./shell/run_train.sh (shell/lib.sh, train/matrix.py).
-FRESH_PHASES = ((".venv built (and DeepSpeed's CPU op)", re.compile(r"^platform cpu: ")),
-                ("sample data prepared", re.compile(r"^\[tprimat\] run set: ")),
+FRESH_PHASES = ((".venv built (and the bytecode of what the runs import)", re.compile(r"^platform cpu: ")),
+                ("sample data prepared (and beside it DeepSpeed's CPU op, autotp's environment)",
+                 re.compile(r"^\[tprimat\] run set: ")),
                 ("system probe and node health", re.compile(r"^\[tprimat\] run 1/")))
 
 
