@@ -4,6 +4,7 @@
     python3 -m bench.default --repeats 3  # three timed default runs: min, median, max
     python3 -m bench.default --ci         # also clone HEAD into a temporary folder and time .ci/run there
     python3 -m bench.default --fresh      # also time a fresh clone's default all in: .venv, data, runs, report
+    python3 -m bench.default --fresh --repeats 0   # only the fresh clone
 
 The budgets a newcomer and CI are promised on a 2-core machine whose CPU has no bf16 instructions
 (AVX2 only), the slowest kind this project runs on: the default run, with .venv built and the sample
@@ -144,13 +145,14 @@ def ci_run(env: dict[str, str], work: Path) -> tuple[float, str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m bench.default", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=1, help="timed default runs (default 1)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="timed default runs (default 1; 0 with --fresh or --ci times only those)")
     parser.add_argument("--ci", action="store_true", help="also time .ci/run in a fresh clone of HEAD (about 20 min)")
     parser.add_argument("--fresh", action="store_true",
                         help="also time a fresh clone of HEAD's ./shell/run_train.sh all in, with an empty DATA_DIR")
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    if args.repeats < (0 if args.fresh or args.ci else 1):
+        parser.error("--repeats must be at least 1 (0 only with --fresh or --ci)")
     env = {**os.environ, "PLATFORM": "cpu"}
     print("\n".join(describe_machine()), flush=True)
     with tempfile.TemporaryDirectory(prefix="tprimat-bench-") as tmp:
@@ -172,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
             for name, r in measured["runs"].items():
                 print(f"  {name}: {minutes(r['wall_s'])} for {r['steps']} steps in {r['precision']}, "
                       f"median step {r['median_step_s']:.2f} s")
-        summary = f"min {minutes(min(walls))}, median {minutes(statistics.median(walls))}, max {minutes(max(walls))}" \
-            if len(walls) > 1 else minutes(walls[0])
-        print(f"default ./shell/run_train.sh (.venv and data ready): {summary}: {verdict(statistics.median(walls), DEFAULT_BUDGET_S)}")
+        if walls:
+            summary = f"min {minutes(min(walls))}, median {minutes(statistics.median(walls))}, " \
+                      f"max {minutes(max(walls))}" if len(walls) > 1 else minutes(walls[0])
+            print(f"default ./shell/run_train.sh (.venv and data ready): {summary}: "
+                  f"{verdict(statistics.median(walls), DEFAULT_BUDGET_S)}")
         if args.fresh:
             print("timing a fresh clone's ./shell/run_train.sh all in ...", flush=True)
             fresh_run(env, work)
