@@ -92,6 +92,24 @@ def test_cpu_only_machine_leaves_gpu_fields_empty(fake_path, tmp_path, capsys):
     assert "no GPU (CPU only" in capsys.readouterr().out
 
 
+def test_without_gpu_device_files_the_probe_reads_torchs_build_without_importing_torch(monkeypatch):
+    """Importing torch was 1.5 s of every probe on a CPU machine: its CUDA and HIP versions come from the
+    torch/version.py its build wrote, and NCCL's, which only an imported torch can name, stays null there."""
+    import torch
+
+    repo = Path(probe.__file__).resolve().parents[2]
+    code = ("import json, sys; from utils.machine import probe; system = probe.probe(); "
+            "print(json.dumps([system['software'], 'torch' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    software, imported = json.loads(out.stdout)
+    assert not probe.gpu_device_files() and imported is False
+    assert (software["torch_cuda"], software["torch_hip"]) == (torch.version.cuda, torch.version.hip)
+    assert software["nccl"] is None and software["rccl"] is None
+    monkeypatch.setattr(probe, "GPU_DEVICE_FILES", (str(Path(torch.__file__)),))  # a GPU node: torch is asked
+    assert probe.gpu_device_files() and probe.software_info()["torch_cuda"] == torch.version.cuda
+
+
 def sys_file(root, relative, text):
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)

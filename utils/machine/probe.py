@@ -2,28 +2,27 @@
 
     python3 -m evaluate.probe -o system.json     # or without -o: print it
 
-Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers; utils.machine.vendor_tools runs and
-reads them, as for node health's and telemetry's fallbacks), else from torch when it sees a device; software
-versions from the installed distributions; host facts from /proc, /etc and /sys. Whatever cannot be read stays
-null: on a CPU-only machine the GPU fields are empty, never invented.
+Accelerators from nvidia-smi, rocm-smi or amd-smi (whichever answers; utils.machine.vendor_tools runs and reads them,
+as for node health's and telemetry's fallbacks), else from torch when it sees a device; software versions from the
+installed distributions (torch imported only where a GPU's device files are); host facts from /proc, /etc and /sys.
+Whatever cannot be read stays null: on a CPU-only machine the GPU fields are empty, never invented.
 
-Nodes: the node count (NNODES) and the nodes' names in node-rank order, from the Slurm allocation
-(RUN_SET_DIR/slurm.json written by the job, else SLURM_JOB_NODELIST expanded by scontrol), else
-this host alone on one node; empty for a multi-node run started by hand (each node's launch.json
-names its host). Interconnect: the InfiniBand/RoCE adapters /sys shows, else the network
-interfaces; empty where /sys cannot be read.
+Nodes: the node count (NNODES) and the nodes' names in node-rank order, from the Slurm allocation (RUN_SET_DIR/
+slurm.json written by the job, else SLURM_JOB_NODELIST expanded by scontrol), else this host alone on one node; empty
+for a multi-node run started by hand (each node's launch.json names its host). Interconnect: the InfiniBand/RoCE
+adapters /sys shows, else the network interfaces; empty where /sys cannot be read.
 
     python3 -m evaluate.probe --require-stack amd --frameworks mega,prim [--python PATH]
 
-checks, before a GPU run, that the Python which would train (PATH, default this one) sees the
-vendor's GPUs through its torch and has what each framework imports; otherwise it names what is
-missing and the two ways out in one line, exit 2. A CPU build of torch on a GPU node would
-otherwise train there, on the CPU, a run labelled amd or nvd.
+checks, before a GPU run, that the Python which would train (PATH, default this one) sees the vendor's GPUs through its
+torch and has what each framework imports; otherwise it names what is missing and the two ways out in one line, exit 2.
+A CPU build of torch on a GPU node would otherwise train there, on the CPU, a run labelled amd or nvd.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.metadata
 import importlib.util
 import json
@@ -45,16 +44,22 @@ from utils.spec.fairness import TRANSFORMER_IMPLS
 from utils.machine.vendor_tools import amd_gpus, empty_gpu, number_in, nvidia_gpus, read_text, run_tool
 
 PROBE_VERSION = 2  # 2: node_names; interconnect with link layers and interfaces
+GPU_DEVICE_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd")  # what NVIDIA's and AMD's kernel drivers expose per node
 DISTRIBUTIONS = {"torch": ("torch",), "megatron_core": ("megatron-core", "megatron_core"),
                  "transformer_engine": ("transformer-engine", "transformer_engine", "transformer_engine_torch"),
                  "nemo": ("nemo-toolkit", "nemo_toolkit"), "primus": ("primus",), "primus_turbo": ("primus-turbo",),
-                 "megatron_bridge": ("megatron-bridge", "megatron_bridge"), "torchtitan": ("torchtitan",),
-                 "numpy": ("numpy",)}
+                 "megatron_bridge": ("megatron-bridge", "megatron_bridge"), "torchtitan": ("torchtitan",), "numpy": ("numpy",)}
+
+
+def gpu_device_files() -> bool:
+    """A GPU's device files are there (in a container as on its host): without them no torch sees a GPU, so none is
+    imported to ask (importing torch was 1.5 s of every probe on a CPU machine, and one runs before every run set)."""
+    return any(glob.glob(pattern) for pattern in GPU_DEVICE_FILES)
 
 
 def torch_gpus() -> dict | None:
     """torch's view, for machines where the vendor tool is absent but a device is visible."""
-    if importlib.util.find_spec("torch") is None:
+    if importlib.util.find_spec("torch") is None or not gpu_device_files():
         return None
     import torch
 
@@ -84,32 +89,46 @@ def _distribution_version(names: tuple[str, ...]) -> str | None:
     return None
 
 
+def _package_file(package: str, *path: str) -> str:
+    """A file of the package that `import package` finds first, read without importing it ("" where none)."""
+    spec = importlib.util.find_spec(package)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if text := read_text(os.path.join(location, *path)):
+            return text
+    return ""
+
+
 def _megatron_imported() -> str | None:
     """The version of the megatron-core that `import megatron.core` finds first, from its package_info.py
     (wheels and source checkouts both ship it, pre-release tag included: Primus pins 0.15.0rc8), so that a
     checkout on PYTHONPATH in front of an installed wheel is reported as what really runs."""
-    spec = importlib.util.find_spec("megatron")
-    if spec is None or not spec.submodule_search_locations:
+    text = _package_file("megatron", "core", "package_info.py")
+    parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.MULTILINE) for k in ("MAJOR", "MINOR", "PATCH")]
+    if not all(parts):
         return None
-    for location in spec.submodule_search_locations:
-        text = read_text(os.path.join(location, "core", "package_info.py")) or ""
-        parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.MULTILINE) for k in ("MAJOR", "MINOR", "PATCH")]
-        if all(parts):
-            pre = re.search(r"^PRE_RELEASE\s*=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
-            return ".".join(p.group(1) for p in parts) + (pre.group(1) if pre else "")
-    return None
+    pre = re.search(r"^PRE_RELEASE\s*=\s*['\"]([^'\"]*)['\"]", text, re.MULTILINE)
+    return ".".join(p.group(1) for p in parts) + (pre.group(1) if pre else "")
+
+
+def torch_build() -> tuple[str | None, str | None]:
+    """The CUDA and HIP versions torch was built for, from the torch/version.py its build generated, read rather
+    than imported, as megatron-core's package_info.py is."""
+    text = _package_file("torch", "version.py")
+    found = [re.search(rf"^{key}\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE) for key in ("cuda", "hip")]
+    return found[0] and found[0].group(1), found[1] and found[1].group(1)
 
 
 def software_info() -> dict:
-    """Python, framework and communication library versions (null where not installed)."""
+    """Python, framework and communication library versions (null where not installed, and NCCL's and RCCL's where
+    no GPU is there to use them: only an imported torch says which it loads)."""
     info = {key: _distribution_version(names) for key, names in DISTRIBUTIONS.items()}
     info["megatron_core"] = _megatron_imported() or info["megatron_core"]
     info["python"] = platform.python_version()
-    info.update(torch_cuda=None, torch_hip=None, nccl=None, rccl=None)
-    if info["torch"]:
+    info["torch_cuda"], info["torch_hip"] = torch_build() if info["torch"] else (None, None)
+    info.update(nccl=None, rccl=None)
+    if (info["torch_cuda"] or info["torch_hip"]) and gpu_device_files():
         import torch
 
-        info["torch_cuda"], info["torch_hip"] = torch.version.cuda, torch.version.hip
         if torch.version.cuda or torch.version.hip:
             try:
                 version = ".".join(map(str, torch.cuda.nccl.version()))
@@ -160,8 +179,8 @@ def _children(root: Path) -> list[Path]:
 
 
 def interconnect_info(ib_root: Path = Path("/sys/class/infiniband"), net_root: Path = Path("/sys/class/net")) -> dict:
-    """What the nodes can talk over: the InfiniBand/RoCE adapters, else the network interfaces
-    (the physical ones when there are any, else every one but loopback, as a container sees them)."""
+    """What the nodes can talk over: the InfiniBand/RoCE adapters, else the network interfaces (the physical ones when
+    there are any, else every one but loopback, as a container sees them)."""
     adapters = [_rdma_adapter(device) for device in _children(ib_root)]
     interfaces: list[dict] = []
     if not adapters:
@@ -182,10 +201,8 @@ def _nodes_of_slurm_json(run_set: str | None) -> list[str] | None:
 
 
 def node_names(env: Mapping[str, str], nnodes: int | None) -> list[str]:
-    """The run set's nodes in node-rank order: Slurm's allocation, else this host for one node; [] unknown.
-
-    The job's node list counts only when it has as many nodes as the run (a one-node run inside a
-    larger allocation ran on this host alone)."""
+    """The run set's nodes in node-rank order: Slurm's allocation, else this host for one node; [] unknown. The job's
+    node list counts only when it has as many nodes as the run (a one-node run in a larger allocation ran here alone)."""
     recorded = _nodes_of_slurm_json(env.get("RUN_SET_DIR"))
     if recorded:
         return recorded
