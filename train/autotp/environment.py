@@ -1,6 +1,6 @@
 """autotp's environment on the CPU: DeepSpeed's shared-memory collective op, built once into TORCH_EXTENSIONS_DIR.
 
-    python3 -m train.autotp.environment   # build it now (tests/deepspeed/install.sh does, before the tests)
+    python3 -m train.autotp.environment   # build it now (tests/autotp/install.sh does, before the tests)
 
 DeepSpeed's torch backend builds that op as it starts on the CPU accelerator (deepspeed 0.19.8, deepspeed/comm/torch.py
 lines 47-53 and 207: TorchBackend.__init__ calls build_shm_op, a JIT compilation through torch's cpp_extension): about
