@@ -249,7 +249,7 @@ def verify(prefix: Path, tokenizer_dir: Path, *, clean_report: Path | None, seq_
         "source": source or None,
         "cleaning": {k: v for k, v in report.items() if k != "source"} or None,
         "tokenizer": {"name": identity.name, "model": identity.model, "source": identity.source,
-                      "fallback": identity.fallback, "sha256": identity.sha256},
+                      "fallback": identity.fallback, "sha256": identity.sha256, "vocab_size": vocab_size, "eos_id": eos},
         "counts": {"documents": summary.documents, "sequences": summary.sequences, "tokens": summary.tokens},
         "statistics": {k: v for k, v in asdict(summary).items() if k not in ("documents", "sequences", "tokens")},
         "files": {"bin": {"path": str(bin_path), "sha256": bin_sha, "bytes": bin_path.stat().st_size},

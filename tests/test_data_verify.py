@@ -220,6 +220,9 @@ def test_cli_writes_the_manifest_after_building_gpt_samples(good, tmp_path):
     assert manifest["verified"] is True and manifest["dataset"] == "sample"
     assert manifest["source"]["revision"] == "v" and manifest["cleaning"] == {"kept": 40}
     assert manifest["tokenizer"]["sha256"] and manifest["tokenizer"]["fallback"] is True
+    # the two facts every training rank needs of the tokenizer, so that none loads it (train/common/megatron_data.py)
+    from train.common.megatron_data import read_tokenizer
+    assert (manifest["tokenizer"]["eos_id"], manifest["tokenizer"]["vocab_size"]) == read_tokenizer(Path(tokenizer))
     assert manifest["counts"]["documents"] == 40 and manifest["statistics"]["gpt_samples"] >= 100
 
 

@@ -138,6 +138,26 @@ def test_the_verified_pair_is_proven_and_fingerprinted_by_its_files(data_dir):
                                                    "verified": True}
 
 
+def test_each_rank_takes_the_tokenizers_two_facts_from_the_manifest_where_data_verify_recorded_them(data_dir,
+                                                                                                   monkeypatch):
+    """Loading Llama's tokenizer was 0.5 s of every run's start: its files are proven by sha256, so what data.verify
+    read of them stands; a manifest from before data.verify recorded them is answered by the tokenizer itself."""
+    from train.common import megatron_data
+
+    eos, vocab = megatron_data.read_tokenizer(data_dir / "tokenizers" / "qwen")
+    path = qwen(data_dir, ".manifest.json")
+    manifest = json.loads(path.read_text())
+    manifest["tokenizer"].update(eos_id=eos, vocab_size=vocab)
+    path.write_text(json.dumps(manifest))
+    monkeypatch.setattr(megatron_data, "read_tokenizer", lambda directory: pytest.fail("the tokenizer was loaded"))
+    source = locate(sample_data(data_dir, "qwen"), QWEN)
+    assert (source.eod, source.tokenizer_vocab) == (eos, vocab)
+    manifest["tokenizer"].pop("eos_id")
+    path.write_text(json.dumps(manifest))
+    monkeypatch.setattr(megatron_data, "read_tokenizer", lambda directory: (eos, vocab - 1))
+    assert locate(sample_data(data_dir, "qwen"), QWEN).tokenizer_vocab == vocab - 1
+
+
 @pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda f: f.__name__)
 def test_a_pair_corrupted_after_verification_is_refused_and_never_carries_the_clean_fingerprint(data_dir, corrupt,
                                                                                                    monkeypatch):

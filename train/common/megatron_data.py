@@ -61,7 +61,7 @@ class DataSource:
     prefix: Path | None  # None with mock data
     fingerprint: str | None
     tokenizer_fingerprint: str | None
-    eod: int  # end-of-document id, read from the tokenizer (mock data: the last vocabulary row)
+    eod: int  # end-of-document id: the tokenizer's end-of-sequence token (mock data: the last vocabulary row)
     tokenizer_vocab: int
 
 
@@ -114,7 +114,11 @@ def locate(data: Data, model: ModelSpec) -> DataSource:
         verified = prove(prefix, tokenizer, model.key, model.vocab_size)
     except DataProblem as err:
         raise DataError(f"{err} (DATASET={dataset}), or set MOCK_DATA=1 for synthetic tokens") from None
-    eod, tokenizer_vocab = read_tokenizer(tokenizer)
+    # The two facts as data.verify read them from these very files (their sha256 was just proven): each rank then
+    # loads no tokenizer (0.5 s of every run's start with Llama's); a manifest from before it recorded them is read.
+    recorded = verified.manifest["tokenizer"]
+    eod, tokenizer_vocab = (recorded["eos_id"], recorded["vocab_size"]) \
+        if recorded.get("eos_id") is not None and recorded.get("vocab_size") else read_tokenizer(tokenizer)
     if tokenizer_vocab > model.vocab_size:
         raise DataError(f"{tokenizer}: {tokenizer_vocab} tokens do not fit the model's {model.vocab_size} embedding "
                         f"rows; this is not the {model.key} tokenizer, prepare it with {PREPARE_COMMAND} "
