@@ -93,6 +93,8 @@ def test_autotp_builds_deepspeeds_cpu_op_once_in_a_process_of_its_own(extensions
     assert capsys.readouterr().err == (f"[tprimat] building DeepSpeed's CPU collective op into {extensions} (autotp on "
                                        f"the CPU; once)\n")
     assert autotp_environment.environment("nvd") == {} and autotp_environment.environment("cpu", False) == {}
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")  # started without shell/lib.sh: the first autotp run builds it
+    assert autotp_environment.environment("cpu") == {}
     assert len(builds) == 1
 
 

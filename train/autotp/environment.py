@@ -49,8 +49,9 @@ def build() -> bool:
 
 def environment(platform: str, build_now: bool = True) -> dict[str, str]:
     """The registry's hook (utils.frameworks.Framework.environment): on the CPU the op is built (build_now) unless it
-    is; no variables are added on any platform."""
-    if platform == "cpu" and build_now and not built():
+    is, where TORCH_EXTENSIONS_DIR says where it goes (shell/lib.sh sets it; without it the first autotp run builds
+    it, as DeepSpeed does); no variables are added on any platform."""
+    if platform == "cpu" and build_now and os.environ.get("TORCH_EXTENSIONS_DIR") and not built():
         build()
     return {}
 
