@@ -71,6 +71,15 @@ def test_an_environment_that_cannot_be_built_stops_the_run_set_in_one_line(tmp_p
                                        "be installed\n")
 
 
+def test_an_unexpected_failure_of_a_build_is_raised_in_the_matrixs_own_thread(tmp_path, monkeypatch):
+    def fail(cfg, runs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matrix, "build_environments", fail)
+    with pytest.raises(OSError, match="No space left on device"):
+        matrix.Beside(sample_config(tmp_path), []).finish(matrix.Stop())
+
+
 @pytest.fixture
 def extensions(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))

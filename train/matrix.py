@@ -210,13 +210,13 @@ class Beside(threading.Thread):
 
     def __init__(self, cfg: Config, runs: list[plan.Run]) -> None:
         super().__init__(name="environments", daemon=True)
-        self.cfg, self.runs, self.problem = cfg, runs, ""
+        self.cfg, self.runs, self.failure = cfg, runs, None
 
     def run(self) -> None:
         try:
             build_environments(self.cfg, self.runs)
-        except UsageError as err:
-            self.problem = str(err)
+        except Exception as err:  # noqa: BLE001 - raised again in the matrix's own thread (finish)
+            self.failure = err
 
     def finish(self, stop: Stop) -> None:
         """Wait for the builds (started now if the data needed no preparation), ending the matrix on a stop (checked
@@ -226,8 +226,10 @@ class Beside(threading.Thread):
         while self.is_alive():
             self.join(timeout=0.5)
             stop.end_if_stopped()
-        if self.problem:
-            die(2, self.problem)
+        if isinstance(self.failure, UsageError):
+            die(2, str(self.failure))
+        if self.failure is not None:
+            raise self.failure
 
 
 def container_command(platform: str, script: str, args: list[str]) -> str:
