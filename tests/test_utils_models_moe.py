@@ -10,7 +10,9 @@ import pytest
 
 from evaluate import validate
 from evaluate.collect import Loaded
+from tests.fixtures.train_matrix.requests import node
 from tests.test_utils_result import build
+from train.plan import build_plan
 from utils.spec.models import MoESpec, get_model
 
 
@@ -109,3 +111,20 @@ def test_a_moe_results_experts_edited_fail_the_gate():
     data["model"]["moe"]["top_k"] = 2
     assert judged(data)["model"].startswith("model.moe is")
 
+
+@pytest.mark.parametrize("platform, stack", [("nvd", None), ("amd", None), ("nvd", "nemo-25.04")])
+def test_a_framework_that_cannot_run_the_moe_model_skips_it_with_the_reason(platform, stack):
+    """Those with recipe names have none for it; those building from the spec build it only with builds_moe."""
+    env = {"STACK": stack} if stack else {}
+    runs = {run.name.split("-")[0]: run.skipped for run in build_plan(node(platform, FRAMEWORK="all",
+                                                                          MODELS="qwen3moe", **env))}
+    assert runs.pop("mega") == ""
+    for framework, reason in runs.items():
+        named = f"{framework} has no name for qwen3moe (utils/frameworks/{framework}/: its model_names has none)"
+        built = (f"{framework} builds no mixture-of-experts model such as qwen3moe (utils/frameworks/{framework}/: "
+                 "builds_moe is off); the frameworks that build one: mega")
+        assert reason == (built if framework in ("fsdp", "autotp") else named), framework
+
+
+def test_the_default_run_leaves_the_moe_model_out():
+    assert [run.name for run in build_plan(node("cpu")) if "qwen3moe" in run.name] == []

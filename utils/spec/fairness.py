@@ -68,6 +68,17 @@ SPEC: dict[str, object] = {
     # Megatron-Bridge, run. Primus builds its own recipe, with it off but in v26.5 at TP > 1 with sequence
     # parallelism (FIXED["primus"]).
     "fp8_reduce_amax": True,
+    # A mixture-of-experts model's routing (utils.spec.models' MoESpec holds the model's own numbers): the token
+    # dispatcher Megatron-Bridge's and Primus's Qwen3 MoE presets ship (at EP=1 no token leaves its rank), the router's
+    # scores and top-k in fp32, dropless (no capacity factor: every token reaches its top-k experts, as both presets
+    # ship), no router z-loss; the grouped expert GEMM and the fused permutation (both presets ship them on) where the
+    # stack has Transformer Engine's kernels, each recorded on or off.
+    "moe_token_dispatcher_type": "alltoall",
+    "moe_router_dtype": "fp32",
+    "moe_expert_capacity_factor": None,
+    "moe_z_loss_coeff": None,
+    "moe_grouped_gemm": True,
+    "moe_permute_fusion": True,
 }
 
 # Where `tuned` differs from `spec`: value and reason.
