@@ -118,12 +118,21 @@ def test_a_framework_that_cannot_run_the_moe_model_skips_it_with_the_reason(plat
     env = {"STACK": stack} if stack else {}
     runs = {run.name.split("-")[0]: run.skipped for run in build_plan(node(platform, FRAMEWORK="all",
                                                                           MODELS="qwen3moe", **env))}
-    assert runs.pop("mega") == ""
+    assert (runs.pop("mega"), runs.pop("fsdp")) == ("", "")
     for framework, reason in runs.items():
         named = f"{framework} has no name for qwen3moe (utils/frameworks/{framework}/: its model_names has none)"
         built = (f"{framework} builds no mixture-of-experts model such as qwen3moe (utils/frameworks/{framework}/: "
-                 "builds_moe is off); the frameworks that build one: mega")
-        assert reason == (built if framework in ("fsdp", "autotp") else named), framework
+                 "builds_moe is off); the frameworks that build one: mega, fsdp")
+        assert reason == (built if framework == "autotp" else named), framework
+
+
+def test_fsdp_builds_the_moe_model_at_tp_1_only_and_says_why():
+    runs = {run.name: run.skipped for run in build_plan(node("nvd", FRAMEWORK="mega,fsdp", MODELS="qwen3moe,qwen",
+                                                             TP="2", DP="4"))}
+    assert runs == {"mega-qwen3moe": "", "mega-qwen": "", "fsdp-qwen": "",
+                    "fsdp-qwen3moe": "fsdp runs qwen3moe at TP=1 only (TP=2): Hugging Face's experts are one 3-D "
+                                     "tensor per layer, which the tensor-parallel plan "
+                                     "(train/native/tensor_parallel.py) does not split"}
 
 
 def test_the_default_run_leaves_the_moe_model_out():
