@@ -5,6 +5,7 @@ result to it (evaluate.validate recomputes the FLOPs and the model numbers from 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -12,7 +13,7 @@ from evaluate import validate
 from evaluate.collect import Loaded
 from tests.fixtures.train_matrix.requests import node
 from tests.test_utils_result import build
-from train.plan import build_plan
+from train.plan import build_plan, request
 from utils.spec.models import MoESpec, get_model
 
 
@@ -137,3 +138,22 @@ def test_fsdp_builds_the_moe_model_at_tp_1_only_and_says_why():
 
 def test_the_default_run_leaves_the_moe_model_out():
     assert [run.name for run in build_plan(node("cpu")) if "qwen3moe" in run.name] == []
+
+
+def test_a_run_request_keeps_the_experts_through_its_config_json():
+    """The launcher writes the request as config.json and every trainer reads it back: the MoE spec must come back
+    a MoESpec, not the JSON object it was written as."""
+    from utils.spec.request import Request
+
+    cfg = node("cpu", FRAMEWORK="mega", MODELS="qwen3moe")
+    written = request(cfg, build_plan(cfg)[0])
+    read = Request.from_json(json.loads(json.dumps(written.to_json())))
+    assert read.model == written.model == get_model("qwen3moe", "tiny")
+    assert isinstance(read.model.moe, MoESpec) and read.model.moe.top_k == 2
+
+
+@pytest.mark.parametrize("changes", [dict(top_k=9), dict(top_k=0), dict(score_function="relu"),
+                                     dict(load_balancing="z"), dict(shared_experts=1)])
+def test_a_moe_spec_that_cannot_be_is_refused(changes):
+    with pytest.raises(ValueError, match="top_k must be 1..num_experts"):
+        dataclasses.replace(get_model("qwen3moe", "tiny").moe, **changes)

@@ -48,6 +48,13 @@ class MoESpec:
     load_balancing: str = "aux_loss"  # one of LOAD_BALANCING
     aux_loss_coeff: float = 0.0  # the load-balancing loss's weight (router_aux_loss_coef)
 
+    def __post_init__(self) -> None:
+        shared = (self.shared_experts > 0) == (self.shared_expert_ffn_size > 0)
+        if not (1 <= self.top_k <= self.num_experts and self.score_function in SCORE_FUNCTIONS
+                and self.load_balancing in LOAD_BALANCING and shared):
+            raise ValueError(f"MoESpec {self}: top_k must be 1..num_experts, score_function one of {SCORE_FUNCTIONS}, "
+                             f"load_balancing one of {LOAD_BALANCING}, shared experts a count with a width")
+
     def mlp_weights(self, hidden: int, active: bool) -> int:
         """One layer's MLP weights: the router (experts x hidden, no bias), the routed experts (all, or the top-k
         a token passes through when active) and the shared experts."""
@@ -84,6 +91,10 @@ class ModelSpec:
     explicit_head_dim: int | None = None  # each head's width where it is not hidden / heads (Qwen3 MoE); None: it is
     qk_norm: bool = False  # RMSNorm over each head's queries and keys, one weight of head_dim each (Qwen3)
     moe: MoESpec | None = None  # every layer's MLP is a mixture of experts; None: dense
+
+    def __post_init__(self) -> None:
+        if isinstance(self.moe, dict):  # as a run's config.json holds it (utils.spec.request reads it back)
+            object.__setattr__(self, "moe", MoESpec(**self.moe))
 
     @property
     def data_key(self) -> str:
