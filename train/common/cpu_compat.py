@@ -88,7 +88,16 @@ class _CudaIsCpu(TorchFunctionMode):
 
 
 class InOrder:
-    """The CPU's one stream: work runs in program order, so a wait has nothing to wait for (10)."""
+    """The CPU's one stream: work runs in program order, so a wait has nothing to wait for (10). One instance: a
+    stream made (11) is that one. A class, as torch.cuda.Stream is: modules imported later annotate with
+    `torch.cuda.Stream | None`, which a function would break."""
+
+    _the_one: "InOrder | None" = None
+
+    def __new__(cls, *_args, **_kwargs) -> "InOrder":
+        if cls._the_one is None:
+            cls._the_one = super().__new__(cls)
+        return cls._the_one
 
     def wait_event(self, _event) -> None:
         return None
@@ -176,7 +185,7 @@ def apply() -> None:
         setattr(torch.cuda, name, _stand_in(name, lambda *args, **kwargs: None))
     in_order = InOrder()
     torch.cuda.current_stream = _stand_in("current_stream", lambda *args, **kwargs: in_order)  # 10.
-    torch.cuda.Stream = _stand_in("Stream", lambda *args, **kwargs: in_order)  # 11.
+    torch.cuda.Stream = InOrder  # 11.
     torch.cuda.stream = _stand_in("stream", lambda *args, **kwargs: contextlib.nullcontext())
     # 7. sequence parallelism with torch's norm (the local spec without Apex).
     WrappedTorchNorm.__new__ = _sequence_parallel_torch_norm

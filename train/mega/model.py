@@ -36,7 +36,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from train.common import local_kernels
 from train.common.fp8 import te_reduce_amax
 from utils.spec import precision as precisions
-from utils.spec.fairness import WORKLOAD, sequence_parallel
+from utils.spec.fairness import MOE_ROUTING, WORKLOAD, sequence_parallel
 from utils.spec.models import ModelSpec
 
 # Megatron initialises the attention output and second MLP projections with std / sqrt(2 L); a MoE's experts are MLPs
@@ -148,14 +148,14 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         deallocate_pipeline_outputs=True,
         cross_entropy_fusion_impl=table["cross_entropy_fusion_impl"],
         qk_layernorm=spec.qk_norm,
-        **moe_settings(spec, stack, table),
+        **moe_settings(spec, stack),
         **{**fusions, **_sliding_window(spec, stack, fusions)},
     )
 
 
-def moe_settings(spec: ModelSpec, stack: Stack, table: dict) -> dict:
+def moe_settings(spec: ModelSpec, stack: Stack, table: dict = MOE_ROUTING) -> dict:
     """TransformerConfig's MoE fields for a mixture-of-experts spec ({} for a dense one): the model's numbers from
-    its MoESpec, the routing from the fairness profile's table; expert parallelism 1. The grouped expert GEMM and the
+    its MoESpec, the routing from utils.spec.fairness.MOE_ROUTING; expert parallelism 1. The grouped expert GEMM and the
     fused permutation are Transformer Engine's: the local layers (the CPU) run each expert's own GEMMs and torch's
     permutation (moe_notes says so)."""
     moe = spec.moe
@@ -176,8 +176,8 @@ def moe_settings(spec: ModelSpec, stack: Stack, table: dict) -> dict:
             "expert_model_parallel_size": 1}
 
 
-def moe_notes(config: TransformerConfig, table: dict) -> list[str]:
-    """One warning for each of the profile's MoE kernels the built configuration runs without."""
+def moe_notes(config: TransformerConfig, table: dict = MOE_ROUTING) -> list[str]:
+    """One warning for each of MOE_ROUTING's kernels the built configuration runs without."""
     if not config.num_moe_experts:
         return []
     missing = [name for name in ("moe_grouped_gemm", "moe_permute_fusion") if table[name] and not getattr(config, name)]

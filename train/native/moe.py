@@ -9,7 +9,7 @@ router, trained with megatron-core's load-balancing loss and a router in fp32, s
   30B-A3B): TPrimat computes megatron-core's from the router logits Hugging Face returns.
 - The loss is added to the gradient only, as megatron-core's MoEAuxLossAutoScaler adds it: the recorded loss stays
   the language-model loss, the number every framework's step line shows.
-- The router's logits are computed in fp32 (the fairness profile's moe_router_dtype, utils/spec/fairness.py):
+- The router's logits are computed in fp32 (utils.spec.fairness.MOE_ROUTING's moe_router_dtype):
   autocast is off inside it and its input is cast up; FSDP2 keeps its weight in fp32 (train/fsdp/engine.py).
 """
 

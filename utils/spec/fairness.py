@@ -68,11 +68,15 @@ SPEC: dict[str, object] = {
     # Megatron-Bridge, run. Primus builds its own recipe, with it off but in v26.5 at TP > 1 with sequence
     # parallelism (FIXED["primus"]).
     "fp8_reduce_amax": True,
-    # A mixture-of-experts model's routing (utils.spec.models' MoESpec holds the model's own numbers): the token
-    # dispatcher Megatron-Bridge's and Primus's Qwen3 MoE presets ship (at EP=1 no token leaves its rank), the router's
-    # scores and top-k in fp32, dropless (no capacity factor: every token reaches its top-k experts, as both presets
-    # ship), no router z-loss; the grouped expert GEMM and the fused permutation (both presets ship them on) where the
-    # stack has Transformer Engine's kernels, each recorded on or off.
+}
+
+# A mixture-of-experts model's routing, under every profile (utils.spec.models' MoESpec holds the model's own
+# numbers): the token dispatcher Megatron-Bridge's and Primus's Qwen3 MoE presets ship (at EP=1 no token leaves its
+# rank), the router's scores and top-k in fp32, dropless (no capacity factor: every token reaches its top-k experts,
+# as both presets ship), no router z-loss; the grouped expert GEMM and the fused permutation (both presets ship them
+# on) where the stack has Transformer Engine's kernels, each recorded on or off. Not in the profile tables: a dense
+# model has none of these, and the frameworks that apply every profile setting to it have no switch for them.
+MOE_ROUTING: dict[str, object] = {
     "moe_token_dispatcher_type": "alltoall",
     "moe_router_dtype": "fp32",
     "moe_expert_capacity_factor": None,
