@@ -157,3 +157,20 @@ def test_a_run_request_keeps_the_experts_through_its_config_json():
 def test_a_moe_spec_that_cannot_be_is_refused(changes):
     with pytest.raises(ValueError, match="top_k must be 1..num_experts"):
         dataclasses.replace(get_model("qwen3moe", "tiny").moe, **changes)
+
+
+@pytest.mark.parametrize("size", ["full", "tiny"])
+def test_the_memory_prediction_holds_every_expert_and_the_router(size):
+    """The prediction's parameter tensors (utils/predict/parameters.py) add up to the spec's total for every model,
+    the experts, router and QK-norm of the MoE one included: its weights, gradients and optimizer state are those of
+    30.5B parameters, not of a dense model of its config's FFN width (activations and dispatch: not yet modelled)."""
+    from utils.predict.parameters import hf_shapes, megatron_numels
+    from utils.spec.models import MODEL_KEYS
+
+    for key in MODEL_KEYS:
+        spec = get_model(key, size)
+        assert sum(rows * cols for rows, cols in hf_shapes(spec, 1, False)) == spec.param_count(), key
+        assert sum(megatron_numels(spec, 1, spec.num_layers, True, True)) == spec.param_count(), key
+    tiny = get_model("qwen3moe", "tiny")
+    halves = megatron_numels(tiny, 2, tiny.num_layers, True, True)
+    assert 8 * 128 in halves and 2 * 24 * 128 in halves  # the router whole on each TP rank, each expert split
