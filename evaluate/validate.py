@@ -35,8 +35,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from evaluate import (effective_settings, evaluation_checks, integrity, machine_checks, native_settings,
-                      prediction_checks, series_checks, straggler_checks, telemetry_checks)
+from evaluate import (effective_settings, evaluation_checks, integrity, machine_checks, model_checks,
+                      native_settings, prediction_checks, series_checks, straggler_checks, telemetry_checks)
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs import worker_failure
 from evaluate.logs.parse import step_ranges
@@ -125,7 +125,7 @@ def check_result(item: Loaded) -> list[Finding]:
         found.append(Finding(name, "status", f"{run.status} (exit code {run.exit_code}): {cause[:200]}"))
     found += _steps(name, run, training, series, r.effective, evaluation_checks.stopped_at(r))
     found += [Finding(name, *problem) for problem in integrity.problems(r, item.system)]
-    found += [Finding(name, *problem) for problem in series_checks.problems(r)]
+    found += [Finding(name, *problem) for problem in series_checks.problems(r) + model_checks.problems(r)]
     found += [Finding(name, *problem) for problem in evaluation_checks.problems(r, item.evals, item.beside)]
     losses = series.loss
     bad = [item_.step for item_ in health.nonfinite if item_.field == "loss"]

@@ -232,7 +232,8 @@ SHELL_LIKE = [*sorted(ROOT.glob("shell/**/*.sh")), *sorted(ROOT.glob("train/*.sh
               ROOT / "secrets.env.example", *sorted(ROOT.glob("*.Dockerfile"))]
 MARKDOWN = [*PAGES, *sorted(page for folder in (*PACKAGES, "tests") for page in (ROOT / folder).rglob("*.md")
                             if page not in PAGES)]
-NOT_OURS = ("docs/source/", "tests/testdata")  # Megatron-LM's docs/source/, the Brotli release's tests/testdata
+NOT_OURS = ("docs/source/", "tests/testdata", "tests/unit_tests/")  # Megatron-LM's docs/source/, the Brotli release's
+# tests/testdata, Megatron-Bridge's tests/unit_tests/
 FILE_SUFFIXES = {"py", "sh", "md", "log", "json", "jsonl", "txt", "env", "yaml", "yml", "csv", "png", "zip", "gz",
                  "bin", "idx"}
 NAME = re.compile(r"(?<![\w./$-])(?:\./)?(?:(?P<path>(?:{folders})/[\w./-]*)|(?P<module>(?:{packages})(?:\.\w+)+)"

@@ -30,7 +30,7 @@ def full_models() -> dict:
 
 
 @pytest.mark.parametrize("key, billions", [("llama", 8.030), ("qwen", 7.616), ("llama70b", 70.554),
-                                           ("mistral", 7.242), ("llama32", 3.213)])
+                                           ("mistral", 7.242), ("llama32", 3.213), ("qwen3moe", 30.532)])
 def test_megatron_builds_the_published_parameter_count(full_models, key, billions):
     assert round(full_models[key]["parameters"] / 1e9, 3) == billions
     assert full_models[key]["parameters"] == get_model(key).param_count()
@@ -38,7 +38,15 @@ def test_megatron_builds_the_published_parameter_count(full_models, key, billion
 
 def test_only_mistral_is_built_with_a_sliding_window(full_models):
     assert {key: built["window_size"] for key, built in full_models.items()} == {
-        "llama": None, "qwen": None, "llama70b": None, "mistral": [4095, 0], "llama32": None, "llama+tied": None}
+        "llama": None, "qwen": None, "llama70b": None, "mistral": [4095, 0], "llama32": None, "qwen3moe": None,
+        "llama+tied": None}
+
+
+def test_only_qwen3_moe_is_built_with_experts_and_heads_wider_than_hidden_over_heads(full_models):
+    assert {key: built["num_moe_experts"] for key, built in full_models.items()} == {
+        "llama": None, "qwen": None, "llama70b": None, "mistral": None, "llama32": None, "qwen3moe": 128,
+        "llama+tied": None}
+    assert full_models["qwen3moe"]["head_dim"] == 128 != 2048 // 32
 
 
 def test_a_tied_lm_head_is_the_embedding_and_counted_once(full_models):

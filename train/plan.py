@@ -91,9 +91,7 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
             honoured = ", ".join(name for name, other in TABLE.items() if knob in other.knobs)
             value = "1" if knobs[knob] is True else knobs[knob]  # as config.env spells it
             return f"{framework} has no {feature} ({knob}={value} applies to {honoured})"
-    if entry.model_name(model) is None:
-        return f"{framework} has no name for {model} (utils/frameworks/{framework}/: its model_names has none)"
-    return ""
+    return entry.model_refusal(model, layout.tp)
 
 
 def precision_reason(framework: str, knobs: Mapping[str, object], stack: Stack, device: DeviceSpec | None) -> str:

@@ -23,7 +23,10 @@ megatron-core (0.12 to 0.19) assumes a CUDA device in a handful of places, liste
    with FP8 parameters still reaches megatron-core's own function;
 10. megatron-core 0.19's DDP makes ``torch.cuda.current_stream()`` wait for CUDA-graph replay events before
    every gradient reduction, events that only a CUDA graph records: a CPU runs in order, so its current
-   stream is one whose waits return at once.
+   stream is one whose waits return at once;
+11. megatron-core's all-to-all MoE token dispatcher (0.19) copies its routing counts to the host on a side stream
+   of its own (``torch.cuda.Stream()``, entered with ``torch.cuda.stream``) and waits for the copy's event: the
+   CPU's side stream is its one in-order stream, whose event is already reached.
 
 The RNG tracker also warns "CPU RNG state changed within GPU RNG context" whenever it forks: here
 the two generators are one, so that is expected, and apply() filters exactly that message, as it filters
@@ -38,6 +41,7 @@ and cannot be undone; call ``apply()`` once, before megatron-core is imported.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
@@ -84,7 +88,16 @@ class _CudaIsCpu(TorchFunctionMode):
 
 
 class InOrder:
-    """The CPU's one stream: work runs in program order, so a wait has nothing to wait for (10)."""
+    """The CPU's one stream: work runs in program order, so a wait has nothing to wait for (10). One instance: a
+    stream made (11) is that one. A class, as torch.cuda.Stream is: modules imported later annotate with
+    `torch.cuda.Stream | None`, which a function would break."""
+
+    _the_one: "InOrder | None" = None
+
+    def __new__(cls, *_args, **_kwargs) -> "InOrder":
+        if cls._the_one is None:
+            cls._the_one = super().__new__(cls)
+        return cls._the_one
 
     def wait_event(self, _event) -> None:
         return None
@@ -94,6 +107,9 @@ class InOrder:
 
     def synchronize(self) -> None:
         return None
+
+    def record_event(self, _event=None) -> "InOrder":
+        return self  # an event of the one stream: reached when recorded (11)
 
 
 def _cpu_rng_state(*_args, **_kwargs) -> torch.Tensor:
@@ -169,6 +185,8 @@ def apply() -> None:
         setattr(torch.cuda, name, _stand_in(name, lambda *args, **kwargs: None))
     in_order = InOrder()
     torch.cuda.current_stream = _stand_in("current_stream", lambda *args, **kwargs: in_order)  # 10.
+    torch.cuda.Stream = InOrder  # 11.
+    torch.cuda.stream = _stand_in("stream", lambda *args, **kwargs: contextlib.nullcontext())
     # 7. sequence parallelism with torch's norm (the local spec without Apex).
     WrappedTorchNorm.__new__ = _sequence_parallel_torch_norm
     # 9. no FP8 parameter, nothing to quantize (megatron-core 0.12 without TE raises instead).

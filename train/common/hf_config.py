@@ -14,9 +14,26 @@ from utils.spec.models import ModelSpec
 
 def config_classes() -> dict:
     """Each Hugging Face family's config class (utils.spec.models' hf_family): a new family is one line here."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3MoeConfig
 
-    return {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}
+    return {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig, "qwen3_moe": Qwen3MoeConfig}
+
+
+def moe_arguments(spec: ModelSpec) -> dict:
+    """A mixture-of-experts spec in Hugging Face's qwen3_moe names (every layer sparse), the head width where it is
+    not hidden/heads; {} for a dense spec of a family without them. Hugging Face's Qwen3 MoE has QK-norm and no
+    shared expert: a spec that differs is refused (train.native.model's parameter count would refuse it later)."""
+    extra = {"head_dim": spec.head_dim} if spec.explicit_head_dim else {}
+    moe = spec.moe
+    if moe is None:
+        return extra
+    if moe.shared_experts or not spec.qk_norm or moe.score_function != "softmax":
+        raise SettingsError(f"model {spec.key}: Hugging Face's {spec.hf_family} has QK-norm, a softmax router and no "
+                            "shared expert; the spec asks otherwise")
+    return {**extra, "num_experts": moe.num_experts, "num_experts_per_tok": moe.top_k,
+            "moe_intermediate_size": moe.expert_ffn_size, "norm_topk_prob": moe.norm_topk_prob,
+            "router_aux_loss_coef": moe.aux_loss_coeff, "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "attention_bias": spec.qkv_bias}
 
 
 def rope_arguments(spec: ModelSpec) -> dict:
@@ -44,6 +61,6 @@ def hf_config(spec: ModelSpec, attn_impl: str):
                  num_key_value_heads=spec.num_kv_heads, max_position_embeddings=spec.max_position_embeddings,
                  rms_norm_eps=spec.norm_eps, **rope_arguments(spec), tie_word_embeddings=spec.tied_embeddings,
                  initializer_range=float(WORKLOAD["init_method_std"]), attention_dropout=0.0, use_cache=False,
-                 **extra)
+                 **extra, **moe_arguments(spec))
     config._attn_implementation = attn_impl
     return config

@@ -20,6 +20,7 @@ from contextlib import nullcontext
 
 import torch
 
+from train.native import moe as native_moe
 from train.native import tensor_parallel
 from train.native import trainer as native_trainer
 from train.common.outcome import SettingsError
@@ -41,6 +42,10 @@ def check(req: Request, device: torch.device) -> None:
                             "DATA_PARALLEL=fsdp or TP=1")
     if why := TABLE["fsdp"].tp_refusal({"ATTN_IMPL": native.attn_impl, "COMPILE": native.compile}, lay.tp):
         raise SettingsError(why)  # the plan skips such a run (train.plan.skip_reason): this is the trainer's guard
+    if req.model.moe is not None and (lay.tp != 1 or precision == "fp8"):
+        raise SettingsError(f"{req.model.key} (mixture of experts) at TP={lay.tp} in {precision}: fsdp builds its "
+                            "experts at TP=1 in bf16 or fp32 (torchao's float8 converts no expert); set TP=1 and "
+                            "PRECISION=bf16")
     if native.sac_every and (native.data_parallel != "fsdp" or precision == "fp8"):
         raise SettingsError("SAC_FREQ needs DATA_PARALLEL=fsdp and a precision other than fp8; clear SAC_FREQ")
     if precision == "fp8":
@@ -123,10 +128,17 @@ class FsdpEngine:
             for index in self.checkpointed:
                 layers[index] = checkpoint_wrapper(layers[index])
         self.fsdp = native.data_parallel == "fsdp"
+        self.moe, self.router_dtype = req.model.moe is not None, torch.float32  # the model's own weights: fp32
+        for router in native_moe.routers(model):
+            native_moe.router_in_fp32(router)
         if self.fsdp:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
             policy = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=self.reduce_dtype)
+            router_policy = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+            for router in native_moe.routers(model):  # a unit of its own, computed and reduced in fp32
+                fully_shard(router, mesh=self.mesh["dp"], mp_policy=router_policy, reshard_after_forward=True)
+                self.router_dtype = router_policy.param_dtype
             for layer in layers:
                 fully_shard(layer, mesh=self.mesh["dp"], mp_policy=policy, reshard_after_forward=True)
             fully_shard(model, mesh=self.mesh["dp"], mp_policy=policy, reshard_after_forward=True)
@@ -166,10 +178,14 @@ class FsdpEngine:
         """The full position_ids always: under sequence parallelism Hugging Face would otherwise number the
         positions from the embedding's sequence shard (train/native/tensor_parallel.py)."""
         with self._autocast():
-            logits = self.model(input_ids=batch["tokens"], position_ids=batch["position_ids"],
-                                use_cache=False).logits
+            outputs = self.model(input_ids=batch["tokens"], position_ids=batch["position_ids"], use_cache=False,
+                                 **({"output_router_logits": True} if self.moe else {}))
         with self._loss_parallel():
-            return native_trainer.masked_loss(logits, batch)
+            loss = native_trainer.masked_loss(outputs.logits, batch)
+        if not self.moe:
+            return loss
+        aux_loss = native_moe.load_balancing_loss(outputs.router_logits, self.hf_model.config)
+        return native_moe.with_aux_gradient(loss, aux_loss)
 
     def backward(self, loss: torch.Tensor, last_microbatch: bool) -> None:
         if self.fsdp:
@@ -221,6 +237,7 @@ class FsdpEngine:
             "compile_mode": native.compile_mode if native.compile else None,
             "checkpointed_layers": [i for i, layer in enumerate(layers) if isinstance(layer, CheckpointWrapper)],
             "attn_impl": self.hf_model.config._attn_implementation,
+            **native_moe.read_back(self.hf_model, self.router_dtype),
             "torch_version": torch.__version__,
         }
 

@@ -36,12 +36,13 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from train.common import local_kernels
 from train.common.fp8 import te_reduce_amax
 from utils.spec import precision as precisions
-from utils.spec.fairness import WORKLOAD, sequence_parallel
+from utils.spec.fairness import MOE_ROUTING, WORKLOAD, sequence_parallel
 from utils.spec.models import ModelSpec
 
-# Megatron initialises the attention output and second MLP projections with std / sqrt(2 L).
-OUTPUT_PROJECTIONS = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
-GATED_FC1 = "mlp.linear_fc1.weight"
+# Megatron initialises the attention output and second MLP projections with std / sqrt(2 L); a MoE's experts are MLPs
+# too (mlp.experts.local_experts.<i>.linear_fc2, mlp.shared_experts.linear_fc2).
+OUTPUT_PROJECTIONS = ("self_attention.linear_proj.weight", "linear_fc2.weight")
+GATED_FC1 = "linear_fc1.weight"
 LAYER_INDEX = re.compile(r"decoder\.layers\.(\d+)\.")
 
 
@@ -146,8 +147,53 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         **(fp8_settings(table, precision) if precision in precisions.LOW else {"fp8": None}),
         deallocate_pipeline_outputs=True,
         cross_entropy_fusion_impl=table["cross_entropy_fusion_impl"],
+        qk_layernorm=spec.qk_norm,
+        **moe_settings(spec, stack),
         **{**fusions, **_sliding_window(spec, stack, fusions)},
     )
+
+
+def moe_settings(spec: ModelSpec, stack: Stack, table: dict = MOE_ROUTING) -> dict:
+    """TransformerConfig's MoE fields for a mixture-of-experts spec ({} for a dense one): the model's numbers from
+    its MoESpec, the routing from utils.spec.fairness.MOE_ROUTING; expert parallelism 1. The grouped expert GEMM and the
+    fused permutation are Transformer Engine's: the local layers (the CPU) run each expert's own GEMMs and torch's
+    permutation (moe_notes says so)."""
+    moe = spec.moe
+    if moe is None:
+        return {}
+    return {"num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k,
+            "moe_ffn_hidden_size": moe.expert_ffn_size,
+            "moe_shared_expert_intermediate_size": moe.shared_experts * moe.shared_expert_ffn_size or None,
+            "moe_router_score_function": moe.score_function,
+            "moe_router_pre_softmax": not moe.norm_topk_prob,  # softmax over the top-k only: renormalised
+            "moe_router_load_balancing_type": moe.load_balancing, "moe_aux_loss_coeff": moe.aux_loss_coeff,
+            "moe_token_dispatcher_type": table["moe_token_dispatcher_type"],
+            "moe_router_dtype": table["moe_router_dtype"],
+            "moe_expert_capacity_factor": table["moe_expert_capacity_factor"],
+            "moe_z_loss_coeff": table["moe_z_loss_coeff"],
+            "moe_grouped_gemm": table["moe_grouped_gemm"] and stack.transformer_engine,
+            "moe_permute_fusion": table["moe_permute_fusion"] and stack.transformer_engine,
+            "expert_model_parallel_size": 1}
+
+
+def moe_notes(config: TransformerConfig, table: dict = MOE_ROUTING) -> list[str]:
+    """One warning for each of MOE_ROUTING's kernels the built configuration runs without."""
+    if not config.num_moe_experts:
+        return []
+    missing = [name for name in ("moe_grouped_gemm", "moe_permute_fusion") if table[name] and not getattr(config, name)]
+    return [f"MoE kernels unavailable on this stack (Transformer Engine's), running without: {', '.join(missing)}"] \
+        if missing else []
+
+
+def moe_read_back(config: TransformerConfig) -> dict:
+    """The MoE settings the built configuration holds (the result's effective.moe), None for a dense model."""
+    if not config.num_moe_experts:
+        return {"moe": None}
+    names = ("num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+             "moe_router_score_function", "moe_router_pre_softmax", "moe_router_load_balancing_type",
+             "moe_aux_loss_coeff", "moe_token_dispatcher_type", "moe_router_dtype", "moe_expert_capacity_factor",
+             "moe_z_loss_coeff", "moe_grouped_gemm", "moe_permute_fusion", "expert_model_parallel_size")
+    return {"moe": {name: getattr(config, name) for name in names}}
 
 
 def _sliding_window(spec: ModelSpec, stack: Stack, fusions: dict[str, bool]) -> dict:
@@ -200,12 +246,12 @@ def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len:
     """This pipeline stage's part of the model (the LM head tied to the embedding where the spec ties them, RoPE with
     the spec's base and scaling)."""
     _check_rope_scaling(spec)
+    experts = {"num_experts": config.num_moe_experts, "moe_grouped_gemm": bool(config.moe_grouped_gemm),
+               "qk_layernorm": bool(config.qk_layernorm)}
     if stack.transformer_engine:
-        layer_spec = get_gpt_layer_with_transformer_engine_spec(num_experts=None, moe_grouped_gemm=False,
-                                                                qk_layernorm=False)
+        layer_spec = get_gpt_layer_with_transformer_engine_spec(**experts)
     else:
-        layer_spec = get_gpt_layer_local_spec(num_experts=None, moe_grouped_gemm=False, qk_layernorm=False,
-                                              normalization="RMSNorm")
+        layer_spec = get_gpt_layer_local_spec(**experts, normalization="RMSNorm")
     return GPTModel(
         config=config,
         transformer_layer_spec=layer_spec,
@@ -261,7 +307,8 @@ def initialise_layout_invariant(model: GPTModel, seed: int) -> None:
             if logical.endswith(OUTPUT_PROJECTIONS):
                 std /= math.sqrt(2.0 * config.num_layers)
             shape, dim, stride = list(param.shape), 0, 1
-            if getattr(param, "tensor_model_parallel", False):
+            split = getattr(param, "tensor_model_parallel", False)  # else whole on every rank (a MoE's router)
+            if split:
                 dim = param.partition_dim
                 shape[dim] *= tp_size
                 # megatron-core < 0.16 marks SwiGLU's fc1 with stride 1 although each rank holds [gate_r; up_r]
@@ -269,7 +316,7 @@ def initialise_layout_invariant(model: GPTModel, seed: int) -> None:
             digest = hashlib.sha256(f"{seed}:{logical}".encode()).digest()
             generator = torch.Generator(device=param.device).manual_seed(int.from_bytes(digest[:8], "little") >> 1)
             full = torch.empty(shape, dtype=torch.float32, device=param.device).normal_(0.0, std, generator=generator)
-            param.copy_(_shard(full, dim, stride, tp_rank, tp_size))
+            param.copy_(_shard(full, dim, stride, tp_rank, tp_size if split else 1))
 
 
 def count_parameters(model: GPTModel) -> int:

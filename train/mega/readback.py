@@ -73,6 +73,8 @@ def read_back(trainer, model, parameters: int, dataset) -> dict:
         "eod_mask_loss": bool(dataset.config.eod_mask_loss),
         "dataloader_type": "single",  # train/common/megatron_data.microbatches: Megatron-LM's sequential sample order
         "lr_warmup_convention": "megatron",  # Trainer.run_step: the schedule advances after the optimizer step
+        "qk_norm": bool(config.qk_layernorm),
+        **mega_model.moe_read_back(config),
     }
 
 

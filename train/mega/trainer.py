@@ -190,6 +190,7 @@ class Trainer(RunRecord):
         fusions, fusion_notes = mega_model.choose_fusions(stack, table)
         self.notes += fusion_notes
         config = mega_model.transformer_config(spec, lay.tp, lay.pp, t.precision, stack, fusions, table)
+        self.notes += mega_model.moe_notes(config)
         model = mega_model.gpt_model(spec, config, stack, t.seq_len)
         model.to(torch.device("cuda", torch.cuda.current_device()))
         mega_model.initialise_layout_invariant(model, t.seed)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from utils.spec.models import get_model
 from utils.spec.precision import FP8_RECIPES, PRECISIONS
 
 # This package's entries, in the run list's order.
@@ -73,6 +74,10 @@ class Framework:
     # Its own name for each model it trains from a shipped recipe or config (utils.spec.models' key -> that name);
     # None: it builds any model of utils.spec.models from the spec. A model missing from the table skips it.
     model_names: Mapping[str, object] | None = None
+    # Whether it builds a mixture-of-experts model (utils.spec.models' MoESpec) from the spec, where model_names is
+    # None: one that does not skips a MoE model, saying so (one with model_names skips it by having no name for it)
+    builds_moe: bool = False
+    moe_tp_refusal: str = ""  # why it cannot split a MoE model over TP > 1 ranks, if it cannot (the plan skips it)
     env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # platform -> its stack's variables
     # What it always does whatever it is told (utils.spec.fairness.FIXED's kinds), added to the effective settings
     # of a result extracted from its log where the log does not say them; a trainer of TPrimat's reads its own back.
@@ -163,6 +168,20 @@ class Framework:
     def model_name(self, model: str) -> object | None:
         """Its own name for a model key; the key itself when it builds any model from the spec; None: none."""
         return model if self.model_names is None else self.model_names.get(model)
+
+    def model_refusal(self, model: str, tp: int = 1) -> str:
+        """Why it cannot train a model (a key of utils.spec.models) at TP=tp, or "": it has no name for it, or the
+        model is a mixture of experts and it builds none, or none at that TP."""
+        if self.model_name(model) is None:
+            return f"{self.name} has no name for {model} (utils/frameworks/{self.name}/: its model_names has none)"
+        if self.model_names is None and get_model(model).moe is not None:
+            if not self.builds_moe:
+                having = ", ".join(name for name, other in TABLE.items() if other.builds_moe)
+                return (f"{self.name} builds no mixture-of-experts model such as {model} (utils/frameworks/"
+                        f"{self.name}/: builds_moe is off); the frameworks that build one: {having}")
+            if tp > 1 and self.moe_tp_refusal:
+                return f"{self.name} runs {model} at TP=1 only (TP={tp}): {self.moe_tp_refusal}"
+        return ""
 
 
 def resolve(path: str) -> object:

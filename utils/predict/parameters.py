@@ -14,23 +14,40 @@ from utils.spec.models import ModelSpec
 def layer_shapes(spec: ModelSpec, tp: int) -> list[tuple[int, int]]:
     """One decoder layer's parameter tensors on one TP rank as (rows, columns) in Hugging Face's order; a vector is
     (n, 1). Column-parallel q, k, v (+ biases), gate and up split their rows by TP, row-parallel o and down their
-    columns (Megatron-LM's and the torch-native TP plans alike); the norms stay whole."""
+    columns (Megatron-LM's and the torch-native TP plans alike); the norms (QK-norm's of head_dim too) stay whole.
+    A mixture of experts' MLP: Hugging Face's fused expert tensors (experts x gate-and-up rows, hidden; experts x
+    hidden rows, expert width) and the router (experts, hidden), whole: fsdp builds it at TP=1 only."""
     h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
     q, kv = spec.num_attention_heads * d // tp, spec.num_kv_heads * d // tp
     shapes = [(h, 1), (q, h), (kv, h), (kv, h)]
     if spec.qkv_bias:
         shapes += [(q, 1), (kv, 1), (kv, 1)]
-    return shapes + [(h, q), (h, 1), (f // tp, h), (f // tp, h), (h, f // tp)]
+    shapes += [(h, q)] + ([(d, 1), (d, 1)] if spec.qk_norm else []) + [(h, 1)]
+    if spec.moe is None:
+        return shapes + [(f // tp, h), (f // tp, h), (h, f // tp)]
+    moe = spec.moe
+    width, shared = moe.expert_ffn_size, moe.shared_experts * moe.shared_expert_ffn_size
+    return shapes + [(moe.num_experts * 2 * width, h), (moe.num_experts * h, width), (moe.num_experts, h)] + \
+        ([(2 * shared, h), (h, shared)] if shared else [])
 
 
 def megatron_numels(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[int]:
     """A Megatron stage's parameters in megatron-core's order (embedding, per layer: norm, fused QKV (+ bias), output
-    projection, norm, fused gate+up, down; final norm, output layer); the vocabulary split over TP. A tied head is
-    the embedding itself where one stage holds both (PP = 1); the last of several stages holds its own copy."""
+    projection (QK-norm's two head_dim weights), norm, fused gate+up, down; final norm, output layer); the vocabulary
+    split over TP. A mixture of experts' MLP: the router (experts x hidden, whole on every rank) and each expert's
+    fused gate+up and down split over TP as the dense ones (expert tensor parallelism is TP; expert parallelism 1).
+    A tied head is the embedding itself where one stage holds both (PP = 1); the last of several stages holds its
+    own copy."""
     h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
     qkv = (spec.num_attention_heads + 2 * spec.num_kv_heads) * d // tp
-    layer = [h, qkv * h] + ([qkv] if spec.qkv_bias else []) + [h * spec.num_attention_heads * d // tp,
-                                                                h, 2 * f // tp * h, h * f // tp]
+    mlp = [2 * f // tp * h, h * f // tp]
+    if spec.moe is not None:
+        moe, shared = spec.moe, spec.moe.shared_experts * spec.moe.shared_expert_ffn_size
+        expert = [2 * moe.expert_ffn_size // tp * h, h * moe.expert_ffn_size // tp]
+        mlp = [moe.num_experts * h] + expert * moe.num_experts + ([2 * shared // tp * h, h * shared // tp]
+                                                                   if shared else [])
+    layer = [h, qkv * h] + ([qkv] if spec.qkv_bias else []) + [h * spec.num_attention_heads * d // tp] \
+        + ([d, d] if spec.qk_norm else []) + [h] + mlp
     numels = [spec.vocab_size // tp * h] if first else []
     numels += layer * layers
     if not last:

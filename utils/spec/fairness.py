@@ -70,6 +70,21 @@ SPEC: dict[str, object] = {
     "fp8_reduce_amax": True,
 }
 
+# A mixture-of-experts model's routing, under every profile (utils.spec.models' MoESpec holds the model's own
+# numbers): the token dispatcher Megatron-Bridge's and Primus's Qwen3 MoE presets ship (at EP=1 no token leaves its
+# rank), the router's scores and top-k in fp32, dropless (no capacity factor: every token reaches its top-k experts,
+# as both presets ship), no router z-loss; the grouped expert GEMM and the fused permutation (both presets ship them
+# on) where the stack has Transformer Engine's kernels, each recorded on or off. Not in the profile tables: a dense
+# model has none of these, and the frameworks that apply every profile setting to it have no switch for them.
+MOE_ROUTING: dict[str, object] = {
+    "moe_token_dispatcher_type": "alltoall",
+    "moe_router_dtype": "fp32",
+    "moe_expert_capacity_factor": None,
+    "moe_z_loss_coeff": None,
+    "moe_grouped_gemm": True,
+    "moe_permute_fusion": True,
+}
+
 # Where `tuned` differs from `spec`: value and reason.
 TUNED: dict[str, tuple[object, str]] = {
     "overlap_grad_reduce": (True, "hides the data-parallel gradient reduce-scatter behind the backward pass; "

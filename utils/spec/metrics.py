@@ -2,7 +2,7 @@
 
 Every framework's steps go through these functions, so the same run measured by two frameworks
 gives the same numbers. FLOPs per token comes from utils.spec.models (one convention: Megatron's,
-causal attention halved); the device peak from utils.machine.hardware.
+causal attention halved, a mixture of experts' active parameters); the device peak from utils.machine.hardware.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from utils.spec.models import ModelSpec
 BREAKDOWN_KEYS = ("forward_s", "backward_s", "optimizer_s")
 
 FLOPS_CONVENTION = ("Megatron-LM formula (megatron-core >= 0.12): 6 x (dense weights + LM head) "
-                    "+ 6 x L x (a*d) x s per token, causal attention counted once")
+                    "+ 6 x L x (a*d) x s per token, causal attention counted once; a mixture of experts' weights are "
+                    "its active ones (router, top-k routed and shared experts)")
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,16 @@
 """The benchmarked models, their tiny CPU variants and their fewer-layer proxies: the one source of every model number.
 
 Llama 3.1 8B and Qwen 2.5 7B are benchmarked; Llama 3.1 70B is there for proxies (MODEL_LAYERS: its
-first N layers at full width), Mistral 7B v0.1 for sliding-window attention. A model is one entry of ENTRIES: its
+first N layers at full width), Mistral 7B v0.1 for sliding-window attention, Qwen3-30B-A3B for mixture-of-experts
+(MoE: a model whose spec has a MoESpec; every other is dense). A model is one entry of ENTRIES: its
 spec (every number the trainers, the FLOPs formula and the predictions need, tied embeddings and the Hugging Face
 family included) and the changes that make its tiny CPU variant; a framework that trains from shipped recipes names
 it in its registry entry (utils/frameworks/), and one without a name for it skips it.
 
 Standard library only: utils.config imports it to validate TP/PP before any environment exists.
-The FLOPs formula lives here too (Megatron's convention, causal attention halved), so every
-framework's throughput is converted to TFLOP/s the same way.
+The FLOPs formula lives here too (Megatron's convention, causal attention halved; a MoE model's weights counted as
+its active ones: attention, router, the top-k routed and the shared experts), so every framework's throughput is
+converted to TFLOP/s the same way.
 
     python3 -m utils.spec.models gated llama,qwen   # the gated tokenizers: KEY, Hub repository, name (tab-separated)
     python3 -m utils.spec.models data-keys llama,llama70b   # the models whose data to prepare: llama
@@ -27,6 +29,38 @@ from dataclasses import dataclass, field, replace
 from utils.cli import Parser
 
 MODEL_SIZES = ("full", "tiny")
+SCORE_FUNCTIONS = ("softmax", "sigmoid")  # the router's expert scores (megatron-core's moe_router_score_function)
+LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "none")  # megatron-core's moe_router_load_balancing_type names
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """A mixture-of-experts MLP in every layer, in place of the dense SwiGLU (names after Hugging Face's qwen3_moe
+    config.json where it has one). Each expert, routed or shared, is a SwiGLU MLP without biases."""
+
+    num_experts: int  # routed experts per layer (num_experts)
+    top_k: int  # experts each token is routed to (num_experts_per_tok)
+    expert_ffn_size: int  # each routed expert's SwiGLU width (moe_intermediate_size)
+    shared_experts: int = 0  # experts every token passes through besides its top-k (0: none, as in Qwen3)
+    shared_expert_ffn_size: int = 0  # each shared expert's SwiGLU width
+    score_function: str = "softmax"  # one of SCORE_FUNCTIONS: the router's scores over the experts
+    norm_topk_prob: bool = True  # the top-k probabilities renormalised to sum to 1 (megatron: not pre_softmax)
+    load_balancing: str = "aux_loss"  # one of LOAD_BALANCING
+    aux_loss_coeff: float = 0.0  # the load-balancing loss's weight (router_aux_loss_coef)
+
+    def __post_init__(self) -> None:
+        shared = (self.shared_experts > 0) == (self.shared_expert_ffn_size > 0)
+        if not (1 <= self.top_k <= self.num_experts and self.score_function in SCORE_FUNCTIONS
+                and self.load_balancing in LOAD_BALANCING and shared):
+            raise ValueError(f"MoESpec {self}: top_k must be 1..num_experts, score_function one of {SCORE_FUNCTIONS}, "
+                             f"load_balancing one of {LOAD_BALANCING}, shared experts a count with a width")
+
+    def mlp_weights(self, hidden: int, active: bool) -> int:
+        """One layer's MLP weights: the router (experts x hidden, no bias), the routed experts (all, or the top-k
+        a token passes through when active) and the shared experts."""
+        routed = self.top_k if active else self.num_experts
+        return (self.num_experts * hidden + routed * 3 * hidden * self.expert_ffn_size
+                + self.shared_experts * 3 * hidden * self.shared_expert_ffn_size)
 
 
 @dataclass(frozen=True)
@@ -40,7 +74,7 @@ class ModelSpec:
     hf_id: str  # Hub repository of the model (its tokenizer files are what TPrimat downloads)
     num_layers: int
     hidden_size: int
-    ffn_hidden_size: int  # SwiGLU intermediate size
+    ffn_hidden_size: int  # SwiGLU intermediate size (a MoE model's: its config's dense width, which no layer uses)
     num_attention_heads: int
     num_kv_heads: int  # GQA query groups
     vocab_size: int  # padded embedding rows
@@ -54,6 +88,13 @@ class ModelSpec:
     sliding_window: int | None = None  # attention sees at most this many earlier tokens (Mistral 7B v0.1); None: all
     proxy_of: str | None = None  # the full-depth variant whose layers this one keeps fewer of (MODEL_LAYERS)
     data_of: str | None = None  # the model whose tokenizer, and so whose prepared data, this one uses; None: its own
+    explicit_head_dim: int | None = None  # each head's width where it is not hidden / heads (Qwen3 MoE); None: it is
+    qk_norm: bool = False  # RMSNorm over each head's queries and keys, one weight of head_dim each (Qwen3)
+    moe: MoESpec | None = None  # every layer's MLP is a mixture of experts; None: dense
+
+    def __post_init__(self) -> None:
+        if isinstance(self.moe, dict):  # as a run's config.json holds it (utils.spec.request reads it back)
+            object.__setattr__(self, "moe", MoESpec(**self.moe))
 
     @property
     def data_key(self) -> str:
@@ -62,7 +103,7 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.explicit_head_dim or self.hidden_size // self.num_attention_heads
 
     @property
     def size(self) -> str:
@@ -74,28 +115,47 @@ class ModelSpec:
         itself and the sliding_window - 1 tokens before it, Hugging Face's meaning of sliding_window."""
         return None if self.sliding_window is None else (self.sliding_window - 1, 0)
 
-    def param_count(self) -> int:
-        """Total parameters: the embedding and, when untied, the LM head; attention, SwiGLU MLP, RMSNorms, biases."""
+    def _mlp_weights(self, active: bool) -> int:
+        """One layer's MLP weights: the dense SwiGLU, or the MoE's (MoESpec.mlp_weights)."""
+        if self.moe is None:
+            return 3 * self.hidden_size * self.ffn_hidden_size
+        return self.moe.mlp_weights(self.hidden_size, active)
+
+    def _attention_weights(self) -> int:
+        """One layer's QKV and output projections."""
         h, d = self.hidden_size, self.head_dim
         q_width, kv_width = self.num_attention_heads * d, self.num_kv_heads * d
-        attention = h * (q_width + 2 * kv_width) + q_width * h
-        bias = (q_width + 2 * kv_width) if self.qkv_bias else 0
-        mlp = 3 * h * self.ffn_hidden_size
-        per_layer = attention + bias + mlp + 2 * h
+        return h * (q_width + 2 * kv_width) + q_width * h
+
+    def _param_count(self, active: bool) -> int:
+        h, d = self.hidden_size, self.head_dim
+        bias = (self.num_attention_heads + 2 * self.num_kv_heads) * d if self.qkv_bias else 0
+        norms = 2 * h + (2 * d if self.qk_norm else 0)
+        per_layer = self._attention_weights() + bias + self._mlp_weights(active) + norms
         embeddings = (1 if self.tied_embeddings else 2) * self.vocab_size * h
         return self.num_layers * per_layer + embeddings + h
+
+    def param_count(self) -> int:
+        """Total parameters: the embedding and, when untied, the LM head; attention, the MLP (dense, or the router
+        and every expert), RMSNorms (QK-norm's included), biases."""
+        return self._param_count(active=False)
+
+    def active_param_count(self) -> int:
+        """The parameters one token passes through: param_count with only the top-k of a MoE's routed experts (the
+        router and the shared experts included); a dense model's are all of them."""
+        return self._param_count(active=True)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward + backward), Megatron-LM's formula, causal attention.
 
-        6 * [L * (QKV and output projections + SwiGLU MLP) + LM head] + 6 * L * (a*d) * s
+        6 * [L * (QKV and output projections + MLP) + LM head] + 6 * L * (a*d) * s
 
+        The MLP is the dense SwiGLU, or a MoE's active weights: router + top-k routed experts + shared experts.
         s stands for twice the keys a query sees on average (s/2, causal). A sliding window W < s caps them:
         queries past the first W see W keys each, so the mean is W - W^2/(2s) and s becomes 2W - W^2/s.
         """
-        h, d = self.hidden_size, self.head_dim
-        q_width, kv_width = self.num_attention_heads * d, self.num_kv_heads * d
-        dense = self.num_layers * (h * (q_width + 2 * kv_width) + q_width * h + 3 * h * self.ffn_hidden_size)
+        h, q_width = self.hidden_size, self.num_attention_heads * self.head_dim
+        dense = self.num_layers * (self._attention_weights() + self._mlp_weights(active=True))
         window = self.sliding_window
         span = seq_len if window is None or seq_len <= window else 2 * window - window * window / seq_len
         attention = self.num_layers * q_width * span
@@ -150,6 +210,24 @@ MISTRAL_7B = ModelSpec(
     qkv_bias=False, gated=True, sliding_window=4096,
 )
 
+# Qwen3-30B-A3B: every number from Megatron-Bridge's provider, NVIDIA-NeMo/Megatron-Bridge commit 5ca1c1a1 (the last
+# with it, 2026-03-31), src/megatron/bridge/models/qwen/qwen_provider.py lines 363-411 (Qwen3MoEModelProvider and
+# Qwen3MoEModelProvider30B_A3B): 48 layers, hidden 2048, 32 heads, 4 query groups, kv_channels 128, dense FFN 6144,
+# moe_ffn_hidden_size 768, 128 experts, top-8, no QKV bias, QK layernorm, vocab 151936, untied, eps 1e-6, rotary base
+# 1e6, 40960 positions, aux_loss 1e-3, moe_router_pre_softmax False (= norm_topk_prob true). The same numbers in
+# Hugging Face's names: tag v0.6.0, tests/unit_tests/models/qwen/test_qwen3_moe_bridge.py lines 34-61; Primus
+# ca7ddda3 primus/configs/models/megatron/qwen3_30B_A3B.yaml. Qwen3's tokenizer is Qwen2's byte-level BPE with Qwen
+# 2.5's ids for text and <|endoftext|>: it reads qwen's prepared data (docs/frameworks.md, "Models").
+QWEN3_30B_A3B = ModelSpec(
+    key="qwen3moe", hf_family="qwen3_moe", variant="qwen3-30b-a3b", display_name="Qwen3 30B-A3B",
+    hf_id="Qwen/Qwen3-30B-A3B",
+    num_layers=48, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32, num_kv_heads=4,
+    vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, norm_eps=1e-6,
+    qkv_bias=False, data_of="qwen", explicit_head_dim=128, qk_norm=True,
+    moe=MoESpec(num_experts=128, top_k=8, expert_ffn_size=768, score_function="softmax", norm_topk_prob=True,
+                load_balancing="aux_loss", aux_loss_coeff=1e-3),
+)
+
 
 def _tiny(spec: ModelSpec, **changes) -> ModelSpec:
     """Same family features and real vocabulary; 2 narrow layers so the CPU can train it in seconds."""
@@ -167,6 +245,9 @@ ENTRIES: tuple[tuple[ModelSpec, dict], ...] = (
     # 3.5x FFN; a window of 64 < the CPU's SL 128, so that it really cuts attention short there
     (MISTRAL_7B, {"ffn_hidden_size": 448, "sliding_window": 64}),
     (LLAMA_32_3B, {"ffn_hidden_size": 344}),  # keeps the 3B's 2.67x FFN ratio
+    # heads twice hidden/heads wide and experts 0.375x hidden, as at full size; 8 experts, top-2
+    (QWEN3_30B_A3B, {"ffn_hidden_size": 384, "explicit_head_dim": 64,
+                     "moe": replace(QWEN3_30B_A3B.moe, num_experts=8, top_k=2, expert_ffn_size=48)}),
 )
 MODELS: dict[tuple[str, str], ModelSpec] = {(spec.key, size): variant for spec, tiny in ENTRIES
                                              for size, variant in (("full", spec), ("tiny", _tiny(spec, **tiny)))}

@@ -6,6 +6,7 @@ become the same JSON (utils/spec/result.schema.json), with every figure computed
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -28,7 +29,7 @@ from utils.spec.models import MODEL_KEYS, by_variant
 from utils.spec.precision import PRECISIONS
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
@@ -279,7 +280,9 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
                   "num_attention_heads": spec.num_attention_heads, "num_kv_heads": spec.num_kv_heads,
                   "head_dim": spec.head_dim, "vocab_size": spec.vocab_size, "qkv_bias": spec.qkv_bias,
                   **({"sliding_window": spec.sliding_window} if spec.sliding_window else {}),
-                  **({"proxy_of": spec.proxy_of} if spec.proxy_of else {})},
+                  **({"proxy_of": spec.proxy_of} if spec.proxy_of else {}),
+                  "active_parameters": spec.active_param_count(), **({"qk_norm": True} if spec.qk_norm else {}),
+                  **({"moe": dataclasses.asdict(spec.moe)} if spec.moe else {})},
         "system": _json_safe(system),
         "parallelism": {**par, "num_gpus": num_gpus, **({"nnodes": nnodes} if nnodes else {})},
         "training": train,

@@ -34,6 +34,7 @@ TOKENIZER = "test_the_tokenizer_setup_builds_next_leaves_the_requested_vocabular
 LOCAL_NORMS = "test_the_local_layers_norms_build_from_the_finalized_container_without_apex"
 STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in"
 
+MOE = "tests/test_train_mega_moe.py::"
 CPU = "tests/test_train_mbridge_cpu.py::test_megatron_bridge_trains_on_the_cpu_with_only_its_gpu_steps_stood_in"
 
 NEGATED = "tests/test_bench_megatron_lm_args.py::test_a_switch_the_parser_holds_as_its_negation_is_set_through_it"
@@ -242,6 +243,23 @@ FACTS: tuple[Fact, ...] = (
     Fact("mcore-ddp-wrap-cuda-stream", "megatron-core-0.19.2", "megatron/training/models/dist_utils.py", (303, 306),
          "4a9608f499a9684d3b5515d4b1303981772f9fde9b946b2df739b22dcdc96683",
          "the DDP wrap makes a CUDA stream and wraps the model on it (the CPU's is in order)", CPU),
+    # train/mega/model.py's MoE layer (issue 47): tests/test_train_mega_moe.py trains it on the CPU
+    Fact("mcore-moe-softmax-after-topk-renormalises", "megatron-core-0.19.2",
+         "megatron/core/transformer/moe/moe_utils.py", (839, 853),
+         "fa4a7a14c497ecae5bb4698cee55ffdb4445aedb8c54306a1d2445cebc829098",
+         "with the softmax score function and moe_router_pre_softmax off, the router takes the top-k of the logits and "
+         "softmaxes those k only: the top-k probabilities renormalised, Hugging Face's norm_topk_prob",
+         MOE + "test_the_moe_settings_are_read_back_from_megatron_cores_config"),
+    Fact("mcore-alltoall-dispatcher-side-stream", "megatron-core-0.19.2",
+         "megatron/core/transformer/moe/token_dispatcher.py", (468, 469),
+         "df632eb7ec4f2d354dbe69f728386c412f5fd77464cb859986db6138bc9b1253",
+         "the all-to-all token dispatcher makes a CUDA side stream for its host copies when it is built (the CPU's "
+         "is its in-order stream: train/common/cpu_compat.py, 11)",
+         MOE + "test_the_tiny_qwen3_moe_trains_over_gloo_and_passes_the_gate"),
+    Fact("mcore-permute-fusion-needs-te", "megatron-core-0.19.2", "megatron/core/transformer/transformer_config.py",
+         (2651, 2667), "b36889c0bcb8fe40726095b53dbbf59079684a5be4b5f8dd47be20ffe3ef7ec0",
+         "moe_permute_fusion refuses to build without Transformer Engine's fused permutation (TE >= 2.1): mega asks "
+         "for it only where Transformer Engine is", MOE + "test_the_cpu_says_which_moe_kernels_it_runs_without"),
     # --- NVIDIA/Megatron-LM f8837c04 (core_r0.19.0): the reference bench/gpu_check.sh runs -----------------------
     Fact("megatron-lm-initialize-compiles-helpers", "megatron-lm-f8837c04", "megatron/training/initialize.py",
          (173, 178), "c38ebc1216d8d319eed1f32e82a0b5a5f15f5aa4caacf369d64aefe1c95d4b0a",

@@ -14,6 +14,11 @@ FRAMEWORK = Framework(
     # torch's addmm takes hipBLASLt on ROCm only while DISABLE_ADDMM_HIP_LT is 0 (the torch-native benchmark
     # TPrimat follows needed it set so on MI300X).
     env={"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},
+    # Hugging Face's MoE layers with megatron-core's load-balancing loss and an fp32 router (train/native/moe.py);
+    # expert parallelism 1: each rank holds every expert (FSDP2 shards their weights over DP as any other)
+    builds_moe=True,
+    moe_tp_refusal=("Hugging Face's experts are one 3-D tensor per layer, which the tensor-parallel plan "
+                    "(train/native/tensor_parallel.py) does not split"),
     # Sequence parallelism (train/native/tensor_parallel.py) shards the sequence between the layers' projections.
     tp_refuses={
         "ATTN_IMPL": ("eager", "Hugging Face builds eager attention's mask from the sequence-sharded embedding "

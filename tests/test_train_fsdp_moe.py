@@ -1,0 +1,54 @@
+"""fsdp on a mixture-of-experts model, trained for real on the CPU: the tiny Qwen3 30B-A3B as Hugging Face's
+Qwen3MoE modules under FSDP2 over gloo with two workers, expert parallelism 1 (every rank holds every expert, FSDP2
+shards their weights over DP as any other), megatron-core's load-balancing loss and an fp32 router
+(train/native/moe.py), its MoE settings read back into the result."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+
+from evaluate import validate
+from evaluate.collect import Loaded
+from tests.fixtures.train.shared_runs import shared_run
+from tests.test_train_fsdp_runs import train
+from tests.test_train_mega_runs import Run
+from utils.spec.models import get_model
+from utils.spec.result import schema_errors
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Run:
+    knobs = dict(model="qwen3moe", DP=2, MBS=2, TRAIN_ITERS=STEPS)  # fp32, the global batch of mega's MoE run
+    return Run(*shared_run(tmp_path_factory, "fsdp-moe-dp2", lambda directory, data: train(directory, data, **knobs)))
+
+
+def test_the_tiny_qwen3_moe_trains_under_fsdp2_and_passes_the_gate(run):
+    assert run.returncode == 0, run.console[-3000:]
+    result = run.result
+    assert result["run"]["status"] == "ok" and len(run.steps) == STEPS and schema_errors(result) == []
+    losses = run.series("loss")
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0], losses
+    assert [f.message for f in validate.check_result(Loaded("moe", result, {})) if f.fatal] == []
+    spec = get_model("qwen3moe", "tiny")
+    assert result["effective"]["parameters"] == result["model"]["parameters"] == spec.param_count()
+    assert result["model"]["active_parameters"] == spec.active_param_count()
+    assert result["performance"]["flops_per_token"] == spec.flops_per_token(64)
+
+
+def test_its_moe_settings_are_read_back_in_megatron_cores_names(run):
+    effective = run.result["effective"]
+    assert (effective["sharding"], effective["tp"], effective["dp"]) == ("fsdp2", 1, 2)
+    moe = effective["moe"]
+    assert {key: moe[key] for key in ("num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                                      "moe_router_pre_softmax", "moe_router_load_balancing_type",
+                                      "moe_aux_loss_coeff", "moe_router_dtype", "moe_expert_capacity_factor",
+                                      "expert_model_parallel_size", "moe_layers")} == {
+        "num_moe_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 48, "moe_router_pre_softmax": False,
+        "moe_router_load_balancing_type": "aux_loss", "moe_aux_loss_coeff": 1e-3, "moe_router_dtype": "fp32",
+        "moe_expert_capacity_factor": None, "expert_model_parallel_size": 1, "moe_layers": 2}
+    assert moe["moe_token_dispatcher_type"] is None  # Hugging Face's experts gather their tokens themselves

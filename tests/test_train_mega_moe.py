@@ -1,0 +1,78 @@
+"""The mega trainer on a mixture-of-experts model, trained for real on the CPU: the tiny Qwen3 30B-A3B (8 experts,
+top-2, QK-norm, heads wider than hidden/heads) in megatron-core's own MoE layer over gloo with two workers.
+
+What it ran with is read back from megatron-core's TransformerConfig into the result (effective.moe), the result's
+FLOPs count the active parameters and pass the gate, and a TP=2 layout (the experts split over TP, the router
+whole on each rank) gives the DP=2 run's losses: the same weights and samples whatever the layout.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+
+from evaluate import validate
+from evaluate.collect import Loaded
+from tests.fixtures.train.shared_runs import shared_run
+from tests.test_train_mega_runs import BASE, LAYOUT_TOLERANCE, Run, assert_trained, train
+from utils.spec.models import get_model
+from utils.spec.result import schema_errors
+
+STEPS = BASE["TRAIN_ITERS"]
+LAYOUTS = {
+    "dp2": dict(DP=2),  # 2 workers, a global batch of 4
+    "tp2_ga2": dict(TP=2, GA=2),  # the same 4 samples in two microbatches on one TP=2 model
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    def trained(name: str) -> Run:
+        knobs = LAYOUTS[name]
+        return Run(*shared_run(tmp_path_factory, f"mega-moe-{name}",
+                               lambda directory, data: train(directory, data, model="qwen3moe", **knobs)))
+    return functools.cache(trained)
+
+
+def test_the_tiny_qwen3_moe_trains_over_gloo_and_passes_the_gate(runs):
+    run = runs("dp2")
+    assert_trained(run, STEPS)
+    result = run.result
+    assert schema_errors(result) == []
+    losses = run.series("loss")
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0], losses
+    assert [f.message for f in validate.check_result(Loaded("moe", result, {})) if f.fatal] == []
+    spec = get_model("qwen3moe", "tiny")
+    model = result["model"]
+    assert (model["variant"], model["parameters"], model["active_parameters"]) == \
+        ("qwen3-30b-a3b-tiny", spec.param_count(), spec.active_param_count())
+    assert result["effective"]["parameters"] == spec.param_count()  # megatron-core's count is the spec's
+    assert result["performance"]["flops_per_token"] == spec.flops_per_token(64)
+
+
+def test_the_moe_settings_are_read_back_from_megatron_cores_config(runs):
+    effective = runs("dp2").result["effective"]
+    assert effective["qk_norm"] is True and effective["head_dim"] == 64
+    assert effective["moe"] == {
+        "num_moe_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 48,
+        "moe_shared_expert_intermediate_size": None, "moe_router_score_function": "softmax",
+        "moe_router_pre_softmax": False, "moe_router_load_balancing_type": "aux_loss", "moe_aux_loss_coeff": 1e-3,
+        "moe_token_dispatcher_type": "alltoall", "moe_router_dtype": "fp32", "moe_expert_capacity_factor": None,
+        "moe_z_loss_coeff": None, "moe_grouped_gemm": False, "moe_permute_fusion": False,
+        "expert_model_parallel_size": 1}
+
+
+def test_the_cpu_says_which_moe_kernels_it_runs_without(runs):
+    warnings = runs("dp2").result["warnings"]
+    assert "MoE kernels unavailable on this stack (Transformer Engine's), running without: moe_grouped_gemm, " \
+           "moe_permute_fusion" in warnings
+
+
+def test_experts_split_over_tensor_parallel_ranks_give_the_same_losses(runs):
+    base, other = runs("dp2"), runs("tp2_ga2")
+    assert_trained(other, STEPS)
+    assert other.series("loss") == pytest.approx(base.series("loss"), abs=LAYOUT_TOLERANCE)
+    effective = other.result["effective"]
+    assert (effective["tp"], effective["ga"], effective["gbs"], effective["sequence_parallel"]) == (2, 2, 4, True)
