@@ -28,7 +28,7 @@ from utils.spec.models import MODEL_KEYS, by_variant
 from utils.spec.precision import PRECISIONS
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
