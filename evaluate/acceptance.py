@@ -41,6 +41,8 @@ PROFILES = {"gpu": (1 << 30, (1 << 20, 32 << 20, 256 << 20), 5, 20),
             "cpu": (32 << 20, (64 << 10, 1 << 20, 8 << 20), 1, 3)}
 TIMEOUT_S = 600
 TAG = "[tprimat] acceptance"
+RECORD_KEYS = {"rank", "local_rank", "host", "device", "gemm", "memory"}
+MEASURED_ENV = "TPRIMAT_ACCEPTANCE_MEASURED"  # records to judge instead of measuring (tests)
 
 
 def fraction(text: str) -> float:
@@ -98,7 +100,7 @@ def measure(args: argparse.Namespace, shapes: list[tuple[int, int, int]], wanted
                "-m", "utils.machine.acceptance_worker", "--out", str(out),
                "--shapes", ",".join(":".join(map(str, shape)) for shape in shapes), "--precisions", ",".join(wanted),
                "--memory-bytes", str(memory_bytes), "--sizes", ",".join(map(str, sizes)),
-               "--warmup", str(warmup), "--repeats", str(repeats)]
+               "--warmup", str(warmup), "--repeats", str(repeats), *(["--gpu"] if args.platform != "cpu" else [])]
     try:
         done = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
@@ -113,6 +115,9 @@ def measure(args: argparse.Namespace, shapes: list[tuple[int, int, int]], wanted
 
 def ranks(folder: Path) -> list[dict]:
     records = [read_json(path) for path in sorted(folder.glob("rank*.json"))]
+    for path, item in zip(sorted(folder.glob("rank*.json")), records):
+        if not isinstance(item, dict) or not RECORD_KEYS <= set(item):
+            raise UsageError(f"{path}: not a worker's record (it needs {', '.join(sorted(RECORD_KEYS))})")
     if not records:
         raise UsageError(f"{folder}: no rank<R>.json records to judge; give the folder the workers wrote")
     return records
@@ -167,7 +172,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, help="worker processes: the node's GPUs (the CPU's workers)")
     parser.add_argument("--floors", type=floors, help="GEMM,MEMORY,BUSBW: fractions of the specification below "
                                                       "which a figure fails (ACCEPT_*_FLOOR)")
-    parser.add_argument("--measured", type=Path, metavar="DIR", help="judge the rank<R>.json records in DIR")
+    parser.add_argument("--measured", type=Path, metavar="DIR", default=os.environ.get(MEASURED_ENV) or None,
+                        help=f"judge the rank<R>.json records in DIR (default: ${MEASURED_ENV}, where a test stands "
+                             "in for the device)")
     return parser.parse_args(argv)
 
 

@@ -68,7 +68,7 @@ def timed(device: Device, work: Callable[[], object], warmup: int, repeats: int)
 
 def fp8_operands(device: Device, m: int, k: int, n: int) -> Callable[[], object]:
     """An FP8 GEMM through torch._scaled_mm (e4m3; the fnuz variant on CDNA 3, gfx942), per-tensor scales."""
-    arch = getattr(torch.cuda.get_device_properties(device.torch), "gcnArchName", "") if device.torch.type == "cuda" else ""
+    arch = getattr(torch.cuda.get_device_properties(device.torch), "gcnArchName", "")
     kind = torch.float8_e4m3fnuz if "gfx942" in arch else torch.float8_e4m3fn
     a = torch.randn(m, k, device=device.torch).to(kind)
     b = torch.randn(n, k, device=device.torch).to(kind).t()  # column-major, as _scaled_mm asks
@@ -147,9 +147,13 @@ def main() -> int:
     parser.add_argument("--memory-bytes", type=int, default=1 << 30, help="bytes of each buffer of copy and triad")
     parser.add_argument("--sizes", default=str(1 << 20), help="collective sizes in bytes, comma-separated")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations before each measurement")
+    parser.add_argument("--gpu", action="store_true", help="a GPU platform: refuse to measure the CPU instead")
     parser.add_argument("--repeats", type=int, default=5, help="timed iterations; the median is kept")
     args = parser.parse_args()
     device = Device()
+    if args.gpu and device.torch.type != "cuda":
+        raise SystemExit(f"acceptance_worker: torch {torch.__version__} sees no GPU on a GPU platform: nothing to "
+                         "measure")
     dist.init_process_group(device.backend)
     try:
         shapes = [tuple(int(x) for x in shape.split(":")) for shape in args.shapes.split(",")]
