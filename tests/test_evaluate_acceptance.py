@@ -5,6 +5,7 @@ AMD nodes of tests/fakebin: the same code up to torch's calls, a slow GPU or lin
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -168,3 +169,54 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     done = command(tmp_path, "--platform", "cpu", "--models", "llama3.1-8b-tiny", "--tokens", "1", "--workers", "2",
                    "--floors", "1,1,1", "--measured", str(empty))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "no rank<R>.json" in done.stderr
+
+
+def with_acceptance(tmp_path: Path, edit=None) -> Path:
+    """The NVIDIA fixture run set with an acceptance section of eight healthy H100s in system.json and in every
+    result's system, as the matrix and the judge write them; edit(section) changes the first result's copy."""
+    from evaluate.acceptance import record
+    run_set = tmp_path / "nvd"
+    shutil.copytree(REPO / "tests" / "fixtures" / "results" / "nvd", run_set)
+    section = acceptance.judge([rank_record(r) for r in range(8)], find_device("NVIDIA H100 80GB HBM3"), FLOORS, {})
+    section["checked_at"] = "2026-11-28T12:00:00+00:00"
+    record(section, run_set / "system.json")
+    for number, path in enumerate(sorted(run_set.glob("*/result.json"))):
+        result = json.loads(path.read_text())
+        result["system"]["acceptance"] = json.loads(json.dumps(section))
+        if edit and number == 0:
+            edit(result["system"]["acceptance"])
+        path.write_text(json.dumps(result))
+    return run_set
+
+
+def test_the_report_shows_each_node_s_figures_and_each_run_beside_its_measured_ceiling(tmp_path):
+    from evaluate import compare
+    text = compare.compare([with_acceptance(tmp_path)], tmp_path / "out")
+    assert "## Node acceptance" in text and "| 0 | 700 (989) | 3,000 | 3,000 | 3,350 | pass |" in text
+    assert "| all_reduce (8 ranks) | 350 | 450 |" in text
+    result = json.loads(next((tmp_path / "nvd").glob("mega-llama-r1/result.json")).read_text())
+    tflops = result["performance"]["tflop_per_s_per_gpu"]
+    assert f"| bf16 | {tflops:.3g} | 700 | {tflops / 700 * 100:.3g}% | 989 |" in text
+
+
+def test_an_edited_acceptance_figure_fails_its_result_and_leaves_every_table(tmp_path):
+    from evaluate import compare
+
+    def forged(section):
+        section["gpus"][2]["gemm"]["bf16"]["tflops"] = 950.0
+    text = compare.compare([with_acceptance(tmp_path, forged)], tmp_path / "out")
+    assert "acceptance evidence: acceptance: GPU 2 bf16 GEMM 950.0 TFLOP/s is not its shapes' FLOPs over their " \
+           "seconds (700)" in text
+    failing = [line for line in text.splitlines() if line.startswith("- FAIL") and "acceptance evidence" in line]
+    assert len(failing) == 1
+
+
+def test_a_verdict_that_its_figures_do_not_give_fails(tmp_path):
+    from evaluate import acceptance_checks
+    section = acceptance.judge([rank_record(r, tflops=300.0 if r == 1 else 700.0) for r in range(8)],
+                               find_device("NVIDIA H100 80GB HBM3"), FLOORS, {})
+    assert acceptance_checks.problems({"acceptance": section}) == []
+    section["verdict"] = "pass"
+    assert acceptance_checks.problems({"acceptance": section}) == [
+        ("acceptance evidence", "acceptance: the verdict is 'pass', but the recorded figures and floors give 'fail'")]
+    assert acceptance_checks.problems({"acceptance": {"gpus": "x"}})[0][1].startswith("system.acceptance is not")
