@@ -13,6 +13,7 @@ from typing import Sequence
 
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import PLATFORM_NAMES
+from utils.machine.acceptance import size_text
 from utils.spec.metrics import figure_text
 
 
@@ -44,7 +45,7 @@ def node_lines(name: str, section: dict) -> list[str]:
     flags = f"; CPU flags {', '.join(section['cpu_flags'])}" if section.get("cpu_flags") else ""
     out = [f"**{name}**: {section['gpus'][0]['device']}, {len(section['gpus'])} worker(s){flags}; verdict "
            f"**{section['verdict']}**", ""]
-    out += ["| GPU | " + " | ".join(f"{p} GEMM TFLOP/s (peak)" for p in precisions)
+    out += ["| GPU (worker) | " + " | ".join(f"{p} GEMM TFLOP/s (peak)" for p in precisions)
             + " | memory copy GB/s | triad GB/s | rated GB/s | verdict |",
             "|---|" + "---|" * (len(precisions) + 4)]
     for gpu in section["gpus"]:
@@ -56,7 +57,7 @@ def node_lines(name: str, section: dict) -> list[str]:
     out.append("")
     if section["collectives"]:
         sizes = list(dict.fromkeys(row["bytes"] for row in section["collectives"]))
-        out += ["| bus bandwidth GB/s | " + " | ".join(f"{size / 2**20:g} MiB" for size in sizes)
+        out += ["| bus bandwidth GB/s | " + " | ".join(size_text(size) for size in sizes)
                 + " | GPU-to-GPU GB/s |", "|---|" + "---|" * (len(sizes) + 1)]
         for op in dict.fromkeys(row["op"] for row in section["collectives"]):
             rows = {row["bytes"]: row["busbw_gb_s"] for row in section["collectives"] if row["op"] == op}

@@ -71,6 +71,11 @@ def gemm_shapes(specs: Iterable[ModelSpec], tokens: int) -> list[tuple[int, int,
     return list(shapes)
 
 
+def size_text(size_bytes: int) -> str:
+    """A collective's size as the stage prints it: KiB below a MiB, else MiB."""
+    return f"{size_bytes / 2**10:g} KiB" if size_bytes < 2**20 else f"{size_bytes / 2**20:g} MiB"
+
+
 def bus_factor(op: str, ranks: int) -> float:
     """nccl-tests' correction of algbw into busbw for n ranks."""
     if op not in COLLECTIVES:
@@ -158,7 +163,7 @@ def judge(ranks: Sequence[dict], spec: DeviceSpec | None, floors: Floors, not_me
             if link and rows:
                 top = max(rows, key=lambda r: r["bytes"])
                 if top["busbw_gb_s"] < floors.busbw * link:
-                    node_problems.append(f"node {gpus[0]['host']}: {op} of {top['bytes'] / 2**20:g} MiB over "
+                    node_problems.append(f"node {gpus[0]['host']}: {op} of {size_text(top['bytes'])} over "
                                          f"{top['ranks']} GPUs: bus bandwidth {top['busbw_gb_s']:.4g} GB/s is below "
                                          f"{floors.busbw:g} x the {spec.name}'s {link:g} GB/s (ACCEPT_BUSBW_FLOOR)")
     for gpu in gpus:
@@ -192,7 +197,7 @@ def summary(section: dict) -> list[str]:
                      f"{gpu['verdict']}")
     ops: dict[str, list[str]] = {}
     for row in section["collectives"]:
-        ops.setdefault(row["op"], []).append(f"{row['bytes'] / 2**20:g} MiB {row['busbw_gb_s']:.4g}")
+        ops.setdefault(row["op"], []).append(f"{size_text(row['bytes'])} {row['busbw_gb_s']:.4g}")
     lines += [f"{op} bus bandwidth GB/s over {section['collectives'][0]['ranks']} ranks: {', '.join(rows)}"
               for op, rows in ops.items()]
     lines += [f"not measured: {what}: {why}" for what, why in section["not_measured"].items()]

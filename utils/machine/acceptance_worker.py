@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from utils.cli import Parser
 from utils.files import write_json
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -139,8 +140,8 @@ def numbers(text: str) -> list[int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m utils.machine.acceptance_worker", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python3 -m utils.machine.acceptance_worker", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<R>.json")
     parser.add_argument("--shapes", required=True, help="GEMM shapes M:K:N, comma-separated")
     parser.add_argument("--precisions", default="bf16", help="GEMM precisions (bf16, fp32, fp8), comma-separated")
