@@ -220,3 +220,17 @@ def test_a_verdict_that_its_figures_do_not_give_fails(tmp_path):
     assert acceptance_checks.problems({"acceptance": section}) == [
         ("acceptance evidence", "acceptance: the verdict is 'pass', but the recorded figures and floors give 'fail'")]
     assert acceptance_checks.problems({"acceptance": {"gpus": "x"}})[0][1].startswith("system.acceptance is not")
+
+
+def test_the_worker_times_only_the_repeats_each_between_two_synchronisations(monkeypatch):
+    from utils.machine import acceptance_worker as worker
+    events: list[str] = []
+
+    class Fake:
+        def sync(self):
+            events.append("sync")
+    clock = iter(range(100))
+    monkeypatch.setattr(worker.time, "perf_counter", lambda: next(clock) * 2.0)
+    seconds = worker.timed(Fake(), lambda: events.append("work"), warmup=2, repeats=3)
+    assert events == ["work", "work"] + ["sync", "work", "sync"] * 3
+    assert seconds == 2.0  # each timed repeat spans one tick of the fake clock
