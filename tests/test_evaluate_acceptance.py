@@ -234,3 +234,33 @@ def test_the_worker_times_only_the_repeats_each_between_two_synchronisations(mon
     seconds = worker.timed(Fake(), lambda: events.append("work"), warmup=2, repeats=3)
     assert events == ["work", "work"] + ["sync", "work", "sync"] * 3
     assert seconds == 2.0  # each timed repeat spans one tick of the fake clock
+
+
+BOUND = {"step_s": 1.0, "compute_s": 0.6, "tp_s": 0.2, "dp_s": 0.1, "bubble_s": 0.1, "dp_total_s": 0.1, "note": None}
+
+
+def test_the_step_time_bound_is_made_again_at_the_measured_bus_bandwidth():
+    busbw = {op: 350.0 for op in acceptance.COLLECTIVES}
+    slower = 450 / 350
+    expected = 0.6 + 0.2 * slower + 0.1 * (0.6 + 0.2 * slower) / 0.8 + 0.1 * slower
+    assert acceptance.bound_at_measured(BOUND, 450.0, busbw) == pytest.approx(expected)
+    overlapped = {**BOUND, "dp_s": 0.0, "dp_total_s": 0.5}  # hidden behind 0.6 s of compute at the datasheet's links
+    exposed = 0.5 * slower - 0.6  # what the slower links no longer hide
+    assert acceptance.bound_at_measured(overlapped, 450.0, busbw) == pytest.approx(expected - 0.1 * slower + exposed)
+    assert acceptance.bound_at_measured(BOUND, 450.0, {"all_reduce": 350.0}) is None
+
+
+def test_the_report_sets_each_run_s_bound_at_the_measured_bus_bandwidth_beside_the_datasheet_s(tmp_path):
+    from evaluate import compare
+    run_set = with_acceptance(tmp_path)
+    memory = {key: 1.0 for key in ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib",
+                                   "workspace_gib", "peak_gib", "device_gib")}
+    for path in run_set.glob("*/result.json"):
+        result = json.loads(path.read_text())
+        result["prediction"] = {"device": "NVIDIA H100 SXM", "memory": {**memory, "phase": "forward-backward", "fits": True},
+                                "time_bound": BOUND}
+        path.write_text(json.dumps(result))
+    text = compare.compare([run_set], tmp_path / "out")
+    step = json.loads((run_set / "mega-llama-r1" / "result.json").read_text())["performance"]["step_time_s"]["median"]
+    again = acceptance.bound_at_measured(BOUND, 450.0, {op: 350.0 for op in acceptance.COLLECTIVES})
+    assert f"| nvd/mega-llama-r1 | 1,000 | 1,093 | {1000 * step:,.0f} | {step:.2f}x | {step / again:.2f}x |" in text

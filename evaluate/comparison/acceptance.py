@@ -13,7 +13,7 @@ from typing import Sequence
 
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import PLATFORM_NAMES
-from utils.machine.acceptance import size_text
+from utils.machine.acceptance import bound_at_measured, largest_busbw, size_text
 from utils.spec.metrics import figure_text
 
 
@@ -87,6 +87,26 @@ def ceiling_rows(items: Sequence[Loaded]) -> list[str]:
     return rows
 
 
+def bound_rows(items: Sequence[Loaded]) -> list[str]:
+    """Each one-node run's step-time bound with the datasheet's links and with its node's measured bus bandwidth,
+    beside its measured median step (times in ms)."""
+    rows = []
+    for item in items:
+        found, r = _node(item), item.typed
+        prediction = r.prediction
+        spec = (found[1].get("specification") or {}) if found else {}
+        if not found or not prediction or prediction.time_bound.step_s is None or (item.nodes or 1) > 1:
+            continue
+        bound = prediction.time_bound.as_dict()
+        again = bound_at_measured(bound, spec.get("intra_gb_s") or 0.0, largest_busbw(found[1]))
+        step = r.performance.step_time_s.median if r.performance.step_time_s else None
+        if again is None or not step:
+            continue
+        rows.append(f"| {item.name} | {figure_text(1000 * bound['step_s'])} | {figure_text(1000 * again)} | "
+                    f"{figure_text(1000 * step)} | {step / bound['step_s']:.2f}x | {step / again:.2f}x |")
+    return rows
+
+
 def section(items: Sequence[Loaded]) -> list[str]:
     """The report's Node acceptance section; empty when no counted result carries one."""
     nodes = dict(found for found in (_node(item) for item in items if item.ok) if found)
@@ -103,4 +123,10 @@ def section(items: Sequence[Loaded]) -> list[str]:
                 "and beside the datasheet's dense peak:", "",
                 "| run | precision | TFLOP/s/GPU | measured GEMM TFLOP/s | of measured | dense peak | of peak (MFU) |",
                 "|---|---|---|---|---|---|---|", *rows, ""]
+    bounds = bound_rows([item for item in items if item.ok])
+    if bounds:
+        out += ["The step-time bound (utils/predict/step_time.py) with the datasheet's GPU-to-GPU bandwidth and with the "
+                "node's measured bus bandwidth (all-reduce for TP, reduce-scatter and all-gather for DP), one-node runs; "
+                "ms:", "", "| run | bound, datasheet | bound, measured | measured step | efficiency, datasheet | "
+                "efficiency, measured |", "|---|---|---|---|---|---|", *bounds, ""]
     return out

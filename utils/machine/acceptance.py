@@ -178,6 +178,34 @@ def judge(ranks: Sequence[dict], spec: DeviceSpec | None, floors: Floors, not_me
             "collectives": collectives, "problems": node_problems}
 
 
+def largest_busbw(section: dict) -> dict[str, float]:
+    """Each collective's bus bandwidth at its largest measured size, GB/s."""
+    found: dict[str, tuple[int, float]] = {}
+    for row in section.get("collectives", []):
+        if row["bytes"] >= found.get(row["op"], (0, 0.0))[0]:
+            found[row["op"]] = (row["bytes"], row["busbw_gb_s"])
+    return {op: busbw for op, (_, busbw) in found.items()}
+
+
+def bound_at_measured(bound: dict, intra_gb_s: float, busbw: dict[str, float]) -> float | None:
+    """A one-node step-time bound (utils/predict/step_time.py's parts) with its communication over the node's measured
+    bus bandwidth instead of the datasheet's GPU-to-GPU bandwidth: the TP term at the all-reduce's, the
+    data-parallel one at the mean of reduce-scatter's and all-gather's (its units), the exposed part and the
+    pipeline bubble made again as the bound makes them. None without the parts or the measurements."""
+    needed = ("compute_s", "tp_s", "dp_s", "bubble_s", "dp_total_s")
+    if any(bound.get(key) is None for key in needed) or not intra_gb_s:
+        return None
+    if not all(busbw.get(op) for op in ("all_reduce", "reduce_scatter", "all_gather")):
+        return None
+    compute, tp, dp_total = bound["compute_s"], bound["tp_s"], bound["dp_total_s"]
+    tp_again = tp * intra_gb_s / busbw["all_reduce"]
+    dp_again = dp_total * intra_gb_s / statistics.fmean((busbw["reduce_scatter"], busbw["all_gather"]))
+    overlapped = bound["dp_s"] < dp_total  # the bound hid part of it behind compute
+    exposed = max(0.0, dp_again - compute) if overlapped else dp_again
+    bubble = bound["bubble_s"] * (compute + tp_again) / (compute + tp) if compute + tp > 0 else 0.0
+    return compute + tp_again + bubble + exposed
+
+
 def problems(section: dict) -> list[str]:
     """Every line that fails the node: the GPUs' and the node's."""
     return [line for gpu in section["gpus"] for line in gpu["problems"]] + section["problems"]
