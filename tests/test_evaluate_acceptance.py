@@ -25,7 +25,7 @@ FLOORS = acceptance.Floors(0.46, 0.38, 0.22)
 
 
 def rank_record(rank: int, tflops: float = 700.0, copy_gb_s: float = 3000.0, busbw: float = 350.0,
-                ranks: int = 8) -> dict:
+                ranks: int = 8, device: str = "NVIDIA H100 80GB HBM3") -> dict:
     """What one worker would write on an H100 that does `tflops`, `copy_gb_s` and (the node) `busbw`."""
     shapes = [{"m": m, "k": k, "n": n, "flops": 2 * m * k * n, "seconds": 2 * m * k * n / (tflops * 1e12)}
               for m, k, n in SHAPES]
@@ -33,7 +33,7 @@ def rank_record(rank: int, tflops: float = 700.0, copy_gb_s: float = 3000.0, bus
     collectives = [{"op": op, "bytes": size, "ranks": ranks,
                     "seconds": size * acceptance.bus_factor(op, ranks) / (busbw * 1e9)}
                    for op in acceptance.COLLECTIVES]
-    return {"rank": rank, "local_rank": rank, "host": "node-a", "device": "NVIDIA H100 80GB HBM3",
+    return {"rank": rank, "local_rank": rank, "host": "node-a", "device": device,
             "gemm": {"bf16": {"shapes": shapes}},
             "memory": {"copy": {"bytes": 2 << 30, "seconds": (2 << 30) / (copy_gb_s * 1e9)},
                        "triad": {"bytes": 3 << 30, "seconds": (3 << 30) / (copy_gb_s * 1e9)}},
@@ -171,13 +171,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "no rank<R>.json" in done.stderr
 
 
-def with_acceptance(tmp_path: Path, edit=None) -> Path:
-    """The NVIDIA fixture run set with an acceptance section of eight healthy H100s in system.json and in every
+def with_acceptance(tmp_path: Path, edit=None, platform: str = "nvd") -> Path:
+    """A fixture run set with an acceptance section of eight healthy GPUs of its kind in system.json and in every
     result's system, as the matrix and the judge write them; edit(section) changes the first result's copy."""
     from evaluate.acceptance import record
-    run_set = tmp_path / "nvd"
-    shutil.copytree(REPO / "tests" / "fixtures" / "results" / "nvd", run_set)
-    section = acceptance.judge([rank_record(r) for r in range(8)], find_device("NVIDIA H100 80GB HBM3"), FLOORS, {})
+    run_set = tmp_path / platform
+    shutil.copytree(REPO / "tests" / "fixtures" / "results" / platform, run_set)
+    device = json.loads((run_set / "system.json").read_text())["gpu"]["name"]
+    section = acceptance.judge([rank_record(r, device=device) for r in range(8)], find_device(device), FLOORS, {})
     section["checked_at"] = "2026-11-28T12:00:00+00:00"
     record(section, run_set / "system.json")
     for number, path in enumerate(sorted(run_set.glob("*/result.json"))):
@@ -264,3 +265,13 @@ def test_the_report_sets_each_run_s_bound_at_the_measured_bus_bandwidth_beside_t
     step = json.loads((run_set / "mega-llama-r1" / "result.json").read_text())["performance"]["step_time_s"]["median"]
     again = acceptance.bound_at_measured(BOUND, 450.0, {op: 350.0 for op in acceptance.COLLECTIVES})
     assert f"| nvd/mega-llama-r1 | 1,000 | 1,093 | {1000 * step:,.0f} | {step:.2f}x | {step / again:.2f}x |" in text
+
+
+def test_the_amd_vs_nvidia_decision_shows_both_vendors_acceptance_figures(tmp_path):
+    from evaluate import compare
+    text = compare.compare([with_acceptance(tmp_path), with_acceptance(tmp_path, platform="amd")], tmp_path / "out")
+    decision = text.split("## AMD vs NVIDIA")[1].split("\n## ")[0]
+    for vendor, peak, rated, link in (("NVIDIA", "989", "3,350", "450"), ("AMD", "1,307", "5,300", "448")):
+        assert f"measured before its runs: bf16 GEMM 700 TFLOP/s per GPU (peak {peak}), memory copy 3,000 GB/s " \
+               f"(rated {rated}), all-reduce bus bandwidth 350 GB/s (GPU-to-GPU {link}); verdict pass" in decision
+        assert f"- {vendor} " in decision

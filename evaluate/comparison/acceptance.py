@@ -107,6 +107,22 @@ def bound_rows(items: Sequence[Loaded]) -> list[str]:
     return rows
 
 
+def vendor_lines(items: Sequence[Loaded]) -> list[str]:
+    """For the AMD vs NVIDIA decision: what each vendor's nodes measured (the GPUs' median), beside the datasheet."""
+    lines = []
+    for name, found in dict(node for node in (_node(item) for item in items if item.ok) if node).items():
+        spec = found.get("specification") or {}
+        if not spec:
+            continue
+        copy = statistics.median(gpu["memory"]["copy"]["gb_s"] for gpu in found["gpus"])
+        busbw = largest_busbw(found).get("all_reduce")
+        lines.append(f"- {name}, measured before its runs: bf16 GEMM {_shown(measured_tflops(found, 'bf16'))} TFLOP/s "
+                     f"per GPU (peak {_shown(spec['peak_tflops'].get('bf16'))}), memory copy {_shown(copy)} GB/s "
+                     f"(rated {_shown(spec.get('memory_gb_s'))}), all-reduce bus bandwidth {_shown(busbw)} GB/s "
+                     f"(GPU-to-GPU {_shown(spec.get('intra_gb_s'))}); verdict {found['verdict']}")
+    return lines
+
+
 def section(items: Sequence[Loaded]) -> list[str]:
     """The report's Node acceptance section; empty when no counted result carries one."""
     nodes = dict(found for found in (_node(item) for item in items if item.ok) if found)

@@ -214,7 +214,8 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     out += quality_view.validation_section(rows) + quality_view.twin_section(
         twins, quality, lambda row: median_or_none(row.figures(tokens))) + time_to_train.section(rows)
     ups = speedups(rows)
-    out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
+    out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"])
+    out += acceptance_view.vendor_lines(items) + [""]
     orphans = [f"- no BF16 twin, quality unchecked, ranked nowhere as a win: {row.label}"
                for row in quality_view.orphans(rows, twins)]
     out += orphans + ([""] if orphans else [])
