@@ -88,9 +88,12 @@ def precisions(platform: str, spec: hardware.DeviceSpec | None) -> tuple[list[st
         return list(dict.fromkeys([native, "fp32"])), {"fp8": f"the CPU has no FP8 matrix units ({why})"}
     if spec is None:
         return ["bf16"], {"fp8": "the device is not in the device table (utils/machine/hardware.py)"}
-    if spec.fp8_tflops and "fp8" in spec.formats:
-        return ["bf16", "fp8"], {}
-    return ["bf16"], {"fp8": hardware.lacks(spec, "fp8")}
+    scaled = {fmt: f"the {spec.name} has {fmt.upper()} matrix units, but the stage measures only torch's bf16 matmul "
+                   "and per-tensor FP8 (torch._scaled_mm); block-scaled formats need their stack's own kernels"
+              for fmt in spec.formats if fmt not in ("bf16", "fp8")}
+    if "fp8" in spec.formats:  # measured; judged only where the table gives an FP8 peak
+        return ["bf16", "fp8"], scaled
+    return ["bf16"], {"fp8": hardware.lacks(spec, "fp8"), **scaled}
 
 
 def measure(args: argparse.Namespace, shapes: list[tuple[int, int, int]], wanted: list[str], out: Path) -> None:

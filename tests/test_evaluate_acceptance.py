@@ -275,3 +275,12 @@ def test_the_amd_vs_nvidia_decision_shows_both_vendors_acceptance_figures(tmp_pa
         assert f"measured before its runs: bf16 GEMM 700 TFLOP/s per GPU (peak {peak}), memory copy 3,000 GB/s " \
                f"(rated {rated}), all-reduce bus bandwidth 350 GB/s (GPU-to-GPU {link}); verdict pass" in decision
         assert f"- {vendor} " in decision
+
+
+def test_each_precision_the_device_has_is_measured_or_said_not_measured_and_why():
+    from evaluate.acceptance import precisions
+    assert precisions("nvd", find_device("NVIDIA H100 80GB HBM3")) == (["bf16", "fp8"], {})
+    wanted, why = precisions("nvd", find_device("NVIDIA B200"))
+    assert wanted == ["bf16", "fp8"] and sorted(why) == ["mxfp4", "mxfp8", "nvfp4"]
+    assert why["nvfp4"].startswith("the NVIDIA B200 has NVFP4 matrix units, but the stage measures only")
+    assert precisions("nvd", find_device("NVIDIA H100 PCIe")) == (["bf16", "fp8"], {})  # no FP8 peak: not judged
