@@ -1,7 +1,8 @@
 """The acceptance section of a result's system (system.acceptance) made again from its evidence before anyone reads
 it: each GPU's GEMM TFLOP/s from its shapes' FLOPs and seconds, each memory GB/s from its bytes and seconds, each
 collective's algbw and busbw from its bytes, ranks and seconds (nccl-tests' definition), and each verdict from the
-figures and the floors it records (utils.machine.acceptance, the stage's own functions).
+figures, the floors and the specification it records (utils.machine.acceptance, the stage's own
+functions), so a later change of the device table leaves an older result sound.
 
 A figure edited in result.json or system.json differs from its recomputation and fails the result (evaluate.gate):
 the report sets each run's TFLOP/s beside its node's measured GEMM throughput, so a forged ceiling would mislead the
@@ -14,7 +15,6 @@ from __future__ import annotations
 from typing import Mapping
 
 from utils.machine import acceptance
-from utils.machine.hardware import find_device
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
 CHECK = "acceptance evidence"
@@ -42,9 +42,8 @@ def verdict_problems(section: Mapping) -> list[str]:
               "memory": {n: {k: v for k, v in item.items() if k != "gb_s"} for n, item in gpu["memory"].items()},
               "collectives": [{k: row[k] for k in ("op", "bytes", "ranks", "seconds")}
                               for row in section["collectives"]]} for gpu in section["gpus"]]
-    spec = section.get("specification")
-    device = find_device(spec["name"]) if spec else None
-    again = acceptance.judge(ranks, device, acceptance.Floors(**section["floors"]), section.get("not_measured", {}))
+    again = acceptance.judge(ranks, section.get("specification"), acceptance.Floors(**section["floors"]),
+                             section.get("not_measured", {}))
     return [] if again["verdict"] == section["verdict"] else [
         f"acceptance: the verdict is {section['verdict']!r}, but the recorded figures and floors give "
         f"{again['verdict']!r}"]

@@ -284,3 +284,12 @@ def test_each_precision_the_device_has_is_measured_or_said_not_measured_and_why(
     assert wanted == ["bf16", "fp8"] and sorted(why) == ["mxfp4", "mxfp8", "nvfp4"]
     assert why["nvfp4"].startswith("the NVIDIA B200 has NVFP4 matrix units, but the stage measures only")
     assert precisions("nvd", find_device("NVIDIA H100 PCIe")) == (["bf16", "fp8"], {})  # no FP8 peak: not judged
+
+
+def test_the_verdict_is_made_again_against_the_specification_the_section_records(monkeypatch):
+    from evaluate import acceptance_checks
+    section = acceptance.judge([rank_record(r) for r in range(2)], find_device("NVIDIA H100 80GB HBM3"), FLOORS, {})
+    monkeypatch.setattr(acceptance, "specification", lambda spec: pytest.fail("read the device table"))
+    assert acceptance_checks.problems({"acceptance": section}) == []  # a later table leaves it sound
+    section["specification"]["peak_tflops"]["bf16"] = 2000.0  # 700 is below 0.46 x 2000: the recorded pass is not
+    assert "give 'fail'" in acceptance_checks.problems({"acceptance": section})[0][1]

@@ -135,12 +135,12 @@ def _straggler(gpus: list[dict], value, label: str) -> None:
                                    f"siblings' median {median:.4g} (straggler threshold {THRESHOLD:.0%})")
 
 
-def judge(ranks: Sequence[dict], spec: DeviceSpec | None, floors: Floors, not_measured: dict[str, str]) -> dict:
+def judge(ranks: Sequence[dict], spec: DeviceSpec | dict | None, floors: Floors, not_measured: dict[str, str]) -> dict:
     """The acceptance section of system.json from every rank's record: figures, verdicts and the lines that say why."""
     gpus = [dict(figures(rank), problems=[], warnings=[]) for rank in sorted(ranks, key=lambda r: r["rank"])]
     collectives = collective_figures(ranks[0].get("collectives", [])) if ranks else []
     node_problems: list[str] = []
-    judged = specification(spec)
+    judged = spec if isinstance(spec, dict) else specification(spec)  # a recorded section's, or the table's
     if judged:
         for gpu in gpus:
             where = f"GPU {gpu['index']} on {gpu['host']}"
@@ -148,11 +148,11 @@ def judge(ranks: Sequence[dict], spec: DeviceSpec | None, floors: Floors, not_me
                 peak = judged["peak_tflops"].get(precision)
                 if "tflops" in found and peak and found["tflops"] < floors.gemm * peak:
                     gpu["problems"].append(f"{where}: {precision} GEMM {found['tflops']:.4g} TFLOP/s is below "
-                                           f"{floors.gemm:g} x the {spec.name}'s {peak:g} (ACCEPT_GEMM_FLOOR)")
+                                           f"{floors.gemm:g} x the {judged['name']}'s {peak:g} (ACCEPT_GEMM_FLOOR)")
             rated = judged["memory_gb_s"]
             if rated and gpu["memory"]["copy"]["gb_s"] < floors.memory * rated:
                 gpu["problems"].append(f"{where}: memory copy {gpu['memory']['copy']['gb_s']:.4g} GB/s is below "
-                                       f"{floors.memory:g} x the {spec.name}'s rated {rated:g} GB/s "
+                                       f"{floors.memory:g} x the {judged['name']}'s rated {rated:g} GB/s "
                                        "(ACCEPT_MEMORY_FLOOR)")
         for precision in dict.fromkeys(p for gpu in gpus for p in gpu["gemm"]):
             _straggler(gpus, lambda g: g["gemm"][precision].get("tflops"), f"{precision} GEMM TFLOP/s")
@@ -165,7 +165,8 @@ def judge(ranks: Sequence[dict], spec: DeviceSpec | None, floors: Floors, not_me
                 if top["busbw_gb_s"] < floors.busbw * link:
                     node_problems.append(f"node {gpus[0]['host']}: {op} of {size_text(top['bytes'])} over "
                                          f"{top['ranks']} GPUs: bus bandwidth {top['busbw_gb_s']:.4g} GB/s is below "
-                                         f"{floors.busbw:g} x the {spec.name}'s {link:g} GB/s (ACCEPT_BUSBW_FLOOR)")
+                                         f"{floors.busbw:g} x the {judged['name']}'s {link:g} GB/s "
+                                         "(ACCEPT_BUSBW_FLOOR)")
     for gpu in gpus:
         gpu["verdict"] = NO_SPEC if not judged else "fail" if gpu["problems"] else \
             "warn" if gpu["warnings"] else "pass"
