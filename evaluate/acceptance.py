@@ -31,7 +31,8 @@ from pathlib import Path
 from utils import ROOT
 from utils.cli import Parser, UsageError, now_iso, output_file, quoted, run
 from utils.config import PLATFORMS, detect
-from utils.files import read_json, write_json
+from utils.files import read_json
+from utils.runset import merge_into_system
 from utils.machine import acceptance, hardware, vendor_tools
 from utils.spec.models import by_variant
 
@@ -156,11 +157,7 @@ def section(args: argparse.Namespace) -> dict:
 
 def record(found: dict, system_json: Path) -> None:
     """Merge the section into system.json (written atomically; a missing file gets a system of its own)."""
-    try:
-        system = read_json(system_json) if system_json.exists() else {}
-    except ValueError as err:
-        raise UsageError(f"{system_json}: not a system description ({err}); run the probe again") from None
-    write_json(system_json, {**system, "acceptance": found})
+    merge_into_system(system_json, "acceptance", found)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
