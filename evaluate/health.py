@@ -22,19 +22,15 @@ import os
 import sys
 from pathlib import Path
 
-from utils.cli import Parser, UsageError, output_file, run
+from utils.cli import Parser, UsageError, output_file, run  # noqa: F401 (UsageError: what record raises)
 from utils.config import PLATFORMS, detect
-from utils.files import read_json, write_json
+from utils.runset import merge_into_system
 from utils.machine.node_health import Health, check
 
 
 def record(health: Health, system_json: Path) -> None:
     """Merge the findings into system.json (written atomically; a missing file gets a system of its own)."""
-    try:
-        system = read_json(system_json) if system_json.exists() else {}
-    except ValueError as err:
-        raise UsageError(f"{system_json}: not a system description ({err}); run the probe again") from None
-    write_json(system_json, {**system, "health": health.record()})
+    merge_into_system(system_json, "health", health.record())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,7 +35,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from evaluate import (effective_settings, evaluation_checks, integrity, machine_checks, model_checks,
+from evaluate import (acceptance_checks, effective_settings, evaluation_checks, integrity, machine_checks, model_checks,
                       native_settings, prediction_checks, series_checks, straggler_checks, telemetry_checks)
 from evaluate.collect import CollectError, Loaded, collect, first_problem
 from evaluate.logs import worker_failure
@@ -157,6 +157,7 @@ def check_result(item: Loaded) -> list[Finding]:
     found += [Finding(name, "effective settings", message, fatal) for message, fatal in effective_settings.problems(r)]
     return (found + _figures(name, r) + [Finding(name, *problem) for problem in integrity.below_zero(r)]
             + [Finding(name, *problem) for problem in machine_checks.problems(r, item.system)]
+            + [Finding(name, *problem) for problem in acceptance_checks.problems(item.system)]
             + [Finding(name, *problem) for problem in telemetry_checks.problems(r, item.beside)]
             + [Finding(name, *problem) for problem in straggler_checks.problems(r, item.beside)]
             + [Finding(name, *problem, fatal=False)  # the plain result: utils.predict's writer reads it

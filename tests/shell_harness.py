@@ -68,6 +68,9 @@ class FakeMachine:
             "OUTPUT_DIR": str(tmp / "output"),
             "HF_HOME": str(tmp / "hf"),
             "HF_HUB_OFFLINE": "1",
+            # A fake GPU cannot be measured, and the real CPU stage costs seconds a run: its own tests run it
+            # (tests/test_evaluate_acceptance.py)
+            "ACCEPTANCE": "off",
         }
 
     def run(self, script: str, *args: str, cwd: Path | None = None, **env: str) -> Result:

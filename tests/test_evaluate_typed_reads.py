@@ -26,6 +26,9 @@ OTHER_DOCUMENTS = {  # (path prefix, name) -> the document that has a field of t
     **{("evaluate/history/", name): "a row of the history store (its columns)"
        for name in ("system", "stack", "framework", "platform", "schema_version")},
     ("evaluate/machine_checks.py", "health"): "system.json (Loaded.system), the run set's description",
+    **{(module, name): "system.acceptance (Loaded.system): a GPU's memory figures and warning lines"
+       for module in ("evaluate/acceptance_checks.py", "evaluate/comparison/acceptance.py")
+       for name in ("memory", "warnings")},
 }
 
 

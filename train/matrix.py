@@ -7,7 +7,8 @@ checks the data (on the CPU with the bundled sample corpus it prepares it) and, 
 runs need built on this platform (on the CPU: torchtitan's and mbridge's own environments, autotp's collective op;
 one it cannot build stops the run set, exit 2), probes
 the system into system.json, checks the node's health (evaluate.health, as HEALTH says: warn records, strict
-refuses an unhealthy node, off skips), then for each run writes the request it planned (train.plan.request) where
+refuses an unhealthy node, off skips) and its acceptance (evaluate.acceptance, as ACCEPTANCE says: strict stops on
+a failing node), then for each run writes the request it planned (train.plan.request) where
 the launcher reads it (the run's config.json; node<N>/request.json on node N) and starts the launcher on it,
 `python3 -m train.launch.run --request FILE`, in a process group of its own (a run its framework cannot do is
 listed as skipped, with the reason, and not started): the configuration is loaded once for the whole run set,
@@ -41,6 +42,7 @@ from utils.config.workload import evaluation
 from utils.datafiles import PREPARE, data_prefix, validation_split_size
 from utils.files import DiskError
 from utils.fingerprint import project_commit
+from utils.machine.acceptance import arguments as acceptance_arguments
 from utils.runset import SYSTEM_FILE, make_run_set
 
 DATA_WAIT_S = 1800  # how long a node other than 0 waits for node 0's sample data (TPRIMAT_DATA_WAIT_S)
@@ -257,6 +259,25 @@ def check_health(cfg: Config, run_set: Path, stop: Stop) -> None:
         warn(f"the node health check failed (exit code {code}): results will not say whether the node was healthy")
 
 
+def check_acceptance(cfg: Config, run_set: Path, stop: Stop) -> None:
+    """The node's acceptance (evaluate.acceptance: GEMM, memory and collective bandwidth against the device's
+    specification) after its health, as ACCEPTANCE says: strict stops on a failing node, warn records it (node 0 into
+    system.json), off skips it; a dry run measures nothing."""
+    if cfg["ACCEPTANCE"] == "off" or cfg["DRY_RUN"]:
+        log(f"acceptance: not measured ({'ACCEPTANCE=off' if cfg['ACCEPTANCE'] == 'off' else 'dry run'})")
+        return
+    args = ["evaluate.acceptance", *acceptance_arguments(cfg), "--strict"]
+    if cfg["NODE_RANK"] == 0:
+        args += ["--record", str(run_set / SYSTEM_FILE)]
+    code = tool(*args)
+    stop.end_if_stopped()
+    if code == 1 and cfg["ACCEPTANCE"] == "strict":
+        die(2, "ACCEPTANCE=strict: this node failed acceptance (the lines above name the GPU or collective); replace "
+               "it, or ACCEPTANCE=warn to record it and go on")
+    if code not in (0, 1):
+        warn(f"the acceptance stage failed (exit code {code}): results will carry no measured ceiling")
+
+
 def hand_over(cfg: Config, run: plan.Run, run_set: Path, commit: str | None) -> list[str] | None:
     """The run's request (train.plan.request) written where its launcher reads it, and the launcher's command on
     it; None, with the line said, when the run directory already holds a run or the disk refuses the request."""
@@ -352,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         stop.end_if_stopped()
         warn("the system probe failed: results will have no system description")
     check_health(cfg, run_set, stop)
+    check_acceptance(cfg, run_set, stop)
     names, failed = run_matrix(cfg, runs, run_set, stop)
     if stop.signal is not None and node == 0 and names:
         try:

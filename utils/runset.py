@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from utils.cli import Parser, UsageError, run
+from utils.files import read_json, write_json
 
 SYSTEM_FILE = "system.json"  # the probe's description of the machine (utils.machine.probe), written once per run set
 
@@ -51,6 +52,16 @@ def system_path(run_dir: Path) -> Path | None:
     return next((path for path in (run_dir / SYSTEM_FILE, run_dir.parent / SYSTEM_FILE) if path.is_file()), None)
 
 
+def merge_into_system(system_json: Path, key: str, section: dict) -> None:
+    """One section (node health, acceptance) merged into a run set's system.json, written atomically; a missing file
+    gets a system of its own."""
+    try:
+        system = read_json(system_json) if system_json.exists() else {}
+    except ValueError as err:
+        raise UsageError(f"{system_json}: not a system description ({err}); run the probe again") from None
+    write_json(system_json, {**system, key: section})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python3 -m utils.runset", description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir")
@@ -62,3 +73,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     run(main, "utils.runset")
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from evaluate.comparison import acceptance as acceptance_view
 from evaluate.comparison import breakdown as breakdown_view
 from evaluate.comparison import energy as energy_view
 from evaluate.comparison import frameworks as framework_view
@@ -206,13 +207,15 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     out += ["Peak memory per GPU: reserved = the allocator's peak reservation, device = device memory in use as the "
             "driver reports it (Primus), allocated = peak tensor allocation, host = peak resident host memory of the "
             "largest worker process (CPU runs, which have no device memory).", ""]
+    out += acceptance_view.section(items)
     out += framework_view.section(items)
     out += breakdown_view.table([item for row in rows for item in row.ok])
     out += prediction_view.section([item for row in rows for item in row.ok])
     out += quality_view.validation_section(rows) + quality_view.twin_section(
         twins, quality, lambda row: median_or_none(row.figures(tokens))) + time_to_train.section(rows)
     ups = speedups(rows)
-    out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"]) + [""]
+    out += ["## AMD vs NVIDIA", ""] + (ups or ["- no AMD and NVIDIA runs of the same model and layout to compare"])
+    out += acceptance_view.vendor_lines(items) + [""]
     orphans = [f"- no BF16 twin, quality unchecked, ranked nowhere as a win: {row.label}"
                for row in quality_view.orphans(rows, twins)]
     out += orphans + ([""] if orphans else [])

@@ -9,12 +9,17 @@ import math
 from utils.config.parse import Knob
 from utils.machine.hardware import TARGET_DEVICES
 
+FLOOR = Knob("float", high=1, rule="a fraction of the device's specification (0: never fails)")
 PRICE = Knob("float", high=math.inf, bounds="(]", optional=True, rule="a price per GPU-hour in any currency")
 
 KNOBS = {
     "TELEMETRY": Knob("bool"),
     "TELEMETRY_INTERVAL_MS": Knob("int", low=100, high=60_000, rule="milliseconds between two samples of every GPU"),
     "HEALTH": Knob("enum", ("warn", "strict", "off")),
+    "ACCEPTANCE": Knob("enum", ("strict", "warn", "off")),
+    "ACCEPT_GEMM_FLOOR": FLOOR,
+    "ACCEPT_MEMORY_FLOOR": FLOOR,
+    "ACCEPT_BUSBW_FLOOR": FLOOR,
     "TARGET_DEVICE": Knob("enum", ("", *TARGET_DEVICES)),
     "SKIP_WONT_FIT": Knob("bool"),
     "PRICE_PER_GPU_HOUR_AMD": PRICE,

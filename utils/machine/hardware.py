@@ -38,6 +38,7 @@ class DeviceSpec:
     fp8_tflops: float | None  # peak dense FP8 TFLOP/s (MXFP8 too); None where the data sheet gives none
     memory_gib: float | None = None  # device memory as the device reports it (GiB): what a plan must fit in
     intra_gb_s: float | None = None  # GPU-to-GPU bandwidth inside a node, GB/s per direction per GPU (all links)
+    memory_gb_s: float | None = None  # rated device-memory bandwidth of the data sheet, GB/s (MEMORY_GB_S)
     max_power_w: float | None = None  # maximum board power (TDP / TBP) of the data sheet, W: no sample is above it
     idle_power_w: float | None = None  # the least a working device of the model draws, W: no mean over steps is below
     fp6_tflops: float | None = None  # peak dense FP6 (MXFP6) TFLOP/s; None: no FP6 matrix units
@@ -77,6 +78,16 @@ LINKS: dict[str, dict[str, float]] = {
     "b200": {"memory_gib": 179.1, "intra_gb_s": 900.0}, "mi300x": {"memory_gib": 192.0, "intra_gb_s": 448.0},
     "mi325x": {"memory_gib": 256.0, "intra_gb_s": 448.0}, "mi355x": {"memory_gib": 288.0, "intra_gb_s": 537.6},
 }
+# Rated device-memory bandwidth (memory_gb_s, GB/s = 1e9 bytes/s), what the acceptance stage's copy is held against
+# (utils/machine/acceptance.py): H100 SXM 3.35 TB/s, H100 NVL 3.9 TB/s, H100 PCIe 2.0 TB/s
+# (https://www.nvidia.com/en-us/data-center/h100/), H200 4.8 TB/s (https://www.nvidia.com/en-us/data-center/h200/),
+# B200 8 TB/s per GPU (https://www.nvidia.com/en-us/data-center/hgx/), MI300X 5.3 TB/s
+# (https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html), MI325X 6 TB/s
+# (https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html), MI355X 8 TB/s
+# (https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html).
+MEMORY_GB_S = {"h100": 3350.0, "h100nvl": 3900.0, "h100pcie": 2000.0, "h200": 4800.0, "b200": 8000.0,
+               "mi300x": 5300.0, "mi325x": 6000.0, "mi355x": 8000.0}
+LINKS = {key: {**links, "memory_gb_s": MEMORY_GB_S[key]} for key, links in LINKS.items()}
 # Between nodes, per GPU (one adapter each): InfiniBand NDR / ConnectX-7, or AMD Pollara/RoCE at 400 Gb/s, the
 # usual build of these nodes; NET_LINK_GBPS overrides it for the time bound and the projection.
 INTER_NODE_GBPS = 400.0

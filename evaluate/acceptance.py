@@ -1,0 +1,210 @@
+"""Node acceptance: each GPU's GEMM throughput per precision and memory bandwidth, and the node's collective bus
+bandwidth, measured against the device's specification before the matrix spends hours on a slow node.
+
+    python3 -m evaluate.acceptance [--strict] [--json] [--record SYSTEM_JSON] [--platform amd|nvd|cpu]
+                                   [--models VARIANTS --tokens N --workers N --floors GEMM,MEMORY,BUSBW]
+                                   [--measured DIR]
+
+One worker per GPU (on the CPU: per worker process, over gloo) under torchrun measures with torch's own matmul,
+copies and collectives (utils/machine/acceptance_worker.py), the same code on NVIDIA (NCCL), AMD (RCCL) and the
+CPU; utils/machine/acceptance.py makes the figures and verdicts (pass, warn, fail; "no specification" on the CPU
+and on a device the table lacks, which never fails). Without --models, the planned models, MBS x SL, the worker
+count and the ACCEPT_*_FLOOR knobs come from the configuration (config.env and the environment); the matrix passes
+them instead. --record merges the section into a run set's system.json ("acceptance"), so every result of the set
+carries it; --measured judges rank<R>.json records already made (a previous measurement, or a test's) instead of
+measuring. The matrix runs it on every node after node health, as ACCEPTANCE says (strict: a failing node stops
+the matrix; warn: record and go on; off: nothing). Exit: 0 checked, 1 with --strict when a GPU or the node fails,
+2 bad arguments, 3 the measurement itself failed (its output is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from utils import ROOT
+from utils.cli import Parser, UsageError, now_iso, output_file, quoted, run
+from utils.config import PLATFORMS, detect
+from utils.files import read_json
+from utils.runset import merge_into_system
+from utils.machine import acceptance, hardware, vendor_tools
+from utils.spec.models import by_variant
+
+# How much each platform measures: (memory buffer bytes, collective sizes in bytes, warm-up, repeats). The CPU's is
+# small so that the front door pays seconds for it.
+PROFILES = {"gpu": (1 << 30, (1 << 20, 32 << 20, 256 << 20), 5, 20),
+            "cpu": (32 << 20, (64 << 10, 1 << 20, 8 << 20), 1, 3)}
+TIMEOUT_S = 600
+TAG = "[tprimat] acceptance"
+RECORD_KEYS = {"rank", "local_rank", "host", "device", "gemm", "memory"}
+MEASURED_ENV = "TPRIMAT_ACCEPTANCE_MEASURED"  # records to judge instead of measuring (tests)
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{quoted(text, 40)} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{quoted(text, 40)}: give a fraction from 0 to 1")
+    return value
+
+
+def floors(text: str) -> acceptance.Floors:
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{quoted(text, 60)}: give three fractions GEMM,MEMORY,BUSBW (0.46,0.38,0.22)")
+    return acceptance.Floors(*(fraction(part) for part in parts))
+
+
+def from_config(args: argparse.Namespace) -> None:
+    """What the arguments leave out, from the configuration (the matrix gives everything: it loaded it already)."""
+    from utils.config import ConfigError, load_config
+    try:
+        cfg = load_config()
+    except ConfigError as err:
+        raise UsageError(f"the configuration has problems ({err}); python3 -m utils.config check lists them") from None
+    given = acceptance.arguments(cfg)
+    for key, value in vars(parse(given)).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
+def gpu_names(platform: str) -> list[str]:
+    """The names the vendor's tool gives this node's GPUs (empty on the CPU, or when no tool answers)."""
+    found = {"nvd": vendor_tools.nvidia_gpus, "amd": vendor_tools.amd_gpus}.get(platform, lambda: None)()
+    return [device["name"] for device in (found or {}).get("devices", []) if device.get("name")]
+
+
+def precisions(platform: str, spec: hardware.DeviceSpec | None) -> tuple[list[str], dict[str, str]]:
+    """The GEMM precisions to measure on this device, and those not measured with why."""
+    if platform == "cpu":
+        native, why = hardware.cpu_precision()
+        return list(dict.fromkeys([native, "fp32"])), {"fp8": f"the CPU has no FP8 matrix units ({why})"}
+    if spec is None:
+        return ["bf16"], {"fp8": "the device is not in the device table (utils/machine/hardware.py)"}
+    scaled = {fmt: f"the {spec.name} has {fmt.upper()} matrix units, but the stage measures only torch's bf16 matmul "
+                   "and per-tensor FP8 (torch._scaled_mm); block-scaled formats need their stack's own kernels"
+              for fmt in spec.formats if fmt not in ("bf16", "fp8")}
+    if "fp8" in spec.formats:  # measured; judged only where the table gives an FP8 peak
+        return ["bf16", "fp8"], scaled
+    return ["bf16"], {"fp8": hardware.lacks(spec, "fp8"), **scaled}
+
+
+def measure(args: argparse.Namespace, shapes: list[tuple[int, int, int]], wanted: list[str], out: Path) -> None:
+    """torchrun with one worker per GPU (or CPU worker); its output printed only when it fails (exit 3)."""
+    memory_bytes, sizes, warmup, repeats = PROFILES["cpu" if args.platform == "cpu" else "gpu"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.workers}",
+               "-m", "utils.machine.acceptance_worker", "--out", str(out),
+               "--shapes", ",".join(":".join(map(str, shape)) for shape in shapes), "--precisions", ",".join(wanted),
+               "--memory-bytes", str(memory_bytes), "--sizes", ",".join(map(str, sizes)),
+               "--warmup", str(warmup), "--repeats", str(repeats), *(["--gpu"] if args.platform != "cpu" else [])]
+    try:
+        done = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"{TAG}: the measurement did not end within {TIMEOUT_S} s", file=sys.stderr)
+        raise SystemExit(3) from None
+    if done.returncode != 0:
+        print(done.stdout[-4000:], file=sys.stderr)
+        print(f"{TAG}: the measurement failed (exit code {done.returncode}; its output is above)", file=sys.stderr)
+        raise SystemExit(3)
+
+
+def ranks(folder: Path) -> list[dict]:
+    records = [read_json(path) for path in sorted(folder.glob("rank*.json"))]
+    for path, item in zip(sorted(folder.glob("rank*.json")), records):
+        if not isinstance(item, dict) or not RECORD_KEYS <= set(item):
+            raise UsageError(f"{path}: not a worker's record (it needs {', '.join(sorted(RECORD_KEYS))})")
+    if not records:
+        raise UsageError(f"{folder}: no rank<R>.json records to judge; give the folder the workers wrote")
+    return records
+
+
+def section(args: argparse.Namespace) -> dict:
+    """Measure (or read) and judge: the acceptance section."""
+    started = time.monotonic()
+    names = gpu_names(args.platform)
+    spec = hardware.find_device(names[0]) if names else None
+    wanted, not_measured = precisions(args.platform, spec)
+    shapes = acceptance.gemm_shapes([by_variant(v) for v in args.models.split(",")], args.tokens)
+    if args.measured:
+        records = ranks(args.measured)
+    else:
+        with tempfile.TemporaryDirectory(prefix="tprimat-acceptance-") as tmp:
+            measure(args, shapes, wanted, Path(tmp))
+            records = ranks(Path(tmp))
+    if spec is None and args.platform != "cpu" and records:
+        spec = hardware.find_device(records[0]["device"])
+    for record in records:  # what the worker could not run (no such op on this stack) is said, not measured
+        for precision, found in list(record["gemm"].items()):
+            if "not_measured" in found:
+                not_measured[precision] = found["not_measured"]
+                del record["gemm"][precision]
+    judged = acceptance.judge(records, None if args.platform == "cpu" else spec, args.floors, not_measured)
+    extra = {"checked_at": now_iso(), "platform": args.platform, "models": args.models.split(","),
+             "tokens": args.tokens, "workers": len(records), "seconds": round(time.monotonic() - started, 3)}
+    if args.platform == "cpu":
+        extra["cpu_flags"] = sorted(hardware.cpu_flags() & acceptance.CPU_FLAGS)
+    return {**extra, **judged}
+
+
+def record(found: dict, system_json: Path) -> None:
+    """Merge the section into system.json (written atomically; a missing file gets a system of its own)."""
+    merge_into_system(system_json, "acceptance", found)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = Parser(prog="python3 -m evaluate.acceptance", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a GPU or the node fails")
+    parser.add_argument("--json", action="store_true", help="print the section as JSON instead of lines")
+    parser.add_argument("--record", type=output_file, metavar="SYSTEM_JSON", help="merge the section into this file")
+    parser.add_argument("--platform", choices=PLATFORMS, help="the platform to measure (default: detected)")
+    parser.add_argument("--models", help="the planned models' variants, comma-separated (llama3.1-8b,qwen2.5-7b)")
+    parser.add_argument("--tokens", type=int, help="rows of each GEMM: MBS x SL")
+    parser.add_argument("--workers", type=int, help="worker processes: the node's GPUs (the CPU's workers)")
+    parser.add_argument("--floors", type=floors, help="GEMM,MEMORY,BUSBW: fractions of the specification below "
+                                                      "which a figure fails (ACCEPT_*_FLOOR)")
+    parser.add_argument("--measured", type=Path, metavar="DIR", default=os.environ.get(MEASURED_ENV) or None,
+                        help=f"judge the rank<R>.json records in DIR (default: ${MEASURED_ENV}, where a test stands "
+                             "in for the device)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if None in (args.models, args.tokens, args.workers, args.floors):
+        from_config(args)
+    if args.tokens < 1 or args.workers < 1:
+        raise UsageError(f"--tokens {args.tokens} and --workers {args.workers}: give whole numbers above 0")
+    try:
+        [by_variant(v) for v in args.models.split(",")]
+    except ValueError as err:
+        raise UsageError(f"--models: {err}") from None
+    platform = args.platform or os.environ.get("PLATFORM", "auto")
+    args.platform = detect(dict(os.environ))[0] if platform == "auto" else platform
+    found = section(args)
+    if args.record:
+        record(found, args.record)
+    if args.json:
+        print(json.dumps(found, indent=1))
+    else:
+        print(f"{TAG} ({args.platform}, {found['workers']} worker(s), {found['seconds']:.1f} s): {found['verdict']}"
+              + (f" (CPU flags: {' '.join(found['cpu_flags']) or 'none of them'})" if "cpu_flags" in found else ""),
+              flush=True)
+        for line in acceptance.summary(found):
+            print(f"{TAG}: {line}", flush=True)
+        for line in acceptance.warnings(found) + acceptance.problems(found):
+            print(f"{TAG}: {line}", file=sys.stderr, flush=True)
+    return 1 if args.strict and found["verdict"] == "fail" else 0
+
+
+if __name__ == "__main__":
+    run(main, "evaluate.acceptance")
