@@ -28,9 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from evaluate.health import node_check_parser
 from utils import ROOT
-from utils.cli import Parser, UsageError, now_iso, output_file, quoted, run
-from utils.config import PLATFORMS, detect
+from utils.cli import UsageError, now_iso, quoted, run
+from utils.config import detect
 from utils.files import read_json
 from utils.runset import merge_into_system
 from utils.machine import acceptance, hardware, vendor_tools
@@ -161,12 +162,7 @@ def record(found: dict, system_json: Path) -> None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python3 -m evaluate.acceptance", description=__doc__,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a GPU or the node fails")
-    parser.add_argument("--json", action="store_true", help="print the section as JSON instead of lines")
-    parser.add_argument("--record", type=output_file, metavar="SYSTEM_JSON", help="merge the section into this file")
-    parser.add_argument("--platform", choices=PLATFORMS, help="the platform to measure (default: detected)")
+    parser = node_check_parser("evaluate.acceptance", __doc__, "a GPU or the node fails", "section")
     parser.add_argument("--models", help="the planned models' variants, comma-separated (llama3.1-8b,qwen2.5-7b)")
     parser.add_argument("--tokens", type=int, help="rows of each GEMM: MBS x SL")
     parser.add_argument("--workers", type=int, help="worker processes: the node's GPUs (the CPU's workers)")

@@ -33,14 +33,19 @@ def record(health: Health, system_json: Path) -> None:
     merge_into_system(system_json, "health", health.record())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python3 -m evaluate.health", description=__doc__,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--strict", action="store_true", help="exit 1 when there is a problem")
-    parser.add_argument("--json", action="store_true", help="print the record as JSON instead of lines")
-    parser.add_argument("--record", type=output_file, metavar="SYSTEM_JSON", help="merge the findings into this system.json")
+def node_check_parser(tool: str, doc: str, failing: str, recorded: str) -> Parser:
+    """The options every check of a node before the matrix takes (evaluate.health, evaluate.acceptance): train.matrix
+    calls each with --strict and, on node 0, --record."""
+    parser = Parser(prog=f"python3 -m {tool}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strict", action="store_true", help=f"exit 1 when {failing}")
+    parser.add_argument("--json", action="store_true", help=f"print the {recorded} as JSON instead of lines")
+    parser.add_argument("--record", type=output_file, metavar="SYSTEM_JSON", help=f"merge the {recorded} into this file")
     parser.add_argument("--platform", choices=PLATFORMS, help="the platform to check (default: detected)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = node_check_parser("evaluate.health", __doc__, "there is a problem", "findings").parse_args(argv)
     platform = args.platform or os.environ.get("PLATFORM", "auto")
     if platform == "auto":
         platform = detect(dict(os.environ))[0]

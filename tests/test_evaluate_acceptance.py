@@ -130,8 +130,9 @@ def test_a_slow_link_stops_the_matrix_in_one_line(tmp_path, monkeypatch, capfd):
     cfg = Cfg(ACCEPTANCE="strict", DRY_RUN=False, NODE_RANK=0, MBS=1, SL=2048, GPUS_PER_NODE=8,
               ACCEPT_GEMM_FLOOR=0.46, ACCEPT_MEMORY_FLOOR=0.38, ACCEPT_BUSBW_FLOOR=0.22)
     (tmp_path / "system.json").write_text("{}")
+    acceptance = next(check for check in matrix.node_checks(cfg) if check.knob == "ACCEPTANCE")
     with pytest.raises(SystemExit) as stopped:
-        matrix.check_acceptance(cfg, tmp_path, matrix.Stop())
+        matrix.check_node(cfg, tmp_path, matrix.Stop(), acceptance)
     assert stopped.value.code == 2
     out = capfd.readouterr()
     assert [line for line in out.err.splitlines() if "error" in line] == [
@@ -142,7 +143,7 @@ def test_a_slow_link_stops_the_matrix_in_one_line(tmp_path, monkeypatch, capfd):
     recorded = json.loads((tmp_path / "system.json").read_text())["acceptance"]
     assert recorded["verdict"] == "fail" and len(recorded["problems"]) == 4
     cfg.update(ACCEPTANCE="warn")
-    matrix.check_acceptance(cfg, tmp_path, matrix.Stop())  # warn: recorded, and the matrix goes on
+    matrix.check_node(cfg, tmp_path, matrix.Stop(), acceptance)  # warn: recorded, and the matrix goes on
 
 
 def test_the_cpu_stage_runs_for_real_over_gloo_and_is_recorded(tmp_path):

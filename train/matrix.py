@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from train import plan
 from train.launch import run as launcher
@@ -241,41 +241,39 @@ def container_command(platform: str, script: str, args: list[str]) -> str:
     return subprocess.run(words, cwd=ROOT, stdout=subprocess.PIPE, text=True).stdout
 
 
-def check_health(cfg: Config, run_set: Path, stop: Stop) -> None:
-    """The node's health (evaluate.health) before the first run, as HEALTH says: warn prints and records it (node 0
-    into the run set's system.json, so every result carries it), strict refuses an unhealthy node, off skips it."""
-    if cfg["HEALTH"] == "off":
-        log("node health: not checked (HEALTH=off)")
-        return
-    args = ["evaluate.health", "--platform", cfg.platform, "--strict"]
-    if cfg["NODE_RANK"] == 0:
-        args += ["--record", str(run_set / SYSTEM_FILE)]
-    code = tool(*args)
-    stop.end_if_stopped()
-    if code == 1 and cfg["HEALTH"] == "strict":
-        die(2, "HEALTH=strict: this node has the problems listed above; fix them, or HEALTH=warn to record them and "
-               "go on")
-    if code not in (0, 1):
-        warn(f"the node health check failed (exit code {code}): results will not say whether the node was healthy")
+class NodeCheck(NamedTuple):
+    """One of the node's checks before the first run, and what its lines say."""
+    what: str  # its name in the lines
+    knob: str  # strict | warn | off
+    argv: list[str]  # the tool and its arguments
+    on_dry_run: bool  # a dry run checks it too
+    strict_refusal: str  # why a node that fails it under strict is refused, and the way out
+    broken: str  # what the results lack when the tool itself failed
 
 
-def check_acceptance(cfg: Config, run_set: Path, stop: Stop) -> None:
-    """The node's acceptance (evaluate.acceptance: GEMM, memory and collective bandwidth against the device's
-    specification) after its health, as ACCEPTANCE says: strict stops on a failing node, warn records it (node 0 into
-    system.json), off skips it; a dry run measures nothing."""
-    if cfg["ACCEPTANCE"] == "off" or cfg["DRY_RUN"]:
-        log(f"acceptance: not measured ({'ACCEPTANCE=off' if cfg['ACCEPTANCE'] == 'off' else 'dry run'})")
+def check_node(cfg: Config, run_set: Path, stop: Stop, check: NodeCheck) -> None:
+    """A node check as its knob says: warn prints and records it (node 0 into the run set's system.json, so every
+    result carries it), strict stops the matrix on a node that fails it (exit 1 of the tool), off skips it."""
+    if cfg[check.knob] == "off" or (cfg["DRY_RUN"] and not check.on_dry_run):
+        log(f"{check.what}: not checked ({f'{check.knob}=off' if cfg[check.knob] == 'off' else 'dry run'})")
         return
-    args = ["evaluate.acceptance", *acceptance_arguments(cfg), "--strict"]
-    if cfg["NODE_RANK"] == 0:
-        args += ["--record", str(run_set / SYSTEM_FILE)]
-    code = tool(*args)
+    code = tool(*check.argv, "--strict", *(["--record", str(run_set / SYSTEM_FILE)] if cfg["NODE_RANK"] == 0 else []))
     stop.end_if_stopped()
-    if code == 1 and cfg["ACCEPTANCE"] == "strict":
-        die(2, "ACCEPTANCE=strict: this node failed acceptance (the lines above name the GPU or collective); replace "
-               "it, or ACCEPTANCE=warn to record it and go on")
+    if code == 1 and cfg[check.knob] == "strict":
+        die(2, f"{check.knob}=strict: {check.strict_refusal}, or {check.knob}=warn to record it and go on")
     if code not in (0, 1):
-        warn(f"the acceptance stage failed (exit code {code}): results will carry no measured ceiling")
+        warn(f"the {check.what} check failed (exit code {code}): {check.broken}")
+
+
+def node_checks(cfg: Config) -> list[NodeCheck]:
+    """The node's health (evaluate.health: ECC, power caps, links, stale memory), then its acceptance
+    (evaluate.acceptance: GEMM, memory and collective bandwidth against the device's specification)."""
+    return [NodeCheck("node health", "HEALTH", ["evaluate.health", "--platform", cfg.platform], True,
+                      "this node has the problems listed above; fix them",
+                      "results will not say whether the node was healthy"),
+            NodeCheck("acceptance", "ACCEPTANCE", ["evaluate.acceptance", *acceptance_arguments(cfg)], False,
+                      "this node failed acceptance (the lines above name the GPU or collective); replace it",
+                      "results will carry no measured ceiling")]
 
 
 def hand_over(cfg: Config, run: plan.Run, run_set: Path, commit: str | None) -> list[str] | None:
@@ -372,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     if node == 0 and tool("evaluate.probe", "-o", str(run_set / "system.json")) != 0:
         stop.end_if_stopped()
         warn("the system probe failed: results will have no system description")
-    check_health(cfg, run_set, stop)
-    check_acceptance(cfg, run_set, stop)
+    for check in node_checks(cfg):
+        check_node(cfg, run_set, stop, check)
     names, failed = run_matrix(cfg, runs, run_set, stop)
     if stop.signal is not None and node == 0 and names:
         try:
