@@ -119,8 +119,9 @@ def measure(args: argparse.Namespace, shapes: list[tuple[int, int, int]], wanted
 
 
 def ranks(folder: Path) -> list[dict]:
-    records = [read_json(path) for path in sorted(folder.glob("rank*.json"))]
-    for path, item in zip(sorted(folder.glob("rank*.json")), records):
+    paths = sorted(folder.glob("rank*.json"))
+    records = [read_json(path) for path in paths]
+    for path, item in zip(paths, records):
         if not isinstance(item, dict) or not RECORD_KEYS <= set(item):
             raise UsageError(f"{path}: not a worker's record (it needs {', '.join(sorted(RECORD_KEYS))})")
     if not records:
