@@ -47,7 +47,7 @@ import logging
 import torch
 from torch.overrides import TorchFunctionMode
 
-from utils import missing_stacks
+from utils import mcore_import, missing_stacks
 
 _applied = False
 
@@ -137,11 +137,6 @@ def _sequence_parallel_torch_norm(_cls, config, hidden_size: int, eps: float = 1
     return norm
 
 
-def _no_compile(model=None, **_options):
-    """torch.compile's signature, compiling nothing (8): as a decorator, with or without options."""
-    return model if model is not None else (lambda function: function)
-
-
 def _skip_without_fp8_params(quantize):
     """quantize_param_shard returning at once for an empty list of FP8 parameters, as TE's versions do (9)."""
     def quantize_param_shard(model_params, *args, **kwargs):
@@ -164,7 +159,7 @@ def apply() -> None:
     if _applied or not needed():
         return
     missing_stacks.silence()  # megatron-core's Transformer Engine and Apex warnings, said once by train.matrix
-    torch.compile = _no_compile  # 8. first: megatron-core applies it while being imported
+    torch.compile = mcore_import.unchanged  # 8. first: megatron-core applies it while being imported
     from megatron.core.optimizer import distrib_optimizer
     from megatron.core.tensor_parallel import random as megatron_random
     from megatron.core.transformer.torch_norm import WrappedTorchNorm

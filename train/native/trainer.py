@@ -38,6 +38,7 @@ from train.native.engine import Engine
 from train.common.outcome import NonFiniteLoss, RunRecord, SettingsError
 from train.common.step_log import GIB, StepRecord, is_last_rank, peak_host_rss_gib
 from train.common.step_timer import StepClock
+from utils import mcore_import
 from utils.machine.hardware import cpu_native_bf16
 from utils.spec.models import ModelSpec
 from utils.spec.request import Request
@@ -130,7 +131,9 @@ class NativeTrainer(RunRecord):
         return DEVICE_EVENTS if self.device.type == "cuda" else HOST_CLOCK
 
     def build(self) -> None:
-        """The model (one seed, every rank), the engine's wrapping and optimizer, the schedule and the data."""
+        """The model (one seed, every rank), the engine's wrapping and optimizer, the schedule and the data:
+        megatron-core's schedule and dataset, imported without torch's compiler (utils/mcore_import.py)."""
+        mcore_import.for_data()
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         t, lay = self.request.training, self.request.parallelism

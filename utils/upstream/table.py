@@ -224,6 +224,13 @@ FACTS: tuple[Fact, ...] = (
          "87901edc02c3d3baacbe5f6ea25dfe8f25061de54dab7342f288b34954db9d92",
          "without a process group the world size is WORLD_SIZE, as torchrun exports it (the probe sets it)",
          BUILD + "test_the_effective_settings_are_the_requests_layout_and_workload"),
+    Fact("mcore-jit-fuser-is-torch-compile", "megatron-core-0.19.2", "megatron/core/jit.py", (16, 33),
+         "1174c75cbfc89992a03428dc8d253c81c25e39998ae53e7ed76f1acea49f05cc",
+         "jit_fuser, which megatron-core's fusion kernels are wrapped in as their modules are imported, is "
+         "torch.compile as megatron.core.jit is imported (torch 2.2 and later): utils/mcore_import.py imports it for "
+         "the data pipeline with torch.compile standing aside",
+         "tests/test_mcore_import.py::test_megatron_core_imported_for_its_data_leaves_torchs_compiler_unloaded_"
+         "and_torch_compile_as_it_was"),
     Fact("mcore-mock-data-even-split", "megatron-core-0.19.2",
          "megatron/core/datasets/blended_megatron_dataset_config.py", (137, 144),
          "a845a4a06ecd135e8b61a32aea10a1cfbab1985356dc974dfa922a267855f374",
