@@ -92,9 +92,25 @@ def _local_revision(path: Path) -> str:
         (str(file.relative_to(path)) if path.is_dir() else file.name, sha256_file(file)) for file in files)
 
 
+def _load_dataset():
+    """datasets' load_dataset, imported without torch where the caller has not asked for it: datasets imports torch
+    when torch is installed and USE_TORCH is unset (datasets 5.2.0, datasets/config.py lines 43-50), which streaming
+    JSON records never uses; 2 s of a fresh clone's first data preparation on a 2-core machine. The variable is put
+    back as it was, so that nothing imported later in this process (transformers reads it too) goes without torch."""
+    if "datasets" in sys.modules or "USE_TORCH" in os.environ:
+        from datasets import load_dataset
+        return load_dataset
+    os.environ["USE_TORCH"] = "0"
+    try:
+        from datasets import load_dataset
+    finally:
+        del os.environ["USE_TORCH"]
+    return load_dataset
+
+
 def _stream(source: Source, repo: str, revision: str | None, token: str | None):
     """The train split as a streaming IterableDataset."""
-    from datasets import load_dataset
+    load_dataset = _load_dataset()
 
     path = Path(repo)
     if path.is_file():  # one file (the bundled sample): the packaged JSON builder

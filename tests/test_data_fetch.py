@@ -107,3 +107,14 @@ def test_offline_with_a_hub_dataset_says_what_to_do(tmp_path):
                                   "can only be streamed from it: connect to the Hub, or use DATASET=sample "
                                   "(bundled, offline)")
     assert not (tmp_path / "raw.jsonl").exists()
+
+
+def test_the_sample_streams_without_importing_torch_and_leaves_use_torch_as_it_was(tmp_path):
+    """datasets imports torch unless USE_TORCH says otherwise; streaming records needs none of it, and the variable
+    is put back so that transformers, imported later in the same process, still sees torch."""
+    code = ("import os, sys; from pathlib import Path; from data.fetch import fetch_dataset; "
+            f"fetch_dataset('sample', Path({str(tmp_path / 'raw.jsonl')!r}), samples=3, seed=1, progress=False); "
+            "print('torch' in sys.modules, os.environ.get('USE_TORCH'))")
+    env = {key: value for key, value in os.environ.items() if key != "USE_TORCH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "None"]
