@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from utils import mcore_import, missing_stacks
+from utils import compile_aside, missing_stacks
 from utils.cli import Parser, UsageError, WorkError, run
 from utils.files import DiskError, disk_problem, read_json, write_json
 from utils.datafiles import MANIFEST_SCHEMA, DataProblem, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \
@@ -208,7 +208,7 @@ def _ensure_dataset_helpers() -> None:
     """GPTDataset's compiled index builder, compiled first in a source checkout (as the trainer does)."""
     missing_stacks.silence()  # megatron-core's first import: its kernel libraries do not touch the data checked
     missing_stacks.quiet_notes()
-    mcore_import.for_data()  # nor do its fusion kernels: torch's compiler stays unloaded
+    compile_aside.megatron_core()  # nor do its fusion kernels: torch's compiler stays unloaded
     try:
         ensure_dataset_helpers()
     except DataProblem as err:

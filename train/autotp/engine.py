@@ -19,6 +19,7 @@ from collections import Counter
 import torch
 
 from train.native import trainer as native_trainer
+from utils import compile_aside
 from train.common.outcome import SettingsError
 from utils.spec import fairness
 from utils.spec.request import Request
@@ -100,6 +101,7 @@ class AutotpEngine:
         deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())  # the trainer's process group
         dtype = DTYPES[req.training.precision]
         deepspeed.tp_model_init(model, tp_size=req.parallelism.tp, dtype=dtype)
+        compile_aside.deepspeed_muon()  # initialize's optimizer check imports it; AdamW never runs its kernels
         # A callable optimizer: DeepSpeed calls it after AutoTP replaced the layers, so the groups hold the shards.
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=lambda _parameters: native_trainer.adamw(model, req), config=ds_config(req))

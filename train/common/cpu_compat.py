@@ -47,7 +47,7 @@ import logging
 import torch
 from torch.overrides import TorchFunctionMode
 
-from utils import mcore_import, missing_stacks
+from utils import compile_aside, missing_stacks
 
 _applied = False
 
@@ -159,7 +159,7 @@ def apply() -> None:
     if _applied or not needed():
         return
     missing_stacks.silence()  # megatron-core's Transformer Engine and Apex warnings, said once by train.matrix
-    torch.compile = mcore_import.unchanged  # 8. first: megatron-core applies it while being imported
+    torch.compile = compile_aside.unchanged  # 8. first: megatron-core applies it while being imported
     from megatron.core.optimizer import distrib_optimizer
     from megatron.core.tensor_parallel import random as megatron_random
     from megatron.core.transformer.torch_norm import WrappedTorchNorm

@@ -19,6 +19,7 @@ SOURCES = {
     # hash alike but for training/config.py's three facts, which sit 5 lines higher there.
     "megatron-bridge-0.6.2": Source("NVIDIA-NeMo/Megatron-Bridge", "v0.6.0", package="megatron-bridge==0.6.2",
                                     prefix="src/"),
+    "deepspeed-0.19.8": Source("deepspeedai/DeepSpeed", "v0.19.8", package="deepspeed==0.19.8"),
     "megatron-core-0.19.2": Source("NVIDIA/Megatron-LM", "core_v0.19.2", package="megatron-core==0.19.2"),
     # the head of core_r0.19.0, whose pretrain_gpt.py bench/gpu_check.sh runs beside mega (MEGATRON_LM_COMMIT)
     "megatron-lm-f8837c04": Source("NVIDIA/Megatron-LM", "f8837c04ef6cbef6cdefb8de001aad63178aebbf"),
@@ -37,11 +38,23 @@ STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_trans
 MOE = "tests/test_train_mega_moe.py::"
 CPU = "tests/test_train_mbridge_cpu.py::test_megatron_bridge_trains_on_the_cpu_with_only_its_gpu_steps_stood_in"
 
+COMPILE_ASIDE = "tests/test_compile_aside.py::"
 NEGATED = "tests/test_bench_megatron_lm_args.py::test_a_switch_the_parser_holds_as_its_negation_is_set_through_it"
 
 # One section per source; a fact is added where its source's section is.
 FACTS: tuple[Fact, ...] = (
     *PRIMUS_FACTS,
+    # --- deepspeedai/DeepSpeed v0.19.8 (requirements/host.txt) ---------------------------------------------------
+    Fact("deepspeed-zero-check-imports-muon", "deepspeed-0.19.8", "deepspeed/runtime/zero/utils.py", (66, 77),
+         "4a381236f9c7b805b42148465c2c1b91a20449c88117cf82fe806169f731c900",
+         "ZeRO's supported-optimizer check, which initialize runs, imports the Muon optimizer's module to add it to "
+         "the list: autotp imports that module first with torch.compile standing aside (utils/compile_aside.py)",
+         COMPILE_ASIDE + "test_deepspeeds_muon_module_imported_aside_keeps_its_kernels_plain_and_torch_compile_real"),
+    Fact("deepspeed-compile-is-torch-compile", "deepspeed-0.19.8", "deepspeed/runtime/compiler.py", (125, 129),
+         "a7ffdbcaa4b587fa9ffb5ce12a1e2fe442781dc1c42c537a5bc5e717634b3041",
+         "DeepSpeed's compile() decorator factory, which the Muon kernels are wrapped in as their module is imported, "
+         "returns torch.compile as it is at that moment",
+         COMPILE_ASIDE + "test_deepspeeds_muon_module_imported_aside_keeps_its_kernels_plain_and_torch_compile_real"),
     # --- pytorch/torchtitan v0.3.0 (requirements/torchtitan.txt) ----------------------------------------------
     Fact("torchtitan-0.3.0-trainer-imports-full-dtensor", "torchtitan-0.3.0", "torchtitan/trainer.py", (40, 40),
          "8ee9787acffd26cfb736172eda5640a385313b09426f6d4b3d0d911ebd59eb32",
@@ -227,10 +240,10 @@ FACTS: tuple[Fact, ...] = (
     Fact("mcore-jit-fuser-is-torch-compile", "megatron-core-0.19.2", "megatron/core/jit.py", (16, 33),
          "1174c75cbfc89992a03428dc8d253c81c25e39998ae53e7ed76f1acea49f05cc",
          "jit_fuser, which megatron-core's fusion kernels are wrapped in as their modules are imported, is "
-         "torch.compile as megatron.core.jit is imported (torch 2.2 and later): utils/mcore_import.py imports it for "
+         "torch.compile as megatron.core.jit is imported (torch 2.2 and later): utils/compile_aside.py imports it for "
          "the data pipeline with torch.compile standing aside",
-         "tests/test_mcore_import.py::test_megatron_core_imported_for_its_data_leaves_torchs_compiler_unloaded_"
-         "and_torch_compile_as_it_was"),
+         COMPILE_ASIDE + "test_megatron_core_imported_for_its_data_leaves_torchs_compiler_unloaded_and_torch_"
+         "compile_as_it_was"),
     Fact("mcore-mock-data-even-split", "megatron-core-0.19.2",
          "megatron/core/datasets/blended_megatron_dataset_config.py", (137, 144),
          "a845a4a06ecd135e8b61a32aea10a1cfbab1985356dc974dfa922a267855f374",
