@@ -5,6 +5,7 @@ AMD nodes of tests/fakebin: the same code up to torch's calls, a slow GPU or lin
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import os
 import subprocess
@@ -294,3 +295,21 @@ def test_the_verdict_is_made_again_against_the_specification_the_section_records
     assert acceptance_checks.problems({"acceptance": section}) == []  # a later table leaves it sound
     section["specification"]["peak_tflops"]["bf16"] = 2000.0  # 700 is below 0.46 x 2000: the recorded pass is not
     assert "give 'fail'" in acceptance_checks.problems({"acceptance": section})[0][1]
+
+
+def test_text_from_the_acceptance_section_is_shown_as_text_in_report_md_its_keys_included(tmp_path):
+    """A section's strings come from files: a warning, and the keys of not_measured (what was not measured), are
+    escaped like every other string the report shows."""
+    from evaluate import compare
+    markup = "<img src=x onerror=alert(1)> | `x`"
+    run_set = with_acceptance(tmp_path)
+    for path in [run_set / "system.json", *run_set.glob("*/result.json")]:
+        doc = json.loads(path.read_text())
+        section = doc["acceptance"] if path.name == "system.json" else doc["system"]["acceptance"]
+        section["not_measured"] = {markup: markup}
+        section["gpus"][0]["warnings"] = [markup]
+        path.write_text(json.dumps(doc))
+    text = compare.compare([run_set], tmp_path / "out")
+    escaped = r"\<img src=x onerror=alert(1)\> \| \`x\`"
+    assert f"- not measured: {escaped}: {escaped}" in text and f"- {escaped}" in text
+    assert re.search(r"(?<!\\)<img", text) is None

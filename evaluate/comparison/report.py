@@ -149,12 +149,13 @@ def mock_lines(items: Sequence[Loaded]) -> list[str]:
 
 
 def _escaped(value):
-    """A JSON value with every string safe inside Markdown (utils.cli.markdown_text); depth is bounded by the
-    readers (utils.files.parse_json)."""
+    """A JSON value with every string safe inside Markdown (utils.cli.markdown_text), the keys too (a section keyed
+    by what it names, as acceptance's not_measured is, shows its keys); a key that is a name is left as it is, so
+    the readers' lookups still find it. Depth is bounded by the readers (utils.files.parse_json)."""
     if isinstance(value, str):
         return markdown_text(value, 2000)
     if isinstance(value, dict):
-        return {key: _escaped(v) for key, v in value.items()}
+        return {markdown_text(key, 2000) if isinstance(key, str) else key: _escaped(v) for key, v in value.items()}
     if isinstance(value, list) and any(isinstance(v, (str, dict, list)) for v in value):
         return [_escaped(v) for v in value]
     return value
