@@ -21,17 +21,28 @@ CHECK = "acceptance evidence"
 
 
 def problems(system: Mapping) -> list[Problem]:
-    """The recorded section against its recomputation: one problem naming every figure that differs."""
-    section = system.get("acceptance") if isinstance(system, Mapping) else None
-    if section is None:
+    """Each recorded section (node 0's, and each other node's in other_nodes) against its recomputation: one problem
+    per node naming every figure that differs."""
+    if not isinstance(system, Mapping):
         return []
+    others = system.get("other_nodes")
+    sections = [(None, system.get("acceptance"))] + [
+        (f"node {node.get('node_rank')}", node.get("acceptance"))
+        for node in (others if isinstance(others, list) else []) if isinstance(node, Mapping)]
+    return [problem for node, section in sections if section is not None
+            for problem in section_problems(node, section)]
+
+
+def section_problems(node: str | None, section: Mapping) -> list[Problem]:
+    """One node's section (node: None for node 0's system.acceptance, else "node N") against its recomputation."""
+    prefix, where = ("", "system.acceptance") if node is None else (f"{node}: ", f"system.other_nodes' {node}")
     try:
         found = acceptance.recompute_problems(section)
         found += verdict_problems(section)
     except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError, IndexError) as err:
-        return [(CHECK, f"system.acceptance is not a section its figures can be made again from ({type(err).__name__}: "
+        return [(CHECK, f"{where} is not a section its figures can be made again from ({type(err).__name__}: "
                         f"{str(err)[:120]})")]
-    return [(CHECK, "; ".join(found))] if found else []
+    return [(CHECK, prefix + "; ".join(found))] if found else []
 
 
 def verdict_problems(section: Mapping) -> list[str]:

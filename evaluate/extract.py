@@ -55,7 +55,7 @@ from utils.cli import Parser, UsageError, WorkError, output_file, quoted
 from utils.spec.evaluation import Evaluation
 from utils.spec.result import ResultError, build_result, write_result
 from utils.spec.result_types import typed
-from utils.runset import system_path
+from utils.runset import other_nodes, system_path
 
 SECRET_PATTERNS = (re.compile(r"hf_[A-Za-z0-9]{16,}"), re.compile(r"(HF_TOKEN\s*[=:]\s*)\S+"))
 FEATURE_HINTS = ("fusion", "flash_attn", "attention_backend", "turbo", "layer_spec")
@@ -83,14 +83,17 @@ def error_excerpt(parsed: ParsedLog, logs: list[Path], gap: list[str]) -> str:
 
 
 def find_system(run_dir: Path | None, system_file: Path | None, notes: list[str]) -> dict:
-    """The probe's system.json: --system's, else the run directory's, else its run set's; {} (noted) when none."""
+    """The probe's system.json: --system's, else the run directory's, else its run set's, with the checks the other
+    nodes of a multi-node run set recorded beside it (other_nodes, utils.runset); {} (noted) when none."""
     candidates = [system_file] if system_file else [system_path(run_dir)] if run_dir else []
     for path in candidates:
         if path is not None and path.is_file():
             try:
-                return json.loads(path.read_text())
+                system = json.loads(path.read_text())
             except json.JSONDecodeError as err:
                 raise UsageError(f"{path}: not valid JSON ({err.msg}); rerun python3 -m evaluate.probe") from None
+            others = other_nodes(path.parent) if isinstance(system, dict) else []
+            return {**system, "other_nodes": others} if others else system
     if system_file:
         raise UsageError(f"--system {system_file}: no such file; run python3 -m evaluate.probe -o {system_file}")
     notes.append("no system.json found: system description empty")

@@ -164,9 +164,14 @@ def straggler(result: Mapping | Section) -> list[Problem]:
 
 
 def node_health(system: dict) -> list[Problem]:
-    """A warning per problem evaluate.health recorded on the run's node (system.health)."""
-    found = (system.get("health") or {}).get("problems") or []
-    return [Problem("node health", problem.get("line") or _health_line(problem), fatal=False) for problem in found]
+    """A warning per problem evaluate.health recorded on the run's nodes (system.health, node 0's; each other node's
+    in system.other_nodes, named)."""
+    others = system.get("other_nodes")
+    nodes = [("", system.get("health"))] + [
+        (f"node {node.get('node_rank')}: ", node.get("health"))
+        for node in (others if isinstance(others, list) else []) if isinstance(node, dict)]
+    return [Problem("node health", prefix + (problem.get("line") or _health_line(problem)), fatal=False)
+            for prefix, health in nodes for problem in (health or {}).get("problems") or []]
 
 
 def _health_line(problem: dict) -> str:

@@ -218,7 +218,8 @@ def test_record_merges_the_findings_into_system_json(tmp_path):
     (problem,) = recorded["health"]["problems"]
     assert (problem["index"], problem["bus_id"], problem["field"]) == (0, "00000000:18:00.0", "power limit")
     assert problem["line"].startswith("GPU 0 (00000000:18:00.0): power limit is 350 W")
-    system_schema = jsonschema.Draft202012Validator(result.schema()["properties"]["system"])
+    system_schema = jsonschema.Draft202012Validator({**result.schema()["properties"]["system"],
+                                                     "$defs": result.schema()["$defs"]})
     assert [error.message for error in system_schema.iter_errors(recorded)] == []  # every result carries it
     assert list(system_schema.iter_errors({"health": {**recorded["health"], "method": "guess"}}))  # and is held to it
 

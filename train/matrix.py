@@ -43,7 +43,7 @@ from utils.datafiles import PREPARE, data_prefix, validation_split_size
 from utils.files import DiskError
 from utils.fingerprint import project_commit
 from utils.machine.acceptance import arguments as acceptance_arguments
-from utils.runset import SYSTEM_FILE, make_run_set
+from utils.runset import SYSTEM_FILE, make_run_set, node_system_path
 
 DATA_WAIT_S = 1800  # how long a node other than 0 waits for node 0's sample data (TPRIMAT_DATA_WAIT_S)
 DATA_POLL_S = 5
@@ -252,12 +252,13 @@ class NodeCheck(NamedTuple):
 
 
 def check_node(cfg: Config, run_set: Path, stop: Stop, check: NodeCheck) -> None:
-    """A node check as its knob says: warn prints and records it (node 0 into the run set's system.json, so every
-    result carries it), strict stops the matrix on a node that fails it (exit 1 of the tool), off skips it."""
+    """A node check as its knob says: warn prints and records it (utils.runset.node_system_path: node 0's in the run
+    set's system.json, the others' beside it, and every result carries them all), strict stops the matrix on a node
+    that fails it (exit 1 of the tool), off skips it."""
     if cfg[check.knob] == "off" or (cfg["DRY_RUN"] and not check.on_dry_run):
         log(f"{check.what}: not checked ({f'{check.knob}=off' if cfg[check.knob] == 'off' else 'dry run'})")
         return
-    code = tool(*check.argv, "--strict", *(["--record", str(run_set / SYSTEM_FILE)] if cfg["NODE_RANK"] == 0 else []))
+    code = tool(*check.argv, "--strict", "--record", str(node_system_path(run_set, cfg["NODE_RANK"])))
     stop.end_if_stopped()
     if code == 1 and cfg[check.knob] == "strict":
         die(2, f"{check.knob}=strict: {check.strict_refusal}, or {check.knob}=warn to record it and go on")
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["RUN_SET_DIR"] = str(run_set)
     log(f"run set: {run_set}")
     node = cfg["NODE_RANK"]
-    if node == 0 and tool("evaluate.probe", "-o", str(run_set / "system.json")) != 0:
+    if node == 0 and tool("evaluate.probe", "-o", str(run_set / SYSTEM_FILE)) != 0:
         stop.end_if_stopped()
         warn("the system probe failed: results will have no system description")
     for check in node_checks(cfg):

@@ -18,6 +18,7 @@ from utils.cli import Parser, UsageError, run
 from utils.files import read_json, write_json
 
 SYSTEM_FILE = "system.json"  # the probe's description of the machine (utils.machine.probe), written once per run set
+NODE_CHECKS = ("health", "acceptance")  # the sections each node's checks before the first run record
 
 
 def make_run_set(output_dir: str | os.PathLike, platform: str, given: str | os.PathLike | None = None,
@@ -52,9 +53,31 @@ def system_path(run_dir: Path) -> Path | None:
     return next((path for path in (run_dir / SYSTEM_FILE, run_dir.parent / SYSTEM_FILE) if path.is_file()), None)
 
 
+def node_system_path(run_set: Path, node_rank: int) -> Path:
+    """Where a node's checks before the first run (health, acceptance) are recorded: node 0's in the run set's
+    system.json, every other node's in node<N>/system.json of the run set (a multi-node run set is shared)."""
+    return run_set / SYSTEM_FILE if node_rank == 0 else run_set / f"node{node_rank}" / SYSTEM_FILE
+
+
+def other_nodes(run_set: Path) -> list[dict]:
+    """The other nodes' checks as they recorded them (node_system_path), in node-rank order, each with its rank;
+    a file that is not a JSON object is left out (the run's record matters more than its description)."""
+    found = []
+    for path in run_set.glob(f"node*/{SYSTEM_FILE}"):
+        rank = path.parent.name.removeprefix("node")
+        try:
+            checks = read_json(path) if rank.isdigit() and int(rank) > 0 else None
+        except ValueError:
+            checks = None
+        if isinstance(checks, dict):
+            found.append({"node_rank": int(rank), **{k: v for k, v in checks.items() if k in NODE_CHECKS}})
+    return sorted(found, key=lambda node: node["node_rank"])
+
+
 def merge_into_system(system_json: Path, key: str, section: dict) -> None:
-    """One section (node health, acceptance) merged into a run set's system.json, written atomically; a missing file
-    gets a system of its own."""
+    """One section (node health, acceptance) merged into a run set's system.json (or a node's, node_system_path),
+    written atomically; a missing file gets a system of its own."""
+    system_json.parent.mkdir(parents=True, exist_ok=True)
     try:
         system = read_json(system_json) if system_json.exists() else {}
     except ValueError as err:

@@ -18,12 +18,32 @@ from utils.spec.metrics import figure_text
 
 
 def _node(item: Loaded) -> tuple[str, dict] | None:
-    """The node's name and its acceptance section, or None without one."""
-    section = item.system.get("acceptance")
-    if not isinstance(section, dict) or not section.get("gpus"):
-        return None
-    host = (item.system.get("host") or {}).get("hostname") or section["gpus"][0].get("host") or "?"
-    return f"{PLATFORM_NAMES[item.typed.platform]} {host} ({section.get('checked_at', '?')})", section
+    """Node 0's name and its acceptance section (the one its runs' TFLOP/s are set beside), or None without one."""
+    nodes = _nodes(item)
+    return nodes[0][:2] if nodes and nodes[0][2] == 0 else None
+
+
+def _nodes(item: Loaded) -> list[tuple[str, dict, int]]:
+    """Every node's name, acceptance section and rank: node 0's (system.acceptance), then the other nodes' of a
+    multi-node run set (system.other_nodes)."""
+    others = item.system.get("other_nodes")
+    sections = [(0, item.system.get("acceptance"))] + [
+        (node.get("node_rank"), node.get("acceptance"))
+        for node in (others if isinstance(others, list) else []) if isinstance(node, dict)]
+    found = []
+    for rank, section in sections:
+        if not isinstance(section, dict) or not section.get("gpus"):
+            continue
+        host = ((item.system.get("host") or {}).get("hostname") if rank == 0 else None) \
+            or section["gpus"][0].get("host") or "?"
+        found.append((f"{PLATFORM_NAMES[item.typed.platform]} {host} ({section.get('checked_at', '?')})", section,
+                      rank))
+    return found
+
+
+def _every_node(items: Sequence[Loaded]) -> dict[str, dict]:
+    """Each node of the counted results once (by name), with its acceptance section."""
+    return {name: section for item in items if item.ok for name, section, _rank in _nodes(item)}
 
 
 def measured_tflops(section: dict, precision: str) -> float | None:
@@ -110,7 +130,7 @@ def bound_rows(items: Sequence[Loaded]) -> list[str]:
 def vendor_lines(items: Sequence[Loaded]) -> list[str]:
     """For the AMD vs NVIDIA decision: what each vendor's nodes measured (the GPUs' median), beside the datasheet."""
     lines = []
-    for name, found in dict(node for node in (_node(item) for item in items if item.ok) if node).items():
+    for name, found in _every_node(items).items():
         spec = found.get("specification") or {}
         if not spec:
             continue
@@ -125,7 +145,7 @@ def vendor_lines(items: Sequence[Loaded]) -> list[str]:
 
 def section(items: Sequence[Loaded]) -> list[str]:
     """The report's Node acceptance section; empty when no counted result carries one."""
-    nodes = dict(found for found in (_node(item) for item in items if item.ok) if found)
+    nodes = _every_node(items)
     if not nodes:
         return []
     out = ["## Node acceptance", "", "Measured on each node before its first run (python3 -m evaluate.acceptance: "

@@ -29,7 +29,7 @@ from utils.spec.models import MODEL_KEYS, by_variant
 from utils.spec.precision import PRECISIONS
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
@@ -75,10 +75,13 @@ def schema() -> dict:
 
 
 def schema_field(loaded: dict, path: Sequence[str]) -> dict:
-    """The schema of the field at a path of properties (("training", "precision"))."""
+    """The schema of the field at a path of properties (("training", "precision")), through a $ref to $defs."""
+    node = loaded
     for key in path:
-        loaded = loaded["properties"][key]
-    return loaded
+        node = node["properties"][key]
+        if "$ref" in node:
+            node = loaded["$defs"][node["$ref"].rsplit("/", 1)[1]]
+    return node
 
 
 def schema_errors(result: Any) -> list[str]:
