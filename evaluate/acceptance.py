@@ -98,14 +98,20 @@ def precisions(platform: str, spec: hardware.DeviceSpec | None) -> tuple[list[st
     return ["bf16"], {"fp8": hardware.lacks(spec, "fp8"), **scaled}
 
 
-def measure(args: argparse.Namespace, shapes: list[tuple[int, int, int]], wanted: list[str], out: Path) -> None:
-    """torchrun with one worker per GPU (or CPU worker); its output printed only when it fails (exit 3)."""
+def measure(args: argparse.Namespace, shapes: list[tuple[int, int, int]], wanted: list[str], out: Path,
+            across_nodes: bool = False) -> None:
+    """torchrun with one worker per GPU (or CPU worker), on this node alone, or across_nodes with every node's
+    workers for the all-reduce alone (the multi-node path's rendezvous at MASTER_ADDR:MASTER_PORT, which no run
+    holds yet); its output printed only when it fails (exit 3)."""
     memory_bytes, sizes, warmup, repeats = PROFILES["cpu" if args.platform == "cpu" else "gpu"]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.workers}",
+    where = [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", f"--master-addr={args.master_addr}",
+             f"--master-port={args.master_port}"] if across_nodes else ["--standalone"]
+    command = [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc-per-node={args.workers}",
                "-m", "utils.machine.acceptance_worker", "--out", str(out),
                "--shapes", ",".join(":".join(map(str, shape)) for shape in shapes), "--precisions", ",".join(wanted),
                "--memory-bytes", str(memory_bytes), "--sizes", ",".join(map(str, sizes)),
-               "--warmup", str(warmup), "--repeats", str(repeats), *(["--gpu"] if args.platform != "cpu" else [])]
+               "--warmup", str(warmup), "--repeats", str(repeats), *(["--gpu"] if args.platform != "cpu" else []),
+               *(["--across-nodes"] if across_nodes else [])]
     try:
         done = subprocess.run(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S)
@@ -136,12 +142,16 @@ def section(args: argparse.Namespace) -> dict:
     spec = hardware.find_device(names[0]) if names else None
     wanted, not_measured = precisions(args.platform, spec)
     shapes = acceptance.gemm_shapes([by_variant(v) for v in args.models.split(",")], args.tokens)
+    across = None
     if args.measured:
         records = ranks(args.measured)
     else:
         with tempfile.TemporaryDirectory(prefix="tprimat-acceptance-") as tmp:
-            measure(args, shapes, wanted, Path(tmp))
-            records = ranks(Path(tmp))
+            measure(args, shapes, wanted, Path(tmp) / "node")
+            records = ranks(Path(tmp) / "node")
+            if args.nnodes > 1:
+                measure(args, shapes, wanted, Path(tmp) / "across", across_nodes=True)
+                across = across_nodes_section(args.nnodes, Path(tmp) / "across")
     if spec is None and args.platform != "cpu" and records:
         spec = hardware.find_device(records[0]["device"])
     for record in records:  # what the worker could not run (no such op on this stack) is said, not measured
@@ -154,7 +164,18 @@ def section(args: argparse.Namespace) -> dict:
              "tokens": args.tokens, "workers": len(records), "seconds": round(time.monotonic() - started, 3)}
     if args.platform == "cpu":
         extra["cpu_flags"] = sorted(hardware.cpu_flags() & acceptance.CPU_FLAGS)
-    return {**extra, **judged}
+    return {**extra, **judged, **({"across_nodes": across} if across else {})}
+
+
+def across_nodes_section(nnodes: int, folder: Path) -> dict:
+    """The all-reduce across the nodes, as this node's first worker recorded it: bus bandwidth over every node's
+    workers, measured and not judged (the device table has no figure of the links between nodes)."""
+    written = sorted(folder.glob("rank*.json")) if folder.is_dir() else []
+    if not written:
+        raise UsageError(f"{folder}: the all-reduce across the nodes left no record")
+    return {"nodes": nnodes, "collectives": acceptance.collective_figures(read_json(written[0])["collectives"]),
+            "verdict": "no specification",
+            "why": "the device table has no bandwidth of the links between nodes to judge it against"}
 
 
 def record(found: dict, system_json: Path) -> None:
@@ -169,6 +190,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, help="worker processes: the node's GPUs (the CPU's workers)")
     parser.add_argument("--floors", type=floors, help="GEMM,MEMORY,BUSBW: fractions of the specification below "
                                                       "which a figure fails (ACCEPT_*_FLOOR)")
+    parser.add_argument("--nnodes", type=int, default=1, help="nodes of the run set (NNODES): above 1, the all-reduce "
+                        "is also measured across them, every node starting this stage with its --node-rank")
+    parser.add_argument("--node-rank", type=int, default=0, help="this node's rank (NODE_RANK)")
+    parser.add_argument("--master-addr", default="127.0.0.1", help="node 0's address (MASTER_ADDR)")
+    parser.add_argument("--master-port", type=int, default=29500, help="node 0's port (MASTER_PORT)")
     parser.add_argument("--measured", type=Path, metavar="DIR", default=os.environ.get(MEASURED_ENV) or None,
                         help=f"judge the rank<R>.json records in DIR (default: ${MEASURED_ENV}, where a test stands "
                              "in for the device)")

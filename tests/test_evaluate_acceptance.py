@@ -120,16 +120,26 @@ def test_nvidia_and_amd_are_judged_by_one_path_against_their_own_specification(t
                                               f"{device}'s {peak:g} (ACCEPT_GEMM_FLOOR)"]
 
 
-def test_a_slow_link_stops_the_matrix_in_one_line(tmp_path, monkeypatch, capfd):
+class NodeConfig(dict):
+    """The knobs the matrix's node checks read (utils.config.Config's values), on an NVIDIA platform."""
+    platform, models = "nvd", [get_model("llama")]
+
+
+def fake_h100_node(tmp_path: Path, monkeypatch, **knobs) -> NodeConfig:
+    """This machine as a node of eight H100s (tests/fakebin's nvidia-smi, node()'s records measured, a slow GPU or
+    link as slow= says) and its configuration, as the matrix would check it."""
+    slow = knobs.pop("slow", {})
     monkeypatch.setenv("PATH", f"{FAKEBIN}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_NVIDIA_GPUS", "8")
-    monkeypatch.setenv("TPRIMAT_ACCEPTANCE_MEASURED", str(node(tmp_path, link=True)))
+    monkeypatch.setenv("TPRIMAT_ACCEPTANCE_MEASURED", str(node(tmp_path, **slow)))
     monkeypatch.setenv("TPRIMAT_PYTHON", sys.executable)
+    return NodeConfig({"ACCEPTANCE": "strict", "DRY_RUN": False, "NODE_RANK": 0, "NNODES": 1,
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": 29500, "MBS": 1, "SL": 2048, "GPUS_PER_NODE": 8,
+                       "ACCEPT_GEMM_FLOOR": 0.46, "ACCEPT_MEMORY_FLOOR": 0.38, "ACCEPT_BUSBW_FLOOR": 0.22, **knobs})
 
-    class Cfg(dict):
-        platform, models = "nvd", [get_model("llama")]
-    cfg = Cfg(ACCEPTANCE="strict", DRY_RUN=False, NODE_RANK=0, MBS=1, SL=2048, GPUS_PER_NODE=8,
-              ACCEPT_GEMM_FLOOR=0.46, ACCEPT_MEMORY_FLOOR=0.38, ACCEPT_BUSBW_FLOOR=0.22)
+
+def test_a_slow_link_stops_the_matrix_in_one_line(tmp_path, monkeypatch, capfd):
+    cfg = fake_h100_node(tmp_path, monkeypatch, slow={"link": True})
     (tmp_path / "system.json").write_text("{}")
     acceptance = next(check for check in matrix.node_checks(cfg) if check.knob == "ACCEPTANCE")
     with pytest.raises(SystemExit) as stopped:

@@ -84,6 +84,11 @@ def node_lines(name: str, section: dict) -> list[str]:
             out.append(f"| {op} ({section['collectives'][0]['ranks']} ranks) | "
                        + " | ".join(_shown(rows.get(size)) for size in sizes) + f" | {_shown(spec.get('intra_gb_s'))} |")
         out.append("")
+    across = section.get("across_nodes")
+    if across:
+        out += [f"- all_reduce across {across['nodes']} nodes ({across['collectives'][0]['ranks']} ranks), bus "
+                "bandwidth GB/s: " + ", ".join(f"{size_text(row['bytes'])} {_shown(row['busbw_gb_s'])}"
+                                                for row in across["collectives"]) + f"; {across['verdict']}"]
     out += [f"- {line}" for gpu in section["gpus"] for line in gpu["problems"] + gpu["warnings"]]
     out += [f"- {line}" for line in section.get("problems", [])]
     out += [f"- not measured: {what}: {why}" for what, why in section.get("not_measured", {}).items()]

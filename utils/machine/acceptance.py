@@ -54,10 +54,12 @@ class Floors:
 
 def arguments(cfg) -> list[str]:
     """evaluate.acceptance's arguments from a loaded configuration (utils.config.Config): the planned models at
-    MBS x SL, the node's workers, the floors and the platform."""
+    MBS x SL, the node's workers, the floors, the platform and the nodes (the all-reduce across them)."""
     return ["--platform", cfg.platform, "--models", ",".join(spec.variant for spec in cfg.models),
             "--tokens", str(cfg["MBS"] * cfg["SL"]), "--workers", str(cfg["GPUS_PER_NODE"]),
-            "--floors", f"{cfg['ACCEPT_GEMM_FLOOR']},{cfg['ACCEPT_MEMORY_FLOOR']},{cfg['ACCEPT_BUSBW_FLOOR']}"]
+            "--floors", f"{cfg['ACCEPT_GEMM_FLOOR']},{cfg['ACCEPT_MEMORY_FLOOR']},{cfg['ACCEPT_BUSBW_FLOOR']}",
+            "--nnodes", str(cfg["NNODES"]), "--node-rank", str(cfg["NODE_RANK"]),
+            "--master-addr", str(cfg["MASTER_ADDR"]), "--master-port", str(cfg["MASTER_PORT"])]
 
 
 def gemm_shapes(specs: Iterable[ModelSpec], tokens: int) -> list[tuple[int, int, int]]:
@@ -229,6 +231,11 @@ def summary(section: dict) -> list[str]:
         ops.setdefault(row["op"], []).append(f"{size_text(row['bytes'])} {row['busbw_gb_s']:.4g}")
     lines += [f"{op} bus bandwidth GB/s over {section['collectives'][0]['ranks']} ranks: {', '.join(rows)}"
               for op, rows in ops.items()]
+    across = section.get("across_nodes")
+    if across:
+        rows = ", ".join(f"{size_text(row['bytes'])} {row['busbw_gb_s']:.4g}" for row in across["collectives"])
+        lines.append(f"all_reduce bus bandwidth GB/s across {across['nodes']} nodes "
+                     f"({across['collectives'][0]['ranks']} ranks): {rows}; {across['verdict']} ({across['why']})")
     lines += [f"not measured: {what}: {why}" for what, why in section["not_measured"].items()]
     return lines
 
@@ -249,7 +256,7 @@ def recompute_problems(section: dict) -> list[str]:
             if differs(item.get("gb_s"), item["bytes"] / item["seconds"] / 1e9):
                 found.append(f"acceptance: GPU {gpu.get('index')} memory {name} {item.get('gb_s')} GB/s is not its "
                              f"bytes over its seconds ({item['bytes'] / item['seconds'] / 1e9:.6g})")
-    for row in section.get("collectives", []):
+    for row in section.get("collectives", []) + (section.get("across_nodes") or {}).get("collectives", []):
         algbw, busbw = bandwidths(row["op"], row["bytes"], row["seconds"], row["ranks"])
         if differs(row.get("algbw_gb_s"), algbw) or differs(row.get("busbw_gb_s"), busbw):
             found.append(f"acceptance: {row['op']} of {row['bytes']} bytes: algbw {row.get('algbw_gb_s')} / busbw "

@@ -3,6 +3,8 @@ NVIDIA, AMD and the CPU, through torch's own matmul, copies and collectives.
 
     python3 -m torch.distributed.run --standalone --nproc-per-node N -m utils.machine.acceptance_worker \
         --out DIR --shapes M:K:N[,...] --precisions bf16[,fp8] [--iterations I] [--sizes BYTES[,...]]
+    python3 -m torch.distributed.run --nnodes N --node-rank R --master-addr A --master-port P ... \
+        -m utils.machine.acceptance_worker --across-nodes --out DIR --shapes - [--sizes BYTES[,...]]
 
 Each rank writes DIR/rank<R>.json: its device, the median time of each GEMM shape per precision, of a large copy
 and a triad, and (every rank the same) the time of each collective at each size. Only times and the work done
@@ -121,10 +123,11 @@ def collective_work(op: str, size_bytes: int, ranks: int, device: Device) -> Cal
             "all_to_all": lambda: dist.all_to_all_single(torch.empty_like(full), full)}[op]
 
 
-def collectives(device: Device, sizes: list[int], warmup: int, repeats: int) -> list[dict]:
+def collectives(device: Device, sizes: list[int], warmup: int, repeats: int,
+                ops: tuple[str, ...] = COLLECTIVES) -> list[dict]:
     """Each collective at each size: bytes, ranks and the slowest rank's median seconds."""
     ranks, rows = dist.get_world_size(), []
-    for op in COLLECTIVES:
+    for op in ops:
         for size in sizes:
             work = collective_work(op, size, ranks, device)
             dist.barrier()
@@ -133,6 +136,17 @@ def collectives(device: Device, sizes: list[int], warmup: int, repeats: int) -> 
             rows.append({"op": op, "bytes": (max(ranks, size // 4 // ranks * ranks)) * 4, "ranks": ranks,
                          "seconds": float(seconds.item())})
     return rows
+
+
+def across_nodes(device: Device, args: argparse.Namespace) -> int:
+    """The all-reduce over every node's workers; each node's first rank writes the rows (every rank has the same
+    slowest-rank times) as rank<R>.json, R its global rank."""
+    rows = collectives(device, numbers(args.sizes), args.warmup, args.repeats, ("all_reduce",))
+    if device.local_rank == 0:
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(args.out / f"rank{dist.get_rank()}.json", {"rank": dist.get_rank(), "host": socket.gethostname(),
+                                                               "collectives": rows})
+    return 0
 
 
 def numbers(text: str) -> list[int]:
@@ -150,6 +164,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations before each measurement")
     parser.add_argument("--gpu", action="store_true", help="a GPU platform: refuse to measure the CPU instead")
     parser.add_argument("--repeats", type=int, default=5, help="timed iterations; the median is kept")
+    parser.add_argument("--across-nodes", action="store_true", help="only the all-reduce, over every node's "
+                        "workers (torchrun --nnodes): no GEMM, memory or other collective")
     args = parser.parse_args()
     device = Device()
     if args.gpu and device.torch.type != "cuda":
@@ -157,6 +173,8 @@ def main() -> int:
                          "measure")
     dist.init_process_group(device.backend)
     try:
+        if args.across_nodes:
+            return across_nodes(device, args)
         shapes = [tuple(int(x) for x in shape.split(":")) for shape in args.shapes.split(",")]
         started = time.perf_counter()
         record = {"rank": dist.get_rank(), "local_rank": device.local_rank, "host": socket.gethostname(),
