@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from utils import compile_aside, missing_stacks
+from utils import missing_stacks
+from utils.machine import compile_aside
 from utils.cli import Parser, UsageError, WorkError, run
 from utils.files import DiskError, disk_problem, read_json, write_json
 from utils.datafiles import MANIFEST_SCHEMA, DataProblem, cache_path, forget_sample_indices, manifest_path, pair_fingerprint, \

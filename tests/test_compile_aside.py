@@ -1,4 +1,4 @@
-"""utils.compile_aside: a stack's modules imported without torch's compiler where they compile kernels the importer
+"""utils.machine.compile_aside: a stack's modules imported without torch's compiler where they compile kernels the importer
 never runs, torch.compile put back after, and the upstream lines that make it so read back from the installed stacks."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from utils import upstream
-from utils.compile_aside import unchanged
+from utils.machine.compile_aside import unchanged
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 def run(code: str) -> list[str]:
     """The last line a fresh process prints (each test imports a stack from scratch; DeepSpeed logs before it), on
     DeepSpeed's CPU accelerator as autotp runs it here."""
-    prelude = "import sys, torch\ncompile_ = torch.compile\nfrom utils import compile_aside\n"
+    prelude = "import sys, torch\ncompile_ = torch.compile\nfrom utils.machine import compile_aside\n"
     out = subprocess.run([sys.executable, "-c", prelude + code], cwd=REPO, capture_output=True, text=True, check=True,
                          env={**os.environ, "DS_ACCELERATOR": "cpu"})
     return out.stdout.splitlines()[-1].split()

@@ -19,7 +19,7 @@ from collections import Counter
 import torch
 
 from train.native import trainer as native_trainer
-from utils import compile_aside
+from utils.machine import compile_aside
 from train.common.outcome import SettingsError
 from utils.spec import fairness
 from utils.spec.request import Request

@@ -47,7 +47,8 @@ import logging
 import torch
 from torch.overrides import TorchFunctionMode
 
-from utils import compile_aside, missing_stacks
+from utils import missing_stacks
+from utils.machine import compile_aside
 
 _applied = False
 

@@ -38,7 +38,7 @@ from train.native.engine import Engine
 from train.common.outcome import NonFiniteLoss, RunRecord, SettingsError
 from train.common.step_log import GIB, StepRecord, is_last_rank, peak_host_rss_gib
 from train.common.step_timer import StepClock
-from utils import compile_aside
+from utils.machine import compile_aside
 from utils.machine.hardware import cpu_native_bf16
 from utils.spec.models import ModelSpec
 from utils.spec.request import Request
@@ -132,7 +132,7 @@ class NativeTrainer(RunRecord):
 
     def build(self) -> None:
         """The model (one seed, every rank), the engine's wrapping and optimizer, the schedule and the data:
-        megatron-core's schedule and dataset, imported without torch's compiler (utils/compile_aside.py)."""
+        megatron-core's schedule and dataset, imported without torch's compiler (utils/machine/compile_aside.py)."""
         compile_aside.megatron_core()
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 

@@ -48,7 +48,8 @@ FACTS: tuple[Fact, ...] = (
     Fact("deepspeed-zero-check-imports-muon", "deepspeed-0.19.8", "deepspeed/runtime/zero/utils.py", (66, 77),
          "4a381236f9c7b805b42148465c2c1b91a20449c88117cf82fe806169f731c900",
          "ZeRO's supported-optimizer check, which initialize runs, imports the Muon optimizer's module to add it to "
-         "the list: autotp imports that module first with torch.compile standing aside (utils/compile_aside.py)",
+         "the list: autotp imports that module first with torch.compile standing aside "
+         "(utils/machine/compile_aside.py)",
          COMPILE_ASIDE + "test_deepspeeds_muon_module_imported_aside_keeps_its_kernels_plain_and_torch_compile_real"),
     Fact("deepspeed-compile-is-torch-compile", "deepspeed-0.19.8", "deepspeed/runtime/compiler.py", (125, 129),
          "a7ffdbcaa4b587fa9ffb5ce12a1e2fe442781dc1c42c537a5bc5e717634b3041",
@@ -240,8 +241,8 @@ FACTS: tuple[Fact, ...] = (
     Fact("mcore-jit-fuser-is-torch-compile", "megatron-core-0.19.2", "megatron/core/jit.py", (16, 33),
          "1174c75cbfc89992a03428dc8d253c81c25e39998ae53e7ed76f1acea49f05cc",
          "jit_fuser, which megatron-core's fusion kernels are wrapped in as their modules are imported, is "
-         "torch.compile as megatron.core.jit is imported (torch 2.2 and later): utils/compile_aside.py imports it for "
-         "the data pipeline with torch.compile standing aside",
+         "torch.compile as megatron.core.jit is imported (torch 2.2 and later): utils/machine/compile_aside.py "
+         "imports it for the data pipeline with torch.compile standing aside",
          COMPILE_ASIDE + "test_megatron_core_imported_for_its_data_leaves_torchs_compiler_unloaded_and_torch_"
          "compile_as_it_was"),
     Fact("mcore-mock-data-even-split", "megatron-core-0.19.2",
