@@ -296,6 +296,11 @@ FACTS: tuple[Fact, ...] = (
          (1468, 1469), "a446b29c41077dfc224323160ff51532ad0022734b2228bf9726db865746d073",
          "TransformerConfig refuses expert_model_parallel_size > 1 without num_moe_experts: a dense model runs at EP=1",
          EP_RULES + "test_ep_above_one_on_a_dense_model_is_one_line_naming_the_fix"),
+    Fact("mcore-moe-splits-numbers-from-cuda-only", "megatron-core-0.19.2", "megatron/core/transformer/moe/moe_utils.py",
+         (1184, 1190), "dc91390e8bc955cd046febefc5a204b5d35c9014c93a99a76f05c7be5a36fc7c",
+         "the all-to-all dispatcher's split sizes become host numbers only from a CUDA tensor: on the CPU they stay "
+         "tensors, which torch's all_to_all_single refuses (train/common/cpu_compat.py, 12)",
+         MOE + "test_experts_split_over_expert_parallel_ranks_give_the_same_losses_and_are_read_back"),
     # --- NVIDIA/Megatron-LM f8837c04 (core_r0.19.0): the reference bench/gpu_check.sh runs -----------------------
     Fact("megatron-lm-initialize-compiles-helpers", "megatron-lm-f8837c04", "megatron/training/initialize.py",
          (173, 178), "c38ebc1216d8d319eed1f32e82a0b5a5f15f5aa4caacf369d64aefe1c95d4b0a",
