@@ -218,9 +218,10 @@ def test_the_effective_settings_are_the_requests_layout_and_workload(built):
     case = "qwen-fp8-delayed-balanced"
     settings, effective = built[0][case], built[1]["cases"][case]["finalized"]["effective"]
     wanted = settings["set"]
-    assert (effective["tp"], effective["pp"], effective["dp"], effective["gbs"], effective["mbs"], effective["seq_len"],
-            effective["steps"], effective["num_layers"], effective["padded_vocab_size"]) == \
-        (wanted["model.tensor_model_parallel_size"], wanted["model.pipeline_model_parallel_size"], 2,
+    assert (effective["tp"], effective["pp"], effective["ep"], effective["dp"], effective["gbs"], effective["mbs"],
+            effective["seq_len"], effective["steps"], effective["num_layers"], effective["padded_vocab_size"]) == \
+        (wanted["model.tensor_model_parallel_size"], wanted["model.pipeline_model_parallel_size"],
+         wanted["model.expert_model_parallel_size"], 2,
          wanted["train.global_batch_size"], wanted["train.micro_batch_size"], wanted["model.seq_length"],
          wanted["train.train_iters"], wanted["model.num_layers"], wanted["model.vocab_size"])
 

@@ -3,6 +3,7 @@ installed (tests/test_train_mbridge_build.py builds them with it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -49,6 +50,7 @@ def test_layout_and_workload_override_the_recipe_defaults(model):
     s = settings_for(model, STRATEGY="truly_identical")["set"]
     expected = {
         "model.tensor_model_parallel_size": 4, "model.pipeline_model_parallel_size": 1 if model == "llama" else 2,
+        "model.expert_model_parallel_size": 1,
         "model.context_parallel_size": 1,  # the 8B recipe ships CP=2
         "model.sequence_parallel": True, "model.virtual_pipeline_model_parallel_size": None,
         "train.train_iters": 500, "train.global_batch_size": 64, "train.micro_batch_size": 1,
@@ -59,6 +61,12 @@ def test_layout_and_workload_override_the_recipe_defaults(model):
         "checkpoint.save": None, "validation.eval_iters": 0,
     }
     assert {key: s[key] for key in expected} == expected
+
+
+def test_ep_is_the_providers_expert_model_parallel_size():
+    req = request()
+    req = dataclasses.replace(req, parallelism=dataclasses.replace(req.parallelism, ep=2))  # the mapping alone
+    assert recipe_settings(req, RUN_DIR)["set"]["model.expert_model_parallel_size"] == 2
 
 
 def test_validation_is_megatron_bridges_own_on_the_requests_split():

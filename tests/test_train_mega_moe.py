@@ -3,7 +3,8 @@ top-2, QK-norm, heads wider than hidden/heads) in megatron-core's own MoE layer 
 
 What it ran with is read back from megatron-core's TransformerConfig into the result (effective.moe), the result's
 FLOPs count the active parameters and pass the gate, and a TP=2 layout (the experts split over TP, the router
-whole on each rank) gives the DP=2 run's losses: the same weights and samples whatever the layout.
+whole on each rank) and an EP=2 one (4 of the 8 experts on each DP rank, tokens dispatched over gloo's all-to-all)
+give the DP=2 run's losses: the same weights and samples whatever the layout.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ STEPS = BASE["TRAIN_ITERS"]
 LAYOUTS = {
     "dp2": dict(DP=2),  # 2 workers, a global batch of 4
     "tp2_ga2": dict(TP=2, GA=2),  # the same 4 samples in two microbatches on one TP=2 model
+    "ep2": dict(DP=2, EP=2, MODELS="qwen3moe"),  # the dp2 run, its 8 experts split 4 and 4 over the two DP ranks
 }
 
 
@@ -76,3 +78,18 @@ def test_experts_split_over_tensor_parallel_ranks_give_the_same_losses(runs):
     assert other.series("loss") == pytest.approx(base.series("loss"), abs=LAYOUT_TOLERANCE)
     effective = other.result["effective"]
     assert (effective["tp"], effective["ga"], effective["gbs"], effective["sequence_parallel"]) == (2, 2, 4, True)
+
+
+def test_experts_split_over_expert_parallel_ranks_give_the_same_losses_and_are_read_back(runs):
+    base, run = runs("dp2"), runs("ep2")
+    assert_trained(run, STEPS)
+    result = run.result
+    assert schema_errors(result) == []
+    assert [f.message for f in validate.check_result(Loaded("ep2", result, {})) if f.fatal] == []
+    assert (result["parallelism"]["ep"], result["parallelism"]["dp"], result["parallelism"]["num_gpus"]) == (2, 2, 2)
+    effective = result["effective"]
+    assert (effective["ep"], effective["dp"], effective["moe"]["expert_model_parallel_size"]) == (2, 2, 2)
+    assert effective["parameters"] == get_model("qwen3moe", "tiny").param_count()  # each expert counted once
+    assert effective["dp_replicas_identical"] is True  # the dense weights over DP, each expert over its own group
+    # each expert drawn as the whole model draws it (train/mega/model.py's global expert index): the same model
+    assert run.series("loss") == pytest.approx(base.series("loss"), abs=LAYOUT_TOLERANCE)

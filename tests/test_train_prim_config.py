@@ -49,7 +49,7 @@ def test_every_requested_setting_sits_under_the_overrides(model):
     o = overrides_of(experiment(req, shipped(model), RUN_DIR))
     expected = {
         "tensor_model_parallel_size": req.parallelism.tp, "pipeline_model_parallel_size": req.parallelism.pp,
-        "sequence_parallel": True, "micro_batch_size": 1, "global_batch_size": 64, "seq_length": 2048,
+        "expert_model_parallel_size": 1, "sequence_parallel": True, "micro_batch_size": 1, "global_batch_size": 64, "seq_length": 2048,
         "train_iters": 500, "lr": 3e-4, "min_lr": 0.0, "lr_warmup_iters": 50, "lr_decay_iters": 500,
         "lr_decay_style": "cosine", "weight_decay": 0.1, "adam_beta1": 0.9, "adam_beta2": 0.95,
         "clip_grad": 1.0, "seed": 42, "bf16": True, "fp8": None, "log_interval": 1,
@@ -354,3 +354,10 @@ def test_primus_ships_no_mistral_so_the_table_lacks_it_and_asking_is_one_line():
     assert TABLE["prim"].model_name("mistral") is None
     with pytest.raises(ShippedConfigMissing, match="^Primus ships no experiment config for mistral"):
         shipped_config(PRIMUS, "mistral", "bf16")
+
+
+def test_ep_is_megatron_lms_expert_model_parallel_size_and_its_argument_dump_reads_back_as_ep():
+    req = run_request("amd", "prim", "llama")
+    req = dataclasses.replace(req, parallelism=dataclasses.replace(req.parallelism, ep=2))  # the mapping alone
+    assert overrides_of(experiment(req, shipped("llama"), RUN_DIR))["expert_model_parallel_size"] == 2
+    assert log_settings.setting_name("expert_model_parallel_size") == "ep"  # compared with the request's ep

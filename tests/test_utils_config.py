@@ -182,7 +182,7 @@ def test_json_dump_is_complete_for_run_records():
     run = subprocess.run([sys.executable, "-m", "utils.config", "json"], cwd=ROOT, capture_output=True,
                          text=True, env={**CPU_MACHINE, "PATH": "/usr/bin:/bin"})
     dumped = json.loads(run.stdout)
-    assert dumped["GBS"] == 4 and dumped["LAYOUTS"]["custom"]["llama"] == {"tp": 1, "pp": 1, "dp": 2, "ga": 1}
+    assert dumped["GBS"] == 4 and dumped["LAYOUTS"]["custom"]["llama"] == {"tp": 1, "pp": 1, "dp": 2, "ga": 1, "ep": 1}
 
 
 def test_the_warm_up_must_leave_steps_for_the_decay():

@@ -66,8 +66,8 @@ def test_malformed_strategy_file_is_one_clear_line(tmp_path):
     extra.write_text(json.dumps({"odd": {"*": {"*": [1, 1]}}}))
     with pytest.raises(ConfigError) as caught:
         load_config({**NVD, "STRATEGY": "odd", "STRATEGIES_FILE": str(extra)})
-    assert caught.value.problems == [f"STRATEGIES_FILE={extra}: odd.*.* must be [TP, PP, DP] of positive "
-                                     "integers, got [1, 1]"]
+    assert caught.value.problems == [f"STRATEGIES_FILE={extra}: odd.*.* must be [TP, PP, DP] or [TP, PP, DP, EP] of "
+                                     "positive integers, got [1, 1]"]
 
 
 def test_strategy_that_does_not_fit_the_gpu_count_is_reported_before_anything_runs():
@@ -85,7 +85,7 @@ def test_unknown_strategy_lists_the_valid_names():
 
 
 @pytest.mark.parametrize("content, problem", [
-    (b'{"x": {"*": {"*": [true, 1, 8]}}}', "x.*.* must be [TP, PP, DP] of positive integers, got [true, 1, 8]"),
+    (b'{"x": {"*": {"*": [true, 1, 8]}}}', "x.*.* must be [TP, PP, DP] or [TP, PP, DP, EP] of positive integers, got [true, 1, 8]"),
     (b'{"x\xe9": {}}', "byte 0xe9 at offset 3 is not UTF-8; save it as UTF-8"),
     (b"", "empty; write {name: {platform: {model: [TP, PP, DP]}}} or leave STRATEGIES_FILE empty"),
     (b'{"x": {"*": {"*": [1, 1, 8]}}, "x": {"*": {"*": [2, 1, 4]}}}', "x appears twice in one object; keep one"),
@@ -97,8 +97,8 @@ def test_unknown_strategy_lists_the_valid_names():
     (b'{"x": {"nvidia": {"*": [1, 1, 8]}}}', "x.nvidia: unknown platform; valid: *, amd, nvd, cpu"),
     (b'{"x": {"*": {"lama": [1, 1, 8]}}}', "x.*.lama: unknown model; valid: *, llama, qwen, llama70b, mistral, llama32, "
      "qwen3moe"),
-    (b'{"x": {"*": {"*": [1.0, 1, 8]}}}', "x.*.* must be [TP, PP, DP] of positive integers, got [1.0, 1, 8]"),
-    (b'{"x": {"*": {"*": [NaN, 1, 8]}}}', "x.*.* must be [TP, PP, DP] of positive integers, got [NaN, 1, 8]"),
+    (b'{"x": {"*": {"*": [1.0, 1, 8]}}}', "x.*.* must be [TP, PP, DP] or [TP, PP, DP, EP] of positive integers, got [1.0, 1, 8]"),
+    (b'{"x": {"*": {"*": [NaN, 1, 8]}}}', "x.*.* must be [TP, PP, DP] or [TP, PP, DP, EP] of positive integers, got [NaN, 1, 8]"),
 ])
 def test_a_strategy_file_mistake_is_one_line_even_when_that_strategy_is_not_chosen(tmp_path, content, problem):
     extra = tmp_path / "strategies.json"

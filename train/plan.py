@@ -84,7 +84,8 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
         return f"{framework} has no tensor parallelism (TP={layout.tp}); the other frameworks run this layout"
     if why := precision_reason(framework, knobs, stack, device):
         return why
-    if why := entry.tp_refusal(knobs, layout.tp) or entry.layers_refusal(knobs.get("TRANSFORMER_IMPL"), stack.platform):
+    if why := (entry.ep_refusal(layout.ep) or entry.tp_refusal(knobs, layout.tp)
+               or entry.layers_refusal(knobs.get("TRANSFORMER_IMPL"), stack.platform)):
         return why
     for knob, feature in FEATURE_KNOBS.items():
         if knobs[knob] and entry.torch_native and knob not in entry.knobs:  # the others have none of these
@@ -185,7 +186,7 @@ def request(cfg: Config, run: Run, commit: str | None = None) -> Request:
         identity=Identity(run_id=run.name, platform=cfg.platform, framework=run.framework, model=run.model,
                           variant=spec.variant, repeat=run.repeat, commit=commit),
         model=spec,
-        parallelism=Parallelism(strategy=run.strategy, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga,
+        parallelism=Parallelism(strategy=run.strategy, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga, ep=lay.ep,
                                 sequence_parallel=sequence_parallel(lay.tp),
                                 distributed_optimizer=table["use_distributed_optimizer"],
                                 nnodes=v["NNODES"], gpus_per_node=v["GPUS_PER_NODE"], num_gpus=cfg.num_gpus),
@@ -267,7 +268,7 @@ def data_problems(cfg: Config) -> list[str]:
 def same_work(req: Request) -> tuple:
     """What makes two runs the same work for the estimate: identity, layout, batch, steps and precision."""
     who, lay, train = req.identity, req.parallelism, req.training
-    return (who.platform, who.framework, who.variant, lay.tp, lay.pp, lay.dp, lay.ga, lay.num_gpus,
+    return (who.platform, who.framework, who.variant, lay.tp, lay.pp, lay.dp, lay.ga, lay.ep, lay.num_gpus,
             train.mbs, train.seq_len, train.steps, train.precision)
 
 
@@ -346,11 +347,10 @@ def table(cfg: Config, runs: list[Run]) -> list[str]:
         guess = None if run.skipped else estimate_s(Path(cfg["OUTPUT_DIR"]), request(cfg, run))
         if guess is not None:
             known.append(guess)
-        layout = f"TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga}"
         last = f"skipped: {run.skipped}" if run.skipped else _duration(guess) if guess is not None else "-"
         variant = cfg.model(run.model).variant
         lines.append(f"{index:>3}  {run.name:<{width}}  {run.framework:<9} {variant:<{model_width}} "
-                     f"{run.strategy:<22} {layout:<20} {last}")
+                     f"{run.strategy:<22} {lay.label:<20} {last}")
         if run.name in predicted:
             lines.append(f"{'':>5}{predicted[run.name]}")
     skipped = sum(bool(run.skipped) for run in runs)

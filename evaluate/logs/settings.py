@@ -40,7 +40,8 @@ RDMA_NETWORKS = frozenset({"IB"})  # NCCL's built-in RDMA transport, InfiniBand 
 # (the result's parallelism/training fields, utils/spec/fairness.py's).
 MEGATRON_NAMES = {
     "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
-    "context_parallel_size": "cp", "world_size": "num_gpus", "micro_batch_size": "mbs", "global_batch_size": "gbs",
+    "context_parallel_size": "cp", "expert_model_parallel_size": "ep", "world_size": "num_gpus",
+    "micro_batch_size": "mbs", "global_batch_size": "gbs",
     "seq_length": "seq_len", "sequence_length": "seq_len", "train_iters": "steps", "random_seed": "seed",
     "use_distributed_optimizer": "distributed_optimizer", "lr_warmup_iters": "warmup_steps",
     "adam_beta1": "beta1", "adam_beta2": "beta2", "clip_grad": "grad_clip", "train_data_path": "data_path",
@@ -63,8 +64,8 @@ PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(n
                           r"|(?:Use preset|Padded) vocab_size: (\d+),")
 # What a setting must be: sizes and counts are whole numbers above 0, the seed and the warm-up whole numbers,
 # rates finite numbers >= 0. A value printed otherwise (a damaged line) is no setting: ignored, and named.
-WHOLE_ABOVE_ZERO = frozenset({"tp", "pp", "dp", "cp", "ga", "mbs", "gbs", "seq_len", "steps", "num_gpus", "num_layers",
-                              "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
+WHOLE_ABOVE_ZERO = frozenset({"tp", "pp", "dp", "cp", "ep", "ga", "mbs", "gbs", "seq_len", "steps", "num_gpus",
+                              "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
                               "padded_vocab_size", "parameters", "log_interval"})
 WHOLE_NUMBERS = frozenset({"seed", "warmup_steps", "fp8_amax_history_len"})
 RATES = frozenset({"lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip", "init_method_std"})

@@ -26,7 +26,10 @@ megatron-core (0.12 to 0.19) assumes a CUDA device in a handful of places, liste
    stream is one whose waits return at once;
 11. megatron-core's all-to-all MoE token dispatcher (0.19) copies its routing counts to the host on a side stream
    of its own (``torch.cuda.Stream()``, entered with ``torch.cuda.stream``) and waits for the copy's event: the
-   CPU's side stream is its one in-order stream, whose event is already reached.
+   CPU's side stream is its one in-order stream, whose event is already reached;
+12. with expert parallelism that dispatcher hands torch's all_to_all_single its split sizes as the host copies of
+   (11), which it turns into lists of numbers only for a CUDA tensor (moe_utils.maybe_move_tensor_to_cpu): the
+   CPU's counts stay tensors, which torch refuses as split sizes, so they are given as the lists a GPU gives.
 
 The RNG tracker also warns "CPU RNG state changed within GPU RNG context" whenever it forks: here
 the two generators are one, so that is expected, and apply() filters exactly that message, as it filters
@@ -70,7 +73,8 @@ def _is_cuda(device: object) -> bool:
 
 
 class _CudaIsCpu(TorchFunctionMode):
-    """Resolve CUDA placement to the CPU and give CPU tensors CUDA type names (assumptions 2-4)."""
+    """Resolve CUDA placement to the CPU and give CPU tensors CUDA type names (assumptions 2-4), and the
+    all-to-all's split sizes as numbers (12)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -82,6 +86,9 @@ class _CudaIsCpu(TorchFunctionMode):
             return args[0]
         if func is torch.Tensor.to and len(args) > 1 and _is_cuda(args[1]):
             args = (args[0], "cpu", *args[2:])
+        if func is torch.distributed.all_to_all_single:
+            kwargs.update({key: sizes.tolist() for key in ("output_split_sizes", "input_split_sizes")
+                           if torch.is_tensor(sizes := kwargs.get(key))})
         result = func(*args, **kwargs)
         if func is torch.Tensor.type and len(args) == 1 and not kwargs and result.startswith("torch."):
             return "torch.cuda." + result[len("torch."):]

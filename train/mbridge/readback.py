@@ -61,6 +61,7 @@ def effective(cfg, world_size: int) -> dict:
     data_path = getattr(dataset, "data_path", None)
     return {
         "tp": tp, "pp": pp, "cp": cp, "dp": world_size // (tp * pp * cp) if world_size else None,
+        "ep": model.expert_model_parallel_size,
         "gbs": cfg.train.global_batch_size, "mbs": cfg.train.micro_batch_size,
         "seq_len": model.seq_length, "steps": cfg.train.train_iters,
         "precision": _precision(mixed), "sequence_parallel": model.sequence_parallel,

@@ -70,6 +70,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         # layout (DP follows from the world size)
         "model.tensor_model_parallel_size": lay.tp,
         "model.pipeline_model_parallel_size": lay.pp,
+        "model.expert_model_parallel_size": lay.ep,  # a MoE model's experts over EP of the DP ranks
         "model.virtual_pipeline_model_parallel_size": None,
         "model.pipeline_model_parallel_layout": None,
         "model.sequence_parallel": lay.sequence_parallel,

@@ -44,6 +44,9 @@ from utils.spec.models import ModelSpec
 OUTPUT_PROJECTIONS = ("self_attention.linear_proj.weight", "linear_fc2.weight")
 GATED_FC1 = "linear_fc1.weight"
 LAYER_INDEX = re.compile(r"decoder\.layers\.(\d+)\.")
+# A routed expert's index among this EP rank's experts: megatron-core's local experts (SequentialMLP) or grouped GEMM
+# weights (TEGroupedMLP)
+EXPERT_INDEX = re.compile(r"(?<=\.experts\.local_experts\.)\d+(?=\.)|(?<=\.experts\.linear_fc[12]\.weight)\d+$")
 
 
 class ModelError(ValueError):
@@ -115,8 +118,9 @@ def fp8_settings(table: dict, precision: str = "fp8") -> dict[str, object]:
 
 
 def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack: Stack,
-                       fusions: dict[str, bool], table: dict) -> TransformerConfig:
-    """The megatron-core configuration of one model variant under one layout and fairness profile table."""
+                       fusions: dict[str, bool], table: dict, ep: int = 1) -> TransformerConfig:
+    """The megatron-core configuration of one model variant under one layout (EP: a MoE model's expert-parallel
+    size) and fairness profile table."""
     if precision in precisions.LOW and not stack.transformer_engine:
         raise ModelError(f"PRECISION={precision} needs Transformer Engine on a GPU; this stack has none. Use "
                          "PRECISION=bf16")
@@ -148,14 +152,15 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         deallocate_pipeline_outputs=True,
         cross_entropy_fusion_impl=table["cross_entropy_fusion_impl"],
         qk_layernorm=spec.qk_norm,
-        **moe_settings(spec, stack),
+        **moe_settings(spec, stack, ep),
         **{**fusions, **_sliding_window(spec, stack, fusions)},
     )
 
 
-def moe_settings(spec: ModelSpec, stack: Stack, table: dict = MOE_ROUTING) -> dict:
+def moe_settings(spec: ModelSpec, stack: Stack, ep: int = 1, table: dict = MOE_ROUTING) -> dict:
     """TransformerConfig's MoE fields for a mixture-of-experts spec ({} for a dense one): the model's numbers from
-    its MoESpec, the routing from utils.spec.fairness.MOE_ROUTING; expert parallelism 1. The grouped expert GEMM and the
+    its MoESpec, the routing from utils.spec.fairness.MOE_ROUTING, the experts split over EP ranks (each builds
+    experts / EP of them; utils.config.layout holds EP to megatron-core's rules first). The grouped expert GEMM and the
     fused permutation are Transformer Engine's: the local layers (the CPU) run each expert's own GEMMs and torch's
     permutation (moe_notes says so)."""
     moe = spec.moe
@@ -173,7 +178,7 @@ def moe_settings(spec: ModelSpec, stack: Stack, table: dict = MOE_ROUTING) -> di
             "moe_z_loss_coeff": table["moe_z_loss_coeff"],
             "moe_grouped_gemm": table["moe_grouped_gemm"] and stack.transformer_engine,
             "moe_permute_fusion": table["moe_permute_fusion"] and stack.transformer_engine,
-            "expert_model_parallel_size": 1}
+            "expert_model_parallel_size": ep}
 
 
 def moe_notes(config: TransformerConfig, table: dict = MOE_ROUTING) -> list[str]:
@@ -270,15 +275,19 @@ def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len:
 
 
 def _logical_name(model: GPTModel, name: str) -> str:
-    """The parameter's name in the whole (TP=1, PP=1) model: local layer indices become global ones, and a tied LM
-    head on the last pipeline stage (its own copy of the embedding, kept equal by megatron-core) is the embedding."""
+    """The parameter's name in the whole (TP=1, PP=1, EP=1) model: local layer and expert indices become global ones
+    (EP rank r holds experts r x experts / EP onwards), and a tied LM head on the last pipeline stage (its own copy of
+    the embedding, kept equal by megatron-core) is the embedding."""
     if name == "output_layer.weight" and model.share_embeddings_and_output_weights:
         return "embedding.word_embeddings.weight"
     match = LAYER_INDEX.match(name)
     if not match:
         return name
     global_index = model.decoder.layers[int(match.group(1))].layer_number - 1
-    return f"decoder.layers.{global_index}.{name[match.end():]}"
+    experts, ep = model.config.num_moe_experts or 0, parallel_state.get_expert_model_parallel_world_size()
+    first = parallel_state.get_expert_model_parallel_rank() * experts // ep
+    return EXPERT_INDEX.sub(lambda local: str(first + int(local.group())),
+                            f"decoder.layers.{global_index}.{name[match.end():]}")
 
 
 def _shard(full: torch.Tensor, dim: int, stride: int, rank: int, world: int) -> torch.Tensor:
@@ -320,19 +329,35 @@ def initialise_layout_invariant(model: GPTModel, seed: int) -> None:
 
 
 def count_parameters(model: GPTModel) -> int:
-    """Parameters of the whole model: this stage's, without TP duplicates, summed over TP and PP ranks."""
-    local = sum(p.numel() for p in model.parameters() if param_is_not_tensor_parallel_duplicate(p))
-    total = torch.tensor([local], dtype=torch.float64, device=torch.cuda.current_device())
-    torch.distributed.all_reduce(total, group=parallel_state.get_model_parallel_group())
+    """Parameters of the whole model: this stage's, without TP duplicates, summed over TP and PP ranks, and the
+    experts' (allreduce=False) over the expert TP, EP and PP ranks, which each hold experts / EP of them."""
+    kept = [p for p in model.parameters() if param_is_not_tensor_parallel_duplicate(p)]
+    return sum(_summed([p for p in kept if getattr(p, "allreduce", True) is dense], group)
+               for dense, group in ((True, parallel_state.get_model_parallel_group()),
+                                    (False, parallel_state.get_expert_tensor_model_pipeline_parallel_group())))
+
+
+def _summed(params: list[torch.Tensor], group) -> int:
+    total = torch.tensor([sum(p.numel() for p in params)], dtype=torch.float64, device=torch.cuda.current_device())
+    torch.distributed.all_reduce(total, group=group)  # these parameters' elements over the group's ranks
     return int(total.item())
 
 
 def replicas_identical(model: torch.nn.Module) -> bool:
-    """Whether every data-parallel replica holds bit-identical weights (fp64 sum and norm of each parameter)."""
-    group = parallel_state.get_data_parallel_group()
+    """Whether every data-parallel replica holds bit-identical weights (fp64 sum and norm of each parameter): the
+    experts' over the expert-data-parallel group, since with EP > 1 the DP ranks hold different experts
+    (megatron-core marks an expert's parameters allreduce=False)."""
+    experts = [p for p in model.parameters() if not getattr(p, "allreduce", True)]
+    dense = [p for p in model.parameters() if getattr(p, "allreduce", True)]
+    return _identical(dense, parallel_state.get_data_parallel_group()) and (
+        not experts or _identical(experts, parallel_state.get_expert_data_parallel_group()))
+
+
+def _identical(params: list[torch.Tensor], group) -> bool:
+    """Whether every rank of the group holds these parameters bit-identical."""
     summary = torch.stack([torch.stack([torch.sum(p, dtype=torch.float64),
                                         torch.linalg.vector_norm(p, dtype=torch.float64)])
-                           for p in model.parameters()]).flatten()
+                           for p in params]).flatten()
     gathered = [torch.empty_like(summary) for _ in range(torch.distributed.get_world_size(group))]
     torch.distributed.all_gather(gathered, summary, group=group)
     return all(torch.equal(other, gathered[0]) for other in gathered)

@@ -35,6 +35,7 @@ def read_back(trainer, model, parameters: int, dataset) -> dict:
         "tp": parallel_state.get_tensor_model_parallel_world_size(),
         "pp": parallel_state.get_pipeline_model_parallel_world_size(),
         "dp": parallel_state.get_data_parallel_world_size(),
+        "ep": parallel_state.get_expert_model_parallel_world_size(),
         "num_gpus": torch.distributed.get_world_size(),
         "sequence_parallel": bool(config.sequence_parallel),
         "distributed_optimizer": all(type(o).__name__ == "DistributedOptimizer" for o in chain),

@@ -81,7 +81,8 @@ def seed_everything(seed: int) -> None:
 
 
 def init_distributed(req: Request) -> None:
-    """Process group (NCCL/RCCL on GPUs, gloo without) and megatron-core's TP/PP/DP groups."""
+    """Process group (NCCL/RCCL on GPUs, gloo without) and megatron-core's TP/PP/DP groups, and the EP groups its
+    experts split over within DP."""
     from megatron.core import parallel_state
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -96,7 +97,8 @@ def init_distributed(req: Request) -> None:
     else:  # one process started by hand: a group of one, no rendezvous
         torch.distributed.init_process_group(backend=backend, store=torch.distributed.HashStore(), rank=0,
                                              world_size=1)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
+                                             expert_model_parallel_size=lay.ep)
 
 
 class ForwardStep:
@@ -189,7 +191,7 @@ class Trainer(RunRecord):
                               "(features.layer_spec): not comparable with a Transformer Engine run")
         fusions, fusion_notes = mega_model.choose_fusions(stack, table)
         self.notes += fusion_notes
-        config = mega_model.transformer_config(spec, lay.tp, lay.pp, t.precision, stack, fusions, table)
+        config = mega_model.transformer_config(spec, lay.tp, lay.pp, t.precision, stack, fusions, table, ep=lay.ep)
         self.notes += mega_model.moe_notes(config)
         model = mega_model.gpt_model(spec, config, stack, t.seq_len)
         model.to(torch.device("cuda", torch.cuda.current_device()))

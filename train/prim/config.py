@@ -110,6 +110,7 @@ def overrides(req: Request) -> dict:
         # parallelism
         "tensor_model_parallel_size": lay.tp,
         "pipeline_model_parallel_size": lay.pp,
+        "expert_model_parallel_size": lay.ep,
         "sequence_parallel": lay.sequence_parallel,
         # batch and steps
         "micro_batch_size": train.mbs,

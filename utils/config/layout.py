@@ -1,6 +1,8 @@
 """How a run spreads over GPUs and nodes (config.env's Parallelism and Nodes sections), with the rules
 every layout obeys: TP divides the heads, PP the layers, TP x PP x DP covers every GPU, GA keeps the
-global batch, and the node is the one the configuration says."""
+global batch, EP > 1 splits a mixture of experts only (dividing DP and the experts), and the node is the one the
+configuration says. Context parallelism is not a layout dimension yet (CP = 1): its rule (megatron-core's world size
+over TP x CP x PP) comes with it."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ PARALLELISM = {
     "PP": POSITIVE,
     "DP": POSITIVE,
     "GA": POSITIVE,
+    "EP": POSITIVE,
 }
 
 NODES = {
@@ -58,7 +61,7 @@ def layout_problems(config: Config) -> list[str]:
 
 
 def _check_layout(label: str, spec: ModelSpec, layout: Layout, config: Config) -> list[str]:
-    """The rules every TP/PP/DP/GA layout obeys, for one model."""
+    """The rules every TP/PP/DP/GA/EP layout obeys, for one model."""
     found, mbs = [], config["MBS"]
     if spec.num_attention_heads % layout.tp or spec.num_kv_heads % layout.tp:
         found.append(f"{label}TP={layout.tp}: {spec.display_name} has {spec.num_attention_heads} attention "
@@ -73,4 +76,27 @@ def _check_layout(label: str, spec: ModelSpec, layout: Layout, config: Config) -
     if config.gbs % (mbs * layout.dp):
         found.append(f"{label}DP={layout.dp}: the global batch {config.gbs} (MBS x DP x GA) is not a multiple of "
                      f"MBS x DP = {mbs * layout.dp}, so GA cannot keep it for {spec.key}")
+    return found + _expert_problems(label, spec, layout)
+
+
+def _expert_problems(label: str, spec: ModelSpec, layout: Layout) -> list[str]:
+    """EP's rules, megatron-core's own (utils/upstream/table.py: mcore-ep-needs-experts, mcore-ep-divides-dp,
+    mcore-ep-divides-experts), checked here so that no run starts to fail in its parallel-state set-up."""
+    ep = layout.ep
+    if ep == 1:
+        return []
+    if spec.moe is None:
+        return [f"{label}EP={ep}: {spec.variant} has no experts; set EP=1"]
+    experts, found = spec.moe.num_experts, []
+    if layout.dp % ep:
+        found.append(f"{label}EP={ep}: the expert-parallel ranks are carved out of DP={layout.dp} (megatron-core), "
+                     f"so EP must divide DP for {spec.key}; valid EP: " + _divisors(layout.dp, experts))
+    if experts % ep:
+        found.append(f"{label}EP={ep}: {spec.display_name} has {experts} experts per layer, which EP must divide; "
+                     f"valid EP for {spec.key}: " + _divisors(experts, experts))
     return found
+
+
+def _divisors(n: int, experts: int) -> str:
+    """The EP values dividing n and the experts, as a problem line lists them."""
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0 and experts % d == 0)

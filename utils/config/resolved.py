@@ -61,16 +61,16 @@ class Config:
         return spec if layers is None or layers > spec.num_layers else get_model(key, spec.size, layers)
 
     def layout(self, model_key: str, strategy: str | None = None) -> Layout:
-        """TP/PP/DP/GA of a model under a strategy (default: the first strategy of this run)."""
+        """TP/PP/DP/GA/EP of a model under a strategy (default: the first strategy of this run)."""
         name = strategy or self.strategies[0]
         if name == CUSTOM:
             v = self.values
-            return Layout(v["TP"], v["PP"], v["DP"], v["GA"])
+            return Layout(v["TP"], v["PP"], v["DP"], v["GA"], v["EP"])
         found = lookup(self.strategy_table, name, self.platform, model_key)
         if found is None:
             raise KeyError(f"strategy {name!r} has no layout for {model_key} on {self.platform}")
-        tp, pp, dp = found
-        return Layout(tp, pp, dp, self.gbs // (self.values["MBS"] * dp))
+        tp, pp, dp, ep = found
+        return Layout(tp, pp, dp, self.gbs // (self.values["MBS"] * dp), ep)
 
     def as_dict(self) -> dict:
         """JSON-ready: every knob's resolved value plus what is derived from them."""

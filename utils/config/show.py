@@ -43,5 +43,5 @@ def describe(config: Config, secrets: dict[str, str]) -> list[str]:
     for name in config.strategies:
         for spec in config.models:
             lay = config.layout(spec.key, name)
-            lines.append(f"strategy {name}: {spec.variant}: TP{lay.tp} PP{lay.pp} DP{lay.dp} GA{lay.ga}")
+            lines.append(f"strategy {name}: {spec.variant}: {lay.label}")
     return lines

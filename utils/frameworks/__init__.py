@@ -78,6 +78,10 @@ class Framework:
     # None: one that does not skips a MoE model, saying so (one with model_names skips it by having no name for it)
     builds_moe: bool = False
     moe_tp_refusal: str = ""  # why it cannot split a MoE model over TP > 1 ranks, if it cannot (the plan skips it)
+    # Whether it splits a MoE model's experts over EP > 1 ranks (megatron-core's expert_model_parallel_size); one that
+    # does not skips a layout with EP > 1 (train.plan), saying why where no_expert_parallel does
+    expert_parallel: bool = False
+    no_expert_parallel: str = ""
     env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # platform -> its stack's variables
     # What it always does whatever it is told (utils.spec.fairness.FIXED's kinds), added to the effective settings
     # of a result extracted from its log where the log does not say them; a trainer of TPrimat's reads its own back.
@@ -126,6 +130,8 @@ class Framework:
         problems += [f"unknown FP8 recipe {name!r}" for name in self.fp8_recipes if name not in FP8_RECIPES]
         problems += [f"tp_refuses names {knob}, not one of its knobs" for knob in self.tp_refuses
                      if knob not in self.knobs]
+        if self.expert_parallel and self.no_expert_parallel:
+            problems.append("no_expert_parallel says why it has no expert parallelism, but expert_parallel is on")
         if bool(self.fp8_recipes) != ("fp8" in self.precisions):
             problems.append("fp8 in precisions needs its fp8_recipes, and fp8_recipes need fp8")
         if problems:
@@ -158,6 +164,14 @@ class Framework:
                 shown = "1" if value is True else value  # as config.env spells it
                 return f"{self.name} cannot run {knob}={shown} at TP={tp}: {why}"
         return ""
+
+    def ep_refusal(self, ep: int) -> str:
+        """Why it cannot split the experts over EP ranks (expert_parallel, no_expert_parallel), or ""."""
+        if ep == 1 or self.expert_parallel:
+            return ""
+        having = ", ".join(name for name, other in TABLE.items() if other.expert_parallel)
+        why = f": {self.no_expert_parallel}" if self.no_expert_parallel else ""
+        return f"{self.name} has no expert parallelism (EP={ep}){why}; the frameworks with it: {having or 'none'}"
 
     def torch_refusal(self, torch: str | None) -> str:
         """Why its pinned version cannot import on this torch (torch_floor), or "": also "" for an unpublished one."""

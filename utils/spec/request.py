@@ -60,6 +60,7 @@ class Parallelism:
     nnodes: int
     gpus_per_node: int  # worker processes per node on the CPU
     num_gpus: int  # TP x PP x DP
+    ep: int = 1  # expert-parallel size, within DP (a request written before EP asked for none)
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ class Request:
     def result_parallelism(self) -> dict:
         """The result's parallelism section."""
         p = self.parallelism
-        return {"strategy": p.strategy, "tp": p.tp, "pp": p.pp, "dp": p.dp, "ga": p.ga, "nnodes": p.nnodes,
+        return {"strategy": p.strategy, "tp": p.tp, "pp": p.pp, "dp": p.dp, "ga": p.ga, "ep": p.ep, "nnodes": p.nnodes,
                 "sequence_parallel": p.sequence_parallel, "distributed_optimizer": p.distributed_optimizer}
 
     def result_training(self, *, dataset_fingerprint: str | None = None,

@@ -29,12 +29,12 @@ from utils.spec.models import MODEL_KEYS, by_variant
 from utils.spec.precision import PRECISIONS
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
 PARALLELISM_KEYS = {"strategy", "tp", "pp", "dp", "ga", "sequence_parallel", "distributed_optimizer"}
-PARALLELISM_OPTIONAL = {"nnodes"}
+PARALLELISM_OPTIONAL = {"nnodes", "ep"}
 TRAINING_KEYS = {"steps", "mbs", "gbs", "seq_len", "precision", "lr", "min_lr", "warmup_steps", "seed",
                  "dataset", "dataset_fingerprint", "tokenizer_fingerprint", "mock_data"}
 TRAINING_OPTIONAL = {"lr_decay_style": "cosine", "weight_decay": None, "beta1": None, "beta2": None,
@@ -183,7 +183,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
       system: the probe's system.json as a dict ({} when there is none, e.g. a failed start).
       parallelism: {"strategy": str ("custom" or a utils.spec.strategies name), "tp", "pp", "dp", "ga": int,
             "sequence_parallel": bool|None, "distributed_optimizer": bool|None} plus optionally
-            "nnodes": int (default: system's "nodes", the run set's node count; left out when unknown).
+            "nnodes": int (default: system's "nodes", the run set's node count; left out when unknown) and
+            "ep": int (the expert-parallel size; left out when None, a log that does not say it).
       training: {"steps": requested TRAIN_ITERS, "mbs", "gbs", "seq_len": int, "precision": "bf16"|"fp8"|"fp32",
             "lr", "min_lr": float, "warmup_steps": int, "seed": int|None, "dataset": str|None,
             "dataset_fingerprint": str|None, "tokenizer_fingerprint": str|None,
@@ -225,6 +226,8 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         _iso_or_none(key, run_section[key])
     par = _checked("parallelism", parallelism, PARALLELISM_KEYS, PARALLELISM_OPTIONAL)
     nnodes = par.pop("nnodes", None) or system.get("nodes")
+    if par.get("ep") is None:
+        par.pop("ep", None)
     # The workload-identity fields are optional without a default: absent where the request predates them.
     train = _checked("training", {k: v for k, v in training.items() if k not in IDENTITY_KEYS}, TRAINING_KEYS,
                      TRAINING_OPTIONAL)

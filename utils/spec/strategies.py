@@ -1,10 +1,12 @@
-"""Named parallelism strategies: the one table of TP/PP/DP layouts per platform and model.
+"""Named parallelism strategies: the one table of TP/PP/DP(/EP) layouts per platform and model.
 
 GA is not in the table: it is derived so that every strategy keeps the configured global batch
 (GBS = MBS x DP x GA), which is what makes strategies comparable. Standard library only.
 
 Users add strategies without touching code through a JSON file (STRATEGIES_FILE) of the same
-shape as BUILTIN: {"name": {"platform or *": {"model or *": [TP, PP, DP]}}}.
+shape as BUILTIN: {"name": {"platform or *": {"model or *": [TP, PP, DP]}}}, where a layout may add EP as a fourth
+number, [TP, PP, DP, EP] (default 1: every rank holds every expert). EP is no factor of the GPU count: megatron-core
+carves the expert-parallel ranks out of DP, so TP x PP x DP still covers every GPU (utils/config/layout.py's rules).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from pathlib import Path
 CUSTOM = "custom"  # the layout given by TP/PP/DP/GA themselves
 IDENTICAL = "truly_identical"  # the layout compared across platforms "identical vs identical"
 
-# name -> platform ("*" = every GPU platform) -> model ("*" = every model) -> (TP, PP, DP).
+# name -> platform ("*" = every GPU platform) -> model ("*" = every model) -> (TP, PP, DP) or (TP, PP, DP, EP).
 # GPU entries are for one 8-GPU node; the CPU entries are for its 2 worker processes.
-BUILTIN: dict[str, dict[str, dict[str, tuple[int, int, int]]]] = {
+BUILTIN: dict[str, dict[str, dict[str, tuple[int, ...]]]] = {
     "minimal_communication": {
         "*": {"*": (1, 1, 8)},
         "cpu": {"*": (1, 1, 2)},
@@ -53,10 +55,16 @@ class Layout:
     pp: int
     dp: int
     ga: int
+    ep: int = 1  # expert-parallel size: the experts split over EP of the DP ranks (megatron-core's decomposition)
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    @property
+    def label(self) -> str:
+        """The layout as the run list shows it: EP only where it splits the experts ("TP1 PP1 DP2 EP2 GA1")."""
+        return f"TP{self.tp} PP{self.pp} DP{self.dp}" + (f" EP{self.ep}" if self.ep > 1 else "") + f" GA{self.ga}"
 
 
 class StrategyError(ValueError):
@@ -109,7 +117,7 @@ def _read(extra_file: Path):
 
 
 def load_table(extra_file: Path | None, platforms: tuple[str, ...], models: tuple[str, ...]
-               ) -> dict[str, dict[str, dict[str, tuple[int, int, int]]]]:
+               ) -> dict[str, dict[str, dict[str, tuple[int, ...]]]]:
     """The built-in strategies plus the user's file (which may add names or replace built-in ones).
 
     The whole file is checked whether or not its strategies are chosen, and every problem is reported.
@@ -138,25 +146,25 @@ def load_table(extra_file: Path | None, platforms: tuple[str, ...], models: tupl
                 problems.append(f"{name}.{platform} must map models to [TP, PP, DP]")
                 continue
             table[name][platform] = {}
-            for model, triple in by_model.items():
+            for model, sizes in by_model.items():
                 if model not in ("*", *models):
                     problems.append(f"{name}.{platform}.{model}: unknown model; valid: " + ", ".join(("*", *models)))
                 # type() is int, not isinstance: JSON's true is a bool, and a bool is an int to isinstance
-                if not (isinstance(triple, list) and len(triple) == 3
-                        and all(type(v) is int and v > 0 for v in triple)):
-                    problems.append(f"{name}.{platform}.{model} must be [TP, PP, DP] of positive integers, "
-                                    f"got {json.dumps(triple)}")
+                if not (isinstance(sizes, list) and len(sizes) in (3, 4)
+                        and all(type(v) is int and v > 0 for v in sizes)):
+                    problems.append(f"{name}.{platform}.{model} must be [TP, PP, DP] or [TP, PP, DP, EP] of positive "
+                                    f"integers, got {json.dumps(sizes)}")
                     continue
-                table[name][platform][model] = (triple[0], triple[1], triple[2])
+                table[name][platform][model] = tuple(sizes)
     if problems:
         raise StrategyError([f"STRATEGIES_FILE={extra_file}: {problem}" for problem in problems])
     return table
 
 
-def lookup(table: dict, name: str, platform: str, model: str) -> tuple[int, int, int] | None:
-    """(TP, PP, DP) of a strategy for a platform and model, or None when the strategy has none."""
+def lookup(table: dict, name: str, platform: str, model: str) -> tuple[int, int, int, int] | None:
+    """(TP, PP, DP, EP) of a strategy for a platform and model (EP 1 where the table gives three), or None when the
+    strategy has none."""
     by_platform = table[name]
     by_model = by_platform.get(platform) or (by_platform.get("*") if platform != "cpu" else None)
-    if by_model is None:
-        return None
-    return by_model.get(model) or by_model.get("*")
+    found = None if by_model is None else by_model.get(model) or by_model.get("*")
+    return None if found is None else (*found, 1)[:4]

@@ -36,6 +36,7 @@ LOCAL_NORMS = "test_the_local_layers_norms_build_from_the_finalized_container_wi
 STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in"
 
 MOE = "tests/test_train_mega_moe.py::"
+EP_RULES = "tests/test_utils_config_expert_parallel.py::"
 CPU = "tests/test_train_mbridge_cpu.py::test_megatron_bridge_trains_on_the_cpu_with_only_its_gpu_steps_stood_in"
 
 COMPILE_ASIDE = "tests/test_compile_aside.py::"
@@ -281,6 +282,26 @@ FACTS: tuple[Fact, ...] = (
          (2651, 2667), "b36889c0bcb8fe40726095b53dbbf59079684a5be4b5f8dd47be20ffe3ef7ec0",
          "moe_permute_fusion refuses to build without Transformer Engine's fused permutation (TE >= 2.1): mega asks "
          "for it only where Transformer Engine is", MOE + "test_the_cpu_says_which_moe_kernels_it_runs_without"),
+    # EP, the expert-parallel size (issue 47): utils/config/layout.py holds a layout to these before anything starts
+    Fact("mcore-ep-divides-dp", "megatron-core-0.19.2", "megatron/core/parallel_state.py", (871, 884),
+         "8e014bb62732a8f25ef43d5aad41268c7b9b36dd55c3e57866cb0f125b430b03",
+         "initialize_model_parallel builds the experts' grid as expert TP (TP unless given) x EP x PP and raises when "
+         "the world size is no multiple of it: with TP x PP x DP GPUs, EP must divide DP, whose ranks the experts' "
+         "EP x expert-DP split again", EP_RULES + "test_ep_that_does_not_divide_dp_is_megatron_cores_rule_with_the_"
+         "valid_values"),
+    Fact("mcore-ep-divides-experts", "megatron-core-0.19.2", "megatron/core/transformer/moe/moe_layer.py", (185, 186),
+         "b16fe320bfa1074e73071fb4178be5f0730d0628858bab29c88f1a1d20af0ed1",
+         "the MoE layer asserts that EP divides the routed experts, each EP rank building experts / EP of them",
+         EP_RULES + "test_ep_that_does_not_divide_the_experts_names_their_count_and_the_valid_values"),
+    Fact("mcore-ep-needs-experts", "megatron-core-0.19.2", "megatron/core/transformer/transformer_config.py",
+         (1468, 1469), "a446b29c41077dfc224323160ff51532ad0022734b2228bf9726db865746d073",
+         "TransformerConfig refuses expert_model_parallel_size > 1 without num_moe_experts: a dense model runs at EP=1",
+         EP_RULES + "test_ep_above_one_on_a_dense_model_is_one_line_naming_the_fix"),
+    Fact("mcore-moe-splits-numbers-from-cuda-only", "megatron-core-0.19.2", "megatron/core/transformer/moe/moe_utils.py",
+         (1184, 1190), "dc91390e8bc955cd046febefc5a204b5d35c9014c93a99a76f05c7be5a36fc7c",
+         "the all-to-all dispatcher's split sizes become host numbers only from a CUDA tensor: on the CPU they stay "
+         "tensors, which torch's all_to_all_single refuses (train/common/cpu_compat.py, 12)",
+         MOE + "test_experts_split_over_expert_parallel_ranks_give_the_same_losses_and_are_read_back"),
     # --- NVIDIA/Megatron-LM f8837c04 (core_r0.19.0): the reference bench/gpu_check.sh runs -----------------------
     Fact("megatron-lm-initialize-compiles-helpers", "megatron-lm-f8837c04", "megatron/training/initialize.py",
          (173, 178), "c38ebc1216d8d319eed1f32e82a0b5a5f15f5aa4caacf369d64aefe1c95d4b0a",

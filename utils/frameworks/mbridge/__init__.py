@@ -32,4 +32,5 @@ FRAMEWORK = Framework(
     model_names={"llama": "llama.llama31_8b_pretrain_config", "qwen": "qwen.qwen25_7b_pretrain_config",
                  "llama70b": "llama.llama31_70b_pretrain_config", "llama32": "llama.llama32_3b_pretrain_config"},
     transformer_impls=("transformer_engine", "local"),
+    expert_parallel=True,  # its provider's expert_model_parallel_size (train/mbridge/recipe.py), read back from it
 )

@@ -10,5 +10,6 @@ FRAMEWORK = Framework(
     # Transformer Engine's recipes through TransformerConfig (train/mega/model.py); no MXFP4: megatron-core has none
     precisions=("bf16", "fp8", "mxfp8", "nvfp4", "fp32"), fp8_recipes=("delayed", "tensorwise", "blockwise"), precision_api="megatron-core",
     transformer_impls=("transformer_engine", "local"), baseline=True,
-    builds_moe=True,  # megatron-core's MoE layer (train/mega/model.py), expert parallelism 1
+    builds_moe=True,  # megatron-core's MoE layer (train/mega/model.py)
+    expert_parallel=True,  # EP as megatron-core's expert_model_parallel_size (train/mega/trainer.py, model.py)
 )

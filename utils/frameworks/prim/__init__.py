@@ -21,4 +21,5 @@ FRAMEWORK = Framework(
         "llama70b": ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml"),
     },
     transformer_impls=("transformer_engine",),
+    expert_parallel=True,  # Megatron-LM's expert_model_parallel_size (train/prim/config.py), in its argument dump
 )
