@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from utils.machine import acceptance
+from utils.runset import node_sections
 
 Problem = tuple[str, str]  # (check, message), as evaluate.integrity's
 CHECK = "acceptance evidence"
@@ -25,12 +26,8 @@ def problems(system: Mapping) -> list[Problem]:
     per node naming every figure that differs."""
     if not isinstance(system, Mapping):
         return []
-    others = system.get("other_nodes")
-    sections = [(None, system.get("acceptance"))] + [
-        (f"node {node.get('node_rank')}", node.get("acceptance"))
-        for node in (others if isinstance(others, list) else []) if isinstance(node, Mapping)]
-    return [problem for node, section in sections if section is not None
-            for problem in section_problems(node, section)]
+    return [problem for rank, section in node_sections(system, "acceptance") if section is not None
+            for problem in section_problems(f"node {rank}" if rank else None, section)]
 
 
 def section_problems(node: str | None, section: Mapping) -> list[Problem]:

@@ -14,6 +14,7 @@ from typing import Mapping, NamedTuple
 from utils.machine.energy import throttle_warnings
 from utils.machine.hardware import CPU_PACKAGE_MAX_W, CPU_PACKAGE_MIN_W, DEVICES, find_device
 from utils.machine.stragglers import warning as straggler_warning
+from utils.runset import node_sections
 from utils.spec.result_types import Section, typed
 
 # A power sample averages the draw over up to a second and a device's power limit holds over such windows; what
@@ -166,12 +167,9 @@ def straggler(result: Mapping | Section) -> list[Problem]:
 def node_health(system: dict) -> list[Problem]:
     """A warning per problem evaluate.health recorded on the run's nodes (system.health, node 0's; each other node's
     in system.other_nodes, named)."""
-    others = system.get("other_nodes")
-    nodes = [("", system.get("health"))] + [
-        (f"node {node.get('node_rank')}: ", node.get("health"))
-        for node in (others if isinstance(others, list) else []) if isinstance(node, dict)]
-    return [Problem("node health", prefix + (problem.get("line") or _health_line(problem)), fatal=False)
-            for prefix, health in nodes for problem in (health or {}).get("problems") or []]
+    return [Problem("node health", (f"node {rank}: " if rank else "") + (problem.get("line") or _health_line(problem)),
+                    fatal=False)
+            for rank, health in node_sections(system, "health") for problem in (health or {}).get("problems") or []]
 
 
 def _health_line(problem: dict) -> str:

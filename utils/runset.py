@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import Mapping
 
 from utils.cli import Parser, UsageError, run
 from utils.files import read_json, write_json
@@ -72,6 +73,16 @@ def other_nodes(run_set: Path) -> list[dict]:
         if isinstance(checks, dict):
             found.append({"node_rank": int(rank), **{k: v for k, v in checks.items() if k in NODE_CHECKS}})
     return sorted(found, key=lambda node: node["node_rank"])
+
+
+def node_sections(system: Mapping, key: str) -> list[tuple[int, object]]:
+    """Each node's recorded `key` section (NODE_CHECKS) of a result's system, with its rank: node 0's (system[key]),
+    then each other node's (other_nodes, as the judge gathers them); a section may be None or any shape a file held,
+    which its reader checks."""
+    others = system.get("other_nodes")
+    return [(0, system.get(key))] + [(node.get("node_rank"), node.get(key))
+                                     for node in (others if isinstance(others, list) else [])
+                                     if isinstance(node, Mapping)]
 
 
 def merge_into_system(system_json: Path, key: str, section: dict) -> None:

@@ -14,6 +14,7 @@ from typing import Sequence
 from evaluate.collect import Loaded
 from evaluate.comparison.repeats import PLATFORM_NAMES
 from utils.machine.acceptance import bound_at_measured, largest_busbw, size_text
+from utils.runset import node_sections
 from utils.spec.metrics import figure_text
 
 
@@ -26,12 +27,8 @@ def _node(item: Loaded) -> tuple[str, dict] | None:
 def _nodes(item: Loaded) -> list[tuple[str, dict, int]]:
     """Every node's name, acceptance section and rank: node 0's (system.acceptance), then the other nodes' of a
     multi-node run set (system.other_nodes)."""
-    others = item.system.get("other_nodes")
-    sections = [(0, item.system.get("acceptance"))] + [
-        (node.get("node_rank"), node.get("acceptance"))
-        for node in (others if isinstance(others, list) else []) if isinstance(node, dict)]
     found = []
-    for rank, section in sections:
+    for rank, section in node_sections(item.system, "acceptance"):
         if not isinstance(section, dict) or not section.get("gpus"):
             continue
         host = ((item.system.get("host") or {}).get("hostname") if rank == 0 else None) \
