@@ -18,6 +18,9 @@ from utils.spec.fairness import PROFILES, profile
 from utils.spec.result_types import Section, typed
 
 PROFILE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32", "average_in_collective")
+# Profile keys only the Megatron paths have a switch for (megatron-core's unfused attention softmax): compared where
+# the framework reports them; a torch-native framework's attention has no such setting.
+REPORTED_PROFILE_KEYS = ("attention_softmax_in_fp32",)
 # Printed flat by Megatron/Primus/NeMo/Megatron-Bridge; mega's read-back nests them under fp8_recipe.
 FP8_KEYS = ("fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_reduce_amax")
 # The effective settings are named like the result's parallelism and training fields, and each one the framework
@@ -82,6 +85,7 @@ def _profile_applied(training: Section, effective: Mapping) -> list[Problem]:
     if training.fairness_profile in PROFILES:
         table = profile(training.fairness_profile)
         wanted.update({key: table[key] for key in PROFILE_KEYS})
+        wanted.update({key: table[key] for key in REPORTED_PROFILE_KEYS if _reported(effective, key) is not None})
     if training.precision == "fp32":
         wanted.pop("grad_reduce_in_fp32", None)  # fp32 gradients are reduced in fp32 whatever the profile says
     recipe = training.fp8_recipe

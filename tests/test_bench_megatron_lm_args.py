@@ -11,6 +11,7 @@ import argparse
 import pytest
 
 from bench.megatron_lm_args import ARCHITECTURE, arguments, settings
+from tests.fixtures.train_matrix import megatron_args
 from tests.fixtures.train_matrix.requests import run_request
 from utils.cli import UsageError
 
@@ -62,3 +63,22 @@ def test_the_workload_is_the_requests_with_the_layers_it_names():
     assert {key: found[key] for key in ARCHITECTURE} == ARCHITECTURE
     assert found["apply_rope_fusion"] is False  # no fused RoPE without Transformer Engine or Apex on this machine
     assert found["persist_layer_norm"] is False  # torch's norm, the local layers' without Apex, refuses it
+
+
+@pytest.mark.parametrize("fairness", ["spec", "tuned"])
+def test_pretrain_gpt_reduces_gradients_and_computes_the_softmax_as_the_profile_says(fairness):
+    """Megatron-LM turns fp32 gradient reduction on under bf16 unless --grad-reduce-in-bf16 (megatron-lm-bf16-reduces-
+    in-fp32), and keeps the attention softmax in bf16 unless --attention-softmax-in-fp32 (megatron-lm-softmax-in-fp32-
+    is-an-option): both are written from the profile, so its run is mega's workload."""
+    req = run_request("nvd", "mega", "llama", TRANSFORMER_IMPL="local", MODEL_LAYERS="4", FAIRNESS=fairness)
+    table = req.fairness.table
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--grad-reduce-in-bf16", action="store_true")
+    parser.add_argument("--accumulate-allreduce-grads-in-fp32", action="store_true")
+    parser.add_argument("--attention-softmax-in-fp32", action="store_true")
+    found = settings(req)
+    args, _ = arguments({key: found[key] for key in ("grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32",
+                                                     "attention_softmax_in_fp32")}, parser)
+    assert megatron_args.settled({**vars(parser.parse_args(args)), "bf16": True})[
+        "accumulate_allreduce_grads_in_fp32"] is table["grad_reduce_in_fp32"]
+    assert ("--attention-softmax-in-fp32" in args) is table["attention_softmax_in_fp32"] is True

@@ -65,3 +65,14 @@ def test_megas_nested_fp8_recipe_is_read_and_a_missing_reduction_fails():
 
 def test_every_frameworks_fixed_kinds_are_in_the_table():
     assert {kind for entry in frameworks.TABLE.values() for kind in entry.fixed} <= set(FIXED)
+
+
+def test_the_attention_softmax_is_held_to_the_profile_where_the_framework_reports_it():
+    """The Megatron paths report megatron-core's attention_softmax_in_fp32 (mega, mbridge, nemo, Primus's argument
+    dump); a torch-native framework has no such switch and is not asked for it."""
+    bf16 = {"parallelism": {}, "training": {"fairness_profile": "spec", "precision": "bf16"}}
+    assert profile("spec")["attention_softmax_in_fp32"] is True
+    assert effective_settings.problems({**bf16, "effective": dict(PROFILE_DDP)}) == []
+    assert effective_settings.problems({**bf16, "effective": {**PROFILE_DDP, "attention_softmax_in_fp32": True}}) == []
+    assert effective_settings.problems({**bf16, "effective": {**PROFILE_DDP, "attention_softmax_in_fp32": False}}) \
+        == [("attention_softmax_in_fp32 is False in the framework, True in the fairness profile spec", True)]

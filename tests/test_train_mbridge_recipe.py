@@ -167,12 +167,15 @@ def test_megatron_bridges_iteration_and_gb_memory_lines_are_read_as_megatrons(tm
         "iteration (ms): 9341.2 | throughput per GPU (TFLOP/s/GPU): 612.3 | learning rate: 1.500000E-05 | global "
         "batch size:    64 | lm loss: 9.123456E+00 | loss scale: 1.0 | grad norm: 3.142 | number of skipped "
         "iterations:   0 | number of nan iterations:   0 |\n"
-        "[Rank 0] (after 1 iterations) memory (GB) | current_allocated_mem: 40.1 | peak_allocated_mem: 64.424 | "
-        "peak_reserved_mem: 70.866 | alloc_retries: 0\n")
+        # training_log's report_memory line (mbridge-memory-report-names), as Megatron-Bridge 0.6.2 printed it on an H200
+        "[Rank 0] (after 1 iterations) memory (GB) | mem-allocated-gigabytes: 38.799 | mem-active-gigabytes: 38.799 "
+        "| mem-inactive-gigabytes: 0.0 | mem-reserved-gigabytes: 46.695 | mem-max-allocated-gigabytes: 46.491 | "
+        "mem-max-active-gigabytes: 46.491 | mem-max-inactive-gigabytes: 0.0 | mem-max-reserved-gigabytes: 46.695 | "
+        "mem-alloc-retires: 0 | mem-allocated-count: 119\n")
     (record,) = parse_logs([log], "mbridge").records
     assert record["step_time_s"] == pytest.approx(9.3412)
     assert (record["mem_allocated_gib"], record["mem_reserved_gib"]) == \
-        (pytest.approx(64.424e9 / 2 ** 30), pytest.approx(70.866e9 / 2 ** 30))
+        (pytest.approx(46.491e9 / 2 ** 30), pytest.approx(46.695e9 / 2 ** 30))
     assert MARKER == EFFECTIVE_MARKER
 
 

@@ -138,3 +138,16 @@ def test_a_primus_launchers_pip_installs_nothing_and_never_reaches_an_index(tmp_
     assert subprocess.run([*pip, "pyyaml"], env=env, capture_output=True, timeout=120).returncode == 0
     missing = subprocess.run([*pip, "mlflow==3.4.0"], env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode != 0 and "No matching distribution found for mlflow==3.4.0" in missing.stderr
+
+
+@pytest.mark.parametrize("release", ["v26.5", "v25.11"])
+@pytest.mark.parametrize("fairness", ["spec", "tuned"])
+def test_megatrons_bf16_rule_leaves_the_gradient_reduction_the_profile_asks_for(release, fairness):
+    """Primus runs Megatron-LM's validate_args, which reduces bf16 gradients in fp32 unless grad_reduce_in_bf16 says
+    otherwise (utils/upstream/table.py: megatron-lm-bf16-reduces-in-fp32): the experiment says it, both ways."""
+    req = proxy_request(release, FAIRNESS=fairness)
+    o = experiment(req, shipped_70b(release), "/out/run")["modules"]["pre_trainer"]["overrides"]
+    asked = req.fairness.table["grad_reduce_in_fp32"]
+    assert megatron_args.settled({**defaults(release), **o})["accumulate_allreduce_grads_in_fp32"] is asked
+    assert megatron_args.settled({**defaults(release), **o, "grad_reduce_in_bf16": False})[
+        "accumulate_allreduce_grads_in_fp32"] is True  # what a real Primus ran before, whatever the profile said

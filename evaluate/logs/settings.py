@@ -54,7 +54,7 @@ SAME_NAMES = frozenset({
     "sequence_parallel", "seed", "lr", "min_lr", "lr_decay_style", "weight_decay", "mock_data", "data_path",
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "init_method_std", "eod_mask_loss",
     "dataloader_type", "padded_vocab_size", "overlap_grad_reduce", "overlap_param_gather", "fp8_amax_history_len",
-    "fp8_amax_compute_algo", "log_interval",
+    "fp8_amax_compute_algo", "log_interval", "attention_softmax_in_fp32",
     # the kernels a Megatron-LM run chose (the result's features): Transformer Engine's attention or Primus-Turbo's
     "attention_backend", "enable_primus_turbo", "use_turbo_attention",
 })

@@ -22,7 +22,8 @@ FAIRNESS_FIELDS = {
     "model": {"bias_swiglu_fusion": "bias_activation_fusion", "apply_rope_fusion": "apply_rope_fusion",
               "bias_dropout_fusion": "bias_dropout_fusion", "cross_entropy_loss_fusion": "cross_entropy_loss_fusion",
               "cross_entropy_fusion_impl": "cross_entropy_fusion_impl",
-              "gradient_accumulation_fusion": "gradient_accumulation_fusion"},
+              "gradient_accumulation_fusion": "gradient_accumulation_fusion",
+              "attention_softmax_in_fp32": "attention_softmax_in_fp32"},
     "optimizer": {"use_distributed_optimizer": "use_distributed_optimizer", "adam_eps": "adam_eps"},
     "parallel": {"context_parallel_size": "context_parallel_size"},
 }

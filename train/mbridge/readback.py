@@ -71,6 +71,7 @@ def effective(cfg, world_size: int) -> dict:
         "num_layers": model.num_layers, "hidden_size": model.hidden_size,
         "bias_activation_fusion": model.bias_activation_fusion, "apply_rope_fusion": model.apply_rope_fusion,
         "masked_softmax_fusion": model.masked_softmax_fusion,
+        "attention_softmax_in_fp32": model.attention_softmax_in_fp32,
         "cross_entropy_loss_fusion": model.cross_entropy_loss_fusion,
         "gradient_accumulation_fusion": model.gradient_accumulation_fusion,
         "attention_backend": str(model.attention_backend),

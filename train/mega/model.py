@@ -149,7 +149,7 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         params_dtype=params_dtype(precision),
         pipeline_dtype=params_dtype(precision),
         **(fp8_settings(table, precision) if precision in precisions.LOW else {"fp8": None}),
-        deallocate_pipeline_outputs=True,
+        deallocate_pipeline_outputs=True, attention_softmax_in_fp32=table["attention_softmax_in_fp32"],
         cross_entropy_fusion_impl=table["cross_entropy_fusion_impl"],
         qk_layernorm=spec.qk_norm,
         **moe_settings(spec, stack, ep),

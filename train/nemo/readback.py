@@ -62,6 +62,7 @@ class EffectiveSettings(Callback):
             "bias_activation_fusion": config.bias_activation_fusion,
             "apply_rope_fusion": config.apply_rope_fusion,
             "cross_entropy_loss_fusion": config.cross_entropy_loss_fusion,
+            "attention_softmax_in_fp32": config.attention_softmax_in_fp32,
             "gradient_accumulation_fusion": config.gradient_accumulation_fusion,
             "attention_backend": str(config.attention_backend),
             # The workload identity and the fairness profile's DDP settings, compared across frameworks.

@@ -41,6 +41,7 @@ SHIPPED_PRECISION = {"fp8": "FP8"}
 FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_grad_reduce",
                  "overlap_param_gather", "bias_swiglu_fusion", "apply_rope_fusion", "bias_dropout_fusion",
                  "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "gradient_accumulation_fusion",
+                 "attention_softmax_in_fp32",
                  "attention_backend", "use_flash_attn", "adam_eps", "fp8_param_gather", "fp8_recipe",
                  "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo")
 # Fairness-table names that Megatron-LM's arguments (Primus v25.11's trainer_base.yaml) spell otherwise.
@@ -175,6 +176,9 @@ def overrides(req: Request) -> dict:
                          "with another framework")
     settings.update({key: fairness[key] for key in FAIRNESS_KEYS})
     settings.update({name: fairness[key] for key, name in RENAMED_KEYS.items()})
+    # Megatron-LM's validate_args turns accumulate_allreduce_grads_in_fp32 on under bf16 unless grad_reduce_in_bf16
+    # says otherwise (utils/upstream/table.py: megatron-lm-bf16-reduces-in-fp32), and Primus runs it
+    settings["grad_reduce_in_bf16"] = not fairness["grad_reduce_in_fp32"]
     settings.update(precision_switch(train.precision, fairness))  # MXFP8's fp8_recipe over the profile's FP8 one
     settings.update(workload_overrides(req))
     settings.update(validation_overrides(req))

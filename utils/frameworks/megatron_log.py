@@ -17,16 +17,16 @@ from utils.frameworks.log_format import (RECORD_START, LogFormat, Step, batch, c
                                          new_record, record_fields)
 
 ITERATION = re.compile(RECORD_START + r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
-# Megatron-LM reports MiB ("memory (MB)"); Megatron-Bridge (v0.6.0, training/utils/train_utils.py, report_memory)
-# reports 10^9 bytes ("memory (GB)") under torch's memory_stats names.
+# Megatron-LM reports MiB ("memory (MB)"); Megatron-Bridge reports 10^9 bytes ("memory (GB)") under its own names of
+# torch's memory_stats peaks (utils/upstream/table.py: mbridge-memory-report-names, mbridge-memory-report-units).
 MEMORY_REPORT = re.compile(RECORD_START + r"\[Rank \d+\] \(after (\d+) iterations\) memory \((MB|GB)\)")
 MEMORY_UNIT_GIB = {"MB": 1 / 1024.0, "GB": 1e9 / 2.0 ** 30}
 # Field names (lower case, single spaces) -> what they are; names not listed are not parsed at all.
 FIELDS = {"elapsed time per iteration (ms)": "step_time_ms", "learning rate": "lr", "lm loss": "loss",
           "grad norm": "grad_norm", "number of skipped iterations": "skipped", "number of nan iterations": "nan",
           "global batch size": "gbs"}
-memory_kind = field_key({"max allocated": "allocated", "max reserved": "reserved", "peak_allocated_mem": "allocated",
-                         "peak_reserved_mem": "reserved"})
+memory_kind = field_key({"max allocated": "allocated", "max reserved": "reserved",
+                         "mem-max-allocated-gigabytes": "allocated", "mem-max-reserved-gigabytes": "reserved"})
 
 
 @lru_cache(maxsize=512)

@@ -42,6 +42,11 @@ SPEC: dict[str, object] = {
     "bias_dropout_fusion": True,  # dropout is 0 in both models
     "cross_entropy_loss_fusion": True,
     "cross_entropy_fusion_impl": "native",  # megatron-core's own kernel, available on CUDA and ROCm
+    # The unfused attention's softmax in fp32: megatron-core's TransformerConfig default and Primus's Llama and Qwen
+    # presets; Megatron-LM's pretrain_gpt.py (a store_true option) and Megatron-Bridge's GPT provider default to bf16,
+    # 5% faster on megatron-core's local layers (docs/frameworks.md, "The Megatron paths on one GPU"). Transformer
+    # Engine's fused and flash attention keep their own fp32 softmax whatever it says.
+    "attention_softmax_in_fp32": True,
     "gradient_accumulation_fusion": False,  # Primus ships it off on ROCm; NeMo and mega follow for parity
     "attention_backend": "auto",  # Transformer Engine's fused/flash attention kernels on both vendors
     "use_flash_attn": True,  # NeMo: NVTE_FLASH_ATTN=1 from utils/machine/platform_env.py

@@ -9,9 +9,14 @@ from utils.upstream.kinds import Fact
 _LOG = "tests/test_evaluate_logs_primus_v26_5.py::"
 _RENDER = "primus/backends/megatron/patches/training_log/print_rank_last_patches.py"
 _AMAX = "primus/backends/megatron/patches/te_patches/delayed_scaling_patches.py"
+_BF16_RULE = "tests/test_train_prim_layout.py::test_megatrons_bf16_rule_leaves_the_gradient_reduction_the_profile_asks_for"
 
 PRIMUS_FACTS: tuple[Fact, ...] = (
     # --- AMD-AGI/Primus release/v26.5 (ca7ddda3) -------------------------------------------------------------
+    Fact("runs megatron's validate_args", "primus-v26.5", "primus/backends/megatron/patches/args/validate_args_patches.py",
+         (43, 50), "39386dc45f0c776ea1bd54324239e79ace9dc1563dfcf83d28553d253351ff2e",
+         "Primus wraps Megatron-LM's validate_args and runs it first, so Megatron-LM's bf16 gradient-reduction rule "
+         "applies to a prim run", _BF16_RULE),
     Fact("console prefix", "primus-v26.5", "primus/core/utils/logger.py", (35, 40),
          "01ba7a10810b524d5f53f9acdcd3ca633980441313456da27d291413e4d75d59",
          "a worker's console line starts [YYYYMMDD HH:mm:ss][rank-R/W] then its padded level, in ANSI colour",
@@ -111,6 +116,9 @@ PRIMUS_FACTS: tuple[Fact, ...] = (
          "v26.5 runs with NVTE_CK_USES_BWD_V3=1 unless the caller sets it",
          "tests/test_utils_stacks.py::test_each_amd_row_runs_its_primus_releases_own_scratch_and_attention_defaults"),
     # --- AMD-AGI/Primus clairlee/release/v25.11 (66bed3ce) ----------------------------------------------------
+    Fact("v25.11 runs megatron's validate_args", "primus-v25.11", "primus/modules/trainer/megatron/trainer.py",
+         (1231, 1232), "edad043d4281da965fe026d4ca6c2fe2916257ce91c930a8cdc4f7290495979b",
+         "Primus v25.11's trainer runs Megatron-LM's validate_args on the experiment's arguments", _BF16_RULE),
     Fact("v25.11 MXFP8 switch", "primus-v25.11", "examples/run_pretrain.sh", (314, 315),
          "14b5704a24e6ba861b11db994b33c4dc6e25a7b3a574af5f682f1b677206c87e",
          "v25.11 exports NVTE_ROCM_ENABLE_MXFP8=1 for every run too",

@@ -23,6 +23,9 @@ SOURCES = {
     "megatron-core-0.19.2": Source("NVIDIA/Megatron-LM", "core_v0.19.2", package="megatron-core==0.19.2"),
     # the head of core_r0.19.0, whose pretrain_gpt.py bench/gpu_check.sh runs beside mega (MEGATRON_LM_COMMIT)
     "megatron-lm-f8837c04": Source("NVIDIA/Megatron-LM", "f8837c04ef6cbef6cdefb8de001aad63178aebbf"),
+    # the Megatron-LM that Primus v25.11 and v26.5 train through (their third_party/Megatron-LM)
+    "megatron-lm-847781764": Source("NVIDIA/Megatron-LM", "847781764fe468c90caec16309deded245c1022c"),
+    "megatron-lm-d3528a21": Source("NVIDIA/Megatron-LM", "d3528a21301db2d12e92912b3ec025dc8a2ed4d6"),
 }
 
 # The tests that hold TPrimat to a fact (tests/<file>.py::<test function>)
@@ -41,6 +44,14 @@ CPU = "tests/test_train_mbridge_cpu.py::test_megatron_bridge_trains_on_the_cpu_w
 
 COMPILE_ASIDE = "tests/test_compile_aside.py::"
 NEGATED = "tests/test_bench_megatron_lm_args.py::test_a_switch_the_parser_holds_as_its_negation_is_set_through_it"
+PRETRAIN_GPT_PROFILE = ("tests/test_bench_megatron_lm_args.py::"
+                        "test_pretrain_gpt_reduces_gradients_and_computes_the_softmax_as_the_profile_says")
+PRIMUS_BF16_RULE = ("tests/test_train_prim_layout.py::"
+                    "test_megatrons_bf16_rule_leaves_the_gradient_reduction_the_profile_asks_for")
+SOFTMAX_HELD = ("tests/test_evaluate_effective_settings.py::"
+                "test_the_attention_softmax_is_held_to_the_profile_where_the_framework_reports_it")
+MBRIDGE_MEMORY = ("tests/test_train_mbridge_recipe.py::"
+                  "test_megatron_bridges_iteration_and_gb_memory_lines_are_read_as_megatrons")
 
 # One section per source; a fact is added where its source's section is.
 FACTS: tuple[Fact, ...] = (
@@ -210,7 +221,23 @@ FACTS: tuple[Fact, ...] = (
     Fact("mbridge-gpt-step-imports-modelopt", "megatron-bridge-0.6.2", "src/megatron/bridge/training/gpt_step.py",
          (19, 19), "1ab17ae81ab803ee8ac18968523a3e3ab7d914ab92a6871c8250f15252fd5a25",
          "the GPT forward step imports modelopt, whose package imports scipy (requirements/mbridge.txt has it)", CPU),
+    Fact("mbridge-gpt-provider-softmax-in-bf16", "megatron-bridge-0.6.2", "src/megatron/bridge/models/gpt_provider.py",
+         (160, 160), "85df3c32346a119158834a9518ff9773016ccf4331fc60ec7dd541c81123ffbd",
+         "the GPT provider's attention softmax defaults to bf16 (megatron-core's own default is fp32): TPrimat sets "
+         "the profile's attention_softmax_in_fp32 and reads it back", SOFTMAX_HELD),
+    Fact("mbridge-memory-report-names", "megatron-bridge-0.6.2", "src/megatron/bridge/training/utils/train_utils.py",
+         (258, 269), "b4a0ab0e95562c3875e6d88e032605df0bef2869b0aad0b649ef0aefcf414328",
+         "the memory report names torch's allocated and reserved peaks mem-max-allocated-bytes and "
+         "mem-max-reserved-bytes, printed with 'bytes' replaced by 'gigabytes'", MBRIDGE_MEMORY),
+    Fact("mbridge-memory-report-units", "megatron-bridge-0.6.2", "src/megatron/bridge/training/utils/train_utils.py",
+         (1288, 1289), "41788dd03838edbc50be7d6e85b7493c7518a184ede33ba85315756e0a993568",
+         "those byte counts are printed in units of 10^9 bytes", MBRIDGE_MEMORY),
     # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
+    Fact("mcore-attention-softmax-in-fp32-default", "megatron-core-0.19.2",
+         "megatron/core/transformer/transformer_config.py", (471, 471),
+         "bdf8fab106ba6eff26c3ba9afe443fb0e97e33ef6d160dea78085751a677e3f7",
+         "TransformerConfig computes the unfused attention softmax in fp32 by default (mega sets the profile's value)",
+         SOFTMAX_HELD),
     Fact("mcore-compile-helpers-runs-make", "megatron-core-0.19.2", "megatron/core/datasets/utils.py", (20, 30),
          "02c160f0fa9c75902c535a2e67e7d4ead610c01d0dacbb37a5a8e1e143cb8b40",
          "compile_helpers runs make in the datasets folder and exits 1 when make fails (the wheel has no Makefile)",
@@ -316,4 +343,21 @@ FACTS: tuple[Fact, ...] = (
     Fact("megatron-lm-persist-from-negation", "megatron-lm-f8837c04", "megatron/training/argument_utils.py",
          (304, 304), "9ae82bb5d12fded48c513c1260104872f69f994fa9e9947d94acd9c96cc6789c",
          "the model's persist_layer_norm is the negation of no_persist_layer_norm", NEGATED),
+    Fact("megatron-lm-bf16-reduces-in-fp32", "megatron-lm-f8837c04", "megatron/training/arguments.py", (1190, 1193),
+         "ee7b7d207c4ce5557053d11023cf4661d2ebeab2f0c9c8f33a78acdf8bad4b2a",
+         "under bf16, validate_args turns accumulate_allreduce_grads_in_fp32 on unless grad_reduce_in_bf16 (with fp32 "
+         "main gradients, the default): the profile's bf16 reduction is written as --grad-reduce-in-bf16",
+         PRETRAIN_GPT_PROFILE),
+    Fact("megatron-lm-softmax-in-fp32-is-an-option", "megatron-lm-f8837c04", "megatron/training/arguments.py",
+         (2919, 2920), "e79eba3f0a029456bb0f445b89ee8b6f227f832e108fcd72f9ec137eceb5c162",
+         "pretrain_gpt.py's attention softmax is bf16 unless --attention-softmax-in-fp32 (store_true)",
+         PRETRAIN_GPT_PROFILE),
+    # --- NVIDIA/Megatron-LM at Primus v25.11's (847781764) and v26.5's (d3528a21) third_party/Megatron-LM -------
+    Fact("primus-v25.11-megatron-lm-bf16-reduces-in-fp32", "megatron-lm-847781764", "megatron/training/arguments.py", (717, 720),
+         "ee7b7d207c4ce5557053d11023cf4661d2ebeab2f0c9c8f33a78acdf8bad4b2a",
+         "the same bf16 rule in the Megatron-LM Primus v25.11 trains through: prim writes grad_reduce_in_bf16 from "
+         "the profile", PRIMUS_BF16_RULE),
+    Fact("primus-v26.5-megatron-lm-bf16-reduces-in-fp32", "megatron-lm-d3528a21", "megatron/training/arguments.py", (953, 956),
+         "ee7b7d207c4ce5557053d11023cf4661d2ebeab2f0c9c8f33a78acdf8bad4b2a",
+         "the same bf16 rule in the Megatron-LM Primus v26.5 trains through", PRIMUS_BF16_RULE),
 )
