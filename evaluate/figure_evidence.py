@@ -26,6 +26,7 @@ RECOMPUTED = {
                      "performance.peak_tflop_per_s_per_gpu"), "validate._figures"),
     **{f"performance.breakdown.{key}": "series_checks.breakdown" for key in series_checks.BREAKDOWN_FIELDS},
     **{f"memory.{key}": "series_checks.peaks" for key in series_checks.PEAK_SERIES},
+    **{f"performance.expert_load.{key}": "series_checks.expert_load" for key in series_checks.EXPERT_LOAD_FIELDS},
     **{f"prediction.{field}": "prediction_checks.problems" for field in prediction_checks.FIGURES},
     **dict.fromkeys(("stragglers.threshold", "stragglers.median", "stragglers.members.index",
                      "stragglers.members.rank", "stragglers.members.value", "stragglers.slowest.index",

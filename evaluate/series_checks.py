@@ -72,7 +72,42 @@ def peaks(r: Section) -> list[Problem]:
     return found
 
 
+# performance.expert_load's fields, each recomputed from series.expert_load_max and expert_load_assigned
+EXPERT_LOAD_FIELDS = ("experts", "layers", "steps", "max_over_mean", "max_over_mean_by_layer", "dropped_assignments")
+
+
+def expert_load(r: Section) -> list[Problem]:
+    """performance.expert_load is utils.spec.metrics.expert_load of the series' router counts over the steady window,
+    with the model's experts and top-k and the request's tokens per step; absent exactly where the series has none."""
+    series, performance, moe = r.series, r.performance, r.model.moe
+    columns = {key: getattr(series, key) for key in metrics.EXPERT_LOAD_KEYS}
+    recorded = performance.expert_load
+    if moe is None or not any(columns.values()):
+        return [] if recorded is None else [("expert load", "performance.expert_load is in the result, but its "
+                                             "series carries no router counts (or the model has no experts)")]
+    records = [{"step": step, **{key: list(column[i]) if i < len(column) and column[i] is not None else None
+                                 for key, column in columns.items() if column}} for i, step in enumerate(series.step)]
+    window = metrics.steady_window(series.step, series.step_time_s, performance.warmup_skip)
+    again = metrics.expert_load(records, window, moe.num_experts, moe.top_k, performance.tokens_per_step)
+    if recorded is None or again is None:
+        return [] if recorded is again else [("expert load", f"performance.expert_load is {_shown_load(recorded)} in "
+                                              f"the result, {_shown_load(again)} from its router counts")]
+    return [("expert load", f"performance.expert_load.{key} is {getattr(recorded, key)!r} in the result, "
+             f"{again[key]!r} from its router counts")
+            for key in EXPERT_LOAD_FIELDS if not _same_load(getattr(recorded, key), again[key])]
+
+
+def _shown_load(load) -> str:
+    return "absent" if load is None else "present"
+
+
+def _same_load(recorded, again) -> bool:
+    if isinstance(again, list):
+        return recorded is not None and len(recorded) == len(again) and all(map(same, recorded, again))
+    return same(recorded, again)
+
+
 def problems(result: Mapping | Section) -> list[Problem]:
-    """Every check of a schema-valid result's breakdown and memory peaks against its series."""
+    """Every check of a schema-valid result's breakdown, memory peaks and experts' load against its series."""
     r = typed(result)
-    return breakdown(r) + peaks(r)
+    return breakdown(r) + peaks(r) + expert_load(r)

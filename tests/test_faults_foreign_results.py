@@ -47,7 +47,7 @@ def test_compare_says_once_per_file_that_a_newer_tprimat_wrote_it_and_leaves_it_
     err = capsys.readouterr().err
     assert err.count("newer") == 1
     assert f"{root}:later/result.json: written by a newer TPrimat (result schema 9.0; this checkout reads 1.0 to " \
-           "1.9): update TPrimat to read it; left out" in err
+           "1.10): update TPrimat to read it; left out" in err
     assert "newer" not in (tmp_path / "out" / "report.md").read_text()
 
 

@@ -14,6 +14,7 @@ from evaluate import validate
 from evaluate.collect import Loaded
 from tests.fixtures.train.shared_runs import shared_run
 from tests.test_train_fsdp_runs import train
+from tests.test_train_mega_moe import assert_experts_load_counted
 from tests.test_train_mega_runs import Run
 from utils.spec.models import get_model
 from utils.spec.result import schema_errors
@@ -52,3 +53,7 @@ def test_its_moe_settings_are_read_back_in_megatron_cores_names(run):
         "moe_router_load_balancing_type": "aux_loss", "moe_aux_loss_coeff": 1e-3, "moe_router_dtype": "fp32",
         "moe_expert_capacity_factor": None, "expert_model_parallel_size": 1, "moe_layers": 2}
     assert moe["moe_token_dispatcher_type"] is None  # Hugging Face's experts gather their tokens themselves
+
+
+def test_the_experts_load_is_counted_from_hugging_faces_router_logits(run):
+    assert_experts_load_counted(run.result)

@@ -9,12 +9,14 @@ give the DP=2 run's losses: the same weights and samples whatever the layout.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
+import shutil
 
 import pytest
 
-from evaluate import validate
+from evaluate import compare, validate
 from evaluate.collect import Loaded
 from tests.fixtures.train.shared_runs import shared_run
 from tests.test_train_mega_runs import BASE, LAYOUT_TOLERANCE, Run, assert_trained, train
@@ -93,3 +95,37 @@ def test_experts_split_over_expert_parallel_ranks_give_the_same_losses_and_are_r
     assert effective["dp_replicas_identical"] is True  # the dense weights over DP, each expert over its own group
     # each expert drawn as the whole model draws it (train/mega/model.py's global expert index): the same model
     assert run.series("loss") == pytest.approx(base.series("loss"), abs=LAYOUT_TOLERANCE)
+
+
+def assert_experts_load_counted(result: dict) -> None:
+    """Every step counted each layer's top-k choices of every token once (a dropless router: tokens x top-k
+    assignments a layer, whatever the layout), and the gate recomputes the summary from those counts."""
+    moe, series, load = result["model"]["moe"], result["series"], result["performance"]["expert_load"]
+    per_layer = result["training"]["gbs"] * result["training"]["seq_len"] * moe["top_k"]
+    layers = result["model"]["num_layers"]
+    assert series["expert_load_assigned"] == [[per_layer] * layers] * len(series["step"])
+    assert all(per_layer / moe["num_experts"] <= most <= per_layer for step in series["expert_load_max"]
+               for most in step)
+    assert (load["experts"], load["layers"], load["dropped_assignments"]) == (moe["num_experts"], layers, 0)
+    assert 1.0 <= max(load["max_over_mean_by_layer"]) <= load["max_over_mean"] <= moe["num_experts"]
+    flattered = copy.deepcopy(result)
+    flattered["performance"]["expert_load"]["max_over_mean"] = 0.5
+    assert [f.message for f in validate.check_result(Loaded("flattered", flattered, {})) if f.fatal] == [
+        f"performance.expert_load.max_over_mean is 0.5 in the result, {load['max_over_mean']!r} from its router "
+        "counts"]
+
+
+def test_the_experts_load_is_counted_per_layer_and_step_on_every_layout(runs):
+    for name in LAYOUTS:
+        assert_experts_load_counted(runs(name).result)
+
+
+def test_the_report_shows_each_moe_runs_load_beside_its_throughput(runs, tmp_path):
+    for name in ("dp2", "ep2"):
+        shutil.copytree(runs(name).directory, tmp_path / "runs" / f"mega-qwen3moe-{name}")
+    assert compare.main([str(tmp_path / "runs"), "-o", str(tmp_path / "out")]) == 0
+    section = (tmp_path / "out" / "report.md").read_text().split("## Mixture of experts: the experts' load")[1]
+    for name, layout in (("dp2", "1/1/2/1"), ("ep2", "1/1/2/2")):
+        load = runs(name).result["performance"]["expert_load"]
+        (row,) = [line for line in section.split("\n## ")[0].splitlines() if f"| {layout} |" in line]
+        assert f"| 8, 2 | {load['max_over_mean']:.2f} |" in row and row.endswith("| 0 |"), row

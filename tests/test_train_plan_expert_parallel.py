@@ -60,7 +60,7 @@ def test_ep_travels_from_the_request_through_config_json_to_the_results_parallel
     assert Request.read(tmp_path / "config.json") == req
     result = build_result(**req.result_sections(), run=RUN, system={}, steps=[], device_name=None)
     assert schema_errors(result) == []
-    assert (result["schema_version"], result["parallelism"]["ep"], typed(result).parallelism.ep) == ("1.9", 4, 4)
+    assert (result["schema_version"], result["parallelism"]["ep"], typed(result).parallelism.ep) == ("1.10", 4, 4)
 
 
 def test_a_request_written_before_ep_asks_for_none_and_the_same_work_tells_ep_apart(tmp_path):

@@ -116,7 +116,7 @@ def test_typos_in_input_sections_fail_loudly():
 def test_write_result_validates_and_writes_atomically(tmp_path):
     target = tmp_path / "run" / "result.json"
     write_result(target, build())
-    assert json.loads(target.read_text())["schema_version"] == "1.9"
+    assert json.loads(target.read_text())["schema_version"] == "1.10"
     assert [p.name for p in target.parent.iterdir()] == ["result.json"]
 
     broken = build()

@@ -11,6 +11,7 @@ from typing import Sequence
 from evaluate.comparison import acceptance as acceptance_view
 from evaluate.comparison import breakdown as breakdown_view
 from evaluate.comparison import energy as energy_view
+from evaluate.comparison import experts as experts_view
 from evaluate.comparison import frameworks as framework_view
 from evaluate.comparison import prediction as prediction_view
 from evaluate.comparison import quality as quality_view
@@ -211,6 +212,7 @@ def report(items: Sequence[Loaded], png_name: str | None, strategies_png: str | 
     out += acceptance_view.section(items)
     out += framework_view.section(items)
     out += breakdown_view.table([item for row in rows for item in row.ok])
+    out += experts_view.section([item for row in rows for item in row.ok])
     out += prediction_view.section([item for row in rows for item in row.ok])
     out += quality_view.validation_section(rows) + quality_view.twin_section(
         twins, quality, lambda row: median_or_none(row.figures(tokens))) + time_to_train.section(rows)

@@ -89,6 +89,8 @@ def ds_config(req: Request) -> dict:
 class AutotpEngine:
     """DeepSpeed's engine around one built Hugging Face causal LM."""
 
+    expert_load = None  # dense models only (its registry entry builds no mixture of experts): no router counts
+
     def __init__(self, model: torch.nn.Module, req: Request, device: torch.device):
         check(req)
         self.accelerator = accelerator(device)

@@ -49,6 +49,9 @@ class StepRecord:
     backward_s: float | None = None
     optimizer_s: float | None = None
     time_s: float | None = None  # the step's end, time.time() seconds: telemetry.jsonl's clock (utils/machine/telemetry.py)
+    # a MoE model's router counts per layer (train/common/expert_load.py): the busiest expert's, and all assignments
+    expert_load_max: list[int] | None = None
+    expert_load_assigned: list[int] | None = None
 
     def as_json(self) -> str:
         """One line; nan/inf become null (JSON has no nan) and the nan count says so."""

@@ -20,6 +20,7 @@ from contextlib import nullcontext
 
 import torch
 
+from train.common.expert_load import ExpertLoad
 from train.native import moe as native_moe
 from train.native import tensor_parallel
 from train.native import trainer as native_trainer
@@ -129,6 +130,7 @@ class FsdpEngine:
                 layers[index] = checkpoint_wrapper(layers[index])
         self.fsdp = native.data_parallel == "fsdp"
         self.moe, self.router_dtype = req.model.moe is not None, torch.float32  # the model's own weights: fp32
+        self.expert_load = ExpertLoad(req.model.num_layers, req.model.moe.num_experts, device) if self.moe else None
         for router in native_moe.routers(model):
             native_moe.router_in_fp32(router)
         if self.fsdp:
@@ -185,6 +187,8 @@ class FsdpEngine:
         if not self.moe:
             return loss
         aux_loss = native_moe.load_balancing_loss(outputs.router_logits, self.hf_model.config)
+        if self.hf_model.training:
+            native_moe.count_choices(outputs.router_logits, self.hf_model.config, self.expert_load)
         return native_moe.with_aux_gradient(loss, aux_loss)
 
     def backward(self, loss: torch.Tensor, last_microbatch: bool) -> None:

@@ -45,6 +45,7 @@ import torch
 from train.mega import readback as mega_readback
 from train.common.step_marks import FETCH, FORWARD_BEGIN, FORWARD_END, OPTIMIZER, SCHEDULE, StepMarks
 from train.common.evaluation import Evaluator
+from train.common.expert_load import ExpertLoad
 from train.common.megatron_data import DataSource, build_splits, microbatches
 from train.common.outcome import NonFiniteLoss, RunRecord, SettingsError
 from train.common.step_log import GIB, StepRecord, is_last_rank, peak_host_rss_gib
@@ -167,6 +168,7 @@ class Trainer(RunRecord):
     breakdown_method: str = field(init=False)  # the result's performance.breakdown.method
     marks: StepMarks = field(init=False)  # the breakdown's marks, reused step after step
     spec: ModelSpec = field(init=False)  # the model the request names (its ModelSpec)
+    expert_load: ExpertLoad | None = None  # a MoE model's router counts of the step (train/common/expert_load.py)
 
     def __post_init__(self) -> None:
         self.spec = self.request.model
@@ -196,6 +198,8 @@ class Trainer(RunRecord):
         model = mega_model.gpt_model(spec, config, stack, t.seq_len)
         model.to(torch.device("cuda", torch.cuda.current_device()))
         mega_model.initialise_layout_invariant(model, t.seed)
+        if spec.moe is not None:
+            self.count_routing(model)
         parameters = mega_model.count_parameters(model)
         if parameters != spec.param_count():
             raise RuntimeError(f"the built model has {parameters} parameters, the {spec.variant} spec "
@@ -228,6 +232,17 @@ class Trainer(RunRecord):
         self.config = config
         self.features = mega_readback.features(config, stack, t.precision, self.notes)
         self.effective = mega_readback.read_back(self, model, parameters, dataset)
+
+    def count_routing(self, model: torch.nn.Module) -> None:
+        """Every router of this stage adds its training forwards' routing maps (megatron-core's router returns its
+        probabilities and the map) to the step's counts, at its layer's global number."""
+        self.expert_load = ExpertLoad(self.spec.num_layers, self.spec.moe.num_experts,
+                                      torch.device("cuda", torch.cuda.current_device()))
+
+        def hook(index: int):
+            return lambda router, _inputs, output: self.expert_load.add(index, output[1]) if router.training else None
+        for layer in model.decoder.layers:
+            layer.mlp.router.register_forward_hook(hook(layer.layer_number - 1))
 
     def run_step(self, step: int) -> tuple[list, float | None, bool, float]:
         """One optimizer step: zero grads, forward-backward over GA microbatches, LR schedule, optimizer."""
@@ -313,7 +328,8 @@ class Trainer(RunRecord):
         return StepRecord(step=step, step_time_s=elapsed, loss=loss, lr=lr, grad_norm=grad_norm,
                           skipped=0 if success else 1, nan=int(flag), tokens=t.gbs * t.seq_len,
                           mem_allocated_gib=allocated if allocated >= 0 else None,
-                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss, **parts)
+                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss, **parts,
+                          **(self.expert_load.reduce() if self.expert_load is not None else {}))
 
     def train(self) -> None:
         """Every step in order (the profiler follows along on rank 0), then the end-of-run checks."""

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import torch
 
+from train.common.expert_load import ExpertLoad
+
 
 class Engine(Protocol):
     """One framework's parallel training of an already built model, on every rank."""
@@ -27,6 +29,7 @@ class Engine(Protocol):
     dp_rank: int  # which DP replica this rank is: it reads that replica's microbatches
     dp_size: int
     hf_model: torch.nn.Module  # the Hugging Face model inside the wrapping: eval() and train() around an evaluation
+    expert_load: ExpertLoad | None  # a MoE model's router counts of the step (train/common/expert_load.py); None: dense
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One microbatch (train/common/megatron_data.BATCH_KEYS) through the model: the mean loss over the unmasked

@@ -36,6 +36,13 @@ def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], config) -> torc
     return total * config.router_aux_loss_coef
 
 
+def count_choices(router_logits: tuple[torch.Tensor, ...], config, load) -> None:
+    """Each layer's top-k choices (Hugging Face's router takes the top-k of the softmax, so of the logits) added to
+    the step's counts (train/common/expert_load.py's ExpertLoad)."""
+    for layer, logits in enumerate(router_logits):
+        load.add(layer, torch.topk(logits, config.num_experts_per_tok, dim=-1).indices)
+
+
 def with_aux_gradient(loss: torch.Tensor, aux_loss: torch.Tensor) -> torch.Tensor:
     """The loss's value, with the auxiliary loss's gradient added to its backward (aux - aux is exactly 0)."""
     return loss + (aux_loss - aux_loss.detach())

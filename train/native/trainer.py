@@ -227,7 +227,8 @@ class NativeTrainer(RunRecord):
         return StepRecord(step=step, step_time_s=elapsed, loss=loss, lr=lr, grad_norm=grad_norm, skipped=0,
                           nan=int(flag), tokens=t.gbs * t.seq_len,
                           mem_allocated_gib=allocated if allocated >= 0 else None,
-                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss, **parts)
+                          mem_reserved_gib=reserved if reserved >= 0 else None, mem_host_rss_gib=host_rss, **parts,
+                          **(engine.expert_load.reduce() if engine.expert_load is not None else {}))
 
     def train(self) -> None:
         if self.request.environment.profiling:

@@ -152,3 +152,32 @@ def time_to_target(points: Mapping[str, Sequence], target: float, *, stopped_at_
             "wall_s": at("wall_s"), "train_time_s": at("train_time_s"),
             "last_loss": measured[-1] if measured else None,
             "stopped_at_target": stopped_at_target and first is not None, "how": how}
+
+
+# A mixture-of-experts step's router counts, per MoE layer (train/common/expert_load.py): the token-to-expert
+# assignments its busiest expert got, and all it made (top-k per token, less any a capacity factor dropped).
+EXPERT_LOAD_KEYS = ("expert_load_max", "expert_load_assigned")
+
+
+def expert_load(records: Sequence[dict], window: Window | None, experts: int, top_k: int,
+                tokens_per_step: int) -> dict | None:
+    """The experts' load over the steady-state window, from the steps that carry both counts: each layer's busiest
+    expert against the mean (max x experts / assigned; 1.0 is a perfect balance, `experts` the most a layer can be
+    off), as the median over the steps of the worst layer and of each layer, and the assignments dropped (tokens x
+    top_k a layer should have made, less those it made, summed over the layers and steps). None without such steps."""
+    if window is None:
+        return None
+    kept = [r for r in records if window.first_step <= r["step"] <= window.last_step
+            and r.get("expert_load_max") and r.get("expert_load_assigned")]
+    if not kept:
+        return None
+    ratios = [[most * experts / made if made else None for most, made in zip(r["expert_load_max"],
+                                                                               r["expert_load_assigned"])]
+              for r in kept]
+    by_layer = [statistics.median(column) if None not in column else None for column in zip(*ratios)]
+    worst = [max(row) if None not in row else None for row in ratios]
+    return {"experts": experts, "layers": len(by_layer), "steps": len(kept),
+            "max_over_mean": statistics.median(worst) if None not in worst else None,
+            "max_over_mean_by_layer": by_layer,
+            "dropped_assignments": sum(tokens_per_step * top_k - made for r in kept
+                                       for made in r["expert_load_assigned"])}

@@ -29,7 +29,7 @@ from utils.spec.models import MODEL_KEYS, by_variant
 from utils.spec.precision import PRECISIONS
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
-SCHEMA_VERSION = "1.9"
+SCHEMA_VERSION = "1.10"
 
 RUN_KEYS = {"id", "started_at", "ended_at", "status", "exit_code", "error_excerpt", "commit"}
 RUN_OPTIONAL = {"source", "log_files"}
@@ -143,6 +143,12 @@ def _normalise_steps(steps: Iterable[Mapping], health: dict) -> list[dict]:
             record[key] = _finite_or_none(raw)
             if raw is not None and record[key] is None:
                 health["nonfinite"].append({"step": step, "field": key})
+        for key in metrics.EXPERT_LOAD_KEYS:  # a MoE step's per-layer router counts (whole numbers), or None
+            counts = record.get(key)
+            if counts is not None and not (isinstance(counts, list) and all(
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)):
+                raise ResultError(f"step {step}: {key} must be a list of whole numbers >= 0, got {counts!r}")
+            record[key] = counts or None
         health["nan_iterations"] += int(record.get("nan") or 0)
         health["skipped_iterations"] += int(record.get("skipped") or 0)
     return records
@@ -273,6 +279,12 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         memory["host_rss_gib_per_worker"] = [float(value) for value in host_rss_gib_per_worker]
     host_series = {"mem_host_rss_gib": [r["mem_host_rss_gib"] for r in records]} \
         if any(r["mem_host_rss_gib"] is not None for r in records) else {}
+    load_series = {key: [r[key] for r in records] for key in metrics.EXPERT_LOAD_KEYS
+                   if spec.moe and any(r[key] is not None for r in records)}
+    if load_series:
+        window = metrics.steady_window([r["step"] for r in records], [r["step_time_s"] for r in records], warmup_skip)
+        performance["expert_load"] = metrics.expert_load(records, window, spec.moe.num_experts, spec.moe.top_k,
+                                                         tokens_per_step)
 
     run_section["steps_completed"] = records[-1]["step"] if records else 0
     return {
@@ -296,7 +308,7 @@ def build_result(*, run: Mapping, platform: str, framework: str, variant: str, s
         "memory": memory,
         "series": {"step": [r["step"] for r in records],
                    **{key: [r[key] for r in records] for key in STEP_VALUE_KEYS}, **host_series,
-                   **breakdown_series},
+                   **breakdown_series, **load_series},
         "health": health,
         "raw_framework": _json_safe(raw_framework or {}),
         "effective": _json_safe(effective or {}),
