@@ -284,6 +284,7 @@ def fairness(items: Sequence[Loaded], precision_comparison: bool = False) -> lis
                 where = f"{model}{f' on {nodes} node(s)' if field.per_nodes and len(parts) > 1 else ''}"
                 found += _differences(where, field, part)
         found += _native_differences(model, group) + _evaluation_differences(model, group)
+        found += [Finding("set", "fairness", text, fatal=False) for text in model_checks.moe_differences(model, group)]
     return found + stack_comparisons(items)
 
 

@@ -5,6 +5,7 @@ shards their weights over DP as any other), megatron-core's load-balancing loss 
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 
@@ -57,3 +58,30 @@ def test_its_moe_settings_are_read_back_in_megatron_cores_names(run):
 
 def test_the_experts_load_is_counted_from_hugging_faces_router_logits(run):
     assert_experts_load_counted(run.result)
+
+
+def with_moe(result: dict, **settings) -> dict:
+    changed = copy.deepcopy(result)
+    changed["effective"]["moe"].update(settings)
+    return changed
+
+
+def test_a_read_back_routing_that_changes_the_loss_fails_the_run_one_that_changes_the_speed_does_not(run):
+    """The router's dtype is the loss's (utils.spec.fairness.MOE_ROUTING); Hugging Face's experts have no dispatcher
+    (null), and another dispatcher would only move the same tokens differently."""
+    def fatal(result: dict) -> list[str]:
+        return [f.message for f in validate.check_result(Loaded("moe", result, {})) if f.fatal]
+    assert fatal(with_moe(run.result, moe_router_dtype="bf16")) == [
+        "effective.moe.moe_router_dtype is 'bf16' in the framework, 'fp32' for qwen3-30b-a3b-tiny and "
+        "utils.spec.fairness.MOE_ROUTING"]
+    assert fatal(with_moe(run.result, moe_token_dispatcher_type="allgather")) == []
+
+
+def test_runs_of_one_moe_model_on_other_kernels_are_compared_with_a_note(run):
+    """mega's local layers on the CPU: megatron-core's all-to-all dispatcher, no grouped GEMM (Transformer Engine's),
+    against fsdp's Hugging Face experts (no dispatcher, torch's grouped GEMM)."""
+    mega_like = with_moe(run.result, moe_token_dispatcher_type="alltoall", moe_grouped_gemm=False)
+    notes = validate.fairness([Loaded("fsdp", run.result, {}), Loaded("mega", mega_like, {})])
+    assert [(f.fatal, f.message.split(":")[0], f.message.split(" differs")[0].split(": ")[1]) for f in notes
+            if "MoE" in f.message] == [(False, "qwen3moe", "MoE moe_token_dispatcher_type"),
+                                       (False, "qwen3moe", "MoE moe_grouped_gemm")]

@@ -65,7 +65,7 @@ def test_the_moe_settings_are_read_back_from_megatron_cores_config(runs):
         "moe_router_pre_softmax": False, "moe_router_load_balancing_type": "aux_loss", "moe_aux_loss_coeff": 1e-3,
         "moe_token_dispatcher_type": "alltoall", "moe_router_dtype": "fp32", "moe_expert_capacity_factor": None,
         "moe_z_loss_coeff": None, "moe_grouped_gemm": False, "moe_permute_fusion": False,
-        "expert_model_parallel_size": 1}
+        "moe_shared_expert_overlap": False, "expert_model_parallel_size": 1}
 
 
 def test_the_cpu_says_which_moe_kernels_it_runs_without(runs):

@@ -37,6 +37,7 @@ from train.common import local_kernels
 from train.common.fp8 import te_reduce_amax
 from utils.spec import precision as precisions
 from utils.spec.fairness import MOE_ROUTING, WORKLOAD, sequence_parallel
+from utils.spec.fairness import moe_settings as fairness_moe_settings
 from utils.spec.models import ModelSpec
 
 # Megatron initialises the attention output and second MLP projections with std / sqrt(2 L); a MoE's experts are MLPs
@@ -163,19 +164,9 @@ def moe_settings(spec: ModelSpec, stack: Stack, ep: int = 1, table: dict = MOE_R
     experts / EP of them; utils.config.layout holds EP to megatron-core's rules first). The grouped expert GEMM and the
     fused permutation are Transformer Engine's: the local layers (the CPU) run each expert's own GEMMs and torch's
     permutation (moe_notes says so)."""
-    moe = spec.moe
-    if moe is None:
+    if spec.moe is None:
         return {}
-    return {"num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k,
-            "moe_ffn_hidden_size": moe.expert_ffn_size,
-            "moe_shared_expert_intermediate_size": moe.shared_experts * moe.shared_expert_ffn_size or None,
-            "moe_router_score_function": moe.score_function,
-            "moe_router_pre_softmax": not moe.norm_topk_prob,  # softmax over the top-k only: renormalised
-            "moe_router_load_balancing_type": moe.load_balancing, "moe_aux_loss_coeff": moe.aux_loss_coeff,
-            "moe_token_dispatcher_type": table["moe_token_dispatcher_type"],
-            "moe_router_dtype": table["moe_router_dtype"],
-            "moe_expert_capacity_factor": table["moe_expert_capacity_factor"],
-            "moe_z_loss_coeff": table["moe_z_loss_coeff"],
+    return {**fairness_moe_settings(spec.moe, table),
             "moe_grouped_gemm": table["moe_grouped_gemm"] and stack.transformer_engine,
             "moe_permute_fusion": table["moe_permute_fusion"] and stack.transformer_engine,
             "expert_model_parallel_size": ep}
@@ -197,7 +188,8 @@ def moe_read_back(config: TransformerConfig) -> dict:
     names = ("num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
              "moe_router_score_function", "moe_router_pre_softmax", "moe_router_load_balancing_type",
              "moe_aux_loss_coeff", "moe_token_dispatcher_type", "moe_router_dtype", "moe_expert_capacity_factor",
-             "moe_z_loss_coeff", "moe_grouped_gemm", "moe_permute_fusion", "expert_model_parallel_size")
+             "moe_z_loss_coeff", "moe_grouped_gemm", "moe_permute_fusion", "moe_shared_expert_overlap",
+             "expert_model_parallel_size")
     return {"moe": {name: getattr(config, name) for name in names}}
 
 

@@ -85,7 +85,7 @@ def read_back(model: torch.nn.Module, router_dtype: torch.dtype | None) -> dict:
         "moe_expert_capacity_factor": None, "moe_z_loss_coeff": None,
         "moe_grouped_gemm": (config._experts_implementation or "eager") != "eager",
         "experts_implementation": config._experts_implementation or "eager",
-        "moe_permute_fusion": False, "expert_model_parallel_size": 1,
+        "moe_permute_fusion": False, "moe_shared_expert_overlap": None, "expert_model_parallel_size": 1,
         "moe_layers": len(found)}}
 
 

@@ -79,8 +79,10 @@ SPEC: dict[str, object] = {
 # numbers): the token dispatcher Megatron-Bridge's and Primus's Qwen3 MoE presets ship (at EP=1 no token leaves its
 # rank), the router's scores and top-k in fp32, dropless (no capacity factor: every token reaches its top-k experts,
 # as both presets ship), no router z-loss; the grouped expert GEMM and the fused permutation (both presets ship them
-# on) where the stack has Transformer Engine's kernels, each recorded on or off. Not in the profile tables: a dense
-# model has none of these, and the frameworks that apply every profile setting to it have no switch for them.
+# on) where the stack has Transformer Engine's kernels, each recorded on or off; the shared experts' computation not
+# overlapped with the dispatch (megatron-core's default; Qwen3 has no shared expert to overlap). Not in the profile
+# tables: a dense model has none of these, and the frameworks that apply every profile setting to it have no switch
+# for them.
 MOE_ROUTING: dict[str, object] = {
     "moe_token_dispatcher_type": "alltoall",
     "moe_router_dtype": "fp32",
@@ -88,7 +90,25 @@ MOE_ROUTING: dict[str, object] = {
     "moe_z_loss_coeff": None,
     "moe_grouped_gemm": True,
     "moe_permute_fusion": True,
+    "moe_shared_expert_overlap": False,
 }
+# Of a MoE run's settings (moe_settings' names), those that change only how fast the experts run, not what they
+# compute: compared between the runs of a model and named where they differ (evaluate/model_checks.py), never failing
+# a run; every other one changes the loss and must be moe_settings' value in every framework that reports it.
+MOE_SPEED_SETTINGS = ("moe_token_dispatcher_type", "moe_grouped_gemm", "moe_permute_fusion",
+                      "moe_shared_expert_overlap")
+
+
+def moe_settings(moe, table: dict = MOE_ROUTING) -> dict[str, object]:
+    """A MoESpec's numbers and the routing in megatron-core's TransformerConfig names: what every framework sets (mega
+    builds it; the others map it onto their own names) and reads back into effective.moe."""
+    return {"num_moe_experts": moe.num_experts, "moe_router_topk": moe.top_k,
+            "moe_ffn_hidden_size": moe.expert_ffn_size,
+            "moe_shared_expert_intermediate_size": moe.shared_experts * moe.shared_expert_ffn_size or None,
+            "moe_router_score_function": moe.score_function,
+            "moe_router_pre_softmax": not moe.norm_topk_prob,  # softmax over the top-k only: renormalised
+            "moe_router_load_balancing_type": moe.load_balancing, "moe_aux_loss_coeff": moe.aux_loss_coeff,
+            **table}
 
 # Where `tuned` differs from `spec`: value and reason.
 TUNED: dict[str, tuple[object, str]] = {
