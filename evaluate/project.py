@@ -68,7 +68,7 @@ def layout(result: dict | Section) -> Layout:
     p, t = r.parallelism, r.training
     read_back = r.effective.extra if r.effective else {}  # effective's settings are no field the schema names
     table = profile(str(t.fairness_profile or "spec"))
-    return Layout(framework=r.framework, tp=p.tp, pp=p.pp, dp=p.dp, ga=p.ga, mbs=t.mbs, seq_len=t.seq_len,
+    return Layout(framework=r.framework, tp=p.tp, pp=p.pp, dp=p.dp, ga=p.ga, ep=p.ep or 1, mbs=t.mbs, seq_len=t.seq_len,
                   precision=t.precision, grad_fp32=bool(table["grad_reduce_in_fp32"]) or t.precision == "fp32",
                   distributed_optimizer=bool(table["use_distributed_optimizer"]),
                   overlap_grad_reduce=bool(table["overlap_grad_reduce"]),

@@ -12,6 +12,10 @@ from evaluate import effective_settings
 from tests.fixtures.train_matrix.requests import node
 from train.plan import build_plan, request, same_work, table
 from utils.frameworks import TABLE, Framework
+from utils.predict import layout as predicted_layout
+from utils.predict.memory import memory
+from utils.predict.parameters import megatron_expert_numels, megatron_numels
+from utils.spec.models import get_model
 from utils.spec.request import Request
 from utils.spec.result import build_result, schema_errors
 from utils.spec.result_types import typed
@@ -85,3 +89,20 @@ def test_an_entry_that_says_nothing_of_expert_parallelism_has_none():
                     probe_modules=(), trainer="toy.py")
     assert (toy.expert_parallel, toy.ep_refusal(1)) == (False, "")
     assert toy.ep_refusal(2) == "toy has no expert parallelism (EP=2); the frameworks with it: mega, prim, mbridge"
+
+
+def test_expert_parallelism_splits_the_predicted_experts_and_their_optimizer_over_the_expert_replicas():
+    """Qwen3 30B-A3B at full size on 8 H100s: every expert on every rank does not fit; EP=8 holds 16 of each layer's
+    128 experts, in megatron-core's own expert buffer whose optimizer shard is over DP / EP = 1 replica."""
+    spec = get_model("qwen3moe")
+    dense = sum(megatron_numels(spec, 1, spec.num_layers, True, True, routed_experts=False))
+    experts = sum(megatron_expert_numels(spec, 1, spec.num_layers, 1))
+    assert dense + experts == spec.param_count()
+    assert sum(megatron_expert_numels(spec, 1, spec.num_layers, 8)) == experts // 8 == 48 * 16 * 3 * 2048 * 768
+    fits = {}
+    for ep in (1, 8):
+        cfg = node("nvd", MODELS="qwen3moe", FRAMEWORK="mega", EP=str(ep), TARGET_DEVICE="h100")
+        found = memory(spec, predicted_layout(request(cfg, build_plan(cfg)[0]), on_gpu=True))
+        fits[ep] = found.parts()["weights"], found.peak
+    assert fits[1][0] == 2 * (dense + experts) and fits[8][0] == 2 * (dense + experts // 8)  # bf16, no padding left
+    assert fits[8][1] < 79.6 * 2 ** 30 < fits[1][1]

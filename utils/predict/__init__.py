@@ -85,7 +85,7 @@ def layout(req: Request, on_gpu: bool, fused_optimizer: bool = True) -> Layout:
     (utils.frameworks); on a GPU Megatron's fused SwiGLU where the profile asks for it (train/mega/model.py's
     choose_fusions: the CPU has none), and its fused Adam unless the run said it had none (fused_optimizer)."""
     lay, t, table, native = req.parallelism, req.training, req.fairness.table, req.native
-    return Layout(framework=req.identity.framework, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga, mbs=t.mbs,
+    return Layout(framework=req.identity.framework, tp=lay.tp, pp=lay.pp, dp=lay.dp, ga=lay.ga, ep=lay.ep, mbs=t.mbs,
                   seq_len=t.seq_len, precision=t.precision, fp8_recipe=str(table["fp8_recipe"]),
                   grad_fp32=bool(table["grad_reduce_in_fp32"]) or t.precision == "fp32",
                   distributed_optimizer=bool(table["use_distributed_optimizer"]),

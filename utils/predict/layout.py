@@ -30,6 +30,7 @@ class Layout:
     pp: int
     dp: int
     ga: int
+    ep: int = 1  # expert parallelism: a rank holds experts / EP of a MoE model's routed experts (megatron-core's)
     mbs: int
     seq_len: int
     precision: str  # one of utils.spec.precision.PRECISIONS

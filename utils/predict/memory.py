@@ -49,9 +49,9 @@ from typing import Callable
 from utils.config.native import REPLICATED
 from utils.predict.activations import activations, logits
 from utils.predict.layout import DTYPE_BYTES, GIB, PHASES, Layout, Moment
-from utils.predict.parameters import (Buffer, adamw_temporaries, hf_shapes, layer_shapes, megatron_bucket_size,
-                                      fsdp_shapes, megatron_buffer, megatron_numels, param_groups,
-                                      tied_contributions)
+from utils.predict.parameters import (Buffer, adamw_temporaries, fsdp_shapes, hf_shapes, layer_shapes,
+                                      megatron_bucket_size, megatron_buffer, megatron_expert_numels, megatron_numels,
+                                      param_groups, tied_contributions)
 from utils.spec.models import ModelSpec
 from utils.spec.precision import weight_copy_bytes
 
@@ -113,7 +113,7 @@ def quantized_weights(spec: ModelSpec, lay: Layout, layers: int) -> int:
     """Bytes of the low-precision copies Transformer Engine keeps of a stage's decoder GEMM weights through a step
     (utils.spec.precision.weight_copy_bytes: two per weight with their scales); the embedding, norms and output layer
     are no Transformer Engine Linear and stay bf16. 0 for bf16 and fp32."""
-    per_layer = sum(rows * cols for rows, cols in layer_shapes(spec, lay.tp) if cols > 1)
+    per_layer = sum(rows * cols for rows, cols in layer_shapes(spec, lay.tp, lay.ep) if cols > 1)
     return round(weight_copy_bytes(lay.precision, lay.fp8_recipe) * per_layer * layers)
 
 
@@ -126,8 +126,12 @@ def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> lis
     torch's AdamW over the fp32 main parameters (one per parameter's piece of the shard): on a GPU its foreach path
     over the whole shard (the no-decay group of norms is the smaller), on the CPU one piece at a time. On the lent
     H200 without either (2026-11-28), the fallback's foreach square root was the 7.2 GiB the fused model lacked."""
-    numels = megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, first, last)
-    buf = megatron_buffer(numels, lay.dp, megatron_bucket_size(lay) if first else None, lay.distributed_optimizer)
+    layers, bucket = spec.num_layers // lay.pp, megatron_bucket_size(lay) if first else None
+    numels = megatron_numels(spec, lay.tp, layers, first, last, routed_experts=False)
+    buf = megatron_buffer(numels, lay.dp, bucket, lay.distributed_optimizer)
+    if spec.moe is not None:  # the routed experts' own buffer: experts / EP, sharded over the DP / EP expert replicas
+        buf = buf.joined(megatron_buffer(megatron_expert_numels(spec, lay.tp, layers, lay.ep), lay.dp // lay.ep,
+                                         bucket, lay.distributed_optimizer))
     w, g = lay.width, 4 if lay.grad_fp32 else lay.width
     weights, grad_buffer = buf.numel * w + quantized_weights(spec, lay, spec.num_layers // lay.pp), buf.numel * g
     master = 0 if lay.precision == "fp32" else 4 * buf.shard_numel  # fp32 weights are their own master copy

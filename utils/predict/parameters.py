@@ -11,12 +11,13 @@ from utils.predict.layout import Layout
 from utils.spec.models import ModelSpec
 
 
-def layer_shapes(spec: ModelSpec, tp: int) -> list[tuple[int, int]]:
+def layer_shapes(spec: ModelSpec, tp: int, ep: int = 1) -> list[tuple[int, int]]:
     """One decoder layer's parameter tensors on one TP rank as (rows, columns) in Hugging Face's order; a vector is
     (n, 1). Column-parallel q, k, v (+ biases), gate and up split their rows by TP, row-parallel o and down their
     columns (Megatron-LM's and the torch-native TP plans alike); the norms (QK-norm's of head_dim too) stay whole.
     A mixture of experts' MLP: Hugging Face's fused expert tensors (experts x gate-and-up rows, hidden; experts x
-    hidden rows, expert width) and the router (experts, hidden), whole: fsdp builds it at TP=1 only."""
+    hidden rows, expert width) and the router (experts, hidden), whole: fsdp builds it at TP=1 only; under expert
+    parallelism (EP, megatron-core's) a rank's share of the experts."""
     h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
     q, kv = spec.num_attention_heads * d // tp, spec.num_kv_heads * d // tp
     shapes = [(h, 1), (q, h), (kv, h), (kv, h)]
@@ -27,25 +28,28 @@ def layer_shapes(spec: ModelSpec, tp: int) -> list[tuple[int, int]]:
         return shapes + [(f // tp, h), (f // tp, h), (h, f // tp)]
     moe = spec.moe
     width, shared = moe.expert_ffn_size, moe.shared_experts * moe.shared_expert_ffn_size
-    return shapes + [(moe.num_experts * 2 * width, h), (moe.num_experts * h, width), (moe.num_experts, h)] + \
+    own = moe.num_experts // ep
+    return shapes + [(own * 2 * width, h), (own * h, width), (moe.num_experts, h)] + \
         ([(2 * shared, h), (h, shared)] if shared else [])
 
 
-def megatron_numels(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool) -> list[int]:
+def megatron_numels(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool,
+                    routed_experts: bool = True) -> list[int]:
     """A Megatron stage's parameters in megatron-core's order (embedding, per layer: norm, fused QKV (+ bias), output
     projection (QK-norm's two head_dim weights), norm, fused gate+up, down; final norm, output layer); the vocabulary
     split over TP. A mixture of experts' MLP: the router (experts x hidden, whole on every rank) and each expert's
-    fused gate+up and down split over TP as the dense ones (expert tensor parallelism is TP; expert parallelism 1).
-    A tied head is the embedding itself where one stage holds both (PP = 1); the last of several stages holds its
-    own copy."""
+    fused gate+up and down split over TP as the dense ones (expert tensor parallelism is TP); without
+    routed_experts, the stage's parameters but the routed experts' (megatron_expert_numels: their own buffer). A tied
+    head is the embedding itself where one stage holds both (PP = 1); the last of several stages holds its own
+    copy."""
     h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
     qkv = (spec.num_attention_heads + 2 * spec.num_kv_heads) * d // tp
     mlp = [2 * f // tp * h, h * f // tp]
     if spec.moe is not None:
         moe, shared = spec.moe, spec.moe.shared_experts * spec.moe.shared_expert_ffn_size
         expert = [2 * moe.expert_ffn_size // tp * h, h * moe.expert_ffn_size // tp]
-        mlp = [moe.num_experts * h] + expert * moe.num_experts + ([2 * shared // tp * h, h * shared // tp]
-                                                                   if shared else [])
+        mlp = [moe.num_experts * h] + expert * (moe.num_experts if routed_experts else 0) + (
+            [2 * shared // tp * h, h * shared // tp] if shared else [])
     layer = [h, qkv * h] + ([qkv] if spec.qkv_bias else []) + [h * spec.num_attention_heads * d // tp] \
         + ([d, d] if spec.qk_norm else []) + [h] + mlp
     numels = [spec.vocab_size // tp * h] if first else []
@@ -54,6 +58,17 @@ def megatron_numels(spec: ModelSpec, tp: int, layers: int, first: bool, last: bo
         return numels
     head = [] if spec.tied_embeddings and first else [spec.vocab_size // tp * h]
     return numels + [h] + head
+
+
+def megatron_expert_numels(spec: ModelSpec, tp: int, layers: int, ep: int) -> list[int]:
+    """A Megatron stage's routed experts on one rank: experts / EP of each layer's, each a fused gate+up and a down
+    split over TP. megatron-core's DDP keeps them in buffers of their own, sharded over the expert data-parallel group
+    (DP / EP ranks) where the rest is sharded over DP (distributed_data_parallel.py: expert parameters are those not
+    all-reduced over the whole DP group)."""
+    if spec.moe is None:
+        return []
+    h, width = spec.hidden_size, spec.moe.expert_ffn_size
+    return [2 * width // tp * h, h * width // tp] * (spec.moe.num_experts // ep) * layers
 
 
 def hf_shapes(spec: ModelSpec, tp: int, vocab_parallel_head: bool,
@@ -86,6 +101,11 @@ class Buffer:
     shard_numel: int  # rank 0's elements that are parameters (the distributed optimizer's master weights)
     shard_tensors: int  # parameters with elements in rank 0's shard (one Adam step counter each)
     largest_piece: int = 0  # the largest part of one parameter in rank 0's shard (one fp32 main parameter)
+
+    def joined(self, other: "Buffer") -> "Buffer":
+        """This buffer and another of the same stage (a MoE model's experts' own) as one."""
+        return Buffer(self.numel + other.numel, self.shard_numel + other.shard_numel,
+                      self.shard_tensors + other.shard_tensors, max(self.largest_piece, other.largest_piece))
 
 
 def megatron_buffer(numels: list[int], dp: int, bucket_size: int | None, distributed: bool) -> Buffer:
