@@ -230,7 +230,7 @@ FACTS: tuple[Fact, ...] = (
          "the memory report names torch's allocated and reserved peaks mem-max-allocated-bytes and "
          "mem-max-reserved-bytes, printed with 'bytes' replaced by 'gigabytes'", MBRIDGE_MEMORY),
     Fact("mbridge-memory-report-units", "megatron-bridge-0.6.2", "src/megatron/bridge/training/utils/train_utils.py",
-         (1288, 1289), "41788dd03838edbc50be7d6e85b7493c7518a184ede33ba85315756e0a993568",
+         (1288, 1289), "7d1c5fef9adafd9a144fcf7fc42464a9a412975e56155e581eddd2e016b64ac9",
          "those byte counts are printed in units of 10^9 bytes", MBRIDGE_MEMORY),
     # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
     Fact("mcore-attention-softmax-in-fp32-default", "megatron-core-0.19.2",
