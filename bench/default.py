@@ -5,6 +5,7 @@
     python3 -m bench.default --ci         # also clone HEAD into a temporary folder and time .ci/run there
     python3 -m bench.default --fresh      # also time a fresh clone's default all in: .venv, data, runs, report
     python3 -m bench.default --fresh --repeats 0   # only the fresh clone
+    python3 -m bench.default --fresh --cold --repeats 0   # the first clone on this machine (DeepSpeed's op built)
 
 The budgets a newcomer and CI are promised on a 2-core machine whose CPU has no bf16 instructions
 (AVX2 only), the slowest kind this project runs on: the default run, with .venv built and the sample
@@ -98,20 +99,26 @@ FRESH_PHASES = ((".venv built (and the bytecode of what the runs import)", re.co
                 ("system probe and node health", re.compile(r"^\[tprimat\] run 1/")))
 
 
-def fresh_run(env: dict[str, str], work: Path) -> None:
+def fresh_run(env: dict[str, str], work: Path, cold: bool = False) -> None:
     """Time ./shell/run_train.sh in a fresh clone of HEAD with an empty DATA_DIR (what a newcomer's first command
-    does: .venv from requirements/host.txt, with the package cache this machine has, the sample data, the runs, the
-    report), and print where the time went."""
+    does: .venv from requirements/host.txt, with the package cache this machine has and the torch extensions it built
+    for these pins, the sample data, the runs, the report), and print where the time went; cold: as the first clone on
+    this machine, DeepSpeed's CPU op built again into an empty folder."""
     clone = work / "fresh"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     env = {**env, "DATA_DIR": str(work / "fresh-data"), "OUTPUT_DIR": str(work / "fresh-output")}
     env.pop("TPRIMAT_VENV", None)
+    env.pop("TORCH_EXTENSIONS_DIR", None)
+    if cold:
+        env["TORCH_EXTENSIONS_DIR"] = str(work / "fresh-extensions")
+    built = False
     marks, start = [], time.perf_counter()
     with (work / "fresh.log").open("w") as log, subprocess.Popen(
             ["bash", "shell/run_train.sh"], cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, errors="replace") as proc:
         for line in proc.stdout:
             log.write(line)
+            built = built or "building DeepSpeed's CPU collective op" in line
             phase = FRESH_PHASES[len(marks)] if len(marks) < len(FRESH_PHASES) else None
             if phase and phase[1].search(line):
                 marks.append(time.perf_counter() - start)
@@ -121,7 +128,8 @@ def fresh_run(env: dict[str, str], work: Path) -> None:
                          f"its output: {work / 'fresh.log'}")
     run_set = next((work / "fresh-output").iterdir())
     in_runs = sum(json.loads(path.read_text())["wall_s"] for path in run_set.glob("*/launch.json"))
-    print(f"fresh clone's ./shell/run_train.sh: {minutes(wall)} in all")
+    print(f"fresh clone's ./shell/run_train.sh: {minutes(wall)} in all (DeepSpeed's CPU op "
+          f"{'built in this run: a first clone on this machine' if built else 'found built for these pins'})")
     for (name, _), begun, ended in zip(FRESH_PHASES, [0.0, *marks], marks):
         print(f"  {name}: {minutes(ended - begun)}")
     print(f"  the runs (launcher, training, judge): {minutes(in_runs)}")
@@ -150,9 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ci", action="store_true", help="also time .ci/run in a fresh clone of HEAD (about 20 min)")
     parser.add_argument("--fresh", action="store_true",
                         help="also time a fresh clone of HEAD's ./shell/run_train.sh all in, with an empty DATA_DIR")
+    parser.add_argument("--cold", action="store_true",
+                        help="with --fresh: as the first clone on this machine (DeepSpeed's CPU op built again)")
     args = parser.parse_args(argv)
     if args.repeats < (0 if args.fresh or args.ci else 1):
         parser.error("--repeats must be at least 1 (0 only with --fresh or --ci)")
+    if args.cold and not args.fresh:
+        parser.error("--cold times the fresh clone: give --fresh too")
     env = {**os.environ, "PLATFORM": "cpu"}
     print("\n".join(describe_machine()), flush=True)
     with tempfile.TemporaryDirectory(prefix="tprimat-bench-") as tmp:
@@ -181,13 +193,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{verdict(statistics.median(walls), DEFAULT_BUDGET_S)}")
         if args.fresh:
             print("timing a fresh clone's ./shell/run_train.sh all in ...", flush=True)
-            fresh_run(env, work)
+            fresh_run(env, work, cold=args.cold)
         if args.ci:
             print("timing .ci/run in a fresh clone of HEAD ...", flush=True)
             wall, line, slowest = ci_run(dict(os.environ), work)
             print(f".ci/run from a fresh clone: {minutes(wall)}: {verdict(wall, CI_BUDGET_S)}\n  pytest: {line}")
             print("\n".join(["  slowest tests:"] + [f"  {item.strip()}" for item in slowest]))
-    print("reproduce: python3 -m bench.default [--repeats N] [--fresh] [--ci]  (on a quiet 2-core AVX2-only machine)")
+    print("reproduce: python3 -m bench.default [--repeats N] [--fresh [--cold]] [--ci]  (on a quiet 2-core AVX2-only "
+          "machine)")
     return 0
 
 

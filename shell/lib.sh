@@ -10,9 +10,6 @@ set -euo pipefail
 TPRIMAT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly TPRIMAT_ROOT
 TPRIMAT_VENV="${TPRIMAT_VENV:-${TPRIMAT_ROOT}/.venv}"
-# Torch extensions JIT-built for this environment (on the CPU, what a framework's `environment` hook builds before
-# its first run set) live with it: built once, never rebuilt per run, and gone with .venv.
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-${TPRIMAT_VENV}/torch_extensions}"
 TPRIMAT_KFD="${TPRIMAT_KFD:-/dev/kfd}"  # AMD's kernel driver node (tests point it elsewhere)
 TPRIMAT_INFINIBAND="${TPRIMAT_INFINIBAND:-/dev/infiniband}"  # the host's RDMA devices (tests point it elsewhere)
 # The oldest Python that every pin of requirements/host.txt and dev.txt installs on: the strictest
@@ -126,6 +123,21 @@ tp_host_python() {
   fi
 }
 
+# Where torch extensions JIT-built for .venv go (on the CPU, DeepSpeed's collective op, which autotp's `environment`
+# hook builds before its first run set): once per machine for each set of host pins, host Python and CPU (the op is
+# compiled for this CPU's instructions), in the user's cache as uv keeps its packages there, so that another clone or
+# a rebuilt .venv finds it built; inside .venv where that cache cannot be written. tp_ensure_venv exports it.
+tp_torch_extensions_dir() {
+  local cache="${XDG_CACHE_HOME:-${HOME:-}/.cache}" key
+  key="$({ cat "${TPRIMAT_ROOT}/requirements/host.txt"; tp_host_python; uname -m
+    grep -m2 -E '^(model name|flags)' /proc/cpuinfo 2>/dev/null || true; } | sha256sum | cut -c1-16)"
+  if mkdir -p "${cache}/tprimat/torch_extensions" 2>/dev/null; then
+    echo "${cache}/tprimat/torch_extensions/${key}"
+  else
+    echo "${TPRIMAT_VENV}/torch_extensions"
+  fi
+}
+
 # Stop before .venv is created when the host's Python is older than the pinned requirements need.
 tp_require_host_python() {
   local python found need="${TPRIMAT_MIN_PYTHON}"
@@ -174,7 +186,8 @@ tp_require_token() {
 # --- Host runtime: a virtual environment from pinned requirements -----------------------------------
 
 # Create or update .venv from the given requirements files; a file whose hash is unchanged is skipped.
-# A .venv of another Python than the host's is built afresh: its pins were resolved for that one.
+# A .venv of another Python than the host's is built afresh: its pins were resolved for that one. Exports
+# TORCH_EXTENSIONS_DIR for what .venv's runs build (tp_torch_extensions_dir).
 tp_ensure_venv() {
   local file stamp hash installer
   tp_venv_matches_host_python || rm -rf "${TPRIMAT_VENV}"
@@ -195,6 +208,8 @@ tp_ensure_venv() {
       printf '%s\n' "${hash}" >"${stamp}"
     fi
   done
+  TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$(tp_torch_extensions_dir)}"
+  export TORCH_EXTENSIONS_DIR
 }
 
 # True when .venv is missing or runs the host's Python (major.minor); else says why it is rebuilt. A host Python

@@ -14,3 +14,10 @@ def test_nothing_to_time_is_refused_in_one_line(argv, capsys):
     assert refused.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "--repeats must be at least 1 (0 only with --fresh or --ci)")
+
+
+def test_a_cold_start_is_a_fresh_clones_and_refused_without_one(capsys):
+    with pytest.raises(SystemExit) as refused:
+        default.main(["--cold"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("--cold times the fresh clone: give --fresh too")

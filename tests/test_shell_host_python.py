@@ -151,3 +151,16 @@ def test_the_runs_get_the_bytecode_of_what_they_import_and_the_tests_all_of_it(t
     assert out.returncode == 0, out.stderr
     assert calls.read_text().splitlines() == [f"{REPO} {writer}"]
     assert "the bytecode was not all written" in out.stderr
+
+
+def test_torch_extensions_are_built_once_per_machine_pins_python_and_cpu_in_the_users_cache(tmp_path):
+    """DeepSpeed's CPU op (autotp) is compiled for this CPU: another clone with the same host pins and Python finds it
+    built in the user's cache; another host Python is another folder; an unwritable cache keeps it inside .venv."""
+    def folder(**env: str) -> str:
+        return lib("tp_torch_extensions_dir", tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"), **env).stdout.strip()
+    here = folder()
+    assert re.fullmatch(re.escape(str(tmp_path / "cache" / "tprimat" / "torch_extensions")) + r"/[0-9a-f]{16}", here)
+    assert folder() == here and folder(TPRIMAT_HOST_PYTHON="/opt/py/bin/python3.13") != here
+    (tmp_path / "file").write_text("")
+    assert lib("tp_torch_extensions_dir", tmp_path, XDG_CACHE_HOME=str(tmp_path / "file"),
+               TPRIMAT_VENV=str(tmp_path / "venv")).stdout.strip() == str(tmp_path / "venv" / "torch_extensions")

@@ -4,8 +4,9 @@
 
 DeepSpeed's torch backend builds that op as it starts on the CPU accelerator (deepspeed 0.19.8, deepspeed/comm/torch.py
 lines 47-53 and 207: TorchBackend.__init__ calls build_shm_op, a JIT compilation through torch's cpp_extension): about
-25 s on a 2-core machine. train.matrix builds it before the run set, beside the data preparation, so that it stays
-out of the first autotp run's time and off the front door's critical path. It runs in the platform's Python as it is
+25 s on a 2-core machine, once per machine for each set of host pins (shell/lib.sh keeps it in the user's cache).
+train.matrix builds it where it is not built yet before the run set, beside the data preparation, so that it stays
+out of the first autotp run's time. It runs in the platform's Python as it is
 (the registry entry's `environment` hook adds no variables); on GPUs DeepSpeed uses the vendor's collectives and
 nothing is built. A build that fails is a warning: autotp's runs then build it again, or fail saying why.
 """
@@ -27,7 +28,8 @@ BUILD = ("from deepspeed.accelerator import get_accelerator; "
 
 
 def built() -> bool:
-    """The op's library lies in TORCH_EXTENSIONS_DIR (shell/lib.sh sets it inside .venv). Where the variable is unset,
+    """The op's library lies in TORCH_EXTENSIONS_DIR (shell/lib.sh's tp_ensure_venv sets it: the user's cache, one
+    folder per host pins, Python and CPU, so a machine builds it once for every clone). Where the variable is unset,
     torch's default folder depends on the Python and CUDA versions: asked of torch by the build itself instead."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     return bool(root) and (Path(root) / OP_NAME / f"{OP_NAME}.so").is_file()
