@@ -32,7 +32,7 @@ CHECK = "prediction evidence"
 # The section's figures, as dotted paths under prediction (the rest are names and notes the figures come with).
 FIGURES = tuple(f"memory.{part}_gib" for part in ("weights", "gradients", "optimizer", "activations", "logits",
                                                    "workspace", "buffers", "temporaries", "peak", "device")) + \
-    tuple(f"time_bound.{key}" for key in ("step_s", "compute_s", "tp_s", "dp_s", "bubble_s", "dp_total_s")) + \
+    tuple(f"time_bound.{key}" for key in ("step_s", "compute_s", "tp_s", "ep_s", "dp_s", "bubble_s", "dp_total_s")) + \
     ("efficiency", "measured_peak_gib", "memory_error")
 REL_TOL = 1e-9  # the same computation on the same inputs: only a JSON round trip lies between them, which is exact
 

@@ -12,9 +12,11 @@ from evaluate import effective_settings
 from tests.fixtures.train_matrix.requests import node
 from train.plan import build_plan, request, same_work, table
 from utils.frameworks import TABLE, Framework
+from utils.machine.hardware import lookup_device
 from utils.predict import layout as predicted_layout
 from utils.predict.memory import memory
 from utils.predict.parameters import megatron_expert_numels, megatron_numels
+from utils.predict.step_time import bound, links
 from utils.spec.models import get_model
 from utils.spec.request import Request
 from utils.spec.result import build_result, schema_errors
@@ -106,3 +108,21 @@ def test_expert_parallelism_splits_the_predicted_experts_and_their_optimizer_ove
         fits[ep] = found.parts()["weights"], found.peak
     assert fits[1][0] == 2 * (dense + experts) and fits[8][0] == 2 * (dense + experts // 8)  # bf16, no padding left
     assert fits[8][1] < 79.6 * 2 ** 30 < fits[1][1]
+
+
+def test_the_step_time_bound_adds_the_all_to_all_and_reduces_the_experts_over_their_own_replicas():
+    """At EP=8 on one 8-GPU node each rank sends 7/8 of its tokens' top-8 copies to the other ranks and back, forward
+    and backward, over NVLink; its 16 experts a layer are reduced over DP / EP = 1 rank (no traffic), the rest over
+    DP 8."""
+    spec, device = get_model("qwen3moe"), lookup_device("NVIDIA H100 80GB HBM3")
+    found = {}
+    for ep in (1, 8):
+        cfg = node("nvd", MODELS="qwen3moe", FRAMEWORK="mega", EP=str(ep), TARGET_DEVICE="h100")
+        lay = predicted_layout(request(cfg, build_plan(cfg)[0]), on_gpu=True)
+        found[ep] = lay, bound(spec, lay, device, links(device, 8, 1, None))
+    lay, at_8 = found[8]
+    sent = 4 * lay.mbs * lay.seq_len * 8 * spec.hidden_size * 2 * spec.num_layers * lay.ga * 7 / 8
+    assert found[1][1].ep_s == 0 and at_8.ep_s == pytest.approx(sent / (device.intra_gb_s * 1e9))
+    dense = sum(megatron_numels(spec, 1, spec.num_layers, True, True, routed_experts=False))
+    assert at_8.dp_s == pytest.approx(7 / 8 * dense * (2 + 2) / (device.intra_gb_s * 1e9))  # bf16 gradients, weights
+    assert at_8.step_s == pytest.approx(at_8.compute_s + at_8.ep_s + at_8.dp_exposed_s)

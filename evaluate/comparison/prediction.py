@@ -13,7 +13,8 @@ from utils.predict import memory_warning
 from utils.spec.result_types import Section
 
 # Fields of prediction.time_bound and of performance.breakdown, with their labels.
-BOUND_PARTS = (("compute_s", "compute"), ("tp_s", "TP"), ("dp_s", "DP"), ("bubble_s", "bubble"))
+BOUND_PARTS = (("compute_s", "compute"), ("tp_s", "TP"), ("ep_s", "EP all-to-all"), ("dp_s", "DP"),
+               ("bubble_s", "bubble"))
 MEASURED_PARTS = (("forward_s", "fwd"), ("backward_s", "bwd"), ("optimizer_s", "opt"), ("other_s", "other"))
 # The predicted memory's parts (fields of prediction.memory); buffers and temporaries: newer results only.
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "logits_gib", "buffers_gib",

@@ -201,12 +201,14 @@ def bound_at_measured(bound: dict, intra_gb_s: float, busbw: dict[str, float]) -
     if not all(busbw.get(op) for op in ("all_reduce", "reduce_scatter", "all_gather")):
         return None
     compute, tp, dp_total = bound["compute_s"], bound["tp_s"], bound["dp_total_s"]
+    ep = bound.get("ep_s") or 0.0  # the all-to-all: no bus bandwidth of its own is measured, kept at the datasheet's
     tp_again = tp * intra_gb_s / busbw["all_reduce"]
     dp_again = dp_total * intra_gb_s / statistics.fmean((busbw["reduce_scatter"], busbw["all_gather"]))
     overlapped = bound["dp_s"] < dp_total  # the bound hid part of it behind compute
     exposed = max(0.0, dp_again - compute) if overlapped else dp_again
-    bubble = bound["bubble_s"] * (compute + tp_again) / (compute + tp) if compute + tp > 0 else 0.0
-    return compute + tp_again + bubble + exposed
+    busy = compute + tp + ep
+    bubble = bound["bubble_s"] * (compute + tp_again + ep) / busy if busy > 0 else 0.0
+    return compute + tp_again + ep + bubble + exposed
 
 
 def problems(section: dict) -> list[str]:

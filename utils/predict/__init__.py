@@ -128,7 +128,8 @@ class Prediction:
             return "no step-time bound (no dense peak for this device)"
         b = self.time
         hidden = f" exposed of {figure_text(b.dp_s)}" if b.dp_exposed_s != b.dp_s else ""
-        return (f"step >= {figure_text(b.step_s)} s (compute {figure_text(b.compute_s)}, TP {figure_text(b.tp_s)}, "
+        ep = f", EP all-to-all {figure_text(b.ep_s)}" if b.ep_s else ""
+        return (f"step >= {figure_text(b.step_s)} s (compute {figure_text(b.compute_s)}, TP {figure_text(b.tp_s)}{ep}, "
                 f"DP {figure_text(b.dp_exposed_s)}{hidden}, bubble {figure_text(b.bubble_s)})")
 
 

@@ -281,7 +281,8 @@ WITH_BUFFERS = ("weights", "gradients", "optimizer", "activations", "logits", "b
 MEMORY_MODELS: dict[str, MemoryModel] = {
     "megatron": MemoryModel(
         "megatron", megatron_stages,
-        lambda spec, lay: sum(megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, True, lay.pp == 1)),
+        lambda spec, lay: sum(megatron_numels(spec, lay.tp, spec.num_layers // lay.pp, True, lay.pp == 1, False))
+        + sum(megatron_expert_numels(spec, lay.tp, spec.num_layers // lay.pp, lay.ep)),
         MODELLED,
         COMMON_NOT_MODELLED + ("pipeline send and receive buffers (PP > 1)",
                                "Transformer Engine's amax histories and scales (a few KiB per tensor) and its "
