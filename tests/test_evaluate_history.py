@@ -341,3 +341,19 @@ def test_compare_takes_a_history_query_and_its_report_gains_the_history_section(
     assert "### NVIDIA H100 SXM mega llama3.1-8b" in history_part and "qwen" not in history_part
     assert "| 2026-11-01T10:00:00+00:00 | 20261101-100000-nvd | - | ok |" in history_part
     assert "![history](history.png)" in history_part and (tmp_path / "out" / "history.png").stat().st_size > 0
+
+
+def test_a_store_of_before_expert_parallelism_gains_each_rows_ep_from_its_result(store, tmp_path):
+    """Store schema 2 keeps the expert-parallel size as a configuration column (two MoE runs at EP 1 and 8 are no
+    repeats of one another); a version-1 store is brought up to it with each stored result's own value, and its rows
+    read as whole (no column differs from what the result gives)."""
+    history("add", "--db", store, str(run_set(tmp_path, "20261101-100000-nvd", "2026-11-01T10:00:00+00:00")))
+    database = Database(location(store))
+    database.execute("ALTER TABLE results DROP COLUMN ep")
+    database.execute("UPDATE meta SET value = ? WHERE key = ?", ("1", "schema_version"))
+    database.close()
+    rows = stored(store)
+    assert [(row["ep"], json.loads(row["failures"])) for row in rows] == [(1, [])] * len(RUNS)
+    assert all(" EP" not in records.label(row) for row in rows)
+    with open_store(location(store)) as found:
+        assert found.version() == SCHEMA_VERSION == 2

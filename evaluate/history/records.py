@@ -32,7 +32,7 @@ from utils.spec.result_types import Section, typed
 
 TEXT_IDENTITY = ("platform", "device", "stack", "image", "image_digest", "framework", "model", "variant", "strategy",
                  "settings", "precision", "fairness_profile", "dataset", "dataset_fingerprint", "tokenizer_fingerprint")
-INTEGER_IDENTITY = ("tp", "pp", "dp", "ga", "mbs", "nodes")
+INTEGER_IDENTITY = ("tp", "pp", "dp", "ga", "mbs", "nodes", "ep")  # ep: a mixture of experts' expert parallelism
 IDENTITY = TEXT_IDENTITY + INTEGER_IDENTITY
 STACK_FIELDS = ("stack", "image", "image_digest")  # what a stack upgrade changes: not part of a configuration
 FIGURES = ("step_time_median_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu", "mfu",
@@ -55,7 +55,12 @@ def identity(item: Loaded) -> dict:
             "strategy": p.strategy, "settings": native_settings.described(item.typed), "precision": t.precision,
             "fairness_profile": t.fairness_profile, "dataset": t.dataset, "dataset_fingerprint": t.dataset_fingerprint,
             "tokenizer_fingerprint": t.tokenizer_fingerprint, "tp": p.tp, "pp": p.pp, "dp": p.dp, "ga": p.ga,
-            "mbs": t.mbs, "nodes": item.nodes}
+            "mbs": t.mbs, "nodes": item.nodes, "ep": expert_parallel(r)}
+
+
+def expert_parallel(r: Section) -> int:
+    """The run's expert-parallel size: 1 where the result says none (a dense model, or a result before schema 1.9)."""
+    return r.parallelism.ep or 1
 
 
 def figures(item: Loaded) -> dict:
@@ -180,11 +185,12 @@ def _workload_value(result: Section, section: str, key: str):
 
 
 def label(stored: dict) -> str:
-    """A configuration in words: CPU mega llama3.1-8b-tiny [custom] TP1 PP1 DP2 GA1 MBS2 fp32."""
+    """A configuration in words: CPU mega llama3.1-8b-tiny [custom] TP1 PP1 DP2 GA1 MBS2 fp32 (EP where above 1)."""
     settings = "" if stored["settings"] == "-" else f" ({stored['settings']})"
     nodes = f", {stored['nodes']} nodes" if (stored["nodes"] or 1) > 1 else ""
+    experts = f" EP{stored['ep']}" if (stored.get("ep") or 1) > 1 else ""
     return (f"{stored['device']} {stored['framework']}{settings} {stored['variant']} [{stored['strategy']}] "
-            f"TP{stored['tp']} PP{stored['pp']} DP{stored['dp']} GA{stored['ga']} MBS{stored['mbs']} "
+            f"TP{stored['tp']} PP{stored['pp']} DP{stored['dp']}{experts} GA{stored['ga']} MBS{stored['mbs']} "
             f"{stored['precision']}{nodes}")
 
 

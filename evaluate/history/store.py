@@ -10,16 +10,19 @@ identity and figures as columns to filter, list and export by.
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
-from evaluate.history.records import DOCUMENTS, FIGURES, INTEGER_IDENTITY, ORIGIN, TEXT_IDENTITY, checked, damage
+from evaluate.history.records import (DOCUMENTS, FIGURES, INTEGER_IDENTITY, ORIGIN, TEXT_IDENTITY, checked, damage,
+                                      expert_parallel)
 from evaluate.history.sql import BUSY_TIMEOUT_S, Database, Location
 from utils.cli import quoted
 from utils.errors import UsageError
+from utils.spec.result_types import typed
 
 STORE_NAME = "tprimat-history"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 COLUMNS = ORIGIN + TEXT_IDENTITY + INTEGER_IDENTITY + FIGURES + DOCUMENTS
 FILTERS = TEXT_IDENTITY + INTEGER_IDENTITY + ("run_set", "tag", "verdict", "run_id")  # --where KEY=VALUE
 
@@ -35,12 +38,23 @@ def _column_type(name: str) -> str:
                                        "result", "system") else "TEXT"
 
 
-# Version N's statements bring a store from version N-1 to N (0: an empty database).
-MIGRATIONS: dict[int, tuple[str, ...]] = {
+def _fill_expert_parallel(database: Database) -> None:
+    """Version 2's ep column of the rows stored before it, from each stored result (records.expert_parallel)."""
+    for key, result in database.execute("SELECT content_key, result FROM results"):
+        database.execute("UPDATE results SET ep = ? WHERE content_key = ?",
+                         (expert_parallel(typed(json.loads(result))), key))
+
+
+# Version N's steps bring a store from version N-1 to N (0: an empty database): SQL statements, or a function of the
+# database where a new column's value comes from the stored results. Version 1's table is made with every column of
+# today (COLUMNS), so a step that adds a column runs only on a store made before it.
+MIGRATIONS: dict[int, tuple[str | Callable[[Database], None], ...]] = {
     1: ("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         "CREATE TABLE results (" + ", ".join(f"{name} {_column_type(name)}" for name in COLUMNS) + ")",
         "CREATE INDEX results_by_model ON results (framework, model)",
         "CREATE INDEX results_by_date ON results (run_date)"),
+    # the expert-parallel size, part of a configuration (issue 47): two MoE runs at EP 1 and 8 are no repeats
+    2: ("ALTER TABLE results ADD COLUMN ep INTEGER", _fill_expert_parallel),
 }
 
 
@@ -81,9 +95,13 @@ class Store:
             return
         with self.db.writing():
             current = self.version() or 0
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[version]:
-                    self.db.execute(statement)
+            steps = MIGRATIONS[1] if current == 0 else [step for version in range(current + 1, SCHEMA_VERSION + 1)
+                                                        for step in MIGRATIONS[version]]
+            for step in steps:
+                if callable(step):
+                    step(self.db)
+                else:
+                    self.db.execute(step)
             if current == 0:
                 self.db.execute("INSERT INTO meta (key, value) VALUES (?, ?)", ("store", STORE_NAME))
                 self.db.execute("INSERT INTO meta (key, value) VALUES (?, ?)", ("schema_version", str(SCHEMA_VERSION)))
@@ -168,8 +186,8 @@ class Store:
 
 @contextmanager
 def open_store(where: Location, create: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Iterator[Store]:
-    """The store at where, its schema created or migrated when create (add); reading one that does not exist yet
-    is a usage error naming how to make it."""
+    """The store at where, its schema created or migrated when create (add), an older one migrated before it is
+    read; reading one that does not exist yet is a usage error naming how to make it."""
     if not create and where.path is not None and not where.path.is_file():
         raise UsageError(f"no results store at {where} yet: add results first (python3 -m evaluate.history add "
                          "OUTPUT_DIR), or give another --db or HISTORY_DB")
@@ -179,6 +197,11 @@ def open_store(where: Location, create: bool = False, busy_timeout_s: float = BU
     try:
         store = Store(database)
         version = store.version()  # a database that is not TPrimat's store is refused before anything changes it
+        if not create and version is not None and version < SCHEMA_VERSION:  # an older store: brought up to date
+            database.close()
+            database = Database(where, busy_timeout_s, read_only=False)
+            store = Store(database)
+            store.migrate()
         if create:
             if version is None and not database.postgres:  # readers never block the writer; the file keeps it
                 database.execute("PRAGMA journal_mode=WAL")
