@@ -4,8 +4,9 @@ that routes tokens of its own. The step record keeps two numbers a layer (utils.
 busiest expert's count and all the layer's assignments; utils.spec.metrics.expert_load turns them into the result's
 max / mean and dropped assignments, and evaluate.series_checks recomputes those from the same two numbers.
 
-Evaluation forwards are not counted (a router outside training mode). Ranks that route the same tokens (tensor
-parallelism without sequence parallelism in the torch-native frameworks) are counted once: `copies` divides them out.
+Evaluation forwards are not counted (a router outside training mode). Every rank routes tokens of its own, so the
+sum counts each token once: mega runs sequence parallelism wherever TP > 1 (utils.spec.fairness.sequence_parallel:
+each TP rank routes its share of the sequence), and fsdp builds a mixture of experts at TP 1 only.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import torch
 class ExpertLoad:
     """One step's router counts of every MoE layer of the whole model (a pipeline stage fills its own layers)."""
 
-    def __init__(self, layers: int, experts: int, device: torch.device, copies: int = 1):
+    def __init__(self, layers: int, experts: int, device: torch.device):
         self.counts = torch.zeros(layers, experts, dtype=torch.int64, device=device)
-        self.copies = copies
 
     def add(self, layer: int, chosen: torch.Tensor) -> None:
         """A microbatch's choices at one layer (0-based among the MoE layers): a (tokens, experts) 0/1 routing map,
@@ -33,7 +33,5 @@ class ExpertLoad:
         numbers a layer; the counts start again at zero."""
         total = self.counts.clone()
         torch.distributed.all_reduce(total)
-        total = total // self.copies
         self.counts.zero_()
         return {"expert_load_max": total.max(dim=1).values.tolist(), "expert_load_assigned": total.sum(dim=1).tolist()}
-
