@@ -43,10 +43,15 @@ def problems(r: Section) -> list[Problem]:
             if key not in skipped and recorded[key] != value] + moe_routing(r, spec)
 
 
+def moe_read_back(r: Section) -> dict | None:
+    """The experts and routing the framework reported (effective.moe, megatron-core's names), None where it did not."""
+    return r.effective.extra.get("moe") if r.effective is not None else None
+
+
 def moe_routing(r: Section, spec) -> list[Problem]:
     """A MoE run's read-back settings that change the loss and differ from the spec's numbers and the routing, or no
     read-back where the framework reports its layout; a dense run's that reports experts."""
-    read = r.effective.extra.get("moe") if r.effective is not None else None
+    read = moe_read_back(r)
     if spec.moe is None:
         return [("moe routing", f"effective.moe reports experts for the dense {spec.variant}")] if read else []
     if read is None:
@@ -66,7 +71,7 @@ def moe_differences(model: str, items: Sequence) -> list[str]:
     for key in MOE_SPEED_SETTINGS:
         values: dict[str, list[str]] = defaultdict(list)
         for item in items:
-            read = item.typed.effective.extra.get("moe") if item.typed.effective is not None else None
+            read = moe_read_back(item.typed)
             if read and key in read:
                 values[json.dumps(read[key])].append(item.name)
         if len(values) > 1:
