@@ -5,7 +5,8 @@ figures check): so the parameter counts and the MoE numbers the result shows bes
 reader compares figures made from one model against numbers describing another. A MoE model's FLOPs count its active
 parameters (docs/results.md, "FLOPs"): model.active_parameters is recomputed with the same function the FLOPs use.
 
-A MoE run's read-back (effective.moe, in megatron-core's names) is held to the same spec and to the routing every
+The features a framework reports it built (effective.features: a sliding window, attention sinks, ...) are the
+spec's. A MoE run's read-back (effective.moe, in megatron-core's names) is held to the same spec and to the routing every
 framework runs (utils.spec.fairness.moe_settings): a setting that changes the loss and differs fails the run; one
 that changes only the speed (MOE_SPEED_SETTINGS: the dispatcher, the grouped GEMM, the fused permutation, the
 shared-expert overlap) is compared between the runs of a model and named where it differs (moe_differences).
@@ -40,7 +41,18 @@ def problems(r: Section) -> list[Problem]:
     skipped = set() if model.holds("active_parameters") else {"active_parameters"}  # a result before schema 1.7
     return [("model", f"model.{key} is {recorded[key]} in the result, {value} for {spec.variant} in "
                       "utils/spec/models.py") for key, value in expected.items()
-            if key not in skipped and recorded[key] != value] + moe_routing(r, spec)
+            if key not in skipped and recorded[key] != value] + moe_routing(r, spec) + features(r, spec)
+
+
+def features(r: Section, spec) -> list[Problem]:
+    """The model features (utils.spec.models.FEATURES: windows, attention sinks, biases, ...) the framework reports it
+    built (effective.features), where it reports them, against the spec's: a model that lacks one the spec has
+    trains other work under the spec's name."""
+    read = r.effective.extra.get("features") if r.effective is not None else None
+    if read is None or sorted(read) == sorted(spec.features):
+        return []
+    return [("model features", f"effective.features is {sorted(read)} in the framework, {sorted(spec.features)} for "
+             f"{spec.variant} in utils/spec/models.py")]
 
 
 def moe_read_back(r: Section) -> dict | None:

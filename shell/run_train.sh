@@ -9,7 +9,7 @@
 #   PLATFORM=amd|nvd|cpu   forced platform (default: detected)
 #   RUNTIME=docker|host    forced runtime (default: docker on a GPU node with a Docker engine, else host)
 #   FRAMEWORK              mega|prim|nemo|mbridge|fsdp|autotp|torchtitan|all (or a comma list)
-#   MODELS                 llama|qwen|llama70b|mistral|llama32|qwen3moe (a comma list)
+#   MODELS                 llama|qwen|llama70b|mistral|llama32|qwen3moe|gptoss (a comma list)
 #   MODEL_LAYERS=N         a proxy of each model with its first N layers (e.g. llama70b on one node)
 #   COMPILE, SAC_FREQ...   the torch-native frameworks' knobs (fsdp, autotp, torchtitan; README: compatibility table)
 #   STRATEGY               a named parallelism layout, a comma list or all (default: TP, PP, DP, GA)

@@ -30,23 +30,26 @@ def full_models() -> dict:
 
 
 @pytest.mark.parametrize("key, billions", [("llama", 8.030), ("qwen", 7.616), ("llama70b", 70.554),
-                                           ("mistral", 7.242), ("llama32", 3.213), ("qwen3moe", 30.532)])
+                                           ("mistral", 7.242), ("llama32", 3.213), ("qwen3moe", 30.532),
+                                           ("gptoss", 20.915)])
 def test_megatron_builds_the_published_parameter_count(full_models, key, billions):
     assert round(full_models[key]["parameters"] / 1e9, 3) == billions
     assert full_models[key]["parameters"] == get_model(key).param_count()
 
 
-def test_only_mistral_is_built_with_a_sliding_window(full_models):
+def test_only_mistral_and_gpt_oss_are_built_with_a_sliding_window(full_models):
+    """GPT-OSS's 128-token window, on its odd layers only (test_train_mega_gpt_oss.py reads the features back)."""
     assert {key: built["window_size"] for key, built in full_models.items()} == {
         "llama": None, "qwen": None, "llama70b": None, "mistral": [4095, 0], "llama32": None, "qwen3moe": None,
-        "llama+tied": None}
+        "gptoss": [127, 0], "llama+tied": None}
 
 
-def test_only_qwen3_moe_is_built_with_experts_and_heads_wider_than_hidden_over_heads(full_models):
+def test_only_the_moe_models_are_built_with_experts_and_heads_wider_than_hidden_over_heads(full_models):
     assert {key: built["num_moe_experts"] for key, built in full_models.items()} == {
         "llama": None, "qwen": None, "llama70b": None, "mistral": None, "llama32": None, "qwen3moe": 128,
-        "llama+tied": None}
+        "gptoss": 32, "llama+tied": None}
     assert full_models["qwen3moe"]["head_dim"] == 128 != 2048 // 32
+    assert full_models["gptoss"]["head_dim"] == 64 != 2880 // 64
 
 
 def test_a_tied_lm_head_is_the_embedding_and_counted_once(full_models):

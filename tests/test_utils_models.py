@@ -136,7 +136,7 @@ def test_by_variant_refuses_what_no_proxy_is(variant):
 def test_llama70b_shares_llamas_tokenizer_and_data_and_the_others_keep_their_own():
     assert {key: get_model(key).data_key for key in MODEL_KEYS} == {
         "llama": "llama", "qwen": "qwen", "llama70b": "llama", "mistral": "mistral", "llama32": "llama",
-        "qwen3moe": "qwen"}
+        "qwen3moe": "qwen", "gptoss": "gptoss"}
     assert data_keys(["llama70b", "qwen", "llama", "mistral"]) == ["llama", "qwen", "mistral"]
 
 

@@ -6,19 +6,15 @@ and 0.16 (the host). The choices a benchmark must be able to prove are made in o
 - the layer spec: Transformer Engine's when TE and a GPU are present, the local spec otherwise;
 - the fused kernels: what the fairness profile (utils.spec.fairness) asks for, where the installed stack has the kernel
   (each recorded on or off in the result, with a warning for every one the table wanted);
-- the initial weights: drawn per logical parameter, so every TP/PP/DP layout of one seed starts
-  from the same model (megatron-core's own initialisation depends on the layout).
+- the initial weights: drawn per logical parameter (train/mega/weights.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.util
 import inspect
-import math
 import os
-import re
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +25,6 @@ from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEm
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import (get_gpt_layer_local_spec,
                                                       get_gpt_layer_with_transformer_engine_spec)
-from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -38,17 +33,7 @@ from train.common.fp8 import te_reduce_amax
 from utils.spec import precision as precisions
 from utils.spec.fairness import MOE_ROUTING, WORKLOAD, sequence_parallel
 from utils.spec.fairness import moe_settings as fairness_moe_settings
-from utils.spec.models import ModelSpec
-
-# Megatron initialises the attention output and second MLP projections with std / sqrt(2 L); a MoE's experts are MLPs
-# too (mlp.experts.local_experts.<i>.linear_fc2, mlp.shared_experts.linear_fc2).
-OUTPUT_PROJECTIONS = ("self_attention.linear_proj.weight", "linear_fc2.weight")
-GATED_FC1 = "linear_fc1.weight"
-LAYER_INDEX = re.compile(r"decoder\.layers\.(\d+)\.")
-# A routed expert's index among this EP rank's experts: megatron-core's local experts (SequentialMLP) or grouped GEMM
-# weights (TEGroupedMLP)
-EXPERT_INDEX = re.compile(r"(?<=\.experts\.local_experts\.)\d+(?=\.)|(?<=\.experts\.linear_fc[12]\.weight)\d+$")
-
+from utils.spec.models import FEATURES, ModelSpec
 
 class ModelError(ValueError):
     """A model or precision request this stack cannot build faithfully."""
@@ -137,8 +122,7 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         normalization="RMSNorm",
         layernorm_epsilon=spec.norm_eps,
         gated_linear_unit=True,
-        activation_func=F.silu,
-        add_bias_linear=False,
+        add_bias_linear=spec.linear_bias,
         add_qkv_bias=spec.qkv_bias,
         hidden_dropout=0.0,
         attention_dropout=0.0,
@@ -154,6 +138,7 @@ def transformer_config(spec: ModelSpec, tp: int, pp: int, precision: str, stack:
         cross_entropy_fusion_impl=table["cross_entropy_fusion_impl"],
         qk_layernorm=spec.qk_norm,
         **moe_settings(spec, stack, ep),
+        **variant_settings(spec),
         **{**fusions, **_sliding_window(spec, stack, fusions)},
     )
 
@@ -170,6 +155,40 @@ def moe_settings(spec: ModelSpec, stack: Stack, ep: int = 1, table: dict = MOE_R
             "moe_grouped_gemm": table["moe_grouped_gemm"] and stack.transformer_engine,
             "moe_permute_fusion": table["moe_permute_fusion"] and stack.transformer_engine,
             "expert_model_parallel_size": ep}
+
+
+def variant_settings(spec: ModelSpec) -> dict:
+    """TransformerConfig's activation (SwiGLU's SiLU) and its fields for the spec's attention and activation variants
+    (GPT-OSS's): learned attention
+    sinks (softmax_type "learnable"), full attention on every N-th layer (window_attn_skip_freq) and the clamped SwiGLU
+    (quick_gelu, the clamp, up + 1), each only where the model has it, so that a stack whose megatron-core lacks the
+    field refuses that model alone, naming it."""
+    wanted: dict[str, object] = {"activation_func": F.silu}
+    if spec.attention_sinks:
+        wanted["softmax_type"] = "learnable"
+    if spec.full_attention_every is not None:
+        wanted["window_attn_skip_freq"] = spec.full_attention_every
+    if spec.swiglu_limit is not None:
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+        wanted.update(activation_func=quick_gelu, activation_func_clamp_value=spec.swiglu_limit, glu_linear_offset=1.0)
+    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    if missing := [name for name in wanted if name not in fields]:  # none for a dense Llama-style model
+        raise ModelError(f"{spec.variant} needs TransformerConfig's {', '.join(missing)}, which this megatron-core "
+                         "lacks: run it on a stack with megatron-core 0.15 or newer")
+    return wanted
+
+
+def yarn_settings(spec: ModelSpec) -> dict:
+    """YaRN's numbers under the names megatron-core's GPTModel reads off its config (yarn_*), {} without YaRN.
+    mscale None is megatron-core's 0.1 ln(factor) + 1, Hugging Face's attention factor; truncate is the correction
+    range's rounding."""
+    scaling = spec.rope_scaling
+    if scaling.get("rope_type") != "yarn":
+        return {}
+    return {"yarn_rotary_scaling_factor": scaling["factor"],
+            "yarn_original_max_position_embeddings": scaling["original_max_position_embeddings"],
+            "yarn_beta_fast": scaling["beta_fast"], "yarn_beta_slow": scaling["beta_slow"], "yarn_mscale": None,
+            "yarn_mscale_all_dim": None, "yarn_correction_range_round_to_int": scaling["truncate"]}
 
 
 def moe_notes(config: TransformerConfig, table: dict = MOE_ROUTING) -> list[str]:
@@ -229,7 +248,7 @@ def fp8_recipe_of(config: TransformerConfig) -> dict | None:
 
 def _check_rope_scaling(spec: ModelSpec) -> None:
     """megatron-core fixes Llama 3's low/high frequency factors and original context: they must match."""
-    if not spec.rope_scaling:
+    if not spec.rope_scaling or spec.rope_scaling.get("rope_type") == "yarn":
         return
     fixed = {name: p.default for name, p in inspect.signature(RotaryEmbedding._apply_scaling).parameters.items()
              if p.default is not inspect.Parameter.empty}
@@ -243,12 +262,16 @@ def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len:
     """This pipeline stage's part of the model (the LM head tied to the embedding where the spec ties them, RoPE with
     the spec's base and scaling)."""
     _check_rope_scaling(spec)
+    for name, value in yarn_settings(spec).items():
+        setattr(config, name, value)  # GPTModel reads them off its config; TransformerConfig declares none
     experts = {"num_experts": config.num_moe_experts, "moe_grouped_gemm": bool(config.moe_grouped_gemm),
                "qk_layernorm": bool(config.qk_layernorm)}
     if stack.transformer_engine:
         layer_spec = get_gpt_layer_with_transformer_engine_spec(**experts)
     else:
         layer_spec = get_gpt_layer_local_spec(**experts, normalization="RMSNorm")
+        if config.num_moe_experts and config.add_bias_linear:
+            _reduce_without_a_view()
     return GPTModel(
         config=config,
         transformer_layer_spec=layer_spec,
@@ -258,101 +281,33 @@ def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len:
         post_process=parallel_state.is_pipeline_last_stage(),
         parallel_output=True,
         share_embeddings_and_output_weights=spec.tied_embeddings,
-        position_embedding_type="rope",
+        position_embedding_type="yarn" if yarn_settings(spec) else "rope",
         rotary_percent=1.0,
         rotary_base=int(spec.rope_theta),
-        rope_scaling=bool(spec.rope_scaling),
+        rope_scaling=bool(spec.rope_scaling) and not yarn_settings(spec),  # Llama 3's frequency scaling
         rope_scaling_factor=float(spec.rope_scaling.get("factor", 8.0)),
     )
 
 
-def _logical_name(model: GPTModel, name: str) -> str:
-    """The parameter's name in the whole (TP=1, PP=1, EP=1) model: local layer and expert indices become global ones
-    (EP rank r holds experts r x experts / EP onwards), and a tied LM head on the last pipeline stage (its own copy of
-    the embedding, kept equal by megatron-core) is the embedding."""
-    if name == "output_layer.weight" and model.share_embeddings_and_output_weights:
-        return "embedding.word_embeddings.weight"
-    match = LAYER_INDEX.match(name)
-    if not match:
-        return name
-    global_index = model.decoder.layers[int(match.group(1))].layer_number - 1
-    experts, ep = model.config.num_moe_experts or 0, parallel_state.get_expert_model_parallel_world_size()
-    first = parallel_state.get_expert_model_parallel_rank() * experts // ep
-    return EXPERT_INDEX.sub(lambda local: str(first + int(local.group())),
-                            f"decoder.layers.{global_index}.{name[match.end():]}")
+def _reduce_without_a_view() -> None:
+    """Let the local experts' biases be added: megatron-core's MLP adds an expert's fc2 bias in place on fc2's output
+    (transformer/mlp.py, MLP.forward), which its RowParallelLinear returns through _ReduceFromModelParallelRegion,
+    an autograd Function that hands a one-rank group's input back as it is (tensor_parallel/mappings.py, _reduce), and
+    torch refuses an in-place change of such an output. On a one-rank group the reduction is the identity both ways,
+    so it is skipped there without the Function; any other group reduces as before. Transformer Engine's grouped
+    experts add their biases otherwise and need none of this (tests/test_train_mega_model.py shows the refusal)."""
+    from megatron.core.tensor_parallel import layers
 
+    reduce = layers.reduce_from_tensor_model_parallel_region
+    if getattr(reduce, "skips_one_rank", False):
+        return
 
-def _shard(full: torch.Tensor, dim: int, stride: int, rank: int, world: int) -> torch.Tensor:
-    """This TP rank's part of a full tensor (stride > 1: interleaved blocks, e.g. SwiGLU's [gate_r; up_r])."""
-    if world == 1:
-        return full
-    blocks = torch.chunk(full, world * stride, dim=dim)
-    return torch.cat(blocks[rank::world], dim=dim)
+    def reduced(input_: torch.Tensor, group=None) -> torch.Tensor:
+        one_rank = group is not None and group.size() == 1
+        return input_ if one_rank else reduce(input_, group=group)
 
-
-def initialise_layout_invariant(model: GPTModel, seed: int) -> None:
-    """Redraw every weight matrix from a generator seeded by (seed, logical name), then take this rank's shard.
-
-    Norm weights (ones) and biases (zeros) keep megatron-core's deterministic values. The
-    distributions are megatron-core's: N(0, 0.02), and N(0, 0.02 / sqrt(2 L)) for the output projections.
-    """
-    config = model.config
-    tp_rank = parallel_state.get_tensor_model_parallel_rank()
-    tp_size = parallel_state.get_tensor_model_parallel_world_size()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.dim() < 2:
-                continue
-            logical = _logical_name(model, name)
-            std = config.init_method_std
-            if logical.endswith(OUTPUT_PROJECTIONS):
-                std /= math.sqrt(2.0 * config.num_layers)
-            shape, dim, stride = list(param.shape), 0, 1
-            split = getattr(param, "tensor_model_parallel", False)  # else whole on every rank (a MoE's router)
-            if split:
-                dim = param.partition_dim
-                shape[dim] *= tp_size
-                # megatron-core < 0.16 marks SwiGLU's fc1 with stride 1 although each rank holds [gate_r; up_r]
-                stride = 2 if logical.endswith(GATED_FC1) and config.gated_linear_unit else getattr(param, "partition_stride", 1)
-            digest = hashlib.sha256(f"{seed}:{logical}".encode()).digest()
-            generator = torch.Generator(device=param.device).manual_seed(int.from_bytes(digest[:8], "little") >> 1)
-            full = torch.empty(shape, dtype=torch.float32, device=param.device).normal_(0.0, std, generator=generator)
-            param.copy_(_shard(full, dim, stride, tp_rank, tp_size if split else 1))
-
-
-def count_parameters(model: GPTModel) -> int:
-    """Parameters of the whole model: this stage's, without TP duplicates, summed over TP and PP ranks, and the
-    experts' (allreduce=False) over the expert TP, EP and PP ranks, which each hold experts / EP of them."""
-    kept = [p for p in model.parameters() if param_is_not_tensor_parallel_duplicate(p)]
-    return sum(_summed([p for p in kept if getattr(p, "allreduce", True) is dense], group)
-               for dense, group in ((True, parallel_state.get_model_parallel_group()),
-                                    (False, parallel_state.get_expert_tensor_model_pipeline_parallel_group())))
-
-
-def _summed(params: list[torch.Tensor], group) -> int:
-    total = torch.tensor([sum(p.numel() for p in params)], dtype=torch.float64, device=torch.cuda.current_device())
-    torch.distributed.all_reduce(total, group=group)  # these parameters' elements over the group's ranks
-    return int(total.item())
-
-
-def replicas_identical(model: torch.nn.Module) -> bool:
-    """Whether every data-parallel replica holds bit-identical weights (fp64 sum and norm of each parameter): the
-    experts' over the expert-data-parallel group, since with EP > 1 the DP ranks hold different experts
-    (megatron-core marks an expert's parameters allreduce=False)."""
-    experts = [p for p in model.parameters() if not getattr(p, "allreduce", True)]
-    dense = [p for p in model.parameters() if getattr(p, "allreduce", True)]
-    return _identical(dense, parallel_state.get_data_parallel_group()) and (
-        not experts or _identical(experts, parallel_state.get_expert_data_parallel_group()))
-
-
-def _identical(params: list[torch.Tensor], group) -> bool:
-    """Whether every rank of the group holds these parameters bit-identical."""
-    summary = torch.stack([torch.stack([torch.sum(p, dtype=torch.float64),
-                                        torch.linalg.vector_norm(p, dtype=torch.float64)])
-                           for p in params]).flatten()
-    gathered = [torch.empty_like(summary) for _ in range(torch.distributed.get_world_size(group))]
-    torch.distributed.all_gather(gathered, summary, group=group)
-    return all(torch.equal(other, gathered[0]) for other in gathered)
+    reduced.skips_one_rank = True
+    layers.reduce_from_tensor_model_parallel_region = reduced
 
 
 def wrap(model: GPTModel, config: TransformerConfig, table: dict) -> DistributedDataParallel:
@@ -390,3 +345,16 @@ def features(config: TransformerConfig, stack: Stack) -> dict[str, bool | str]:
     out["attention_backend"] = str(getattr(config, "attention_backend", "n/a"))
     out["sliding_window"] = f"window_size={tuple(config.window_size)}" if config.window_size else False
     return out
+
+
+def features_of(model: GPTModel) -> list[str]:
+    """The model features (utils.spec.models.FEATURES) the built model has, read off its configuration and its
+    position embedding: what the judge holds to the spec's."""
+    config = model.config
+    present = {"sliding_window": bool(config.window_size),
+               "alternating_window": getattr(config, "window_attn_skip_freq", None) is not None,
+               "attention_sinks": getattr(config, "softmax_type", "vanilla") == "learnable",
+               "linear_bias": bool(config.add_bias_linear),
+               "clamped_swiglu": getattr(config, "activation_func_clamp_value", None) is not None,
+               "yarn": model.position_embedding_type == "yarn"}
+    return [name for name in FEATURES if present[name]]

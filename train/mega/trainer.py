@@ -183,6 +183,7 @@ class Trainer(RunRecord):
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         from train.mega import model as mega_model
+        from train.mega import weights as mega_weights
 
         t, lay, table, spec = self.request.training, self.request.parallelism, self.request.fairness.table, self.spec
         seed_everything(t.seed)
@@ -197,10 +198,10 @@ class Trainer(RunRecord):
         self.notes += mega_model.moe_notes(config)
         model = mega_model.gpt_model(spec, config, stack, t.seq_len)
         model.to(torch.device("cuda", torch.cuda.current_device()))
-        mega_model.initialise_layout_invariant(model, t.seed)
+        mega_weights.initialise_layout_invariant(model, t.seed)
         if spec.moe is not None:
             self.count_routing(model)
-        parameters = mega_model.count_parameters(model)
+        parameters = mega_weights.count_parameters(model)
         if parameters != spec.param_count():
             raise RuntimeError(f"the built model has {parameters} parameters, the {spec.variant} spec "
                                f"{spec.param_count()}: utils/spec/models.py and the model builder disagree")
@@ -371,7 +372,7 @@ class Trainer(RunRecord):
 
     def finish(self) -> None:
         """Complete the last overlapped parameter gather (profile tuned), then check that the DP replicas agree."""
-        from train.mega.model import replicas_identical
+        from train.mega.weights import replicas_identical
 
         torch.cuda.synchronize()
         if self.model.ddp_config.overlap_param_gather:  # without overlap the optimizer step gathered them

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from utils.spec.models import get_model
+from utils.spec.models import FEATURES, get_model
 from utils.spec.precision import FP8_RECIPES, PRECISIONS
 
 # This package's entries, in the run list's order.
@@ -77,6 +77,9 @@ class Framework:
     # Whether it builds a mixture-of-experts model (utils.spec.models' MoESpec) from the spec, where model_names is
     # None: one that does not skips a MoE model, saying so (one with model_names skips it by having no name for it)
     builds_moe: bool = False
+    # The model features (utils.spec.models.FEATURES: sliding windows, attention sinks, ...) it builds from the spec,
+    # where model_names is None: a model with another one skips it, saying which
+    features: frozenset[str] = frozenset()
     moe_tp_refusal: str = ""  # why it cannot split a MoE model over TP > 1 ranks, if it cannot (the plan skips it)
     # Whether it splits a MoE model's experts over EP > 1 ranks (megatron-core's expert_model_parallel_size); one that
     # does not skips a layout with EP > 1 (train.plan), saying why where no_expert_parallel does
@@ -128,6 +131,7 @@ class Framework:
         problems += [f"unknown parallelism {name!r}" for name in sorted(self.parallelisms - set(PARALLELISMS))]
         problems += [f"unknown precision {name!r}" for name in self.precisions if name not in PRECISIONS]
         problems += [f"unknown FP8 recipe {name!r}" for name in self.fp8_recipes if name not in FP8_RECIPES]
+        problems += [f"unknown model feature {name!r}" for name in sorted(self.features - set(FEATURES))]
         problems += [f"tp_refuses names {knob}, not one of its knobs" for knob in self.tp_refuses
                      if knob not in self.knobs]
         if self.expert_parallel and self.no_expert_parallel:
@@ -185,9 +189,15 @@ class Framework:
 
     def model_refusal(self, model: str, tp: int = 1) -> str:
         """Why it cannot train a model (a key of utils.spec.models) at TP=tp, or "": it has no name for it, or the
-        model is a mixture of experts and it builds none, or none at that TP."""
+        model has a feature it does not build, or is a mixture of experts and it builds none, or none at that TP."""
         if self.model_name(model) is None:
             return f"{self.name} has no name for {model} (utils/frameworks/{self.name}/: its model_names has none)"
+        lacking = [name for name in get_model(model).features if name not in self.features]
+        if self.model_names is None and lacking:
+            having = ", ".join(name for name, other in TABLE.items()
+                               if other.model_names is None and set(lacking) <= other.features)
+            return (f"{self.name} does not build {', '.join(lacking)} (utils/frameworks/{self.name}/: its features), "
+                    f"which {model} has; the frameworks that build it: {having or 'none'}")
         if self.model_names is None and get_model(model).moe is not None:
             if not self.builds_moe:
                 having = ", ".join(name for name, other in TABLE.items() if other.builds_moe)

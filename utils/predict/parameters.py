@@ -20,37 +20,42 @@ def layer_shapes(spec: ModelSpec, tp: int, ep: int = 1) -> list[tuple[int, int]]
     parallelism (EP, megatron-core's) a rank's share of the experts."""
     h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
     q, kv = spec.num_attention_heads * d // tp, spec.num_kv_heads * d // tp
+    bias = spec.linear_bias
     shapes = [(h, 1), (q, h), (kv, h), (kv, h)]
-    if spec.qkv_bias:
+    if spec.qkv_bias or bias:
         shapes += [(q, 1), (kv, 1), (kv, 1)]
-    shapes += [(h, q)] + ([(d, 1), (d, 1)] if spec.qk_norm else []) + [(h, 1)]
+    shapes += [(h, q)] + ([(h, 1)] if bias else []) + ([(d, 1), (d, 1)] if spec.qk_norm else []) + [(h, 1)]
+    shapes += [(spec.num_attention_heads // tp, 1)] if spec.attention_sinks else []
     if spec.moe is None:
-        return shapes + [(f // tp, h), (f // tp, h), (h, f // tp)]
+        return shapes + [(f // tp, h), (f // tp, h), (h, f // tp)] + ([(2 * f // tp, 1), (h, 1)] if bias else [])
     moe = spec.moe
     width, shared = moe.expert_ffn_size, moe.shared_experts * moe.shared_expert_ffn_size
     own = moe.num_experts // ep
-    return shapes + [(own * 2 * width, h), (own * h, width), (moe.num_experts, h)] + \
+    biases = [(own * 2 * width, 1), (own * h, 1), (moe.num_experts, 1)] if bias else []
+    return shapes + [(own * 2 * width, h), (own * h, width), (moe.num_experts, h)] + biases + \
         ([(2 * shared, h), (h, shared)] if shared else [])
 
 
 def megatron_numels(spec: ModelSpec, tp: int, layers: int, first: bool, last: bool,
                     routed_experts: bool = True) -> list[int]:
     """A Megatron stage's parameters in megatron-core's order (embedding, per layer: norm, fused QKV (+ bias), output
-    projection (QK-norm's two head_dim weights), norm, fused gate+up, down; final norm, output layer); the vocabulary
+    projection (+ bias, attention sinks, QK-norm's two head_dim weights), norm, fused gate+up, down (+ biases); final
+    norm, output layer); the vocabulary
     split over TP. A mixture of experts' MLP: the router (experts x hidden, whole on every rank) and each expert's
     fused gate+up and down split over TP as the dense ones (expert tensor parallelism is TP); without
     routed_experts, the stage's parameters but the routed experts' (megatron_expert_numels: their own buffer). A tied
     head is the embedding itself where one stage holds both (PP = 1); the last of several stages holds its own
     copy."""
-    h, d, f = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size
+    h, d, f, bias = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size, spec.linear_bias
     qkv = (spec.num_attention_heads + 2 * spec.num_kv_heads) * d // tp
-    mlp = [2 * f // tp * h, h * f // tp]
+    mlp = [2 * f // tp * h, h * f // tp] + ([2 * f // tp, h] if bias else [])
     if spec.moe is not None:
         moe, shared = spec.moe, spec.moe.shared_experts * spec.moe.shared_expert_ffn_size
-        expert = [2 * moe.expert_ffn_size // tp * h, h * moe.expert_ffn_size // tp]
-        mlp = [moe.num_experts * h] + expert * (moe.num_experts if routed_experts else 0) + (
+        mlp = [moe.num_experts * h] + ([moe.num_experts] if bias else []) + \
+            _expert_numels(spec, tp) * (moe.num_experts if routed_experts else 0) + (
             [2 * shared // tp * h, h * shared // tp] if shared else [])
-    layer = [h, qkv * h] + ([qkv] if spec.qkv_bias else []) + [h * spec.num_attention_heads * d // tp] \
+    layer = [h, qkv * h] + ([qkv] if spec.qkv_bias or bias else []) + [h * spec.num_attention_heads * d // tp] \
+        + ([h] if bias else []) + ([spec.num_attention_heads // tp] if spec.attention_sinks else []) \
         + ([d, d] if spec.qk_norm else []) + [h] + mlp
     numels = [spec.vocab_size // tp * h] if first else []
     numels += layer * layers
@@ -67,8 +72,13 @@ def megatron_expert_numels(spec: ModelSpec, tp: int, layers: int, ep: int) -> li
     all-reduced over the whole DP group)."""
     if spec.moe is None:
         return []
+    return _expert_numels(spec, tp) * (spec.moe.num_experts // ep) * layers
+
+
+def _expert_numels(spec: ModelSpec, tp: int) -> list[int]:
+    """One routed expert's tensors on one TP rank: fused gate+up and down, and their biases (linear_bias)."""
     h, width = spec.hidden_size, spec.moe.expert_ffn_size
-    return [2 * width // tp * h, h * width // tp] * (spec.moe.num_experts // ep) * layers
+    return [2 * width // tp * h, h * width // tp] + ([2 * width // tp, h] if spec.linear_bias else [])
 
 
 def hf_shapes(spec: ModelSpec, tp: int, vocab_parallel_head: bool,

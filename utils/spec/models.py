@@ -1,8 +1,9 @@
 """The benchmarked models, their tiny CPU variants and their fewer-layer proxies: the one source of every model number.
 
 Llama 3.1 8B and Qwen 2.5 7B are benchmarked; Llama 3.1 70B is there for proxies (MODEL_LAYERS: its
-first N layers at full width), Mistral 7B v0.1 for sliding-window attention, Qwen3-30B-A3B for mixture-of-experts
-(MoE: a model whose spec has a MoESpec; every other is dense). A model is one entry of ENTRIES: its
+first N layers at full width), Mistral 7B v0.1 for sliding-window attention, Qwen3-30B-A3B and GPT-OSS-20B for
+mixture-of-experts (MoE: a model whose spec has a MoESpec; every other is dense; GPT-OSS also brings attention sinks,
+alternating windows, biases, a clamped SwiGLU and YaRN: FEATURES). A model is one entry of ENTRIES: its
 spec (every number the trainers, the FLOPs formula and the predictions need, tied embeddings and the Hugging Face
 family included) and the changes that make its tiny CPU variant; a framework that trains from shipped recipes names
 it in its registry entry (utils/frameworks/), and one without a name for it skips it.
@@ -31,6 +32,10 @@ from utils.cli import Parser
 MODEL_SIZES = ("full", "tiny")
 SCORE_FUNCTIONS = ("softmax", "sigmoid")  # the router's expert scores (megatron-core's moe_router_score_function)
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "none")  # megatron-core's moe_router_load_balancing_type names
+# What a model may have beyond a Llama-style decoder, besides experts and QK-norm (ModelSpec.features): a framework
+# that builds models from the spec names those it builds (utils/frameworks: Framework.features), and skips a model
+# with another one, saying which.
+FEATURES = ("sliding_window", "alternating_window", "attention_sinks", "linear_bias", "clamped_swiglu", "yarn")
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,13 @@ class ModelSpec:
     explicit_head_dim: int | None = None  # each head's width where it is not hidden / heads (Qwen3 MoE); None: it is
     qk_norm: bool = False  # RMSNorm over each head's queries and keys, one weight of head_dim each (Qwen3)
     moe: MoESpec | None = None  # every layer's MLP is a mixture of experts; None: dense
+    # with a sliding window, layers N, 2N, ... (counted from 1) see every earlier token (GPT-OSS: 2, Megatron's
+    # window_attn_skip_freq); None: every layer is windowed
+    full_attention_every: int | None = None
+    attention_sinks: bool = False  # a learned logit per head that takes its share of each query's softmax (GPT-OSS)
+    linear_bias: bool = False  # every linear layer has a bias: QKV, output, router and experts (GPT-OSS)
+    # GPT-OSS's clamped SwiGLU: gate * sigmoid(1.702 gate) * (up + 1), with gate <= limit and |up| <= limit
+    swiglu_limit: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.moe, dict):  # as a run's config.json holds it (utils.spec.request reads it back)
@@ -110,6 +122,24 @@ class ModelSpec:
         return "tiny" if (self.proxy_of or self.variant).endswith("-tiny") else "full"
 
     @property
+    def features(self) -> tuple[str, ...]:
+        """Which of FEATURES the model has."""
+        present = {"sliding_window": self.sliding_window is not None,
+                   "alternating_window": self.full_attention_every is not None,
+                   "attention_sinks": self.attention_sinks, "linear_bias": self.linear_bias,
+                   "clamped_swiglu": self.swiglu_limit is not None,
+                   "yarn": self.rope_scaling.get("rope_type") == "yarn"}
+        return tuple(name for name in FEATURES if present[name])
+
+    @property
+    def windowed_layers(self) -> int:
+        """How many layers attend within the sliding window (all of them, or those full_attention_every skips)."""
+        if self.sliding_window is None:
+            return 0
+        every = self.full_attention_every
+        return self.num_layers - (self.num_layers // every if every else 0)
+
+    @property
     def megatron_window(self) -> tuple[int, int] | None:
         """The sliding window as megatron-core's and Transformer Engine's (left, right) window_size: a token sees
         itself and the sliding_window - 1 tokens before it, Hugging Face's meaning of sliding_window."""
@@ -127,17 +157,32 @@ class ModelSpec:
         q_width, kv_width = self.num_attention_heads * d, self.num_kv_heads * d
         return h * (q_width + 2 * kv_width) + q_width * h
 
+    def _biases(self, active: bool) -> int:
+        """One layer's biases and attention sinks: QKV's (Qwen 2.5, GPT-OSS), and with linear_bias the output
+        projection's, the router's (one per expert) and each MLP's (2 x its width for SwiGLU's fc1, hidden for fc2)."""
+        h, d, moe = self.hidden_size, self.head_dim, self.moe
+        qkv = (self.num_attention_heads + 2 * self.num_kv_heads) * d if self.qkv_bias or self.linear_bias else 0
+        sinks = self.num_attention_heads if self.attention_sinks else 0
+        if not self.linear_bias:
+            return qkv + sinks
+        if moe is None:
+            mlp = 2 * self.ffn_hidden_size + h
+        else:
+            routed = moe.top_k if active else moe.num_experts
+            mlp = (moe.num_experts + routed * (2 * moe.expert_ffn_size + h)
+                   + moe.shared_experts * (2 * moe.shared_expert_ffn_size + h))
+        return qkv + sinks + h + mlp
+
     def _param_count(self, active: bool) -> int:
         h, d = self.hidden_size, self.head_dim
-        bias = (self.num_attention_heads + 2 * self.num_kv_heads) * d if self.qkv_bias else 0
         norms = 2 * h + (2 * d if self.qk_norm else 0)
-        per_layer = self._attention_weights() + bias + self._mlp_weights(active) + norms
+        per_layer = self._attention_weights() + self._biases(active) + self._mlp_weights(active) + norms
         embeddings = (1 if self.tied_embeddings else 2) * self.vocab_size * h
         return self.num_layers * per_layer + embeddings + h
 
     def param_count(self) -> int:
         """Total parameters: the embedding and, when untied, the LM head; attention, the MLP (dense, or the router
-        and every expert), RMSNorms (QK-norm's included), biases."""
+        and every expert), RMSNorms (QK-norm's included), biases and attention sinks."""
         return self._param_count(active=False)
 
     def active_param_count(self) -> int:
@@ -151,14 +196,15 @@ class ModelSpec:
         6 * [L * (QKV and output projections + MLP) + LM head] + 6 * L * (a*d) * s
 
         The MLP is the dense SwiGLU, or a MoE's active weights: router + top-k routed experts + shared experts.
-        s stands for twice the keys a query sees on average (s/2, causal). A sliding window W < s caps them:
-        queries past the first W see W keys each, so the mean is W - W^2/(2s) and s becomes 2W - W^2/s.
+        s stands for twice the keys a query sees on average (s/2, causal). A sliding window W < s caps them in the
+        windowed layers: queries past the first W see W keys each, so the mean is W - W^2/(2s) and s becomes
+        2W - W^2/s. Biases and attention sinks add no matrix multiply and are not counted.
         """
         h, q_width = self.hidden_size, self.num_attention_heads * self.head_dim
         dense = self.num_layers * (self._attention_weights() + self._mlp_weights(active=True))
-        window = self.sliding_window
+        window, windowed = self.sliding_window, self.windowed_layers
         span = seq_len if window is None or seq_len <= window else 2 * window - window * window / seq_len
-        attention = self.num_layers * q_width * span
+        attention = q_width * (windowed * span + (self.num_layers - windowed) * seq_len)
         return 6.0 * (dense + h * self.vocab_size) + 6.0 * attention
 
     def valid_tp(self, limit: int = 64) -> list[int]:
@@ -228,6 +274,27 @@ QWEN3_30B_A3B = ModelSpec(
                 load_balancing="aux_loss", aux_loss_coeff=1e-3),
 )
 
+# GPT-OSS-20B: torchtitan v0.3.0 torchtitan/models/gpt_oss/__init__.py lines 293-333 (_20b: 24 layers, hidden 2880,
+# expert width 2880, 32 experts, top-4, vocab 201088, RoPE base 150000 with YaRN factor 32 over 4096 positions, beta
+# fast 32, slow 1, untruncated, 131072 positions); transformers 5.23.0 models/gpt_oss/configuration_gpt_oss.py lines
+# 53-76 and 84-86 (64 heads of 64, 8 KV heads, a 128-token window on odd layers and full attention on even ones, SwiGLU
+# clamped at 7 with alpha 1.702, RMSNorm eps 1e-5, biases on attention, untied). Megatron-Bridge v0.6.0
+# src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py lines 60-100 builds the same in megatron-core's names
+# (add_bias_linear, softmax_type "learnable" for the sinks, window_attn_skip_freq 2, the clamp and a GLU offset of 1,
+# yarn) with no load-balancing loss, as Primus's MLPerf GPT-OSS-20B config does (ca7ddda3, examples/megatron/configs/
+# MI355X/gpt_oss_20B-FP8-mlperf-pretrain.yaml: moe_router_load_balancing_type none, moe_aux_loss_coeff 0.0).
+GPT_OSS_20B = ModelSpec(
+    key="gptoss", hf_family="gpt_oss", variant="gpt-oss-20b", display_name="GPT-OSS 20B", hf_id="openai/gpt-oss-20b",
+    num_layers=24, hidden_size=2880, ffn_hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
+    vocab_size=201088, max_position_embeddings=131072, rope_theta=150000.0, norm_eps=1e-5, qkv_bias=True,
+    rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                  "original_max_position_embeddings": 4096, "truncate": False},
+    sliding_window=128, full_attention_every=2, explicit_head_dim=64, attention_sinks=True, linear_bias=True,
+    swiglu_limit=7.0,
+    moe=MoESpec(num_experts=32, top_k=4, expert_ffn_size=2880, score_function="softmax", norm_topk_prob=True,
+                load_balancing="none", aux_loss_coeff=0.0),
+)
+
 
 def _tiny(spec: ModelSpec, **changes) -> ModelSpec:
     """Same family features and real vocabulary; 2 narrow layers so the CPU can train it in seconds."""
@@ -248,6 +315,9 @@ ENTRIES: tuple[tuple[ModelSpec, dict], ...] = (
     # heads twice hidden/heads wide and experts 0.375x hidden, as at full size; 8 experts, top-2
     (QWEN3_30B_A3B, {"ffn_hidden_size": 384, "explicit_head_dim": 64,
                      "moe": replace(QWEN3_30B_A3B.moe, num_experts=8, top_k=2, expert_ffn_size=48)}),
+    # experts as wide as hidden, as at full size; 8 experts, top-2; a window of 32 < the CPU's SL, on layer 1 only
+    (GPT_OSS_20B, {"ffn_hidden_size": 128, "sliding_window": 32,
+                   "moe": replace(GPT_OSS_20B.moe, num_experts=8, top_k=2, expert_ffn_size=128)}),
 )
 MODELS: dict[tuple[str, str], ModelSpec] = {(spec.key, size): variant for spec, tiny in ENTRIES
                                              for size, variant in (("full", spec), ("tiny", _tiny(spec, **tiny)))}

@@ -9,6 +9,7 @@ FRAMEWORK = Framework(
     probe_modules=("transformers", "deepspeed", "megatron.core"), trainer="train/train_autotp.py",
     memory_model="deepspeed", parallelisms=frozenset({"tp"}), precisions=("bf16", "fp32"),
     knobs=("ATTN_IMPL", "ZERO_STAGE"), environment="train.autotp.environment:environment",
+    features=frozenset({"sliding_window"}),  # Hugging Face's Mistral (train/common/hf_config.py)
     env={"amd": {"DISABLE_ADDMM_HIP_LT": "0", "DS_ACCELERATOR": "cuda"},  # ROCm torch reports itself as cuda
          "nvd": {"DS_ACCELERATOR": "cuda"},
          # DeepSpeed picks its accelerator by probing, and without a GPU it would look for Intel's extension

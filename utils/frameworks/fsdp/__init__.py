@@ -17,6 +17,7 @@ FRAMEWORK = Framework(
     # Hugging Face's MoE layers with megatron-core's load-balancing loss and an fp32 router (train/native/moe.py);
     # expert parallelism 1: each rank holds every expert (FSDP2 shards their weights over DP as any other)
     builds_moe=True,
+    features=frozenset({"sliding_window"}),  # Hugging Face's Mistral (train/common/hf_config.py)
     no_expert_parallel=("Hugging Face's MoE modules under FSDP2 hold every expert on each rank (train/native/moe.py "
                         "has no expert-parallel split); EP=1 runs it"),
     moe_tp_refusal=("Hugging Face's experts are one 3-D tensor per layer, which the tensor-parallel plan "
