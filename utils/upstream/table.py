@@ -39,6 +39,9 @@ LOCAL_NORMS = "test_the_local_layers_norms_build_from_the_finalized_container_wi
 STAND_INS = "test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_engine_answers_are_stood_in"
 
 MOE = "tests/test_train_mega_moe.py::"
+GPT_OSS = "tests/test_train_mega_gpt_oss.py::test_the_tiny_gpt_oss_trains_over_gloo_as_the_spec_builds_it_and_passes_the_gate"
+ONE_RANK_REDUCE = ("tests/test_train_mega_gpt_oss.py::test_megatron_cores_one_rank_reduction_refuses_the_in_place_"
+                   "expert_bias_that_mega_skips_it_for")
 EP_RULES = "tests/test_utils_config_expert_parallel.py::"
 CPU = "tests/test_train_mbridge_cpu.py::test_megatron_bridge_trains_on_the_cpu_with_only_its_gpu_steps_stood_in"
 
@@ -233,6 +236,35 @@ FACTS: tuple[Fact, ...] = (
          (1288, 1289), "7d1c5fef9adafd9a144fcf7fc42464a9a412975e56155e581eddd2e016b64ac9",
          "those byte counts are printed in units of 10^9 bytes", MBRIDGE_MEMORY),
     # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
+    Fact("mcore-softmax-type-learnable", "megatron-core-0.19.2", "megatron/core/transformer/transformer_config.py",
+         (163, 163), "f9ea8c11d5e15d7cd8f87cb691ab7de6d28d0194414bd07af6f1868d3098e3a0",
+         "softmax_type 'learnable' gives each attention head a learned offset in its softmax: GPT-OSS's sinks",
+         GPT_OSS),
+    Fact("mcore-glu-offset-and-clamp", "megatron-core-0.19.2", "megatron/core/transformer/transformer_config.py",
+         (224, 228), "fbc5a74b98cf35b5035e72e2be837527e903363532391e0b8523334d8e0c5b31",
+         "glu_linear_offset adds to the GLU's linear half and activation_func_clamp_value clamps it (GPT-OSS's "
+         "SwiGLU: offset 1, clamp 7, quick_gelu)", GPT_OSS),
+    Fact("mcore-glu-clamp-semantics", "megatron-core-0.19.2", "megatron/core/transformer/mlp.py", (326, 330),
+         "b01d10892aa3f3ada5f54ee72ecfcc1bd0fd601a9446433f8d6f14f5bdf94354",
+         "the clamp caps the gate from above and the linear half both ways, and the offset is added to the linear "
+         "half, as GPT-OSS's SwiGLU does", GPT_OSS),
+    Fact("mcore-window-attn-skip-freq", "megatron-core-0.19.2", "megatron/core/transformer/utils.py", (503, 504),
+         "88fda4d42d6fd1b96cb282b3b5f4fb4992c5f252a7ca710533766a95d16ea139",
+         "with window_attn_skip_freq N, layers whose 1-based number N divides attend to every earlier token and the "
+         "others within the window (GPT-OSS: N = 2, the odd layers windowed)", GPT_OSS),
+    Fact("mcore-yarn-from-config-attributes", "megatron-core-0.19.2", "megatron/core/models/gpt/gpt_model.py",
+         (190, 208), "30534baedacd5b48938a5f0b4d1e5c95d478347e34828edd5640b6eda39288c3",
+         "GPTModel's yarn position embedding reads its numbers off the config as yarn_* attributes, which "
+         "TransformerConfig does not declare: mega sets them on the config it builds the model from", GPT_OSS),
+    Fact("mcore-expert-fc2-bias-added-in-place", "megatron-core-0.19.2", "megatron/core/transformer/mlp.py",
+         (351, 354), "d09bcb160065115ef57e82e82701fcac0aec146037c1cf1ba8f2f557f76d1eca",
+         "an expert MLP adds its fc2 bias, scaled by the token's probability, in place on fc2's output",
+         ONE_RANK_REDUCE),
+    Fact("mcore-one-rank-reduce-returns-input", "megatron-core-0.19.2", "megatron/core/tensor_parallel/mappings.py",
+         (26, 28), "f46717b56babb93e5b071753b704ff59d20cb9601d8860b63ad4b829db1fa23b",
+         "the TP reduction hands a one-rank group's input back as it is, from inside an autograd Function: torch "
+         "then refuses the in-place bias above (mega skips the Function there for local experts with biases)",
+         ONE_RANK_REDUCE),
     Fact("mcore-attention-softmax-in-fp32-default", "megatron-core-0.19.2",
          "megatron/core/transformer/transformer_config.py", (471, 471),
          "bdf8fab106ba6eff26c3ba9afe443fb0e97e33ef6d160dea78085751a677e3f7",
