@@ -74,6 +74,7 @@ class Framework:
     # Its own name for each model it trains from a shipped recipe or config (utils.spec.models' key -> that name);
     # None: it builds any model of utils.spec.models from the spec. A model missing from the table skips it.
     model_names: Mapping[str, object] | None = None
+    no_model: Mapping[str, str] = field(default_factory=dict)  # why it has no name for a model (key -> why)
     # Whether it builds a mixture-of-experts model (utils.spec.models' MoESpec) from the spec, where model_names is
     # None: one that does not skips a MoE model, saying so (one with model_names skips it by having no name for it)
     builds_moe: bool = False
@@ -131,6 +132,8 @@ class Framework:
         problems += [f"unknown parallelism {name!r}" for name in sorted(self.parallelisms - set(PARALLELISMS))]
         problems += [f"unknown precision {name!r}" for name in self.precisions if name not in PRECISIONS]
         problems += [f"unknown FP8 recipe {name!r}" for name in self.fp8_recipes if name not in FP8_RECIPES]
+        problems += [f"no_model names {key}, which model_names has" for key in self.no_model
+                     if self.model_names is None or key in self.model_names]
         problems += [f"unknown model feature {name!r}" for name in sorted(self.features - set(FEATURES))]
         problems += [f"tp_refuses names {knob}, not one of its knobs" for knob in self.tp_refuses
                      if knob not in self.knobs]
@@ -142,6 +145,7 @@ class Framework:
             raise ValueError(f"framework entry {self.name!r}: " + "; ".join(problems))
         object.__setattr__(self, "env", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.env.items()}))
         object.__setattr__(self, "tp_refuses", MappingProxyType(dict(self.tp_refuses)))
+        object.__setattr__(self, "no_model", MappingProxyType(dict(self.no_model)))
 
     @property
     def own_trainer(self) -> bool:
@@ -191,7 +195,8 @@ class Framework:
         """Why it cannot train a model (a key of utils.spec.models) at TP=tp, or "": it has no name for it, or the
         model has a feature it does not build, or is a mixture of experts and it builds none, or none at that TP."""
         if self.model_name(model) is None:
-            return f"{self.name} has no name for {model} (utils/frameworks/{self.name}/: its model_names has none)"
+            why = self.no_model.get(model, f"utils/frameworks/{self.name}/: its model_names has none")
+            return f"{self.name} has no name for {model} ({why})"
         lacking = [name for name in get_model(model).features if name not in self.features]
         if self.model_names is None and lacking:
             having = ", ".join(name for name, other in TABLE.items()
