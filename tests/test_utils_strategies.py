@@ -96,7 +96,7 @@ def test_unknown_strategy_lists_the_valid_names():
                                           "comma list)"),
     (b'{"x": {"nvidia": {"*": [1, 1, 8]}}}', "x.nvidia: unknown platform; valid: *, amd, nvd, cpu"),
     (b'{"x": {"*": {"lama": [1, 1, 8]}}}', "x.*.lama: unknown model; valid: *, llama, qwen, llama70b, mistral, llama32, "
-     "qwen3moe"),
+     "qwen3moe, gptoss"),
     (b'{"x": {"*": {"*": [1.0, 1, 8]}}}', "x.*.* must be [TP, PP, DP] or [TP, PP, DP, EP] of positive integers, got [1.0, 1, 8]"),
     (b'{"x": {"*": {"*": [NaN, 1, 8]}}}', "x.*.* must be [TP, PP, DP] or [TP, PP, DP, EP] of positive integers, got [NaN, 1, 8]"),
 ])

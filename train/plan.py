@@ -78,6 +78,8 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
                     + (f": {why} (stack {stack.name})" if why else ""))
         return (f"{framework} ({entry.display_name}) is not on stack {stack.name}"
                 + (f" ({why})" if why else "") + f"; it runs on {other.name}: STACK={other.name}")
+    if why := entry.model_refusal(model, layout.tp):  # before the layout's: no layout would run it
+        return why
     if layout.pp > 1 and "pp" not in entry.parallelisms:
         return f"{framework} has no pipeline parallelism (PP={layout.pp}); the other frameworks run this layout"
     if layout.tp > 1 and "tp" not in entry.parallelisms:
@@ -92,7 +94,7 @@ def skip_reason(framework: str, model: str, layout: Layout, knobs: Mapping[str, 
             honoured = ", ".join(name for name, other in TABLE.items() if knob in other.knobs)
             value = "1" if knobs[knob] is True else knobs[knob]  # as config.env spells it
             return f"{framework} has no {feature} ({knob}={value} applies to {honoured})"
-    return entry.model_refusal(model, layout.tp)
+    return ""
 
 
 def precision_reason(framework: str, knobs: Mapping[str, object], stack: Stack, device: DeviceSpec | None) -> str:
