@@ -72,6 +72,12 @@ def settings_readers() -> tuple:
 
 
 @cache
+def argument_readers() -> tuple:
+    """The formats' readers of what an argument dump implies, each once."""
+    return tuple(fmt.arguments for fmt in distinct() if fmt.arguments)
+
+
+@cache
 def timer_first() -> str | None:
     """The framework whose steps TPrimat's timer line may print first (a run of timer lines only is its)."""
     return next((name for name, fmt in _once(by_name().items()) if fmt.timer_first), None)

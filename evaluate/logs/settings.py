@@ -13,6 +13,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Iterable
 
+from evaluate.logs.formats import argument_readers
 from utils.spec.precision import read_back
 
 if TYPE_CHECKING:
@@ -149,6 +150,8 @@ def effective(run: Run, notes: list[str]) -> dict:
         key = setting_name(name)
         if key and (value is not None or values.get(key) is None):
             values.update(_fitting([(name, key, value)], notes))
+    for implied in argument_readers():  # what the registered formats read from the dump as a whole (effective.moe)
+        values.update(implied(run.arguments))
     if "bf16" in run.arguments or "fp8" in run.arguments or "fp4" in run.arguments:
         values["precision"] = _precision(run.arguments)
     if "num_attention_heads" in values and "group_query_attention" in run.arguments:

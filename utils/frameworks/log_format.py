@@ -60,6 +60,9 @@ class LogFormat:
     claims: Callable[[Step], bool] | None = None
     vendor: Callable[[Step, str], tuple[str, str] | None] | None = None  # the GPU vendor a step line shows, and how
     printed: Callable[[str, dict], None] | None = None  # the settings its other lines print, into a run's settings
+    # The settings a run's Megatron-LM argument dump (its values by argument name) implies beyond the arguments
+    # evaluate/logs/settings.py reads one by one: (arguments) -> settings in the result's names
+    arguments: Callable[[dict], dict] | None = None
     # A line of peak memory after a step: (line, complete) -> (that step, peak allocated GiB, peak reserved GiB)
     memory: Callable[[str, bool], tuple[int, float, float] | None] | None = None
     # A run without TPrimat's TPRIMAT_STEP lines: fill in its own figures (in place) and say what they are, or say

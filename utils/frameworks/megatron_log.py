@@ -6,6 +6,11 @@ Megatron-LM ends every field with " |", so text after the last "|" is no field: 
 another rank's output ("elapsed time per iteration (ms): 9" and a line end is a piece of 9295.0). AMD's Megatron-LM
 (Primus v26.5) re-renders the line without that "|" and with its device memory field last (utils/upstream/table.py:
 primus-v26.5 "rendered line"), which counts only in a whole line (complete) and in its whole form.
+
+Megatron-LM's argument dump (megatron/training/arguments.py `_print_args`, at the end of `validate_args`: one
+"  name ..... value" line per argument) is read by evaluate/logs/settings.py setting by setting; the experts and their
+routing it names are one setting, effective.moe (`moe`), for a format that names it as its `arguments` reader
+(Primus's).
 """
 
 from __future__ import annotations
@@ -99,6 +104,26 @@ def memory(text: str, complete: bool) -> tuple[int, float, float] | None:
         return None
     unit = MEMORY_UNIT_GIB[match.group(2)]
     return int(match.group(1)), allocated[0] * unit, reserved[0] * unit
+
+
+# The arguments that make effective.moe, in megatron-core's TransformerConfig names (utils.spec.fairness.moe_settings'
+# and mega's read-back): the same but the experts' count, which Megatron-LM's core_transformer_config_from_args hands
+# from num_experts to num_moe_experts (utils/upstream/primus_facts.py: "num_experts", "v25.11 num_experts").
+# The last two are no profile settings: they show that Primus's debugging router and legacy grouped GEMM are off.
+MOE_ARGUMENTS = {"num_experts": "num_moe_experts", **{name: name for name in (
+    "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_score_function",
+    "moe_router_pre_softmax", "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_token_dispatcher_type",
+    "moe_router_dtype", "moe_expert_capacity_factor", "moe_z_loss_coeff", "moe_grouped_gemm", "moe_permute_fusion",
+    "moe_shared_expert_overlap", "expert_model_parallel_size", "moe_router_force_load_balancing",
+    "moe_use_legacy_grouped_gemm")}}
+
+
+def moe(arguments: dict) -> dict:
+    """effective.moe from an argument dump's values ({"moe": {...}}); {} where the dump names no experts (a dense
+    model prints num_experts None, and a log without a dump names none)."""
+    if not arguments.get("num_experts"):
+        return {}
+    return {"moe": {core: arguments[name] for name, core in MOE_ARGUMENTS.items() if name in arguments}}
 
 
 FORMAT = LogFormat(markers=("iteration",), step=step, memory=memory)

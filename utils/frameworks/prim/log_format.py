@@ -1,5 +1,6 @@
 """Primus's log: Megatron-LM's iteration line (utils/frameworks/megatron_log.py) under Primus's logger prefix or
-with its device memory field, and the lines only Primus prints."""
+with its device memory field, the lines only Primus prints, and effective.moe from Megatron-LM's argument dump
+(megatron_log.moe: the experts and routing Primus's Megatron-LM took, as validate_args printed them)."""
 
 from __future__ import annotations
 
@@ -31,4 +32,4 @@ def printed(text: str, settings: dict) -> None:
 
 
 FORMAT = LogFormat(markers=("reduce_amax",), refines=megatron_log.FORMAT, claims=claims, vendor=vendor,
-                   printed=printed)
+                   printed=printed, arguments=megatron_log.moe)
