@@ -10,7 +10,7 @@ included, under the overrides. `experiment()` is pure; the launch glue is `comma
 
 The Primus release (the run's stack's `primus`) decides the checkout and the launch (train/prim/releases.py), and
 every override key must be one the checkout's presets hold (train/prim/presets.py): v26.5 would ignore any other
-silently.
+silently. A mixture-of-experts model's experts and routing are train/prim/moe.py's.
 """
 
 from __future__ import annotations
@@ -18,17 +18,25 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from train.prim import presets, releases
+from train.prim import moe, presets, releases
 from utils.cli import Parser, UsageError, run
 from utils.files import atomic_open
 from utils.frameworks import TABLE
 from utils.spec import precision as precisions
 from utils.spec.request import Request, RequestError
 
-CONFIG_DIR = "examples/megatron/configs/MI300X"
+# Where Primus keeps its shipped experiments, in the order TPrimat looks: the MI300X's, else the MI355X's. Primus
+# v25.11 ships Qwen3 30B-A3B under MI355X/ only, v26.5 under both (utils/upstream/primus_facts.py); every setting in
+# which the two folders' files differ is one TPrimat writes or turns off (tests/test_train_prim_moe.py), so the
+# folder changes what the experiment keeps unused (Primus-Turbo's DeepEP CU count), never what trains.
+CONFIG_DIRS = ("examples/megatron/configs/MI300X", "examples/megatron/configs/MI355X")
+# Primus's ${VAR:default} placeholder, which the node's environment fills before the default
+# (primus/core/config/yaml_loader.py in both releases)
+PLACEHOLDER = re.compile(r"\$\{[^:{}]+:([^}]*)\}")
 # The shipped file a precision derives from: FP8's own; the block-scaled formats the BF16 one, with TPrimat's switch
 # (utils.spec.precision.megatron_settings) over it. Primus ships them for the MI355X only
 # (configs/MI355X/llama3.1_8B-{MXFP8,MXFP4}-pretrain.yaml), whose precision keys are exactly that switch (fp8 and
@@ -81,19 +89,20 @@ def require_checkout(req: Request, primus_path: Path) -> None:
 
 
 def shipped_config(primus_path: Path, model: str, precision: str) -> Path:
-    """The shipped experiment YAML this run derives from (the first of the known names present)."""
-    directory = Path(primus_path) / CONFIG_DIR
+    """The shipped experiment YAML this run derives from (the first of the known names present, folder by folder)."""
+    directories = [Path(primus_path) / folder for folder in CONFIG_DIRS]
     names = TABLE["prim"].model_name(model)
     if names is None:
         raise ShippedConfigMissing(f"Primus ships no experiment config for {model} (utils/frameworks/prim/: its "
                                    "model_names has none); run it with another framework")
-    tried = [directory / name.format(precision=SHIPPED_PRECISION.get(precision, "BF16")) for name in names]
+    tried = [directory / name.format(precision=SHIPPED_PRECISION.get(precision, "BF16"))
+             for directory in directories for name in names]
     for path in tried:
         if path.is_file():
             return path
     raise ShippedConfigMissing(
-        f"no shipped Primus config for {model} in {directory} (looked for "
-        + ", ".join(p.name for p in tried) + "); set PRIMUS_PATH to a Primus checkout")
+        f"no shipped Primus config for {model} in {' or '.join(map(str, directories))} (looked for "
+        + ", ".join(dict.fromkeys(p.name for p in tried)) + "); set PRIMUS_PATH to a Primus checkout")
 
 
 def precision_switch(precision: str, fairness: dict) -> dict:
@@ -150,6 +159,8 @@ def overrides(req: Request) -> dict:
         "rotary_base": spec.rope_theta,
         "norm_epsilon": spec.norm_eps,
         "use_rope_scaling": bool(spec.rope_scaling),
+        "kv_channels": spec.head_dim,  # Qwen3 30B-A3B's heads are wider than hidden / heads
+        "qk_layernorm": spec.qk_norm,
         # the request's layout and memory, as mega runs them: Megatron's distributed optimizer without FSDP2 and no
         # activation recompute (the 70B file ships FSDP2, which Megatron refuses beside the distributed optimizer,
         # and full recompute of all 80 layers; mega and nemo run neither)
@@ -157,6 +168,14 @@ def overrides(req: Request) -> dict:
         "recompute_granularity": None,
         "recompute_method": None,
         "recompute_num_layers": None,
+        # the optimizer as mega runs it: megatron-core's own, with fp32 main gradients and Adam moments (the MI355X
+        # Qwen3 30B-A3B files ship its precision-aware optimizer with bf16 ones), and none of megatron-core's code
+        # behind its experimental flag (they ship enable_experimental; megatron-core's default and mega's is off)
+        "use_precision_aware_optimizer": False,
+        "main_grads_dtype": "fp32",
+        "exp_avg_dtype": "fp32",
+        "exp_avg_sq_dtype": "fp32",
+        "enable_experimental": False,
         # logging every step, no checkpoints, no external trackers
         "log_interval": 1,
         "log_throughput": True,
@@ -180,6 +199,7 @@ def overrides(req: Request) -> dict:
     # says otherwise (utils/upstream/table.py: megatron-lm-bf16-reduces-in-fp32), and Primus runs it
     settings["grad_reduce_in_bf16"] = not fairness["grad_reduce_in_fp32"]
     settings.update(precision_switch(train.precision, fairness))  # MXFP8's fp8_recipe over the profile's FP8 one
+    settings.update(moe.overrides(spec))
     settings.update(workload_overrides(req))
     settings.update(validation_overrides(req))
     return settings
@@ -221,11 +241,27 @@ def experiment(req: Request, shipped: dict, run_dir: str) -> dict:
         raise ValueError("the shipped Primus config has no modules.pre_trainer section") from None
     exp["exp_name"] = req.identity.run_id
     exp["workspace"] = f"{run_dir}/primus"
+    trainer["model"] = model_preset(str(trainer["model"]))
     merged = {**(trainer.get("overrides") or {}), **overrides(req)}
-    if not req.fairness.table["primus_turbo"]:  # each Primus-Turbo kernel the shipped file turns on, off again
+    if not req.fairness.table["primus_turbo"]:
+        # each Primus-Turbo piece the shipped file turns on, off again: its kernels and its DeepEP dispatcher
+        # (use_turbo_*), and its sync-free MoE, which both releases' ROCm argument check refuses without Primus-Turbo
+        # and which, like DeepEP, sets MoE arguments after Megatron-LM's argument dump has printed them
         merged.update({key: False for key in merged if key.startswith("use_turbo_")})
+        if "turbo_sync_free_moe_stage" in merged:
+            merged["turbo_sync_free_moe_stage"] = 0
     trainer["overrides"] = merged
     return exp
+
+
+def model_preset(name: str) -> str:
+    """The shipped file's model preset with each ${VAR:default} at its default: the Qwen3 30B-A3B files name theirs
+    ${PRIMUS_MODEL:qwen3_30B_A3B}.yaml, which a PRIMUS_MODEL on the node would change under TPrimat's settings."""
+    resolved = PLACEHOLDER.sub(r"\1", name)
+    if "${" in resolved:
+        raise ValueError(f"the shipped Primus config names its model preset {name}, a placeholder without a default: "
+                         "TPrimat cannot tell which model it is")
+    return resolved
 
 
 def render(exp: dict, base: Path) -> str:

@@ -1,6 +1,7 @@
 """The upstream-fact table's Primus sections (utils/upstream/table.py holds the table; Primus is not on the package
 index, so these facts are re-read from a checkout: `python3 -m utils.upstream check --checkout AMD-AGI/Primus=DIR`).
-One section per release, a fact added where its release's section is. Standard library only."""
+One section per release, a fact added where its release's section is; last, the lines of the Megatron-LM the releases
+train through that prim's MoE read-back relies on (`--checkout NVIDIA/Megatron-LM=DIR`). Standard library only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ _LOG = "tests/test_evaluate_logs_primus_v26_5.py::"
 _RENDER = "primus/backends/megatron/patches/training_log/print_rank_last_patches.py"
 _AMAX = "primus/backends/megatron/patches/te_patches/delayed_scaling_patches.py"
 _BF16_RULE = "tests/test_train_prim_layout.py::test_megatrons_bf16_rule_leaves_the_gradient_reduction_the_profile_asks_for"
+_MOE = "tests/test_train_prim_moe.py::"
+_QWEN3 = "examples/megatron/configs/MI300X/qwen3_30B_A3B-BF16-pretrain.yaml"
+_QWEN3_MI355X = "examples/megatron/configs/MI355X/qwen3_30B_A3B-BF16-pretrain.yaml"
+_OFF = _MOE + "test_the_debugging_router_and_primus_turbo_the_shipped_files_turn_on_are_off"
+_ROUTING = _MOE + "test_every_routing_key_is_written_because_the_releases_presets_route_otherwise"
+_FOLDERS = _MOE + "test_the_mi355x_file_trains_what_the_mi300x_file_does_its_optimizer_recompute_and_kernels_overridden"
+_PRESET = _MOE + "test_the_model_preset_is_the_shipped_default_whatever_the_node_sets"
+_DUMP = _MOE + "test_the_argument_dump_names_every_routing_setting_and_a_primus_log_gives_it_as_effective_moe"
 
 PRIMUS_FACTS: tuple[Fact, ...] = (
     # --- AMD-AGI/Primus release/v26.5 (ca7ddda3) -------------------------------------------------------------
@@ -115,6 +124,47 @@ PRIMUS_FACTS: tuple[Fact, ...] = (
          "beb9cecbfb84fed1b0deab84ff68c88f73fc4c0f67218e3aa22e2b9d71b8aa94",
          "v26.5 runs with NVTE_CK_USES_BWD_V3=1 unless the caller sets it",
          "tests/test_utils_stacks.py::test_each_amd_row_runs_its_primus_releases_own_scratch_and_attention_defaults"),
+    Fact("qwen3 30B-A3B model placeholder", "primus-v26.5", _QWEN3, (12, 12),
+         "4f986a2d787e6722d4877a73c20901004e7444e450a951cea339ab549dd5fa3f",
+         "the Qwen3 30B-A3B experiments name their model preset ${PRIMUS_MODEL:qwen3_30B_A3B}.yaml", _PRESET),
+    Fact("placeholder from the environment first", "primus-v26.5", "primus/core/config/yaml_loader.py", (97, 98),
+         "d7f63be70a845ba7df5c6e771e9d81d3393bf526d4fa29a309fbd82e939ea4f8",
+         "a ${VAR:default} in an experiment is the environment's VAR where it is set, else the default", _PRESET),
+    Fact("qwen3 30B-A3B debugging router", "primus-v26.5", _QWEN3, (18, 19),
+         "4f432e63bfa10799ba50f2ac250dd83f8ae7e6246de0f54cdb2b5abc8b412541",
+         "the Qwen3 30B-A3B experiments turn moe_router_force_load_balancing on, under '# debug'", _OFF),
+    Fact("qwen3 30B-A3B Primus-Turbo", "primus-v26.5", _QWEN3, (70, 87),
+         "36d1c52a7492c747f3fea87df063de8aaed9ee55188ef8e5df8ec508ed45f09c",
+         "the MI300X Qwen3 30B-A3B experiments turn Primus-Turbo, its attention, grouped GEMM and DeepEP dispatcher "
+         "on, with sync-free MoE stage 2", _OFF),
+    Fact("sync-free MoE needs Primus-Turbo", "primus-v26.5",
+         "primus/backends/megatron/patches/args/rocm_arg_validation.py", (171, 172),
+         "1879e67d4791d4d4a08f22688a824a38e4d0ba05bb2fa0982b8b768f0ea28647",
+         "Primus's ROCm argument check refuses a sync-free MoE stage without enable_primus_turbo",
+         _MOE + "test_the_shipped_sync_free_stage_without_primus_turbo_is_what_primus_refuses"),
+    Fact("sync-free MoE sets arguments after the dump", "primus-v26.5",
+         "primus/backends/megatron/patches/args/rocm_arg_validation.py", (178, 185),
+         "6d93c4dcb7e0153284a5d39a41b8b04265815a5cfde3639af5aa466a8b71066f",
+         "a sync-free stage sets its MoE options on the arguments after Megatron-LM's validate_args printed them",
+         _OFF),
+    Fact("DeepEP sets the flex dispatcher", "primus-v26.5",
+         "primus/backends/megatron/patches/turbo/moe_dispatcher_patches.py", (59, 61),
+         "8c7618d3b3ee578211b6e7fa93b0ebf6661f93fbc7fc9ddf09a6e9c774608e3c",
+         "with Primus-Turbo's DeepEP, a before-train patch makes the dispatcher flex: not the one the dump printed",
+         _OFF),
+    Fact("qwen3 30B-A3B MI355X optimizer", "primus-v26.5", _QWEN3_MI355X, (59, 67),
+         "ed9a3ae5e208ab0789b87abf0e59312d070dcf720b93d9373a9842c373211780",
+         "the MI355X Qwen3 30B-A3B experiment runs the precision-aware optimizer with bf16 main gradients and moments, "
+         "and enable_experimental", _FOLDERS),
+    Fact("qwen3 30B-A3B MI355X legacy grouped GEMM", "primus-v26.5", _QWEN3_MI355X, (106, 107),
+         "02e2add03226735f245c31fd75459b939b657d11199d86736f0ad7683b5dc641",
+         "the MI355X Qwen3 30B-A3B experiment runs megatron-core's legacy grouped GEMM", _FOLDERS),
+    Fact("qwen routing preset", "primus-v26.5", "primus/configs/models/megatron/qwen2.5_base.yaml", (29, 32),
+         "a40d2740e735064cb4ce9e82e95f96f7dbe8e28928a960da0f750c772a4e178c",
+         "v26.5's Qwen base preset routes with alltoall, the grouped GEMM and the fused permutation", _ROUTING),
+    Fact("no load-balancing loss by default", "primus-v26.5", "primus/configs/models/megatron/language_model.yaml",
+         (132, 132), "34475fb58e6a813caddd18aab9e6aabac1b0538f08fc6e3f00461091a6adea96",
+         "the presets' moe_aux_loss_coeff is 0.0, which the Qwen3 30B-A3B preset keeps", _ROUTING),
     # --- AMD-AGI/Primus clairlee/release/v25.11 (66bed3ce) ----------------------------------------------------
     Fact("v25.11 runs megatron's validate_args", "primus-v25.11", "primus/modules/trainer/megatron/trainer.py",
          (1231, 1232), "edad043d4281da965fe026d4ca6c2fe2916257ce91c930a8cdc4f7290495979b",
@@ -146,4 +196,35 @@ PRIMUS_FACTS: tuple[Fact, ...] = (
          "every v25.11 launch pip-installs the Emerging-Optimizers checkout in editable mode, failing the launch if "
          "pip fails",
          "tests/test_train_prim_config.py::test_v25_11s_launch_time_pip_installs_install_nothing_and_download_nothing"),
+    Fact("v25.11 qwen3 30B-A3B under MI355X", "primus-v25.11", _QWEN3_MI355X, (6, 13),
+         "7a6c81025501fab6334277f84c7124bd28d4e659036fffe3ffc5a5de86c28420",
+         "v25.11 ships its Qwen3 30B-A3B experiments under configs/MI355X/ (its MI300X/ holds none), model preset by "
+         "placeholder", _MOE + "test_primus_ships_qwen3_30b_a3b_under_mi300x_in_v26_5_and_under_mi355x_only_in_v25_11"),
+    Fact("v25.11 qwen3 30B-A3B debugging router", "primus-v25.11", _QWEN3_MI355X, (18, 19),
+         "4f432e63bfa10799ba50f2ac250dd83f8ae7e6246de0f54cdb2b5abc8b412541",
+         "v25.11's Qwen3 30B-A3B experiments turn moe_router_force_load_balancing on too", _OFF),
+    Fact("v25.11 routing defaults", "primus-v25.11", "primus/configs/models/megatron/language_model.yaml", (112, 146),
+         "f760de71d351772266a8c517893e215ec7e0a85507639346dc1508f3c88e8326",
+         "v25.11's presets (its Qwen base sets none) route with allgather, no grouped GEMM or fused permutation, "
+         "moe_aux_loss_coeff 0.0", _ROUTING),
+    Fact("v25.11 sync-free MoE needs Primus-Turbo", "primus-v25.11", "primus/modules/trainer/megatron/utils.py",
+         (498, 499), "1879e67d4791d4d4a08f22688a824a38e4d0ba05bb2fa0982b8b768f0ea28647",
+         "v25.11's ROCm argument check refuses a sync-free MoE stage without enable_primus_turbo too",
+         _MOE + "test_the_shipped_sync_free_stage_without_primus_turbo_is_what_primus_refuses"),
+    Fact("v25.11 DeepEP sets the flex dispatcher", "primus-v25.11", "primus/modules/trainer/megatron/trainer.py",
+         (288, 291), "844cf2102a2c2763e3e0dce0ca7e0b1d2f307497fbcb0da5f5ecc24170064ecc",
+         "v25.11 makes the dispatcher flex for Primus-Turbo's DeepEP while patching, after the argument dump", _OFF),
+    # --- NVIDIA/Megatron-LM as Primus v26.5 (d3528a21) and v25.11 (847781764) train through it --------------------
+    Fact("num_experts", "megatron-lm-d3528a21", "megatron/training/arguments.py", (1605, 1605),
+         "703327bb1d0d451a69aed352d02caad1ffbdaba3d5683b2dc3aa5bcbd287a81e",
+         "the num_experts argument is TransformerConfig's num_moe_experts; every other MoE name is the same", _DUMP),
+    Fact("v25.11 num_experts", "megatron-lm-847781764", "megatron/training/arguments.py", (1230, 1230),
+         "703327bb1d0d451a69aed352d02caad1ffbdaba3d5683b2dc3aa5bcbd287a81e",
+         "v25.11's Megatron-LM hands num_experts to num_moe_experts the same way", _DUMP),
+    Fact("argument dump", "megatron-lm-d3528a21", "megatron/training/arguments.py", (1566, 1577),
+         "c69a5f5d3f0ca40f165edebda8fc3478c6115691aae23d5950c045e4980f95d1",
+         "rank 0 prints every argument as '  name ..... value', sorted, between dashed arguments lines", _DUMP),
+    Fact("forced load balancing is random routing", "megatron-lm-d3528a21", "megatron/core/transformer/moe/router.py",
+         (696, 698), "7e4676040a8171ece0577768f4c1e5f6a7ecbaf0457f608d5c27d1d025a13670",
+         "with moe_router_force_load_balancing the router routes on random logits instead of its own", _OFF),
 )

@@ -1,7 +1,7 @@
 """prim: AMD Primus's own launcher and Megatron-LM (train/prim/: the experiment YAML, its launch), AMD only.
 
-Each model it trains is one of Primus's shipped experiment configs under examples/megatron/configs/, tried in
-order with {precision} as BF16 or FP8; its result is extracted from its log.
+Each model it trains is one of Primus's shipped experiment configs under examples/megatron/configs/ (MI300X/, else
+MI355X/: train/prim/config.py), tried in order with {precision} as BF16 or FP8; its result is extracted from its log.
 """
 
 from utils.frameworks import Framework
@@ -19,6 +19,7 @@ FRAMEWORK = Framework(
         "llama": ("llama3.1_8B-{precision}-pretrain.yaml", "llama3.1_8B-pretrain.yaml"),
         "qwen": ("qwen2.5_7B-{precision}-pretrain.yaml", "qwen2.5_7B-pretrain.yaml"),
         "llama70b": ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml"),
+        "qwen3moe": ("qwen3_30B_A3B-{precision}-pretrain.yaml",),  # v26.5 under MI300X/ and MI355X/, v25.11 MI355X/
     },
     transformer_impls=("transformer_engine",),
     expert_parallel=True,  # Megatron-LM's expert_model_parallel_size (train/prim/config.py), in its argument dump
