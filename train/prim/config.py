@@ -32,7 +32,8 @@ from utils.spec.request import Request, RequestError
 # Where Primus keeps its shipped experiments, in the order TPrimat looks: the MI300X's, else the MI355X's. Primus
 # v25.11 ships Qwen3 30B-A3B under MI355X/ only, v26.5 under both (utils/upstream/primus_facts.py); every setting in
 # which the two folders' files differ is one TPrimat writes or turns off (tests/test_train_prim_moe.py), so the
-# folder changes what the experiment keeps unused (Primus-Turbo's DeepEP CU count), never what trains.
+# folder changes what the experiment keeps unused (Primus-Turbo's DeepEP CU count, its RMSNorm switch left off),
+# never what trains.
 CONFIG_DIRS = ("examples/megatron/configs/MI300X", "examples/megatron/configs/MI355X")
 # Primus's ${VAR:default} placeholder, which the node's environment fills before the default
 # (primus/core/config/yaml_loader.py in both releases)
