@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import subprocess
 import sys
@@ -165,15 +167,20 @@ def test_validation_runs_in_every_framework_of_the_set_torchtitan_too():
     assert [(r.name, r.skipped) for r in runs] == [("mega-llama", ""), ("fsdp-llama", ""), ("torchtitan-llama", "")]
 
 
-def test_a_model_a_framework_has_no_name_for_is_skipped_with_where_the_names_are():
+def test_a_model_a_framework_has_no_name_for_is_skipped_with_its_reason_or_where_the_names_are():
     cfg = node("amd", FRAMEWORK="prim,fsdp", MODELS="mistral,llama70b", MODEL_LAYERS="8")
     runs = build_plan(cfg)
+    why = "prim has no name for mistral (Primus ships no Mistral 7B experiment, only Mixtral's)"
     assert [(r.name, r.skipped) for r in runs] == [
-        ("prim-mistral", "prim has no name for mistral (utils/frameworks/prim/: its model_names has none)"),
-        ("prim-llama70b", ""), ("fsdp-mistral", ""), ("fsdp-llama70b", "")]
+        ("prim-mistral", why), ("prim-llama70b", ""), ("fsdp-mistral", ""), ("fsdp-llama70b", "")]
     assert any(line.split()[1:2] == ["prim-mistral"] and "mistral-7b-v0.1-L8 " in line
-               and line.endswith("skipped: prim has no name for mistral (utils/frameworks/prim/: its "
-                                 "model_names has none)") for line in table(cfg, runs))
+               and line.endswith(f"skipped: {why}") for line in table(cfg, runs))
+    from utils.frameworks import TABLE
+    unexplained = dataclasses.replace(TABLE["prim"], no_model={})
+    assert unexplained.model_refusal("mistral") == \
+        "prim has no name for mistral (utils/frameworks/prim/: its model_names has none)"
+    with pytest.raises(ValueError, match="no_model names llama, which model_names has"):
+        dataclasses.replace(TABLE["prim"], no_model={"llama": "why"})
 
 
 def test_every_framework_with_names_has_one_for_each_benchmarked_model():

@@ -12,11 +12,12 @@ import pytest
 from tests.fixtures.train_matrix.requests import node
 from tests.fixtures.train_matrix.shell import machine
 from train.plan import build_plan, table
+from utils.frameworks import TABLE
 
 DEVICES = [("nvd", "h100"), ("nvd", "b200"), ("amd", "mi300x"), ("amd", "mi355x")]
 MODELS = "qwen3moe,gptoss"
 # Who plans each model at EP 8 on each vendor's newest stack; every other run of the plan is skipped with a reason.
-PLANNED = {"nvd": {"mega-qwen3moe", "mega-gptoss"}, "amd": {"mega-qwen3moe", "mega-gptoss"}}
+PLANNED = {"nvd": {"mega-qwen3moe", "mega-gptoss"}, "amd": {"mega-qwen3moe", "mega-gptoss", "prim-qwen3moe"}}
 PREDICTED = re.compile(r"predicted peak (?P<peak>[\d.]+) GiB of (?P<capacity>[\d.]+) GiB: (?P<verdict>fits|will not fit)")
 
 
@@ -40,6 +41,8 @@ def test_each_framework_plans_both_moe_models_at_ep_8_or_says_why_not(platform, 
         prediction = PREDICTED.search(lines[row + 1])
         assert prediction and "EP all-to-all" in lines[row + 1], lines[row + 1]
         assert float(prediction["peak"]) < float(prediction["capacity"]) and prediction["verdict"] == "fits"
+    prim = next((run.skipped for run in runs if run.name == "prim-gptoss"), None)
+    assert prim in (None, f"prim has no name for gptoss ({TABLE['prim'].no_model['gptoss']})")
 
 
 def test_the_prediction_is_the_layouts_not_the_devices():

@@ -44,8 +44,8 @@ PLACEHOLDER = re.compile(r"\$\{[^:{}]+:([^}]*)\}")
 # fp8_recipe mxfp8; fp4 e2m1 and fp4_recipe mxfp4) and whose other keys TPrimat sets from the profile as for BF16.
 SHIPPED_PRECISION = {"fp8": "FP8"}
 # Shipped experiment files per model, newest naming first (Primus renamed them to -BF16-/-FP8- in
-# late 2025; older images ship the single -pretrain.yaml). {precision} is BF16 or FP8. Primus ships none
-# for Mistral 7B (only Mixtral's MoE models), so mistral is absent: the planner skips prim for it.
+# late 2025; older images ship the single -pretrain.yaml). {precision} is BF16 or FP8. A model without one
+# (the entry's no_model says why) is absent: the planner skips prim for it.
 # Fairness-table names Megatron (and so Primus) spells the same way.
 FAIRNESS_KEYS = ("context_parallel_size", "use_distributed_optimizer", "overlap_grad_reduce",
                  "overlap_param_gather", "bias_swiglu_fusion", "apply_rope_fusion", "bias_dropout_fusion",

@@ -21,6 +21,13 @@ FRAMEWORK = Framework(
         "llama70b": ("llama3.1_70B-{precision}-pretrain.yaml", "llama3.1_70B-pretrain.yaml"),
         "qwen3moe": ("qwen3_30B_A3B-{precision}-pretrain.yaml",),  # v26.5 under MI300X/ and MI355X/, v25.11 MI355X/
     },
+    # AMD-AGI/Primus ca7ddda3: primus/configs/models/megatron/gpt_oss_20B.yaml extends deepseek_v2_base.yaml (a
+    # 2880-wide shared expert, seq_aux_loss, QK layernorm, no sinks, biases or clamp); examples/megatron/configs/MI355X/
+    # gpt_oss_20B-FP8-mlperf-pretrain.yaml lines 19-33 train SwiGLU and plain RoPE on Llama 3's tokenizer
+    no_model={"mistral": "Primus ships no Mistral 7B experiment, only Mixtral's",
+              "gptoss": "Primus's shipped gpt_oss_20B experiments build another model: their preset extends "
+                        "DeepSeek-V2's, with a shared expert and no attention sinks, biases or clamped SwiGLU, and the "
+                        "MLPerf one trains plain SwiGLU and RoPE"},
     transformer_impls=("transformer_engine",),
     expert_parallel=True,  # Megatron-LM's expert_model_parallel_size (train/prim/config.py), in its argument dump
 )
