@@ -5,8 +5,8 @@ figures check): so the parameter counts and the MoE numbers the result shows bes
 reader compares figures made from one model against numbers describing another. A MoE model's FLOPs count its active
 parameters (docs/results.md, "FLOPs"): model.active_parameters is recomputed with the same function the FLOPs use.
 
-The features a framework reports it built (effective.features: a sliding window, attention sinks, ...) are the
-spec's. A MoE run's read-back (effective.moe, in megatron-core's names) is held to the same spec and to the routing every
+The features a framework reports it built (effective.model_features: a sliding window, attention sinks, ...) are
+the spec's. A MoE run's read-back (effective.moe, in megatron-core's names) is held to the same spec and to the routing every
 framework runs (utils.spec.fairness.moe_settings): a setting that changes the loss and differs fails the run; one
 that changes only the speed (MOE_SPEED_SETTINGS: the dispatcher, the grouped GEMM, the fused permutation, the
 shared-expert overlap) is compared between the runs of a model and named where it differs (moe_differences).
@@ -46,13 +46,13 @@ def problems(r: Section) -> list[Problem]:
 
 def features(r: Section, spec) -> list[Problem]:
     """The model features (utils.spec.models.FEATURES: windows, attention sinks, biases, ...) the framework reports it
-    built (effective.features), where it reports them, against the spec's: a model that lacks one the spec has
+    built (effective.model_features), where it reports them, against the spec's: a model that lacks one the spec has
     trains other work under the spec's name."""
-    read = r.effective.extra.get("features") if r.effective is not None else None
+    read = r.effective.extra.get("model_features") if r.effective is not None else None
     if read is None or sorted(read) == sorted(spec.features):
         return []
-    return [("model features", f"effective.features is {sorted(read)} in the framework, {sorted(spec.features)} for "
-             f"{spec.variant} in utils/spec/models.py")]
+    return [("model features", f"effective.model_features is {sorted(read)} in the framework, "
+             f"{sorted(spec.features)} for {spec.variant} in utils/spec/models.py")]
 
 
 def moe_read_back(r: Section) -> dict | None:

@@ -222,7 +222,8 @@ def test_settings_the_log_lacks_are_named_in_one_line_with_their_flags(tmp_path,
     assert capsys.readouterr().err == (
         f"evaluate.extract: {log} does not say model variant, minimum LR, LR warm-up steps; give "
         "--variant llama3.1-8b|llama3.1-8b-tiny|qwen2.5-7b|qwen2.5-7b-tiny|llama3.1-70b|llama3.1-70b-tiny|"
-        "mistral-7b-v0.1|mistral-7b-v0.1-tiny|llama3.2-3b|llama3.2-3b-tiny|qwen3-30b-a3b|qwen3-30b-a3b-tiny --min-lr LR "
+        "mistral-7b-v0.1|mistral-7b-v0.1-tiny|llama3.2-3b|llama3.2-3b-tiny|qwen3-30b-a3b|qwen3-30b-a3b-tiny|"
+        "gpt-oss-20b|gpt-oss-20b-tiny --min-lr LR "
         "--warmup-steps N\n")
     assert not (tmp_path / "r.json").exists()
 

@@ -166,7 +166,7 @@ def test_the_missing_line_offers_only_the_variants_the_log_allows(tmp_path, caps
     assert code == 2
     assert capsys.readouterr().err == (f"evaluate.extract: {log} does not say model variant; give "
                                        "--variant llama3.1-8b-tiny|qwen2.5-7b-tiny|llama3.1-70b-tiny|"
-                                       "mistral-7b-v0.1-tiny|llama3.2-3b-tiny|qwen3-30b-a3b-tiny\n")
+                                       "mistral-7b-v0.1-tiny|llama3.2-3b-tiny|qwen3-30b-a3b-tiny|gpt-oss-20b-tiny\n")
 
 
 def test_printed_settings_become_effective_settings_but_a_split_models_parameters_do_not():

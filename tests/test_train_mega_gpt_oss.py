@@ -48,7 +48,7 @@ def test_the_tiny_gpt_oss_trains_over_gloo_as_the_spec_builds_it_and_passes_the_
     assert schema_errors(result) == [] and fatal(result) == []
     effective = result["effective"]
     assert effective["parameters"] == spec.param_count() == 52_471_704  # biases and sinks as the spec counts them
-    assert effective["features"] == list(spec.features) == [
+    assert effective["model_features"] == list(spec.features) == [
         "sliding_window", "alternating_window", "attention_sinks", "linear_bias", "clamped_swiglu", "yarn"]
     assert (effective["activation"], effective["position_embedding"], effective["head_dim"]) == \
         ("quick_gelu", "yarn", 64)
@@ -59,8 +59,8 @@ def test_the_tiny_gpt_oss_trains_over_gloo_as_the_spec_builds_it_and_passes_the_
 
 def test_a_model_built_without_one_of_its_features_fails_the_gate(runs):
     result = copy.deepcopy(runs("dp2").result)
-    result["effective"]["features"].remove("attention_sinks")
-    assert "effective.features is ['alternating_window', 'clamped_swiglu', 'linear_bias', 'sliding_window', " \
+    result["effective"]["model_features"].remove("attention_sinks")
+    assert "effective.model_features is ['alternating_window', 'clamped_swiglu', 'linear_bias', 'sliding_window', " \
            "'yarn'] in the framework, ['alternating_window', 'attention_sinks', 'clamped_swiglu', 'linear_bias', " \
            "'sliding_window', 'yarn'] for gpt-oss-20b-tiny in utils/spec/models.py" in fatal(result)
 

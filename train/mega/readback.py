@@ -75,7 +75,7 @@ def read_back(trainer, model, parameters: int, dataset) -> dict:
         "dataloader_type": "single",  # train/common/megatron_data.microbatches: Megatron-LM's sequential sample order
         "lr_warmup_convention": "megatron",  # Trainer.run_step: the schedule advances after the optimizer step
         "qk_norm": bool(config.qk_layernorm),
-        "features": mega_model.features_of(model),
+        "model_features": mega_model.features_of(model),
         "attention_softmax_in_fp32": bool(config.attention_softmax_in_fp32),
         **mega_model.moe_read_back(config),
     }
