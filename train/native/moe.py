@@ -1,12 +1,10 @@
 """A mixture-of-experts model (utils.spec.models' MoESpec) in the torch-native frameworks: Hugging Face's experts and
 router, trained with megatron-core's load-balancing loss and a router in fp32, so that its workload is mega's.
 
-- The load-balancing loss is megatron-core's aux_loss (megatron/core/transformer/moe/moe_utils.py,
-  switch_load_balancing_loss_func): per layer E x sum_i f_i P_i x coefficient over this rank's microbatch, f_i the
-  share of its top-k assignments expert i got, P_i expert i's mean softmax probability over all experts; one per
-  layer, their sum trained. Hugging Face's own load_balancing_loss_func pools every layer's tokens into one such sum
-  and multiplies it by top_k, which weighs the loss k/L times megatron-core's for the same balance (1/6 for Qwen3
-  30B-A3B): TPrimat computes megatron-core's from the router logits Hugging Face returns.
+- The load-balancing loss is megatron-core's aux_loss (train/common/moe_loss.py) of each layer over this rank's
+  microbatch, their sum trained. Hugging Face's own load_balancing_loss_func pools every layer's tokens into one
+  such sum and multiplies it by top_k, which weighs the loss k/L times megatron-core's for the same balance (1/6 for
+  Qwen3 30B-A3B): TPrimat computes megatron-core's from the router logits Hugging Face returns.
 - The loss is added to the gradient only, as megatron-core's MoEAuxLossAutoScaler adds it: the recorded loss stays
   the language-model loss, the number every framework's step line shows.
 - The router's logits are computed in fp32 (utils.spec.fairness.MOE_ROUTING's moe_router_dtype):
@@ -19,6 +17,7 @@ import functools
 
 import torch
 
+from train.common import moe_loss
 
 
 def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], config) -> torch.Tensor:
@@ -27,12 +26,7 @@ def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], config) -> torc
     total = torch.zeros((), dtype=torch.float32, device=router_logits[0].device)
     for logits in router_logits:
         probs = torch.softmax(logits.float(), dim=-1)
-        tokens, experts = probs.shape
-        chosen = torch.topk(probs, config.num_experts_per_tok, dim=-1).indices
-        assigned = torch.zeros(experts, dtype=torch.float32, device=probs.device).scatter_add_(
-            0, chosen.flatten(), torch.ones(chosen.numel(), dtype=torch.float32, device=probs.device))
-        share = assigned / (tokens * config.num_experts_per_tok)
-        total = total + experts * torch.sum(share * probs.mean(dim=0))
+        total = total + moe_loss.aux_loss(probs, torch.topk(probs, config.num_experts_per_tok, dim=-1).indices)
     return total * config.router_aux_loss_coef
 
 
