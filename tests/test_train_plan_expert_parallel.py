@@ -26,7 +26,7 @@ RUN = {"id": "mega-qwen3moe", "started_at": None, "ended_at": None, "status": "o
        "error_excerpt": None, "commit": None}
 FSDP_REASON = ("fsdp has no expert parallelism (EP=2): Hugging Face's MoE modules under FSDP2 hold every expert on each "
                "rank (train/native/moe.py has no expert-parallel split); EP=1 runs it; the frameworks with it: mega, "
-               "prim, mbridge")
+               "prim, mbridge, torchtitan")
 
 
 def moe_node(**env: str):
@@ -51,7 +51,7 @@ def test_a_framework_without_expert_parallelism_is_skipped_with_why_and_mega_run
 
 
 def test_expert_parallelism_is_a_field_of_each_entry_and_a_reason_only_where_it_is_off():
-    assert [name for name, entry in TABLE.items() if entry.expert_parallel] == ["mega", "prim", "mbridge"]
+    assert [name for name, entry in TABLE.items() if entry.expert_parallel] == ["mega", "prim", "mbridge", "torchtitan"]
     assert [name for name, entry in TABLE.items() if entry.no_expert_parallel] == ["fsdp"]
     with pytest.raises(ValueError, match="no_expert_parallel says why it has no expert parallelism, but "
                                          "expert_parallel is on"):
@@ -90,7 +90,8 @@ def test_an_entry_that_says_nothing_of_expert_parallelism_has_none():
     toy = Framework(name="toy", display_name="Toy", platforms=("cpu",), warmup_convention="megatron",
                     probe_modules=(), trainer="toy.py")
     assert (toy.expert_parallel, toy.ep_refusal(1)) == (False, "")
-    assert toy.ep_refusal(2) == "toy has no expert parallelism (EP=2); the frameworks with it: mega, prim, mbridge"
+    assert toy.ep_refusal(2) == ("toy has no expert parallelism (EP=2); the frameworks with it: mega, prim, mbridge, "
+                                 "torchtitan")
 
 
 def test_expert_parallelism_splits_the_predicted_experts_and_their_optimizer_over_the_expert_replicas():

@@ -173,21 +173,27 @@ def read(path):
 with torch.device("meta"):
     model = config.model_spec.model.build()
 # the read-back of a trainer built with this config (train/torchtitan/trainer.py), its parallel dims as torchtitan
-# derives them for the request's world size and its GA as Trainer.__init__ does
+# derives them for the request's world size, its GA as Trainer.__init__ does, its device torchtitan's (a GPU's
+# without the CPU's stand-ins) and a MoE model's routers given the load-balancing loss as TimedTrainer gives them
 from types import SimpleNamespace
 from torchtitan.distributed import ParallelDims
+from train.torchtitan import moe
 from train.torchtitan.trainer import effective
 dims = ParallelDims.from_config(config.parallelism, int(sys.argv[2]))
 dp = dims.dp_shard * dims.dp_replicate
 ga = config.training.global_batch_size // (config.training.local_batch_size * dp)
 built = SimpleNamespace(config=config, parallel_dims=dims, model_config=config.model_spec.model,
-                        gradient_accumulation_steps=ga, dataloader=SimpleNamespace(source=SimpleNamespace(
-                            mock=False, prefix=settings["request"]), validation=None))
+                        gradient_accumulation_steps=ga, model_parts=[model], device=torch.device(utils.device_type),
+                        dataloader=SimpleNamespace(source=SimpleNamespace(mock=False, prefix=settings["request"]),
+                                                   validation=None))
+moe.add_aux_loss(built)
 print(json.dumps({
     "effective": effective(built),
     "type": type(config).__qualname__,
     "kept": {path: read(path) == value for path, value in settings["set"].items()},
     "parameters": sum(p.numel() for p in model.parameters()),
+    "model": config.model_spec.name, "parallelize": config.model_spec.parallelize_fn.__name__,
+    "scales": sorted({layer.router.aux_loss.scale for layer in moe.moe_layers(model)}),
     "qkv_bias": any(name.endswith("wqkv.bias") for name, _ in model.named_parameters()),
     "norm_eps": sorted({m.eps for m in model.modules() if isinstance(m, torch.nn.RMSNorm)}),
     "groups": [(g.pattern, g.optimizer_kwargs["weight_decay"]) for g in config.optimizer.param_groups],
@@ -228,6 +234,7 @@ def probed(torchtitan_path, tmp_path_factory):
 def test_torchtitans_own_config_manager_loads_tprimats_config_and_keeps_every_value(probed, model):
     req, found = tp2_request(model), probed(model)
     assert found["type"] == "TimedTrainer.Config" and found["dataloader"] == "PreparedDataLoader.Config"
+    assert (found["model"], found["parallelize"], found["scales"]) == ("llama3", "parallelize_llama", [])
     assert [path for path, kept in found["kept"].items() if not kept] == []
     assert found["parameters"] == req.model.param_count()  # the spec's architecture, QKV bias and untied head
     assert (found["qkv_bias"], found["norm_eps"]) == (model == "qwen", [req.model.norm_eps])
@@ -246,7 +253,8 @@ def test_the_read_back_of_the_built_trainer_is_the_request_where_the_judge_compa
               "grad_reduce_in_fp32": req.fairness.table["grad_reduce_in_fp32"], "overlap_grad_reduce": True,
               "overlap_param_gather": True, "average_in_collective": True, "num_layers": 2,
               "hidden_size": req.model.hidden_size, "num_attention_heads": req.model.num_attention_heads,
-              "num_kv_heads": req.model.num_kv_heads, "padded_vocab_size": req.fairness.workload["padded_vocab_size"]}
+              "num_kv_heads": req.model.num_kv_heads, "padded_vocab_size": req.fairness.workload["padded_vocab_size"],
+              "head_dim": req.model.head_dim, "qk_norm": False, "ep": 1, "moe": None}
     assert {key: found[key] for key in wanted} == wanted
 
 

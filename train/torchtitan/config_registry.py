@@ -3,12 +3,14 @@ tprimat` (torchtitan/config/manager.py, ConfigManager._load_config, imports <mod
 function) returns the Trainer.Config of one run, from the settings of train/torchtitan/settings.py named by
 TPRIMAT_TORCHTITAN_SETTINGS.
 
-The model is torchtitan's llama3 model built from the spec's numbers with the helpers its own registry uses
+A dense model is torchtitan's llama3 model built from the spec's numbers with the helpers its own registry uses
 (torchtitan/models/llama3/__init__.py: _build_llama3_layers and the parameter initialisations, private names of the
 pinned 0.3.0): FlexAttention (its llama3 default), fused QKV, Llama 3's RoPE scaling where the spec has one, the
 spec's norm epsilon, and Qwen 2.5's QKV bias as a bias on the fused QKV projection (whose tensor-parallel placement
-torchtitan shards with the weight: models/common/decoder_sharding.py). The loss is its llama3 configs' chunked cross
-entropy, the data TPrimat's (train/torchtitan/data.py), the trainer TPrimat's timed one (train/torchtitan/trainer.py).
+torchtitan shards with the weight: models/common/decoder_sharding.py). A mixture of experts (Qwen3 30B-A3B) is its
+qwen3 MoE model (train/torchtitan/moe.py), parallelised by its qwen3 parallelize_fn. The loss is its configs' chunked
+cross entropy, the data TPrimat's (train/torchtitan/data.py), the trainer TPrimat's timed one
+(train/torchtitan/trainer.py, which adds megatron-core's load-balancing loss to a MoE model's routers).
 Every dotted path of the settings' `set` must name an existing field: a misspelt or renamed one stops the run.
 
 On ranks other than the one torchtitan logs metrics on (rank 0 without pipeline parallelism), its INFO lines are
@@ -23,16 +25,19 @@ import os
 from pathlib import Path
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
-from torchtitan.components.optimizer import OptimizersContainer
+from torchtitan.components.optimizer import OptimizersContainer, register_moe_load_balancing_hook
 from torchtitan.components.optimizer.optimizer import ParamGroupConfig
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.models import llama3 as titan_llama
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
 from torchtitan.models.common.attention import ScaledDotProductAttention
 from torchtitan.models.llama3.model import Llama3Model
+from torchtitan.models.qwen3 import parallelize_qwen3
+from torchtitan.models.qwen3.model import Qwen3Model
 from torchtitan.protocols.model_spec import ModelSpec
 
 from train.common import console
+from train.torchtitan import moe
 from train.torchtitan.data import PreparedDataLoader
 from train.torchtitan.settings import SETTINGS_ENV
 from train.torchtitan.trainer import TimedTrainer
@@ -48,29 +53,12 @@ def read_settings() -> dict:
     return json.loads(Path(path).read_text())
 
 
-def build_model(numbers: dict, attention: str = ATTENTION) -> Llama3Model.Config:
-    """torchtitan's llama3 model config with exactly the spec's numbers; attention "sdpa": each layer's inner
-    attention torchtitan's ScaledDotProductAttention (causal) instead of FlexAttention (settings.py, ATTENTION).
-    torchtitan's own builder refuses "sdpa" for language models (models/common/config_utils.py:97-101) but takes
-    the layer's config set afterwards."""
-    dim, heads = numbers["dim"], numbers["n_heads"]
-    scaling = numbers["rope_scaling"]
-    rope = ComplexRoPE.Config(
-        dim=dim // heads, max_seq_len=numbers["max_seq_len"], theta=numbers["rope_theta"],
-        **({"scaling": "llama", "scaling_factor": scaling["factor"], "low_freq_factor": scaling["low_freq_factor"],
-            "high_freq_factor": scaling["high_freq_factor"],
-            "original_max_position_embeddings": scaling["original_max_position_embeddings"]} if scaling else {}))
-    vocab, tied = numbers["vocab_size"], numbers["tied_embeddings"]
-    config = Llama3Model.Config(
-        dim=dim, vocab_size=vocab, enable_weight_tying=tied,
-        tok_embeddings=Embedding.Config(
-            num_embeddings=vocab, embedding_dim=dim,
-            param_init=titan_llama._EMBEDDING_SKIP_INIT if tied else titan_llama._EMBEDDING_INIT),
-        norm=RMSNorm.Config(normalized_shape=dim, param_init=titan_llama._NORM_INIT),
-        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=titan_llama._output_linear_init(dim)),
-        layers=titan_llama._build_llama3_layers(
-            n_layers=numbers["num_layers"], dim=dim, n_heads=heads, n_kv_heads=numbers["n_kv_heads"],
-            hidden_dim=numbers["ffn_hidden"], rope=rope, fuse_qkv=True, attn_backend=ATTENTION))
+def build_model(numbers: dict, attention: str = ATTENTION) -> Llama3Model.Config | Qwen3Model.Config:
+    """torchtitan's llama3 model config (a mixture of experts: its qwen3 MoE model's) with exactly the spec's
+    numbers; attention "sdpa": each layer's inner attention torchtitan's ScaledDotProductAttention (causal) instead of
+    FlexAttention (settings.py, ATTENTION). torchtitan's own builder refuses "sdpa" for language models
+    (models/common/config_utils.py:97-101) but takes the layer's config set afterwards."""
+    config = moe.qwen3_moe(numbers, ATTENTION) if numbers["moe"] else llama(numbers)
     for _, norm, _, _ in config.traverse(RMSNorm.Config):
         norm.eps = numbers["norm_eps"]
     if attention == "sdpa":
@@ -83,6 +71,28 @@ def build_model(numbers: dict, attention: str = ATTENTION) -> Llama3Model.Config
             if fqn.endswith(".wqkv"):
                 linear.bias = True
     return config
+
+
+def llama(numbers: dict) -> Llama3Model.Config:
+    """torchtitan's llama3 model config with the spec's numbers."""
+    dim, heads = numbers["dim"], numbers["n_heads"]
+    scaling = numbers["rope_scaling"]
+    rope = ComplexRoPE.Config(
+        dim=dim // heads, max_seq_len=numbers["max_seq_len"], theta=numbers["rope_theta"],
+        **({"scaling": "llama", "scaling_factor": scaling["factor"], "low_freq_factor": scaling["low_freq_factor"],
+            "high_freq_factor": scaling["high_freq_factor"],
+            "original_max_position_embeddings": scaling["original_max_position_embeddings"]} if scaling else {}))
+    vocab, tied = numbers["vocab_size"], numbers["tied_embeddings"]
+    return Llama3Model.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying=tied,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=vocab, embedding_dim=dim,
+            param_init=titan_llama._EMBEDDING_SKIP_INIT if tied else titan_llama._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=titan_llama._NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=titan_llama._output_linear_init(dim)),
+        layers=titan_llama._build_llama3_layers(
+            n_layers=numbers["num_layers"], dim=dim, n_heads=heads, n_kv_heads=numbers["n_kv_heads"],
+            hidden_dim=numbers["ffn_hidden"], rope=rope, fuse_qkv=True, attn_backend=ATTENTION))
 
 
 def apply(config: TimedTrainer.Config, values: dict) -> None:
@@ -108,11 +118,16 @@ def tprimat() -> TimedTrainer.Config:
     """The run's Trainer.Config (torchtitan's config function)."""
     console.whole_lines()  # torchtitan calls this in its own process, before it prints a step
     settings = read_settings()
-    model = build_model(settings["model"], settings["attention"])
+    numbers = settings["model"]
+    model = build_model(numbers, settings["attention"])
+    # torchtitan's own wiring of the model (models/llama3/__init__.py, models/qwen3/__init__.py: model_registry); its
+    # MoE load-balancing hook registers nothing where no layer has an expert bias (moe.py)
+    spec = dict(name="qwen3", parallelize_fn=parallelize_qwen3,
+                post_optimizer_build_fn=register_moe_load_balancing_hook) if numbers["moe"] else \
+        dict(name="llama3", parallelize_fn=titan_llama.parallelize_llama, post_optimizer_build_fn=None)
     config = TimedTrainer.Config(
-        model_spec=ModelSpec(name="llama3", flavor=settings["model"]["variant"], model=model,
-                             parallelize_fn=titan_llama.parallelize_llama, pipelining_fn=pipeline_llm,
-                             post_optimizer_build_fn=None, state_dict_adapter=None),
+        model_spec=ModelSpec(flavor=numbers["variant"], model=model, pipelining_fn=pipeline_llm,
+                             state_dict_adapter=None, **spec),
         loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=model.vocab_size)),
         optimizer=OptimizersContainer.Config(param_groups=[
             ParamGroupConfig(pattern=group["pattern"], optimizer_name="AdamW",

@@ -13,6 +13,8 @@ DebugConfig), components/optimizer/lr_scheduler.py (LRSchedulersContainer.Config
 
 from __future__ import annotations
 
+import dataclasses
+
 from train.launch.builder import REQUEST_FILE
 from utils.config.native import REPLICATED, SHARDED
 from utils.errors import UsageError
@@ -32,6 +34,9 @@ PRECISIONS = {"bf16": "bfloat16", "fp32": "float32"}
 # mask as FlexAttention's block-causal one)
 ATTENTION = {"cpu": "sdpa"}
 DEFAULT_ATTENTION = "flex"
+# A mixture of experts' load balancing (utils.spec.models' MoESpec) that TPrimat adds to torchtitan's routers, which
+# have no loss of their own: megatron-core's aux_loss (train/torchtitan/moe.py), or none
+LOAD_BALANCING = ("aux_loss", "none")
 
 
 def refusals(req: Request) -> list[str]:
@@ -57,6 +62,13 @@ def refusals(req: Request) -> list[str]:
         found.append(f"LR_DECAY_STYLE={t.lr_decay_style}: torchtitan decays {' or '.join(DECAY_STYLES)}")
     if req.model.sliding_window is not None:
         found.append(f"{req.model.key}: torchtitan's llama3 model has no sliding-window attention")
+    if lay.ep > 1 and native.data_parallel == REPLICATED:
+        found.append(f"EP={lay.ep} with DATA_PARALLEL=ddp: torchtitan's expert parallelism takes its ranks from "
+                     "FSDP's (ParallelismConfig.expert_parallel_degree); set DATA_PARALLEL=fsdp or EP=1")
+    moe = req.model.moe
+    if moe is not None and moe.load_balancing not in LOAD_BALANCING:
+        found.append(f"{req.model.key}: its {moe.load_balancing} load balancing is not mapped onto torchtitan (which "
+                     f"has no load-balancing loss; TPrimat adds {' or '.join(LOAD_BALANCING)})")
     return found
 
 
@@ -68,7 +80,8 @@ def model(req: Request) -> dict:
             "n_heads": spec.num_attention_heads, "n_kv_heads": spec.num_kv_heads, "ffn_hidden": spec.ffn_hidden_size,
             "vocab_size": req.fairness.workload["padded_vocab_size"], "rope_theta": spec.rope_theta,
             "rope_scaling": dict(spec.rope_scaling), "norm_eps": spec.norm_eps, "qkv_bias": spec.qkv_bias,
-            "tied_embeddings": spec.tied_embeddings,
+            "tied_embeddings": spec.tied_embeddings, "head_dim": spec.head_dim, "qk_norm": spec.qk_norm,
+            "moe": dataclasses.asdict(spec.moe) if spec.moe else None,
             "max_seq_len": max(spec.max_position_embeddings, req.training.seq_len)}
 
 
@@ -78,7 +91,7 @@ def settings(req: Request, run_dir: str) -> dict:
     problems = refusals(req)
     if problems:
         raise UsageError("torchtitan cannot run this request: " + "; ".join(problems))
-    lay, t, native, table = req.parallelism, req.training, req.native, req.fairness.table
+    lay, t, native, table, moe = req.parallelism, req.training, req.native, req.fairness.table, req.model.moe
     fsdp = native.data_parallel == SHARDED
     values: dict[str, object] = {
         "dump_folder": f"{run_dir}/torchtitan",
@@ -106,6 +119,10 @@ def settings(req: Request, run_dir: str) -> dict:
         "parallelism.enable_sequence_parallel": lay.sequence_parallel,
         "parallelism.pipeline_parallel_degree": 1,
         "parallelism.context_parallel_degree": 1,
+        # a mixture of experts' experts split over EP of the FSDP ranks (torchtitan's efsdp = DP / EP), and
+        # megatron-core's load-balancing loss, which TPrimat adds to its routers (train/torchtitan/moe.py)
+        "parallelism.expert_parallel_degree": lay.ep,
+        "moe_aux_loss_coeff": moe.aux_loss_coeff if moe and moe.load_balancing == "aux_loss" else None,
         # the LR schedule: linear warm-up (torchtitan's convention), then the decay to MIN_LR over the other steps
         "lr_scheduler.warmup_steps": t.warmup_steps,
         "lr_scheduler.decay_type": t.lr_decay_style,

@@ -4,8 +4,9 @@ torchtitan's metrics line (components/metrics.py, MetricsProcessor.log) gives no
 over the host clock, and its memory is rank 0's peak reserved since the previous line. This subclass times each
 step as train/common/step_timer.py does for NeMo: the device synchronised at every step boundary, every rank's peak
 memory, one TPRIMAT_STEP line per step from global rank 0, the interval since the previous step's end (so what the
-loop runs between steps is inside). Once built it prints the settings it really trains with, read from the built
-trainer, as a TPRIMAT_EFFECTIVE line, which evaluate.judge compares with the request.
+loop runs between steps is inside). Once built it gives a mixture of experts' routers megatron-core's load-balancing
+loss (train/torchtitan/moe.py) and prints the settings it really trains with, read from the built trainer (a MoE
+model's experts and routing too), as a TPRIMAT_EFFECTIVE line, which evaluate.judge compares with the request.
 
 With EVAL_INTERVAL it evaluates as mega, fsdp and autotp do (train/common/evaluation.py's Evaluator: after every
 interval and the last step, the same first samples of the prepared validation split each time, the seconds taken out
@@ -32,6 +33,8 @@ from torchtitan.trainer import Trainer
 from train.common.evaluation import EVALS_FILE, Evaluator
 from train.common.step_log import StepLog
 from train.common.step_timer import StepClock, peak_memory, step_line
+from train.torchtitan import moe
+from train.torchtitan.settings import PRECISIONS
 from utils.config.native import REPLICATED, SHARDED
 from utils.spec import fairness
 
@@ -41,10 +44,13 @@ class TimedTrainer(Trainer):
 
     @dataclass(kw_only=True, slots=True)
     class Config(Trainer.Config):
-        pass
+        moe_aux_loss_coeff: float | None = None
+        """A mixture of experts' load-balancing loss weight: megatron-core's aux loss, which TPrimat adds to every
+        router (train/torchtitan/moe.py); None: none."""
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
+        moe.add_aux_loss(self)
         self.clock = StepClock()
         self.evaluator: Evaluator | None = None
         self.reached_target = False
@@ -99,13 +105,13 @@ def effective(trainer: Trainer) -> dict:
     dp, ddp = dims.dp_shard * dims.dp_replicate, dims.dp_shard == 1 and dims.dp_replicate > 1
     attention = model.layers[0].attention
     loader = trainer.dataloader
+    precision = {titan: name for name, titan in PRECISIONS.items()}[training.mixed_precision_param]
     return {
         "tp": dims.tp, "pp": dims.pp, "dp": dp, "cp": dims.cp, "num_gpus": dims.world_size,
         "sequence_parallel": dims.tp > 1 and config.parallelism.enable_sequence_parallel,
         "ga": trainer.gradient_accumulation_steps, "mbs": training.local_batch_size,
         "gbs": training.local_batch_size * dp * trainer.gradient_accumulation_steps,
-        "seq_len": training.seq_len, "steps": training.steps,
-        "precision": {"bfloat16": "bf16", "float32": "fp32"}[training.mixed_precision_param],
+        "seq_len": training.seq_len, "steps": training.steps, "precision": precision,
         "grad_reduce_in_fp32": ddp or training.mixed_precision_reduce == "float32",
         **fairness.fixed("ddp" if ddp else "fsdp2"),  # what torchtitan's FSDP2 or DDP does with overlap and averaging
         "lr": group["lr"], "min_lr": group["lr"] * schedule.min_lr_factor, "warmup_steps": schedule.warmup_steps,
@@ -115,6 +121,11 @@ def effective(trainer: Trainer) -> dict:
         "sac_every": 0 if config.activation_checkpoint is None else None,
         "num_layers": len(model.layers), "hidden_size": model.dim, "padded_vocab_size": model.vocab_size,
         "num_attention_heads": attention.n_heads, "num_kv_heads": attention.n_kv_heads,
+        "head_dim": attention.head_dim or model.dim // attention.n_heads, "qk_norm": attention.qk_norm is not None,
+        "ep": dims.ep,
+        # the experts and routing it built (train/torchtitan/moe.py); the router's gate computes under autocast to
+        # fp32, which the CPU's autocast lacks (there it runs in the parameters' dtype)
+        **moe.read_back(trainer.model_parts[0], dims.ep, "fp32" if trainer.device.type != "cpu" else precision),
         # the attention every layer runs (FlexAttention; on the CPU ScaledDotProductAttention: settings.py)
         "attention_backend": type(attention.inner_attention).__qualname__.removesuffix(".Config"),
         "mock_data": loader.source.mock, "data_path": None if loader.source.mock else str(loader.source.prefix),

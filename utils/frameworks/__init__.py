@@ -203,8 +203,8 @@ class Framework:
                                if other.model_names is None and set(lacking) <= other.features)
             return (f"{self.name} does not build {', '.join(lacking)} (utils/frameworks/{self.name}/: its features), "
                     f"which {model} has; the frameworks that build it: {having or 'none'}")
-        if self.model_names is None and get_model(model).moe is not None:
-            if not self.builds_moe:
+        if get_model(model).moe is not None:
+            if self.model_names is None and not self.builds_moe:
                 having = ", ".join(name for name, other in TABLE.items() if other.builds_moe)
                 return (f"{self.name} builds no mixture-of-experts model such as {model} (utils/frameworks/"
                         f"{self.name}/: builds_moe is off); the frameworks that build one: {having}")

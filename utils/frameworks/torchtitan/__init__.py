@@ -2,14 +2,15 @@
 entry point `torchtitan.train`, configured by TPrimat's config function (train/torchtitan/): the reference that fsdp
 must not be slower than on one layout.
 
-It builds each model of utils.spec.models from the spec as torchtitan's llama3 model (Qwen 2.5's QKV bias as a
-bias on its fused QKV projection; no sliding window, so Mistral skips it) and reads TPrimat's prepared data through
-TPrimat's dataloader component. On the CPU it runs only when FRAMEWORK names it (`on_request`: not in
-the CPU's default run set), from an environment of its own built on first use (`environment`:
-train/torchtitan/environment.py), through torchtitan's own loop with stand-ins for what needs a GPU
-(train/torchtitan/cpu_stand_ins.py, docs/frameworks.md "torchtitan"), in fp32 with SDPA attention. Its LR warm-up is torchtitan's own (step k at LR x k/W), its
-result is extracted from its log: torchtitan's metrics line and TPrimat's TPRIMAT_STEP line (device-synchronised
-step time, every rank's peak memory).
+It builds each dense model of utils.spec.models from the spec as torchtitan's llama3 model (Qwen 2.5's QKV bias as
+a bias on its fused QKV projection; no sliding window, so Mistral skips it), Qwen3 30B-A3B as its qwen3 MoE model
+with megatron-core's load-balancing loss added (train/torchtitan/moe.py; at TP=1, its experts split over EP of the
+FSDP ranks), and reads TPrimat's prepared data through TPrimat's dataloader component. On the CPU it runs only when
+FRAMEWORK names it (`on_request`: not in the CPU's default run set), from an environment of its own built on first
+use (`environment`: train/torchtitan/environment.py), through torchtitan's own loop with stand-ins for what needs a
+GPU (train/torchtitan/cpu_stand_ins.py, docs/frameworks.md "torchtitan"), in fp32 with SDPA attention. Its LR
+warm-up is torchtitan's own (step k at LR x k/W), its result is extracted from its log: torchtitan's metrics line
+and TPrimat's TPRIMAT_STEP line (device-synchronised step time, every rank's peak memory).
 
 torchtitan has pipeline parallelism too; TPrimat does not map it yet (the fsdp memory model has no pipeline stages),
 so a PP > 1 layout skips it. Its selective activation checkpointing is per operation on every layer, not SAC_FREQ's
@@ -19,10 +20,19 @@ every N-th layer, and its compile has no mode: SAC_FREQ skips it, COMPILE_MODE o
 from utils.frameworks import Framework
 from utils.spec.models import ENTRIES
 
-# torchtitan's llama3 model (train/torchtitan/config_registry.py builds it from the spec) has no sliding window, no
-# experts and no QK-norm: a model with one (Mistral 7B; Qwen3 30B-A3B) has no name here and skips torchtitan.
-MODEL_NAMES = {spec.key: "llama3" for spec, _ in ENTRIES
-               if spec.sliding_window is None and spec.moe is None and not spec.qk_norm}
+
+def model_name(spec) -> str | None:
+    """torchtitan's model TPrimat builds a spec as (train/torchtitan/config_registry.py): its llama3 model for a dense
+    one without QK-norm, its qwen3 MoE model for Qwen3's mixture of experts (train/torchtitan/moe.py); neither has a
+    sliding window (Mistral 7B skips torchtitan)."""
+    if spec.sliding_window is not None:
+        return None
+    if spec.moe is not None:
+        return "qwen3" if spec.hf_family == "qwen3_moe" else None
+    return None if spec.qk_norm else "llama3"
+
+
+MODEL_NAMES = {spec.key: name for spec, _ in ENTRIES if (name := model_name(spec))}
 
 FRAMEWORK = Framework(
     name="torchtitan", display_name="torchtitan", platforms=("amd", "nvd"), on_request=("cpu",),
@@ -33,6 +43,12 @@ FRAMEWORK = Framework(
     command="train.torchtitan.launch:command", log_format="utils.frameworks.torchtitan.log_format:FORMAT",
     memory_model="fsdp2", environment="train.torchtitan.environment:environment",
     parallelisms=frozenset({"tp"}), precisions=("bf16", "fp32"), knobs=("DATA_PARALLEL", "COMPILE"), model_names=MODEL_NAMES,
+    builds_moe=True,  # Qwen3 30B-A3B as its qwen3 MoE model (train/torchtitan/moe.py)
+    # its ParallelismConfig.expert_parallel_degree, the EP ranks taken from FSDP's (train/torchtitan/settings.py)
+    expert_parallel=True,
+    moe_tp_refusal=("TPrimat adds megatron-core's load-balancing loss to torchtitan's routers (it has none of its "
+                    "own) on each rank's own tokens; at TP > 1 torchtitan routes the TP group's tokens as DTensors, "
+                    "which that loss is not mapped onto"),
     env={"amd": {"DISABLE_ADDMM_HIP_LT": "0"}},  # as fsdp's: the same torch on the same GPUs
     # utils/upstream/table.py: torchtitan-0.3.0-mesh-dims, torchtitan-0.3.0-block-mask, torch-2.13-mesh-dims
     torch_floor=("2.13", "torchtitan 0.3.0 imports torch.distributed.fsdp.DataParallelMeshDims and calls "
