@@ -20,7 +20,9 @@ def section(items: Sequence[Loaded]) -> list[str]:
     out = ["## Mixture of experts: the experts' load", "",
            "Each MoE layer's busiest expert against the mean of its experts (token-to-expert assignments over the "
            "steady-state steps: 1.00 is a perfect balance, the expert count the worst), the worst layer's and the "
-           "layers' range, and the assignments a capacity factor dropped (docs/results.md, \"The experts' load\").", "",
+           "layers' range, and the assignments a capacity factor dropped (docs/results.md, \"The experts' load\"). "
+           "The share of the step spent dispatching tokens is not shown: no framework's own timers separate it "
+           "(megatron-core's MoE layer marks it with NVTX ranges only); a PROFILING=1 trace shows the all-to-all.", "",
            "| Run | Framework | Model | TP/PP/DP/EP | tokens/s/GPU | experts, top-k | max / mean, worst layer | "
            "max / mean, layers | dropped |",
            "|---|---|---|---|---|---|---|---|---|"]
