@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from utils.predict.layout import Layout
+from utils.predict.moe import hf_moe_bytes_per_token, megatron_moe_bytes_per_token
 from utils.spec.models import ModelSpec
 
 
@@ -20,12 +21,18 @@ def hf_layer_bytes_per_token(spec: ModelSpec, tp: int, width: int, sequence_para
     grouped-query attention keeps g KV heads (SDPA's enable_gqa, taken when there is no explicit mask). Under TP
     the heads and the FFN split; autotp's norms stay whole. With sequence parallelism (fsdp at TP > 1: torchtitan's
     plan) each norm runs on 1/TP of the tokens, but its output all-gathered for the column-parallel projections
-    (what they save: w h per token) is whole. From the sources; the CPU's measured peaks check TP = 1."""
+    (what they save: w h per token) is whole. QK-norm (Qwen3) keeps each head's fp32 input, 1/rms and the normalised
+    value cast back ((4 + w) d + 4 per query and KV head). A mixture of experts (fsdp: TP = 1) keeps no
+    post-attention norm output but its router's fp32 input, in utils.predict.moe.hf_moe_bytes_per_token with the rest
+    of its sparse block. From the sources; the CPU's measured peaks check TP = 1."""
     h, d, f, a, g = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size, spec.num_attention_heads, spec.num_kv_heads
     shard = tp if sequence_parallel else 1
-    norms = 2 * (4 * h + 4 + width * h) / shard + 2 * width * h
-    attention = width * (2 * a * d + 2 * g * d) + 4 * a
-    return norms + (attention + 4 * width * f) // tp
+    outputs = (2 if spec.moe is None else 1) * width * h
+    norms = 2 * (4 * h + 4 + width * h) / shard + outputs
+    qk_norm = ((4 + width) * d + 4) * (a + g) if spec.qk_norm else 0
+    attention = width * (2 * a * d + 2 * g * d) + 4 * a + qk_norm
+    mlp = 4 * width * f if spec.moe is None else hf_moe_bytes_per_token(spec, width)
+    return norms + (attention + mlp) // tp
 
 
 def megatron_layer_bytes_per_token(spec: ModelSpec, tp: int, width: int, fused_swiglu: bool = True) -> float:
@@ -38,10 +45,16 @@ def megatron_layer_bytes_per_token(spec: ModelSpec, tp: int, width: int, fused_s
     (the profile's bias_swiglu_fusion off) also the SiLU output and the up half plus glu_linear_offset (2 w f, as
     the local spec: megatron_local_layer_bytes). The paper's 34 s b h (h-wide MLP of 4h, multi-head, with dropout
     masks) becomes this; with sequence parallelism (TP > 1) the h-wide tensors are split over TP too, as the rest
-    is. From the sources, not checked on a GPU here (the CPU runs the local spec)."""
+    is. QK-norm (Qwen3: Transformer Engine's RMSNorm on each head) keeps its input, a part of the QKV projection's
+    output that v holds too, and rstd (w d + 4 per query and KV head). A mixture of experts' layer in place of the
+    MLP: utils.predict.moe.megatron_moe_bytes_per_token (the router keeps the MLP's input, the pre-MLP norm's output).
+    From the sources, not checked on a GPU here (the CPU runs the local spec)."""
     h, d, f, a, g = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size, spec.num_attention_heads, spec.num_kv_heads
     wide = 2 * (width * h + 4) + 2 * width * h
-    attention = width * (2 * a * d + 2 * g * d) + 4 * a
+    qk_norm = (width * d + 4) * (a + g) if spec.qk_norm else 0
+    attention = width * (2 * a * d + 2 * g * d) + 4 * a + qk_norm
+    if spec.moe is not None:
+        return (wide + attention) / tp + megatron_moe_bytes_per_token(spec, tp, width, True, fused_swiglu)
     return (wide + attention + (3 if fused_swiglu else 5) * width * f) / tp
 
 
@@ -57,8 +70,13 @@ def megatron_local_layer_bytes(spec: ModelSpec, tp: int, width: int, seq_len: in
       (w a d), the softmax in fp32 (FusedScaleMaskSoftmax unfused, softmax_in_fp32: 4 a s) and the probabilities
       cast back for the value product (w a s, 16-bit runs); once for the microbatch the boolean causal mask
       (s x s bytes) and RoPE's cos and sin cast to w for q and for k (4 x s x d x w bytes, rope_utils.py);
+    - QK-norm (Qwen3: torch's rms_norm on each head): the fp32 input, the fp32 normalised value and 1/rms (8 d + 4 per
+      query and KV head); in fp32 the inputs are the queries, copied out of the QKV projection's output where their
+      reshape to heads cannot be a view (1 < g < a on the rank: attention.py get_query_key_value_tensors), and the
+      keys, a view that keeps that output whole (4 (a + 2 g) d);
     - the MLP (megatron/core/transformer/mlp.py, gated_linear_unit unfused): fc1's gate-and-up output (2 w f), the
-      up half plus glu_linear_offset (a copy, w f), SiLU of the gate (w f) and their product, fc2's input (w f).
+      up half plus glu_linear_offset (a copy, w f), SiLU of the gate (w f) and their product, fc2's input (w f); a
+      mixture of experts' layer in its place: utils.predict.moe.megatron_moe_bytes_per_token.
     Under TP the heads and the FFN split, and with sequence parallelism (TP > 1) the h-wide tensors too."""
     h, d, f, a, g = spec.hidden_size, spec.head_dim, spec.ffn_hidden_size, spec.num_attention_heads, spec.num_kv_heads
     w, s = width, seq_len
@@ -66,24 +84,31 @@ def megatron_local_layer_bytes(spec: ModelSpec, tp: int, width: int, seq_len: in
     kv_heads = a if g < a else g
     probs = 4 + (w if w < 4 else 0)
     attention = w * (2 * a * d + 2 * kv_heads * d) + probs * a * s
+    if spec.qk_norm:
+        copied = 1 < max(g // tp, 1) < a // tp  # the queries' reshape on this rank's heads and groups
+        inputs = 4 * (a + 2 * g) * d + (4 * a * d if copied else 0) if w == 4 else 4 * (a + g) * d
+        attention += inputs + (4 * d + 4) * (a + g)
     shared = s * s + 4 * s * d * w  # the mask and RoPE's cos and sin, one for the microbatch's mbs sequences
+    if spec.moe is not None:
+        mlp = megatron_moe_bytes_per_token(spec, tp, w, False, False)
+        return (norms + attention) / tp + mlp + shared / (mbs * s)
     return (norms + attention + 5 * w * f) / tp + shared / (mbs * s)
 
 
-def activations(spec: ModelSpec, lay: Layout, in_flight: int = 1) -> int:
+def activations(spec: ModelSpec, lay: Layout, in_flight: int = 1, final_norm: bool = True) -> int:
     """Activations of one stage at the start of backward: its layers' saved tensors for every microbatch in flight
     (1F1B: stage k of PP holds min(PP - k, GA) microbatches, the first stage the most; PP = 1: one, each microbatch's
-    backward runs before the next forward), plus the model-level ones (the embedding's output and the final norm;
-    RoPE's cos and sin in the Hugging Face model)."""
+    backward runs before the next forward), plus the model-level ones (the embedding's output and, on the stage that
+    holds it, the final norm; RoPE's cos and sin in the Hugging Face model)."""
     tokens, w, h = lay.tokens, lay.width, spec.hidden_size
     if lay.memory_model == "megatron":
         if lay.on_gpu:
             per_layer = megatron_layer_bytes_per_token(spec, lay.tp, w, lay.fused_swiglu)
-            final_norm = 2 * w * h + 4  # Transformer Engine's RMSNorm: input, rstd, output (the output layer's input)
+            norm = 2 * w * h + 4  # Transformer Engine's RMSNorm: input, rstd, output (the output layer's input)
         else:
             per_layer = megatron_local_layer_bytes(spec, lay.tp, w, lay.seq_len, lay.mbs)
-            final_norm = 8 * h + 4 + w * h
-        model_level = w * h + final_norm  # the embedding's output stays referenced through the forward
+            norm = 8 * h + 4 + w * h
+        model_level = w * h + (norm if final_norm else 0)  # the embedding's output stays referenced through forward
         return math.ceil((per_layer * (spec.num_layers // lay.pp) + model_level) * tokens * in_flight)
     sequence_parallel = lay.memory_model == "fsdp2" and lay.tp > 1  # train/native/tensor_parallel.py
     shard = lay.tp if sequence_parallel else 1

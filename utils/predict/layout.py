@@ -73,6 +73,7 @@ class Moment:
 
     phase: str
     parts: dict[str, int] = field(default_factory=dict)
+    name: str = ""  # what the moment is, where a measurement looks for it (memory.DISPATCH)
 
     @property
     def total(self) -> int:

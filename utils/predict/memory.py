@@ -15,8 +15,9 @@ are the tensors each layer and loss keep for backward, and the peaks of each mom
 tensor of a real CPU step (tests/test_utils_predict_measured.py: every phase within 1% for every memory model at two
 sizes). What a model leaves out is named in its MemoryModel entry (not_modelled) and travels with every prediction;
 the GPU workspace is an allowance, not a model. The parameters' layouts are in utils/predict/parameters.py, the
-activations and logits in utils/predict/activations.py, Layout and Moment in utils/predict/layout.py. Standard
-library only: the plan runs it before any environment exists.
+activations and logits in utils/predict/activations.py (a mixture of experts' layer and its token dispatch in
+utils/predict/moe.py), Layout and Moment in utils/predict/layout.py. Standard library only: the plan runs it before
+any environment exists.
 
 megatron (megatron-core's DistributedDataParallel + DistributedOptimizer, which NeMo and Primus run): every parameter
 and its gradient live in one contiguous buffer per dtype (megatron/core/distributed/param_and_grad_buffer.py:
@@ -43,12 +44,14 @@ embedding by an all-reduce of their gradients).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 from utils.config.native import REPLICATED
 from utils.predict.activations import activations, logits
 from utils.predict.layout import DTYPE_BYTES, GIB, PHASES, Layout, Moment
+from utils.predict.moe import dispatch_bytes_per_token
 from utils.predict.parameters import (Buffer, adamw_temporaries, fsdp_shapes, hf_shapes, layer_shapes,
                                       megatron_bucket_size, megatron_buffer, megatron_expert_numels, megatron_numels,
                                       param_groups, tied_contributions)
@@ -66,6 +69,7 @@ GPU_WORKSPACE_BYTES = 3 * GIB // 2
 # (TPrimat's ds_config sets none); contiguous_gradients (default True) allocates one bucket of this size in the
 # gradient dtype, two with overlap_comm (default off below stage 3).
 DEEPSPEED_REDUCE_BUCKET = 500_000_000
+DISPATCH = "a MoE layer's token dispatch"  # the Moment of megatron_stage's last MoE layer's forward
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class Memory:
     buffers: int  # the framework's own: DeepSpeed's reduction bucket and gradient partition, FSDP2's gathered root
     # and its reduce-scatter
     temporaries: int  # transient tensors: AdamW's at the step; a weight gradient before it joins its buffer,
-    # autograd's sum of a tied head's two, at the end of backward
+    # autograd's sum of a tied head's two, at the end of backward; a Megatron MoE layer's token-dispatch buffers
     workspace: int  # an allowance on a GPU, not a model (GPU_WORKSPACE_BYTES); 0 on the CPU
     peak: int
     phase: str  # one of PHASES
@@ -125,7 +129,10 @@ def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> lis
     FusedAdam, multi-tensor kernels that update in place: megatron-core 0.19.2 optimizer/__init__.py:13-35), else
     torch's AdamW over the fp32 main parameters (one per parameter's piece of the shard): on a GPU its foreach path
     over the whole shard (the no-decay group of norms is the smaller), on the CPU one piece at a time. On the lent
-    H200 without either (2026-11-28), the fallback's foreach square root was the 7.2 GiB the fused model lacked."""
+    H200 without either (2026-11-28), the fallback's foreach square root was the 7.2 GiB the fused model lacked.
+    A mixture of experts adds the moment its last layer's forward holds the token-dispatch buffers
+    (utils.predict.moe.dispatch_bytes_per_token) beside every layer's activations (the final norm's not yet made):
+    below the loss's moment where the stage has the LM head, the stage's peak where it has none (PP > 1)."""
     layers, bucket = spec.num_layers // lay.pp, megatron_bucket_size(lay) if first else None
     numels = megatron_numels(spec, lay.tp, layers, first, last, routed_experts=False)
     buf = megatron_buffer(numels, lay.dp, bucket, lay.distributed_optimizer)
@@ -144,9 +151,13 @@ def megatron_stage(spec: ModelSpec, lay: Layout, first: bool, last: bool) -> lis
     in_flight = min(lay.pp, lay.ga) if first and not last else 1
     held = {"weights": weights, "optimizer": optimizer}
     embedding_grads = (tied_contributions(spec) if last else 1) * w * spec.vocab_size // lay.tp * spec.hidden_size
+    dispatch = [] if spec.moe is None else [Moment(
+        "forward-backward", {**held, "gradients": grad_buffer, "activations": activations(spec, lay, in_flight, False),
+                             "temporaries": math.ceil(dispatch_bytes_per_token(spec, lay) * lay.tokens)}, DISPATCH)]
     return [Moment("forward-backward", {**held, "gradients": grad_buffer,
-                                        "activations": activations(spec, lay, in_flight),
+                                        "activations": activations(spec, lay, in_flight, final_norm=last),
                                         "logits": logits(spec, lay) if last else 0}),
+            *dispatch,
             Moment("forward-backward", {**held, "gradients": grad_buffer,
                                         "temporaries": embedding_grads if first else 0}),
             Moment("optimizer step", {**held, "gradients": grad_buffer + main_grads, "temporaries": temporaries})]
@@ -286,7 +297,10 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
         MODELLED,
         COMMON_NOT_MODELLED + ("pipeline send and receive buffers (PP > 1)",
                                "Transformer Engine's amax histories and scales (a few KiB per tensor) and its "
-                               "casts of activations (PRECISION below 16 bits)")),
+                               "casts of activations (PRECISION below 16 bits)",
+                               "a MoE layer's gradients through the token dispatch in its backward (its forward's "
+                               "buffers are modelled), and routing imbalance: the experts' tokens are the mean, "
+                               "tokens x top-k")),
     "fsdp2": MemoryModel(
         "fsdp2", lambda spec, lay: [fsdp_moments(spec, lay)],
         lambda spec, lay: sum(r * c for r, c in fsdp_shapes(spec, lay.tp)),
@@ -294,6 +308,8 @@ MEMORY_MODELS: dict[str, MemoryModel] = {
         COMMON_NOT_MODELLED + ("FSDP2's gathered parameters and reduce-scatter buffers of the decoder layers (one or "
                                "two layers' at a time; the root's are modelled)",
                                "DDP's reduction buckets beyond its flat gradient copy",
+                               "a Hugging Face MoE block's forward temporaries (its experts' fp32 weighted outputs, "
+                               "one layer's at a time)",
                                "torch.compile's buffers (COMPILE=1)")),
     "deepspeed": MemoryModel(
         "deepspeed", lambda spec, lay: [autotp_moments(spec, lay)],
