@@ -1,11 +1,12 @@
 """The upstream-fact table itself (utils/upstream/__init__.py says what a fact is, how it is hashed and re-read):
 one section per source, a fact added where its source's section is (the Primus sections in
-utils/upstream/primus_facts.py, torchtitan's mixture of experts in utils/upstream/torchtitan_moe_facts.py).
-Standard library only."""
+utils/upstream/primus_facts.py, torchtitan's mixture of experts in utils/upstream/torchtitan_moe_facts.py,
+megatron-core's behind the MoE memory prediction in utils/upstream/moe_memory_facts.py). Standard library only."""
 
 from __future__ import annotations
 
 from utils.upstream.kinds import Fact, Source
+from utils.upstream.moe_memory_facts import MOE_MEMORY_FACTS
 from utils.upstream.primus_facts import PRIMUS_FACTS
 from utils.upstream.torchtitan_moe_facts import TORCHTITAN_MOE_FACTS
 
@@ -62,6 +63,7 @@ MBRIDGE_MEMORY = ("tests/test_train_mbridge_recipe.py::"
 FACTS: tuple[Fact, ...] = (
     *PRIMUS_FACTS,
     *TORCHTITAN_MOE_FACTS,
+    *MOE_MEMORY_FACTS,  # megatron-core 0.19.2's, behind a mixture of experts' predicted memory
     # --- deepspeedai/DeepSpeed v0.19.8 (requirements/host.txt) ---------------------------------------------------
     Fact("deepspeed-zero-check-imports-muon", "deepspeed-0.19.8", "deepspeed/runtime/zero/utils.py", (66, 77),
          "4a381236f9c7b805b42148465c2c1b91a20449c88117cf82fe806169f731c900",
