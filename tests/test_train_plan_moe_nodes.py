@@ -19,9 +19,9 @@ MODELS = "qwen3moe,gptoss"
 # Who plans each model at EP 8 on each vendor's newest stack; every other run of the plan is skipped with a reason.
 PLANNED = {"nvd": {"mega-qwen3moe", "mega-gptoss", "torchtitan-qwen3moe"},
            "amd": {"mega-qwen3moe", "mega-gptoss", "prim-qwen3moe"}}
-# Predicted, but not held to fit: the fsdp2 memory model keeps the GA microbatches' gradients unsharded until the last
-# one (fsdp's no-sync accumulation: 57 GiB of bf16 for Qwen3 30B-A3B), which torchtitan 0.3.0 does not do (its
-# train_step reduce-scatters every microbatch into the fp32 shards), so its peak is overstated by about 43 GiB at GA 8
+# Predicted, but not held to fit: the fsdp2 memory model shards every tensor over DP and has no expert parallelism, so
+# at EP 8 it still holds each rank's share of all the experts (80.1 GiB of an H100's 79.6 for Qwen3 30B-A3B), where
+# torchtitan's EP gives each rank 1/8 of them before FSDP shards the rest
 OVERSTATED = {"torchtitan-qwen3moe"}
 PREDICTED = re.compile(r"predicted peak (?P<peak>[\d.]+) GiB of (?P<capacity>[\d.]+) GiB: (?P<verdict>fits|will not fit)")
 

@@ -62,6 +62,9 @@ class Framework:
     log_format: str | None = None
     in_this_python: bool = True  # its trainer runs under this Python's torchrun, so the launcher checks that stack
     memory_model: str = "megatron"  # one of MEMORY_MODELS
+    # fsdp2: every microbatch's backward reduce-scatters its gradients into the sharded ones (torchtitan 0.3.0's
+    # train_step); False: the microbatches before the last accumulate unsharded gradients (fsdp's no_sync)
+    synced_microbatches: bool = False
     parallelisms: frozenset[str] = frozenset(PARALLELISMS)  # what it can split a model by; a layout using
     # another one skips it (train.plan.skip_reason)
     precisions: tuple[str, ...] = ("bf16", "fp32")  # what it can train in (utils.spec.precision); another skips it

@@ -46,8 +46,11 @@ class Layout:
     # torch's AdamW, neither being installed (read back from the run: features.optimizer_fusion)
     fused_optimizer: bool = True
     on_gpu: bool = True
+    synced_microbatches: bool = False  # fsdp2: the registry entry's (a Layout given the framework takes it)
 
     def __post_init__(self) -> None:
+        if self.framework:
+            object.__setattr__(self, "synced_microbatches", frameworks.TABLE[self.framework].synced_microbatches)
         if not self.memory_model:
             if not self.framework:
                 raise ValueError("Layout needs memory_model (or the framework whose registry entry names it)")

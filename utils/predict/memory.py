@@ -175,7 +175,8 @@ def fsdp_moments(spec: ModelSpec, lay: Layout) -> list[Moment]:
     """FSDP2 (train/fsdp/engine.py: fully_shard per layer and on the root, reshard_after_forward, parameters in the
     compute dtype w, gradients reduced in g: fp32 under grad_reduce_in_fp32): fp32 shards of ceil(rows / DP) rows of
     every tensor, its fp32 gradient and two moments; with GA > 1 the unsynchronised microbatches accumulate
-    unsharded gradients in w through the last backward. Beyond the loss, two moments of backward are FSDP2's own
+    unsharded gradients in w through the last backward, or, where every microbatch reduce-scatters (the entry's
+    synced_microbatches: torchtitan), into the fp32 shards. Beyond the loss, two moments of backward are FSDP2's own
     (torch/distributed/fsdp/_fully_shard/: _fsdp_param_group.py, _fsdp_collectives.py):
     - the LM head's backward: the root (embedding, final norm, head) was resharded after forward and is gathered
       again in w for its backward (w x its elements), while the logits' gradient (w T V; fp32, 4 T V, in fp32 runs)
@@ -203,12 +204,13 @@ def fsdp_moments(spec: ModelSpec, lay: Layout) -> list[Moment]:
     root = [0, -1] if tied else [0, -2, -1]  # embedding, final norm (and the untied head): hf_shapes' order
     root_numel = sum(shapes[i][0] * shapes[i][1] for i in root)
     root_shard = sum(sharded[i][0] * sharded[i][1] for i in root)
-    accumulated = sum(r * c for r, c in shapes) * w if lay.ga > 1 else 0
+    synced = lay.ga > 1 and lay.synced_microbatches  # the earlier microbatches' gradients already in fp32 shards
+    accumulated = (4 * shard if synced else sum(r * c for r, c in shapes) * w) if lay.ga > 1 else 0
     held = {"weights": 4 * shard, "optimizer": 8 * shard + steps}
     temporaries = adamw_temporaries(lay.on_gpu, param_groups(sharded))
     head_backward = {**held, "gradients": accumulated + w * v * h, "activations": acts,
                      "logits": tokens * v * (w if w < 4 else 4) + tokens * h * w, "buffers": w * root_numel}
-    reduced = 4 * (shard - root_shard)  # every layer's fp32 gradient shard
+    reduced = 4 * (shard if synced else shard - root_shard)  # every layer's fp32 gradient shard (the root's too)
     after = g * root_numel + (g * root_shard if g < 4 else 0) + 4 * root_shard
     reduce_scatter = {**held, "gradients": reduced, "buffers": max((w + g) * root_numel, after)}
     # the embedding's backward: the root still gathered, its unsharded gradients (a tied one twice and their sum)

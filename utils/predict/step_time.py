@@ -119,11 +119,11 @@ def megatron_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:
 
 
 def fsdp_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:
-    """DDP's all-reduce; FSDP2's all-gathers for every microbatch's forward and backward and one reduce-scatter;
-    both overlapped."""
+    """DDP's all-reduce; FSDP2's all-gathers for every microbatch's forward and backward and one reduce-scatter, or
+    one for every microbatch where each reduces (the entry's synced_microbatches: torchtitan); both overlapped."""
     if lay.data_parallel == REPLICATED:
         return 2 * n * g, True
-    return n * (2 * lay.ga * w + g), True
+    return n * (2 * lay.ga * w + (lay.ga if lay.synced_microbatches else 1) * g), True
 
 
 def autotp_dp(n: int, lay: Layout, w: int, g: int) -> tuple[float, bool]:

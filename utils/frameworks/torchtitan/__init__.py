@@ -42,6 +42,9 @@ FRAMEWORK = Framework(
     probe_modules=("torchtitan.train", "megatron.core"),
     command="train.torchtitan.launch:command", log_format="utils.frameworks.torchtitan.log_format:FORMAT",
     memory_model="fsdp2", environment="train.torchtitan.environment:environment",
+    # its train_step reduce-scatters every microbatch (no set_requires_gradient_sync(False) but the chunked loss's
+    # LM head: torchtitan/components/loss.py lines 731-771)
+    synced_microbatches=True,
     parallelisms=frozenset({"tp"}), precisions=("bf16", "fp32"), knobs=("DATA_PARALLEL", "COMPILE"), model_names=MODEL_NAMES,
     builds_moe=True,  # Qwen3 30B-A3B as its qwen3 MoE model (train/torchtitan/moe.py)
     # its ParallelismConfig.expert_parallel_degree, the EP ranks taken from FSDP's (train/torchtitan/settings.py)
