@@ -254,5 +254,5 @@ def test_a_dry_run_at_tp_2_skips_torchtitan_for_qwen3_moe_saying_why(tmp_path):
     result = machine(tmp_path, engine=True, nvidia=8).run("shell/run_train.sh", DRY_RUN="1", FRAMEWORK="torchtitan",
                                                           MODELS="qwen3moe", TP="2", DP="4")
     assert result.returncode == 2 and run_dirs(tmp_path / "output") == []
-    assert "skipped: torchtitan runs qwen3moe at TP=1 only (TP=2): TPrimat adds megatron-core's load-balancing" \
-        in result.stdout
+    assert "skipped: torchtitan runs qwen3moe at TP=1 only (TP=2): at TP > 1 torchtitan routes the TP group's " \
+        "tokens as DTensors, onto which the load-balancing loss TPrimat adds" in result.stdout

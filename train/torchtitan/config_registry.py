@@ -7,10 +7,11 @@ A dense model is torchtitan's llama3 model built from the spec's numbers with th
 (torchtitan/models/llama3/__init__.py: _build_llama3_layers and the parameter initialisations, private names of the
 pinned 0.3.0): FlexAttention (its llama3 default), fused QKV, Llama 3's RoPE scaling where the spec has one, the
 spec's norm epsilon, and Qwen 2.5's QKV bias as a bias on the fused QKV projection (whose tensor-parallel placement
-torchtitan shards with the weight: models/common/decoder_sharding.py). A mixture of experts (Qwen3 30B-A3B) is its
-qwen3 MoE model (train/torchtitan/moe.py), parallelised by its qwen3 parallelize_fn. The loss is its configs' chunked
-cross entropy, the data TPrimat's (train/torchtitan/data.py), the trainer TPrimat's timed one
-(train/torchtitan/trainer.py, which adds megatron-core's load-balancing loss to a MoE model's routers).
+torchtitan shards with the weight: models/common/decoder_sharding.py). A mixture of experts is its qwen3 MoE model
+(Qwen3 30B-A3B: train/torchtitan/moe.py) or its gpt_oss model (GPT-OSS-20B: train/torchtitan/gpt_oss.py), each
+parallelised by its own parallelize_fn. The loss is its configs' chunked cross entropy, the data TPrimat's
+(train/torchtitan/data.py), the trainer TPrimat's timed one (train/torchtitan/trainer.py, which adds megatron-core's
+load-balancing loss to a MoE model's routers where the spec has one).
 Every dotted path of the settings' `set` must name an existing field: a misspelt or renamed one stops the run.
 
 On ranks other than the one torchtitan logs metrics on (rank 0 without pipeline parallelism), its INFO lines are
@@ -31,18 +32,23 @@ from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.models import llama3 as titan_llama
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
 from torchtitan.models.common.attention import ScaledDotProductAttention
+from torchtitan.models.gpt_oss import parallelize_gptoss
+from torchtitan.models.gpt_oss.model import GptOssModel
 from torchtitan.models.llama3.model import Llama3Model
 from torchtitan.models.qwen3 import parallelize_qwen3
 from torchtitan.models.qwen3.model import Qwen3Model
 from torchtitan.protocols.model_spec import ModelSpec
 
 from train.common import console
-from train.torchtitan import moe
+from train.torchtitan import gpt_oss, moe
 from train.torchtitan.data import PreparedDataLoader
 from train.torchtitan.settings import SETTINGS_ENV
 from train.torchtitan.trainer import TimedTrainer
 
 ATTENTION = "flex"  # models/llama3/__init__.py, model_registry's default, which the layers are built with
+# torchtitan's own wiring of each model (models/{llama3,qwen3,gpt_oss}/__init__.py: model_registry): its parallelize_fn,
+# and for a MoE model its load-balancing hook, which registers nothing where no layer has an expert bias (moe.py)
+PARALLELIZE = {"llama3": titan_llama.parallelize_llama, "qwen3": parallelize_qwen3, "gpt_oss": parallelize_gptoss}
 
 
 def read_settings() -> dict:
@@ -53,12 +59,17 @@ def read_settings() -> dict:
     return json.loads(Path(path).read_text())
 
 
-def build_model(numbers: dict, attention: str = ATTENTION) -> Llama3Model.Config | Qwen3Model.Config:
-    """torchtitan's llama3 model config (a mixture of experts: its qwen3 MoE model's) with exactly the spec's
+def build_model(numbers: dict, attention: str = ATTENTION) -> Llama3Model.Config | Qwen3Model.Config | \
+        GptOssModel.Config:
+    """torchtitan's model config (numbers["name"]: its llama3, qwen3 MoE or gpt_oss model) with exactly the spec's
     numbers; attention "sdpa": each layer's inner attention torchtitan's ScaledDotProductAttention (causal) instead of
     FlexAttention (settings.py, ATTENTION). torchtitan's own builder refuses "sdpa" for language models
-    (models/common/config_utils.py:97-101) but takes the layer's config set afterwards."""
-    config = moe.qwen3_moe(numbers, ATTENTION) if numbers["moe"] else llama(numbers)
+    (models/common/config_utils.py:97-101) but takes the layer's config set afterwards; not GPT-OSS's, whose sinks
+    need the attention's log-sum-exp (settings.py refuses it)."""
+    name = numbers["name"]
+    if name == "gpt_oss" and attention != ATTENTION:
+        raise ValueError(f"attention {attention!r}: TPrimat builds torchtitan's gpt_oss layers with {ATTENTION} only")
+    config = {"llama3": llama, "qwen3": moe.qwen3_moe, "gpt_oss": gpt_oss.gpt_oss}[name](numbers, ATTENTION)
     for _, norm, _, _ in config.traverse(RMSNorm.Config):
         norm.eps = numbers["norm_eps"]
     if attention == "sdpa":
@@ -73,7 +84,7 @@ def build_model(numbers: dict, attention: str = ATTENTION) -> Llama3Model.Config
     return config
 
 
-def llama(numbers: dict) -> Llama3Model.Config:
+def llama(numbers: dict, attention: str) -> Llama3Model.Config:
     """torchtitan's llama3 model config with the spec's numbers."""
     dim, heads = numbers["dim"], numbers["n_heads"]
     scaling = numbers["rope_scaling"]
@@ -92,7 +103,7 @@ def llama(numbers: dict) -> Llama3Model.Config:
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=titan_llama._output_linear_init(dim)),
         layers=titan_llama._build_llama3_layers(
             n_layers=numbers["num_layers"], dim=dim, n_heads=heads, n_kv_heads=numbers["n_kv_heads"],
-            hidden_dim=numbers["ffn_hidden"], rope=rope, fuse_qkv=True, attn_backend=ATTENTION))
+            hidden_dim=numbers["ffn_hidden"], rope=rope, fuse_qkv=True, attn_backend=attention))
 
 
 def apply(config: TimedTrainer.Config, values: dict) -> None:
@@ -120,14 +131,11 @@ def tprimat() -> TimedTrainer.Config:
     settings = read_settings()
     numbers = settings["model"]
     model = build_model(numbers, settings["attention"])
-    # torchtitan's own wiring of the model (models/llama3/__init__.py, models/qwen3/__init__.py: model_registry); its
-    # MoE load-balancing hook registers nothing where no layer has an expert bias (moe.py)
-    spec = dict(name="qwen3", parallelize_fn=parallelize_qwen3,
-                post_optimizer_build_fn=register_moe_load_balancing_hook) if numbers["moe"] else \
-        dict(name="llama3", parallelize_fn=titan_llama.parallelize_llama, post_optimizer_build_fn=None)
+    name = numbers["name"]
     config = TimedTrainer.Config(
-        model_spec=ModelSpec(flavor=numbers["variant"], model=model, pipelining_fn=pipeline_llm,
-                             state_dict_adapter=None, **spec),
+        model_spec=ModelSpec(name=name, flavor=numbers["variant"], model=model, pipelining_fn=pipeline_llm,
+                             state_dict_adapter=None, parallelize_fn=PARALLELIZE[name],
+                             post_optimizer_build_fn=register_moe_load_balancing_hook if numbers["moe"] else None),
         loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=model.vocab_size)),
         optimizer=OptimizersContainer.Config(param_groups=[
             ParamGroupConfig(pattern=group["pattern"], optimizer_name="AdamW",

@@ -125,7 +125,8 @@ def read_back(model: torch.nn.Module, ep: int, router_dtype: str) -> dict:
     shared = first.shared_experts
     return {"moe": {
         "num_moe_experts": router.num_experts, "moe_router_topk": router.top_k,
-        "moe_ffn_hidden_size": experts.w1_EFD.shape[1],
+        # the down projection's (experts, dim, width): GroupedExperts' w2_EDF, GPT-OSS's mlp2_weight_EDF
+        "moe_ffn_hidden_size": next(p for name, p in experts.named_parameters() if name.endswith("_EDF")).shape[2],
         "moe_shared_expert_intermediate_size": None if shared is None else shared.w1.weight.shape[0],
         "moe_router_score_function": router.score_func, "moe_router_pre_softmax": not router.route_norm,
         "moe_router_load_balancing_type": "aux_loss" if aux else "none",

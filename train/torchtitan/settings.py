@@ -18,6 +18,7 @@ import dataclasses
 from train.launch.builder import REQUEST_FILE
 from utils.config.native import REPLICATED, SHARDED
 from utils.errors import UsageError
+from utils.frameworks.torchtitan import model_name
 from utils.spec.request import Request
 
 SETTINGS_ENV = "TPRIMAT_TORCHTITAN_SETTINGS"  # where config_registry.tprimat finds the settings
@@ -60,8 +61,18 @@ def refusals(req: Request) -> list[str]:
                      "PRECISION=bf16")
     if t.lr_decay_style not in DECAY_STYLES:
         found.append(f"LR_DECAY_STYLE={t.lr_decay_style}: torchtitan decays {' or '.join(DECAY_STYLES)}")
-    if req.model.sliding_window is not None:
-        found.append(f"{req.model.key}: torchtitan's llama3 model has no sliding-window attention")
+    name = model_name(req.model)
+    if name is None:
+        found.append(f"{req.model.key}: TPrimat builds no torchtitan model for it (its llama3 model has no sliding "
+                     "window or QK-norm; its qwen3 and gpt_oss MoE models are Qwen3's and GPT-OSS's)")
+    if name == "gpt_oss" and attention(req) == "sdpa":
+        found.append(f"{req.model.key} on the {req.identity.platform}: torchtitan's GPT-OSS attention scales its "
+                     "output by the sinks with the attention's log-sum-exp, which only FlexAttention (no backward "
+                     "on the CPU) and flash attention (GPUs only) give; run it on a GPU")
+    if name == "gpt_oss" and t.precision != "bf16":
+        found.append(f"{req.model.key} with PRECISION={t.precision}: torchtitan's GPT-OSS experts return bf16 "
+                     "whatever the precision, which its token combine cannot add into the layer's "
+                     f"{t.precision} activations; set PRECISION=bf16")
     if lay.ep > 1 and native.data_parallel == REPLICATED:
         found.append(f"EP={lay.ep} with DATA_PARALLEL=ddp: torchtitan's expert parallelism takes its ranks from "
                      "FSDP's (ParallelismConfig.expert_parallel_degree); set DATA_PARALLEL=fsdp or EP=1")
@@ -72,16 +83,23 @@ def refusals(req: Request) -> list[str]:
     return found
 
 
+def attention(req: Request) -> str:
+    """The inner attention torchtitan's layers run on the request's platform (ATTENTION)."""
+    return ATTENTION.get(req.identity.platform, DEFAULT_ATTENTION)
+
+
 def model(req: Request) -> dict:
     """The architecture, every number from the request's ModelSpec (a MODEL_LAYERS proxy's fewer layers too), the
-    vocabulary padded as every framework pads it (utils.spec.fairness.workload)."""
+    vocabulary padded as every framework pads it (utils.spec.fairness.workload), and torchtitan's model it is built
+    as (utils/frameworks/torchtitan: model_name)."""
     spec = req.model
-    return {"variant": spec.variant, "num_layers": spec.num_layers, "dim": spec.hidden_size,
+    return {"name": model_name(spec), "variant": spec.variant, "num_layers": spec.num_layers, "dim": spec.hidden_size,
             "n_heads": spec.num_attention_heads, "n_kv_heads": spec.num_kv_heads, "ffn_hidden": spec.ffn_hidden_size,
             "vocab_size": req.fairness.workload["padded_vocab_size"], "rope_theta": spec.rope_theta,
             "rope_scaling": dict(spec.rope_scaling), "norm_eps": spec.norm_eps, "qkv_bias": spec.qkv_bias,
             "tied_embeddings": spec.tied_embeddings, "head_dim": spec.head_dim, "qk_norm": spec.qk_norm,
-            "moe": dataclasses.asdict(spec.moe) if spec.moe else None,
+            "moe": dataclasses.asdict(spec.moe) if spec.moe else None, "sliding_window": spec.sliding_window,
+            "full_attention_every": spec.full_attention_every, "swiglu_limit": spec.swiglu_limit,
             "max_seq_len": max(spec.max_position_embeddings, req.training.seq_len)}
 
 
@@ -146,7 +164,7 @@ def settings(req: Request, run_dir: str) -> dict:
     decayed = {"lr": t.lr, "betas": [t.beta1, t.beta2], "eps": float(table["adam_eps"]),
                "weight_decay": t.weight_decay}
     return {"set": values, "model": model(req), "request": f"{run_dir}/{REQUEST_FILE}",
-            "attention": ATTENTION.get(req.identity.platform, DEFAULT_ATTENTION),
+            "attention": attention(req),
             # megatron-core's parameter groups: no weight decay on biases and norms (the 1-D weights), first match
             # wins (components/optimizer/optimizer.py, OptimizersContainer._build_param_groups)
             "optimizer": [{"pattern": r"(norm\.weight|\.bias)$", "kwargs": {**decayed, "weight_decay": 0.0}},

@@ -33,7 +33,7 @@ from torchtitan.trainer import Trainer
 from train.common.evaluation import EVALS_FILE, Evaluator
 from train.common.step_log import StepLog
 from train.common.step_timer import StepClock, peak_memory, step_line
-from train.torchtitan import moe
+from train.torchtitan import gpt_oss, moe
 from train.torchtitan.settings import PRECISIONS
 from utils.config.native import REPLICATED, SHARDED
 from utils.spec import fairness
@@ -121,8 +121,10 @@ def effective(trainer: Trainer) -> dict:
         "sac_every": 0 if config.activation_checkpoint is None else None,
         "num_layers": len(model.layers), "hidden_size": model.dim, "padded_vocab_size": model.vocab_size,
         "num_attention_heads": attention.n_heads, "num_kv_heads": attention.n_kv_heads,
-        "head_dim": attention.head_dim or model.dim // attention.n_heads, "qk_norm": attention.qk_norm is not None,
-        "ep": dims.ep,
+        "head_dim": attention.head_dim or model.dim // attention.n_heads,
+        "qk_norm": getattr(attention, "qk_norm", None) is not None, "ep": dims.ep,
+        # the features of utils.spec.models.FEATURES the built model has (windows, sinks, biases, ...: gpt_oss.py)
+        "model_features": gpt_oss.features(trainer.model_parts[0]),
         # the experts and routing it built (train/torchtitan/moe.py); the router's gate computes under autocast to
         # fp32, which the CPU's autocast lacks (there it runs in the parameters' dtype)
         **moe.read_back(trainer.model_parts[0], dims.ep, "fp32" if trainer.device.type != "cpu" else precision),
