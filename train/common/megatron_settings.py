@@ -40,8 +40,12 @@ def architecture(spec: ModelSpec, padded_vocab_size: int, prefix: str) -> dict[s
     """The model's numbers from TPrimat's spec as megatron-core's TransformerConfig names them, each under `prefix`
     (NeMo's recipe: "model.config."; Megatron-Bridge's: "model."), so the framework builds exactly the variant
     requested (a proxy's fewer layers too). A sliding window is set as TPrimat's spec means it, the sliding_window
-    tokens Hugging Face's Mistral sees (megatron_window); NeMo's own MistralConfig7B says [4096, 0], one token more."""
+    tokens Hugging Face's Mistral sees (megatron_window); NeMo's own MistralConfig7B says [4096, 0], one token more.
+    A head width other than hidden / heads (kv_channels) and QK-norm are set where the spec has them (Qwen3 MoE), so
+    that a model config's own never decides them; elsewhere megatron-core's derived width and no QK-norm stand."""
     window = {"window_size": list(spec.megatron_window)} if spec.megatron_window else {}
+    heads = {**({"kv_channels": spec.head_dim} if spec.explicit_head_dim else {}),
+             **({"qk_layernorm": True} if spec.qk_norm else {})}
     numbers = {
         "num_layers": spec.num_layers,
         "hidden_size": spec.hidden_size,
@@ -51,7 +55,7 @@ def architecture(spec: ModelSpec, padded_vocab_size: int, prefix: str) -> dict[s
         "vocab_size": padded_vocab_size,  # both build a preset vocab_size as it is
         "rotary_base": spec.rope_theta,
         "layernorm_epsilon": spec.norm_eps,
-        **window,
+        **window, **heads,
     }
     return {prefix + name: value for name, value in numbers.items()}
 
