@@ -27,13 +27,14 @@ from tests.fixtures.train.data_dir import DATASET, make_data_dir
 from tests.fixtures.train_matrix.requests import run_request
 from train.mbridge import environment
 from train.mbridge.launch import write_model_dir
-from train.mbridge.recipe import recipe_settings
+from train.mbridge.recipe import TE_MOE_KERNELS, recipe_settings
 from utils.datafiles import COMPILE_HELPERS_CALLERS
 from utils.config import workload
 from utils.frameworks import TABLE
 from utils.machine import pyenvs
 from utils.spec import stacks
-from utils.spec.fairness import profile
+from utils.spec.fairness import moe_settings, profile
+from utils.spec.models import get_model
 from utils.spec.strategies import BUILTIN, lookup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +57,16 @@ CASES = {
     "llama-bf16-local-layers": ("llama", {"TRANSFORMER_IMPL": "local", "MODEL_LAYERS": "4"}),
     "llama-tiny-mock-profiled": ("llama", {"MODEL_SIZE": "tiny", "MOCK_DATA": "1", "PROFILING": "1",
                                            "TRAIN_ITERS": "20", "WARMUP_STEPS": "2", "WARMUP_SKIP": "2"}),
+    # the MoE recipe: its experts over 8 ranks, the tiny model, and megatron-core's local layers
+    "qwen3moe-bf16-ep8": ("qwen3moe", {"EP": "8"}),
+    "qwen3moe-tiny-mock": ("qwen3moe", {"MODEL_SIZE": "tiny", "MOCK_DATA": "1"}),
+    "qwen3moe-bf16-local-layers-ep2": ("qwen3moe", {"TRANSFORMER_IMPL": "local", "MODEL_LAYERS": "4", "EP": "2"}),
 }
+MOE_CASES = [name for name, (model, _) in CASES.items() if get_model(model).moe is not None]
+# The finalized MoE settings megatron-core's own defaults do not hold, beside moe_settings': the flex dispatcher's
+# backend (cleared, as Megatron-Bridge's own fallback to alltoall clears it) and its SM counts, which the recipe sets
+# and the alltoall dispatcher never reads
+FLEX_ONLY = ("moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms", "moe_hybridep_num_sms")
 
 
 def underived(values: dict, case: str) -> dict:
@@ -121,7 +131,10 @@ def test_the_environment_holds_megatron_bridge_0_6_and_only_named_transformer_en
     assert stand_ins == ["transformer_engine", "transformer_engine.pytorch"]
     assert built[1]["te_answers"] == ["megatron.core.utils._te_version",
                                       "megatron.core.models.common.embeddings.rope_utils.fused_apply_rotary_pos_emb",
-                                      "megatron.bridge.training.comm_overlap.HAVE_TE"]
+                                      "megatron.bridge.training.comm_overlap.HAVE_TE",
+                                      *(f"megatron.core.transformer.moe.moe_utils.{name}" for name in (
+                                          "fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                                          "fused_sort_chunks_by_index_with_probs", "fused_unpermute"))]
 
 
 def test_megatron_bridges_start_up_makes_the_dataset_helpers_the_wheel_ships_built_so_the_run_answers_it(built):
@@ -224,6 +237,35 @@ def test_the_effective_settings_are_the_requests_layout_and_workload(built):
          wanted["model.expert_model_parallel_size"], 2,
          wanted["train.global_batch_size"], wanted["train.micro_batch_size"], wanted["model.seq_length"],
          wanted["train.train_iters"], wanted["model.num_layers"], wanted["model.vocab_size"])
+
+
+@pytest.mark.parametrize("case", MOE_CASES)
+def test_the_finalized_experts_and_routing_are_moe_settings_and_the_layout_the_requests(built, case):
+    """The read-back (the result's effective.moe, megatron-core's names) of the container pretrain() finalized; on
+    the local layers without Transformer Engine's grouped GEMM and fused permutation, as mega's local layers."""
+    model, env = CASES[case]
+    settings, finalized = built[0][case], built[1]["cases"][case]["finalized"]
+    local = dict.fromkeys(TE_MOE_KERNELS, False) if settings["transformer_impl"] == "local" else {}
+    effective = finalized["effective"]
+    assert effective["moe"] == {**moe_settings(get_model(model, env.get("MODEL_SIZE", "full")).moe), **local,
+                                "expert_model_parallel_size": int(env.get("EP", "1"))}
+    assert effective["ep"] == int(env.get("EP", "1"))
+    assert finalized["set"]["model.expert_tensor_parallel_size"] == effective["tp"]
+
+
+@pytest.mark.parametrize("case", MOE_CASES)
+def test_the_moe_recipe_runs_its_experts_as_megatron_cores_defaults_do_beside_moe_settings(built, case):
+    """Nothing of the recipe's own is left on the finalized model's MoE settings, CUDA graphs, RNG tracker or
+    recomputation (the DeepEP/HybridEP dispatcher, CUDA graphs of the router, the fused router, full recompute):
+    each differs from megatron-core's finalized default only where moe_settings sets it, as mega's config does."""
+    model, env = CASES[case]
+    report, settings = built[1]["cases"][case], built[0][case]
+    beside = report["beside_megatron_core"]
+    wanted = {name: settings["set"][f"model.{name}"] for name in moe_settings(get_model(model).moe)}
+    assert {name: value for name, value in beside.items() if name not in FLEX_ONLY} == \
+        {name: value for name, value in wanted.items() if name in beside}
+    assert beside["moe_flex_dispatcher_backend"] is None and beside["moe_token_dispatcher_type"] == "alltoall"
+    assert report["finalized"]["set"]["optimizer.use_precision_aware_optimizer"] is False
 
 
 def test_every_megatron_bridge_and_megatron_core_fact_reads_as_recorded_in_the_installed_packages(interpreter):

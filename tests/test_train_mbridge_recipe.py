@@ -34,7 +34,8 @@ def settings_for(model: str = "llama", **env: str) -> dict:
 @pytest.mark.parametrize("model, recipe", [("llama", "llama.llama31_8b_pretrain_config"),
                                            ("qwen", "qwen.qwen25_7b_pretrain_config"),
                                            ("llama70b", "llama.llama31_70b_pretrain_config"),
-                                           ("llama32", "llama.llama32_3b_pretrain_config")])
+                                           ("llama32", "llama.llama32_3b_pretrain_config"),
+                                           ("qwen3moe", "qwen.qwen3_30b_a3b_pretrain_config")])
 def test_each_model_uses_megatron_bridges_own_recipe_and_the_hub_id_it_asks_for(model, recipe):
     s = settings_for(model)
     assert (s["recipe"], s["hub_id"]) == (recipe, HUB_IDS[recipe])

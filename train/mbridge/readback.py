@@ -54,8 +54,9 @@ def _precision(mixed) -> str:
     return "other" if getattr(mixed, "fp16", False) else "fp32"
 
 
-def effective(cfg, world_size: int) -> dict:
-    """The container's settings in TPrimat's names (train/nemo/readback.py's keys)."""
+def effective(cfg, world_size: int, moe: list[str] | None = None) -> dict:
+    """The container's settings in TPrimat's names (train/nemo/readback.py's keys); a MoE model's experts and routing
+    as `moe` names them (recipe_settings' "moe": megatron-core's names, as mega reads them back) under "moe"."""
     model, dataset, mixed = cfg.model, cfg.dataset, cfg.mixed_precision
     tp, pp, cp = model.tensor_model_parallel_size, model.pipeline_model_parallel_size, model.context_parallel_size
     data_path = getattr(dataset, "data_path", None)
@@ -87,6 +88,7 @@ def effective(cfg, world_size: int) -> dict:
         "tp_comm_overlap": model.tp_comm_overlap, "manual_gc": cfg.train.manual_gc,
         "recipe_env_vars": plain(cfg.env_vars),
         **{key: getattr(cfg.ddp, key) for key in DDP_READ},
+        "moe": {name: plain(getattr(model, name)) for name in moe} if moe else None,
     }
 
 
@@ -96,7 +98,7 @@ def write(cfg, settings: dict, world_size: int, rank: int) -> dict:
              "mixed_precision": {key: plain(getattr(cfg.mixed_precision, key))
                                  for key in settings["mixed_precision"]["set"]},
              "pipeline_dtype": plain(cfg.model.pipeline_dtype), "attention_backend": plain(cfg.model.attention_backend),
-             "effective": effective(cfg, world_size)}
+             "effective": effective(cfg, world_size, settings.get("moe"))}
     if rank == 0:
         write_json(Path(settings["readback"]), found)
         print(f"{MARKER} {json.dumps(found['effective'], sort_keys=True, default=str)}", flush=True)

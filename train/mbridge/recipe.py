@@ -17,19 +17,21 @@ unless tokenizer.use_tokenizer_vocab_size).
 from __future__ import annotations
 
 from train.common.megatron_settings import DDP_KEYS, architecture, fairness_paths, precision_settings
+from utils.spec.fairness import moe_settings as fairness_moe
 from utils.spec.precision import switch_key
 from utils.frameworks import TABLE
 from utils.spec.request import Request
 
 # Each recipe builds its model from a Hugging Face config it names by Hub id (AutoBridge.from_hf_pretrained in
-# src/megatron/bridge/recipes/{llama/h100/llama3.py,qwen/h100/qwen2.py}, v0.6.0). TPrimat writes its
-# spec there as a local directory of that name (launch.write_model_dir), so nothing is downloaded and the variant
-# is TPrimat's.
+# src/megatron/bridge/recipes/{llama/h100/llama3.py,qwen/h100/qwen2.py,qwen/h100/qwen3_moe.py}, v0.6.0; the last at
+# a pinned revision, which a local directory does not ask for). TPrimat writes its spec there as a local directory of
+# that name (launch.write_model_dir), so nothing is downloaded and the variant is TPrimat's.
 HUB_IDS = {
     "llama.llama31_8b_pretrain_config": "meta-llama/Meta-Llama-3.1-8B",
     "llama.llama31_70b_pretrain_config": "meta-llama/Meta-Llama-3.1-70B",
     "llama.llama32_3b_pretrain_config": "meta-llama/Llama-3.2-3B",
     "qwen.qwen25_7b_pretrain_config": "Qwen/Qwen2.5-7B",
+    "qwen.qwen3_30b_a3b_pretrain_config": "Qwen/Qwen3-30B-A3B",
 }
 # Its mixed-precision presets (training/mixed_precision.py) by utils.spec.precision.switch_key; no MXFP4 (megatron-core
 # has no such recipe)
@@ -51,6 +53,26 @@ FAIRNESS_PATHS = fairness_paths({"model": "model.", "optimizer": "optimizer.", "
 # environment of the recipe's own (cfg.env_vars, applied inside the process): its variables are the stack's
 # (utils/spec/stacks.py), which the launcher gives every framework on the stack.
 RUN_AS_THE_OTHERS = {"comm_overlap": None, "train.manual_gc": False, "env_vars": {}}
+
+# A mixture-of-experts model runs its experts as mega does (train/mega/model.py: utils.spec.fairness.moe_settings
+# over megatron-core's defaults), so what its recipe turns on beyond that is off (qwen3_30b_a3b_pretrain_config is the
+# 16-GPU H100 recipe built over the 8-GPU one, recipes/qwen/h100/qwen3_moe.py; the lines are utils/upstream/
+# table.py's facts): the flex dispatcher (DeepEP, then HybridEP; apply_flex_dispatcher_backend makes the dispatcher
+# "flex", on a machine without CUDA too), cleared as Megatron-Bridge's own fallback to alltoall clears it, then
+# moe_settings' dispatcher set; Transformer Engine's CUDA graphs of the router and the RNG tracker they need; the fused
+# router kernel; activation recomputation (the 8-GPU recipe's full recompute of every layer, which the 16-GPU one
+# clears); the precision-aware optimizer (Transformer Engine's FusedAdam holding the fp32 main weights and moments,
+# where mega's distributed optimizer holds them). What changes the loss (the Qwen3 MoE bridge's own load-balancing
+# weight, router and dispatcher) is moe_settings' value. Only a MoE model gets these: a dense recipe keeps its own.
+MOE_AS_THE_OTHERS = {
+    "model.moe_flex_dispatcher_backend": None, "model.cuda_graph_impl": "none", "model.cuda_graph_scope": None,
+    "model.use_te_rng_tracker": False, "rng.te_rng_tracker": False, "model.moe_router_fusion": False,
+    "model.recompute_granularity": None, "model.recompute_method": None, "model.recompute_num_layers": None,
+    "optimizer.use_precision_aware_optimizer": False,
+}
+# The MoE kernels that are Transformer Engine's: off on megatron-core's local layers (the CPU, TRANSFORMER_IMPL=local),
+# as mega's local layers run without them (each expert's own GEMMs, torch's permutation); recorded in effective.moe
+TE_MOE_KERNELS = ("moe_grouped_gemm", "moe_permute_fusion")
 
 # On the CPU (FRAMEWORK=mbridge, PLATFORM=cpu), as mega runs there: gloo for the collectives, megatron-core's local
 # layers (no Transformer Engine), and the fusions that are GPU kernels off (torch.compile'd jit fusions; the fused
@@ -130,6 +152,7 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
     if cpu:
         settings.update(CPU_SETTINGS)
     impl = "local" if cpu else env.transformer_impl
+    settings.update(moe_settings(req, impl))
     if env.profiling:  # megatron's nsys capture range, rank 0
         settings.update({"profiling.use_nsys_profiler": True, "profiling.profile_step_start": env.profile_start_step,
                          "profiling.profile_step_end": env.profile_end_step, "profiling.profile_ranks": [0]})
@@ -145,6 +168,8 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         # (src/megatron/bridge/models/gpt_provider.py) and answers Transformer Engine's one unguarded import inertly
         "transformer_impl": impl,
         "cpu": cpu,  # train_mbridge applies train/mbridge/cpu_stand_ins.py before Megatron-Bridge is imported
+        # the model's MoE settings the read-back reports as effective.moe (megatron-core's names); None: dense
+        "moe": [*fairness_moe(req.model.moe), "expert_model_parallel_size"] if req.model.moe else None,
         "mixed_precision": {"preset": PRESETS[switch_key(train.precision, str(fairness["fp8_recipe"]))],
                             "set": mixed_precision(req)},
         "workload": applied,  # for the record: the sampler is Megatron's sequential one, the warm-up Megatron's
@@ -153,6 +178,17 @@ def recipe_settings(req: Request, run_dir: str) -> dict:
         "env": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "MEGATRON_CONFIG_LOCK_DIR": work},
     }
+
+
+def moe_settings(req: Request, impl: str) -> dict:
+    """A MoE model's experts and routing (utils.spec.fairness.moe_settings) on the model, its experts split over TP
+    as megatron-core's default splits them (mega's, and the memory prediction's; the recipe ships
+    expert_tensor_parallel_size 1), and MOE_AS_THE_OTHERS; {} for a dense model."""
+    if req.model.moe is None:
+        return {}
+    local = {name: False for name in TE_MOE_KERNELS} if impl == "local" else {}
+    return {**{f"model.{name}": value for name, value in {**fairness_moe(req.model.moe), **local}.items()},
+            "model.expert_tensor_parallel_size": req.parallelism.tp, **MOE_AS_THE_OTHERS}
 
 
 def mixed_precision(req: Request) -> dict:

@@ -58,6 +58,9 @@ SOFTMAX_HELD = ("tests/test_evaluate_effective_settings.py::"
                 "test_the_attention_softmax_is_held_to_the_profile_where_the_framework_reports_it")
 MBRIDGE_MEMORY = ("tests/test_train_mbridge_recipe.py::"
                   "test_megatron_bridges_iteration_and_gb_memory_lines_are_read_as_megatrons")
+MOE_READ = BUILD + "test_the_finalized_experts_and_routing_are_moe_settings_and_the_layout_the_requests"
+MOE_BESIDE = BUILD + "test_the_moe_recipe_runs_its_experts_as_megatron_cores_defaults_do_beside_moe_settings"
+QWEN3_MOE = "src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py"
 
 # One section per source; a fact is added where its source's section is.
 FACTS: tuple[Fact, ...] = (
@@ -240,6 +243,36 @@ FACTS: tuple[Fact, ...] = (
     Fact("mbridge-memory-report-units", "megatron-bridge-0.6.2", "src/megatron/bridge/training/utils/train_utils.py",
          (1288, 1289), "7d1c5fef9adafd9a144fcf7fc42464a9a412975e56155e581eddd2e016b64ac9",
          "those byte counts are printed in units of 10^9 bytes", MBRIDGE_MEMORY),
+    # the Qwen3 30B-A3B recipe (train/mbridge/recipe.py MOE_AS_THE_OTHERS, moe_settings)
+    Fact("mbridge-qwen3-30b-a3b-pretrain-is-16gpu", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/recipes/qwen/qwen3_moe.py", (22, 24),
+         "e78e34401cf549536a4825e436bee1c397bcfc26bbb87be9f6f46844fc8b64aa",
+         "qwen3_30b_a3b_pretrain_config is the 16-GPU H100 recipe (built over the 8-GPU one)", MOE_BESIDE),
+    Fact("mbridge-qwen3-30b-a3b-8gpu", "megatron-bridge-0.6.2", QWEN3_MOE, (59, 95),
+         "d2a189ec95044c119990e9e956746eed694ece222446d7ce0560669ceab90d74",
+         "the 8-GPU recipe splits no expert over TP, asks for the DeepEP flex dispatcher and recomputes every layer "
+         "in full (TPrimat: ETP = TP, megatron-core's default; alltoall; no recompute)", MOE_BESIDE),
+    Fact("mbridge-qwen3-30b-a3b-16gpu", "megatron-bridge-0.6.2", QWEN3_MOE, (153, 220),
+         "b43614b37d6d46d02e024cb90df39361dcd8396d90354adefb6efb7342b1cc41",
+         "the 16-GPU recipe turns on the precision-aware optimizer, the fused router, the HybridEP flex dispatcher, "
+         "Transformer Engine's CUDA graphs of the router with its RNG tracker, TP communication overlap (TPrimat: "
+         "off, alltoall, none, comm_overlap None)", MOE_BESIDE),
+    Fact("mbridge-flex-dispatcher-without-cuda", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/training/flex_dispatcher_backend.py", (53, 57),
+         "f5791d89235f2c7df783979989f9939ddceef3117dbdae59a4efe6e790ce924e",
+         "without CUDA the flex dispatcher is set as asked, unchecked: the CPU's build shows what a GPU's would",
+         MOE_BESIDE),
+    Fact("mbridge-qwen3-moe-bridge-routing", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/models/qwen/qwen3_moe_bridge.py", (60, 68),
+         "cc01aa2290f718b6011037581f4f5fb1cae7ccf24dff505ee6d46bf97b203f05",
+         "the Qwen3 MoE bridge sets QK-norm, a fixed aux-loss weight, the router's pre-softmax from norm_topk_prob, "
+         "the dispatcher and the MoE kernels (TPrimat: moe_settings' values)", MOE_READ),
+    Fact("mbridge-hf-config-mapping", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/models/conversion/model_bridge.py", (444, 465),
+         "f995efd0dee18136a272ca081fbe097992a687892a9abbf95292735cefbe1fff",
+         "a model's kv_channels and experts are read from the Hugging Face config's head_dim, num_experts, "
+         "num_experts_per_tok, moe_intermediate_size, router_aux_loss_coef (launch.write_model_dir writes them)",
+         "tests/test_train_mbridge_moe.py::test_the_model_folder_is_a_qwen3_moe_config_its_bridge_reads_as_the_spec"),
     # --- NVIDIA/Megatron-LM, megatron-core 0.19.2 --------------------------------------------------------------
     Fact("mcore-softmax-type-learnable", "megatron-core-0.19.2", "megatron/core/transformer/transformer_config.py",
          (163, 163), "f9ea8c11d5e15d7cd8f87cb691ab7de6d28d0194414bd07af6f1868d3098e3a0",
