@@ -31,13 +31,16 @@ LAYOUTS = {
 }
 
 
+def trained(tmp_path_factory, name: str) -> Run:
+    """The run of LAYOUTS called name, trained once per session for every file that reads it (shared_runs.py:
+    tests/test_train_mbridge_cpu.py holds Megatron-Bridge's MoE run against dp2)."""
+    return Run(*shared_run(tmp_path_factory, f"mega-moe-{name}",
+                           lambda directory, data: train(directory, data, model="qwen3moe", **LAYOUTS[name])))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    def trained(name: str) -> Run:
-        knobs = LAYOUTS[name]
-        return Run(*shared_run(tmp_path_factory, f"mega-moe-{name}",
-                               lambda directory, data: train(directory, data, model="qwen3moe", **knobs)))
-    return functools.cache(trained)
+    return functools.cache(functools.partial(trained, tmp_path_factory))
 
 
 def test_the_tiny_qwen3_moe_trains_over_gloo_and_passes_the_gate(runs):
