@@ -115,12 +115,16 @@ def test_a_moe_results_experts_edited_fail_the_gate():
 
 @pytest.mark.parametrize("platform, stack", [("nvd", None), ("amd", None), ("nvd", "nemo-25.04")])
 def test_a_framework_that_cannot_run_the_moe_model_skips_it_with_the_reason(platform, stack):
-    """Those with recipe names have none for it; those building from the spec build it only with builds_moe."""
+    """Those with recipe names have none for it but prim, torchtitan and mbridge (Megatron-Bridge's own Qwen3
+    30B-A3B recipe, on the stack rows that carry Megatron-Bridge); those building from the spec build it only with
+    builds_moe."""
     env = {"STACK": stack} if stack else {}
     runs = {run.name.split("-")[0]: run.skipped for run in build_plan(node(platform, FRAMEWORK="all",
                                                                           MODELS="qwen3moe", **env))}
-    # prim: Primus's own config; torchtitan: its qwen3 MoE model, where a stack lists it
-    assert (runs.pop("mega"), runs.pop("fsdp"), runs.pop("prim", ""), runs.pop("torchtitan", "")) == ("", "", "", "")
+    assert ("mbridge" in runs) == (platform == "nvd" and stack is None)  # the rows with Megatron-Bridge
+    # prim: Primus's own config; torchtitan: its qwen3 MoE model, where a stack lists it; mbridge: its own recipe
+    assert (runs.pop("mega"), runs.pop("fsdp"), runs.pop("prim", ""), runs.pop("torchtitan", ""),
+            runs.pop("mbridge", "")) == ("", "", "", "", "")
     for framework, reason in runs.items():
         named = f"{framework} has no name for qwen3moe (utils/frameworks/{framework}/: its model_names has none)"
         built = (f"{framework} builds no mixture-of-experts model such as qwen3moe (utils/frameworks/{framework}/: "
