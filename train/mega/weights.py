@@ -70,7 +70,8 @@ def initialise_layout_invariant(model: GPTModel, seed: int) -> None:
                 dim = param.partition_dim
                 shape[dim] *= tp_size
                 # megatron-core < 0.16 marks SwiGLU's fc1 with stride 1 although each rank holds [gate_r; up_r]
-                stride = 2 if logical.endswith(GATED_FC1) and config.gated_linear_unit else getattr(param, "partition_stride", 1)
+                gated = logical.endswith(GATED_FC1) and config.gated_linear_unit
+                stride = 2 if gated else getattr(param, "partition_stride", 1)
             digest = hashlib.sha256(f"{seed}:{logical}".encode()).digest()
             generator = torch.Generator(device=param.device).manual_seed(int.from_bytes(digest[:8], "little") >> 1)
             full = torch.empty(shape, dtype=torch.float32, device=param.device).normal_(0.0, std, generator=generator)

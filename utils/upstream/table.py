@@ -35,7 +35,8 @@ SOURCES = {
 
 # The tests that hold TPrimat to a fact (tests/<file>.py::<test function>; Megatron-Bridge's in bridge_facts.py)
 MOE = "tests/test_train_mega_moe.py::"
-GPT_OSS = "tests/test_train_mega_gpt_oss.py::test_the_tiny_gpt_oss_trains_over_gloo_as_the_spec_builds_it_and_passes_the_gate"
+GPT_OSS = ("tests/test_train_mega_gpt_oss.py::test_the_tiny_gpt_oss_trains_over_gloo_as_the_spec_builds_it_and_"
+           "passes_the_gate")
 ONE_RANK_REDUCE = ("tests/test_train_mega_gpt_oss.py::test_megatron_cores_one_rank_reduction_refuses_the_in_place_"
                    "expert_bias_that_mega_skips_it_for")
 EP_RULES = "tests/test_utils_config_expert_parallel.py::"
