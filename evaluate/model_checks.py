@@ -9,7 +9,8 @@ The features a framework reports it built (effective.model_features: a sliding w
 the spec's. A MoE run's read-back (effective.moe, in megatron-core's names) is held to the same spec and to the
 routing every framework runs (utils.spec.fairness.moe_settings): a setting that changes the loss and differs fails
 the run; one that changes only the speed (MOE_SPEED_SETTINGS: the dispatcher, the grouped GEMM, the fused
-permutation, the shared-expert overlap) is compared between the runs of a model and named where it differs (moe_differences).
+permutation, the shared-expert overlap) is compared between the runs of a model and named where it differs
+(moe_differences).
 """
 
 from __future__ import annotations
