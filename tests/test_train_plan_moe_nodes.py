@@ -18,7 +18,8 @@ DEVICES = [("nvd", "h100"), ("nvd", "b200"), ("amd", "mi300x"), ("amd", "mi355x"
 MODELS = "qwen3moe,gptoss"
 # Who plans each model at EP 8 on each vendor's newest stack; every other run of the plan is skipped with a reason.
 # torchtitan is on NVIDIA's stack only (AMD's lacks torch 2.13); it builds both as its own qwen3 and gpt_oss models.
-PLANNED = {"nvd": {"mega-qwen3moe", "mega-gptoss", "mbridge-qwen3moe", "torchtitan-qwen3moe", "torchtitan-gptoss"},
+PLANNED = {"nvd": {"mega-qwen3moe", "mega-gptoss", "mbridge-qwen3moe", "mbridge-gptoss", "torchtitan-qwen3moe",
+                   "torchtitan-gptoss"},
            "amd": {"mega-qwen3moe", "mega-gptoss", "prim-qwen3moe"}}
 # Predicted, but not held to fit: the fsdp2 memory model shards every tensor over DP and has no expert parallelism, so
 # at EP 8 it still holds each rank's share of all the experts (80.1 GiB of an H100's 79.6 for Qwen3 30B-A3B), where

@@ -14,9 +14,10 @@ from utils.spec.models import ModelSpec
 
 def config_classes() -> dict:
     """Each Hugging Face family's config class (utils.spec.models' hf_family): a new family is one line here."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3MoeConfig
+    from transformers import GptOssConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3MoeConfig
 
-    return {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig, "qwen3_moe": Qwen3MoeConfig}
+    return {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig, "qwen3_moe": Qwen3MoeConfig,
+            "gpt_oss": GptOssConfig}
 
 
 def moe_arguments(spec: ModelSpec) -> dict:
@@ -27,6 +28,8 @@ def moe_arguments(spec: ModelSpec) -> dict:
     moe = spec.moe
     if moe is None:
         return extra
+    if spec.hf_family == "gpt_oss":
+        return {**extra, **gpt_oss_arguments(spec)}
     if moe.shared_experts or not spec.qk_norm or moe.score_function != "softmax":
         raise SettingsError(f"model {spec.key}: Hugging Face's {spec.hf_family} has QK-norm, a softmax router and no "
                             "shared expert; the spec asks otherwise")
@@ -34,6 +37,24 @@ def moe_arguments(spec: ModelSpec) -> dict:
             "moe_intermediate_size": moe.expert_ffn_size, "norm_topk_prob": moe.norm_topk_prob,
             "router_aux_loss_coef": moe.aux_loss_coeff, "decoder_sparse_step": 1, "mlp_only_layers": [],
             "attention_bias": spec.qkv_bias}
+
+
+def gpt_oss_arguments(spec: ModelSpec) -> dict:
+    """The spec in Hugging Face's gpt_oss names: every layer sparse, its experts intermediate_size wide (GPT-OSS has no
+    dense MLP), the layers windowed but every full_attention_every-th (counted from 1) as layer_types, the clamped
+    SwiGLU's limit. Hugging Face's GPT-OSS always has attention sinks, biases on every linear layer, a softmax over the
+    top-k router logits and no QK-norm or shared expert: a spec that differs is refused."""
+    moe, every = spec.moe, spec.full_attention_every
+    if (moe.shared_experts or spec.qk_norm or moe.score_function != "softmax" or not moe.norm_topk_prob
+            or not (spec.attention_sinks and spec.linear_bias and spec.swiglu_limit and spec.sliding_window and every)):
+        raise SettingsError(f"model {spec.key}: Hugging Face's gpt_oss has attention sinks, biases, a clamped SwiGLU, "
+                            "alternating sliding windows, a softmax over the top-k and no QK-norm or shared expert; "
+                            "the spec asks otherwise")
+    return {"num_local_experts": moe.num_experts, "num_experts_per_tok": moe.top_k,
+            "intermediate_size": moe.expert_ffn_size, "router_aux_loss_coef": moe.aux_loss_coeff,
+            "attention_bias": spec.qkv_bias, "swiglu_limit": spec.swiglu_limit,
+            "layer_types": ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
+                            for i in range(spec.num_layers)]}
 
 
 def rope_arguments(spec: ModelSpec) -> dict:
@@ -56,11 +77,12 @@ def hf_config(spec: ModelSpec, attn_impl: str):
         if "sliding_window" in inspect.signature(cls.__init__).parameters else {}
     if cls.__name__ == "LlamaConfig":  # Qwen2's q/k/v always carry a bias; Llama's attention_bias adds o_proj's too
         extra["attention_bias"] = spec.qkv_bias
-    config = cls(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.ffn_hidden_size,
-                 num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_attention_heads,
-                 num_key_value_heads=spec.num_kv_heads, max_position_embeddings=spec.max_position_embeddings,
-                 rms_norm_eps=spec.norm_eps, **rope_arguments(spec), tie_word_embeddings=spec.tied_embeddings,
-                 initializer_range=float(WORKLOAD["init_method_std"]), attention_dropout=0.0, use_cache=False,
-                 **extra, **moe_arguments(spec))
+    arguments = dict(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.ffn_hidden_size,
+                     num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_attention_heads,
+                     num_key_value_heads=spec.num_kv_heads, max_position_embeddings=spec.max_position_embeddings,
+                     rms_norm_eps=spec.norm_eps, **rope_arguments(spec), tie_word_embeddings=spec.tied_embeddings,
+                     initializer_range=float(WORKLOAD["init_method_std"]), attention_dropout=0.0, use_cache=False,
+                     **extra)
+    config = cls(**{**arguments, **moe_arguments(spec)})  # a family's MoE names over the dense ones (GPT-OSS's MLP)
     config._attn_implementation = attn_impl
     return config

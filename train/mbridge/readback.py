@@ -20,6 +20,7 @@ from pathlib import Path
 
 from train.common import local_kernels
 from train.common.fp8 import te_reduce_amax
+from train.common.model_features import megatron_features
 from utils.spec.precision import read_back
 from utils.files import write_json
 
@@ -89,6 +90,8 @@ def effective(cfg, world_size: int, moe: list[str] | None = None) -> dict:
         "recipe_env_vars": plain(cfg.env_vars),
         **{key: getattr(cfg.ddp, key) for key in DDP_READ},
         "moe": {name: plain(getattr(model, name)) for name in moe} if moe else None,
+        # what the model builds beyond a Llama-style decoder (GPT-OSS's: its bridge's), held to the spec's
+        "model_features": megatron_features(model, model.position_embedding_type),
     }
 
 

@@ -23,15 +23,16 @@ from utils.frameworks import TABLE
 from utils.spec.request import Request
 
 # Each recipe builds its model from a Hugging Face config it names by Hub id (AutoBridge.from_hf_pretrained in
-# src/megatron/bridge/recipes/{llama/h100/llama3.py,qwen/h100/qwen2.py,qwen/h100/qwen3_moe.py}, v0.6.0; the last at
-# a pinned revision, which a local directory does not ask for). TPrimat writes its spec there as a local directory of
-# that name (launch.write_model_dir), so nothing is downloaded and the variant is TPrimat's.
+# src/megatron/bridge/recipes/{llama/h100/llama3.py,qwen/h100/qwen2.py,qwen/h100/qwen3_moe.py,
+# gpt_oss/h100/gpt_oss.py}, v0.6.0; Qwen3's at a pinned revision, which a local directory does not ask for). TPrimat
+# writes its spec there as a local directory of that name (launch.write_model_dir), so nothing is downloaded and the variant is TPrimat's.
 HUB_IDS = {
     "llama.llama31_8b_pretrain_config": "meta-llama/Meta-Llama-3.1-8B",
     "llama.llama31_70b_pretrain_config": "meta-llama/Meta-Llama-3.1-70B",
     "llama.llama32_3b_pretrain_config": "meta-llama/Llama-3.2-3B",
     "qwen.qwen25_7b_pretrain_config": "Qwen/Qwen2.5-7B",
     "qwen.qwen3_30b_a3b_pretrain_config": "Qwen/Qwen3-30B-A3B",
+    "gpt_oss.gpt_oss_20b_pretrain_config": "openai/gpt-oss-20b",
 }
 # Its mixed-precision presets (training/mixed_precision.py) by utils.spec.precision.switch_key; no MXFP4 (megatron-core
 # has no such recipe)
@@ -52,7 +53,11 @@ FAIRNESS_PATHS = fairness_paths({"model": "model.", "optimizer": "optimizer.", "
 # collects every 100 steps; Megatron-LM and Primus leave it off, the torch-native engines have none); and no process
 # environment of the recipe's own (cfg.env_vars, applied inside the process): its variables are the stack's
 # (utils/spec/stacks.py), which the launcher gives every framework on the stack.
-RUN_AS_THE_OTHERS = {"comm_overlap": None, "train.manual_gc": False, "env_vars": {}}
+# The GPT-OSS recipe also normalizes the loss by the tokens of the whole step (calculate_per_token_loss, which asks
+# the DDP config not to average in the collective), where megatron-core's default, mega's and every other recipe's,
+# averages each microbatch's loss: off, as the others run.
+RUN_AS_THE_OTHERS = {"comm_overlap": None, "train.manual_gc": False, "env_vars": {},
+                     "model.calculate_per_token_loss": False}
 
 # A mixture-of-experts model runs its experts as mega does (train/mega/model.py: utils.spec.fairness.moe_settings
 # over megatron-core's defaults), so what its recipe turns on beyond that is off (qwen3_30b_a3b_pretrain_config is the

@@ -33,7 +33,7 @@ from train.common.fp8 import te_reduce_amax
 from utils.spec import precision as precisions
 from utils.spec.fairness import MOE_ROUTING, WORKLOAD, sequence_parallel
 from utils.spec.fairness import moe_settings as fairness_moe_settings
-from utils.spec.models import FEATURES, ModelSpec
+from utils.spec.models import ModelSpec
 
 class ModelError(ValueError):
     """A model or precision request this stack cannot build faithfully."""
@@ -345,16 +345,3 @@ def features(config: TransformerConfig, stack: Stack) -> dict[str, bool | str]:
     out["attention_backend"] = str(getattr(config, "attention_backend", "n/a"))
     out["sliding_window"] = f"window_size={tuple(config.window_size)}" if config.window_size else False
     return out
-
-
-def features_of(model: GPTModel) -> list[str]:
-    """The model features (utils.spec.models.FEATURES) the built model has, read off its configuration and its
-    position embedding: what the judge holds to the spec's."""
-    config = model.config
-    present = {"sliding_window": bool(config.window_size),
-               "alternating_window": getattr(config, "window_attn_skip_freq", None) is not None,
-               "attention_sinks": getattr(config, "softmax_type", "vanilla") == "learnable",
-               "linear_bias": bool(config.add_bias_linear),
-               "clamped_swiglu": getattr(config, "activation_func_clamp_value", None) is not None,
-               "yarn": model.position_embedding_type == "yarn"}
-    return [name for name in FEATURES if present[name]]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from train.common.model_features import megatron_features
 from train.common.step_log import is_last_rank
 from utils.files import atomic_open
 from utils.machine.hardware import cpu_native_bf16
@@ -75,7 +76,7 @@ def read_back(trainer, model, parameters: int, dataset) -> dict:
         "dataloader_type": "single",  # train/common/megatron_data.microbatches: Megatron-LM's sequential sample order
         "lr_warmup_convention": "megatron",  # Trainer.run_step: the schedule advances after the optimizer step
         "qk_norm": bool(config.qk_layernorm),
-        "model_features": mega_model.features_of(model),
+        "model_features": megatron_features(model.config, model.position_embedding_type),
         "attention_softmax_in_fp32": bool(config.attention_softmax_in_fp32),
         **mega_model.moe_read_back(config),
     }

@@ -213,6 +213,9 @@ class Framework:
                         f"{self.name}/: builds_moe is off); the frameworks that build one: {having}")
             if tp > 1 and self.moe_tp_refusal:
                 return f"{self.name} runs {model} at TP=1 only (TP={tp}): {self.moe_tp_refusal}"
+            if tp > 1 and self.transformer_impls and get_model(model).linear_bias:  # megatron-core's experts
+                return (f"{self.name} runs {model} at TP=1 only (TP={tp}): megatron-core refuses biases on experts "
+                        "split over TP ranks (TransformerConfig: expert_tensor_parallel_size must be 1)")
         return ""
 
 

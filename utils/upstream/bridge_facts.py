@@ -23,6 +23,8 @@ MBRIDGE_MEMORY = ("tests/test_train_mbridge_recipe.py::"
 _READ = BUILD + "test_the_finalized_experts_and_routing_are_moe_settings_and_the_layout_the_requests"
 _BESIDE = BUILD + "test_the_moe_recipe_runs_its_experts_as_megatron_cores_defaults_do_beside_moe_settings"
 _RECIPE = "src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py"
+_GPT_OSS = BUILD + "test_the_gpt_oss_recipe_finalizes_the_specs_features_and_runs_as_the_others"
+_GPT_OSS_RECIPE = "src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py"
 
 BRIDGE_FACTS: tuple[Fact, ...] = (
     # --- NVIDIA-NeMo/Megatron-Bridge, megatron-bridge 0.6.2 --------------------------------------------------
@@ -170,4 +172,29 @@ BRIDGE_FACTS: tuple[Fact, ...] = (
          "a model's kv_channels and experts are read from the Hugging Face config's head_dim, num_experts, "
          "num_experts_per_tok, moe_intermediate_size, router_aux_loss_coef (launch.write_model_dir writes them)",
          "tests/test_train_mbridge_moe.py::test_the_model_folder_is_a_qwen3_moe_config_its_bridge_reads_as_the_spec"),
+    # the GPT-OSS-20B recipe (train/mbridge/recipe.py RUN_AS_THE_OTHERS, MOE_AS_THE_OTHERS; readback's model_features)
+    Fact("mbridge-gpt-oss-20b-pretrain-is-16gpu", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/recipes/gpt_oss/gpt_oss.py", (32, 34),
+         "28d69d7bd3f5e2fd5f70b5b933d770d0da4d7d766c528387836255d5a1ab94aa",
+         "gpt_oss_20b_pretrain_config is the 16-GPU H100 bf16 recipe", _GPT_OSS),
+    Fact("mbridge-gpt-oss-20b-hub-id", "megatron-bridge-0.6.2", _GPT_OSS_RECIPE, (45, 45),
+         "4c9a941c671bf29c0570337d2095adc24a7576fd2a16800d8955bc43e6441293",
+         "its model is AutoBridge's over the Hugging Face config openai/gpt-oss-20b (launch.write_model_dir writes the "
+         "spec's there)", _GPT_OSS),
+    Fact("mbridge-gpt-oss-20b-per-token-loss-and-deepep", "megatron-bridge-0.6.2", _GPT_OSS_RECIPE, (76, 81),
+         "a3d2baa96df415e2b483942412a07c939893800cde89609ebbf84f7116862d5d",
+         "the recipe normalizes the loss per token of the step and asks for the DeepEP flex dispatcher (TPrimat: "
+         "calculate_per_token_loss off, alltoall)", _GPT_OSS),
+    Fact("mbridge-gpt-oss-bridge-variant", "megatron-bridge-0.6.2",
+         "src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py", (60, 100),
+         "0d8c058427985fc6c4ee9d9cd69f380ef7e824bc027e4b45852aab6027261f76",
+         "the GPT-OSS bridge sets biases, YaRN, no load balancing, quick_gelu clamped at 7 with the GLU offset 1, "
+         "learnable softmax sinks, window (sliding_window - 1, 0) on all but every 2nd layer, the experts "
+         "intermediate_size wide: the finalized model's features are the spec's", _GPT_OSS),
+    Fact("mcore-biased-experts-need-etp-1", "megatron-core-0.19.2", "megatron/core/transformer/transformer_config.py",
+         (2279, 2282), "1fe178623d3f357e316f7a31fe71806dac132c785ff6b1d7bcf38f62cc56fb3f",
+         "experts with biases (add_bias_linear) need expert_tensor_parallel_size 1: a megatron-core framework "
+         "plans GPT-OSS at TP=1 only (utils.frameworks model_refusal)",
+         "tests/test_train_mbridge_gptoss.py::test_megatron_core_refuses_biased_experts_over_tp_so_its_frameworks_"
+         "plan_gpt_oss_at_tp_1"),
 )

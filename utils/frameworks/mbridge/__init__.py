@@ -31,7 +31,7 @@ FRAMEWORK = Framework(
     fp8_recipes=("delayed", "tensorwise", "blockwise"), precision_api="megatron-core",
     model_names={"llama": "llama.llama31_8b_pretrain_config", "qwen": "qwen.qwen25_7b_pretrain_config",
                  "llama70b": "llama.llama31_70b_pretrain_config", "llama32": "llama.llama32_3b_pretrain_config",
-                 "qwen3moe": "qwen.qwen3_30b_a3b_pretrain_config"},
+                 "qwen3moe": "qwen.qwen3_30b_a3b_pretrain_config", "gptoss": "gpt_oss.gpt_oss_20b_pretrain_config"},
     transformer_impls=("transformer_engine", "local"),
     expert_parallel=True,  # its provider's expert_model_parallel_size (train/mbridge/recipe.py), read back from it
 )
