@@ -218,9 +218,12 @@ INT_RULE = "must be an integer from {} to {} (digits 0-9 only)"
     ("NET_IB_HCA", "mlx5_0, mlx5_1",
      "NET_IB_HCA=mlx5_0, mlx5_1: must be printable ASCII without spaces (empty: the default)"),
     ("BETA2", "1", "BETA2=1: must be a number in [0, 1), in digits 0-9 (e.g. 3e-4)"),
-    ("MODELS", "llama,,qwen", "MODELS=llama,,qwen: an empty item; valid: a comma list of llama, qwen, llama70b, mistral, llama32, qwen3moe, gptoss, each once"),
-    ("MODELS", "llama,llama", "MODELS=llama,llama: llama twice; valid: a comma list of llama, qwen, llama70b, mistral, llama32, qwen3moe, gptoss, each once"),
-    ("MODELS", "LLAMA", "MODELS=LLAMA: unknown LLAMA; valid: a comma list of llama, qwen, llama70b, mistral, llama32, qwen3moe, gptoss, each once"),
+    ("MODELS", "llama,,qwen", "MODELS=llama,,qwen: an empty item; valid: "
+     "a comma list of llama, qwen, llama70b, mistral, llama32, qwen3moe, gptoss, each once"),
+    ("MODELS", "llama,llama", "MODELS=llama,llama: llama twice; valid: "
+     "a comma list of llama, qwen, llama70b, mistral, llama32, qwen3moe, gptoss, each once"),
+    ("MODELS", "LLAMA", "MODELS=LLAMA: unknown LLAMA; valid: "
+     "a comma list of llama, qwen, llama70b, mistral, llama32, qwen3moe, gptoss, each once"),
     ("FRAMEWORK", "mega,,nemo",
      "FRAMEWORK=mega,,nemo: an empty item; valid: a comma list of mega, prim, nemo, mbridge, fsdp, autotp, torchtitan, all, "
      "each once"),

@@ -25,7 +25,8 @@ from utils.spec.request import Request
 # Each recipe builds its model from a Hugging Face config it names by Hub id (AutoBridge.from_hf_pretrained in
 # src/megatron/bridge/recipes/{llama/h100/llama3.py,qwen/h100/qwen2.py,qwen/h100/qwen3_moe.py,
 # gpt_oss/h100/gpt_oss.py}, v0.6.0; Qwen3's at a pinned revision, which a local directory does not ask for). TPrimat
-# writes its spec there as a local directory of that name (launch.write_model_dir), so nothing is downloaded and the variant is TPrimat's.
+# writes its spec there as a local directory of that name (launch.write_model_dir), so nothing is downloaded and the
+# variant is TPrimat's.
 HUB_IDS = {
     "llama.llama31_8b_pretrain_config": "meta-llama/Meta-Llama-3.1-8B",
     "llama.llama31_70b_pretrain_config": "meta-llama/Meta-Llama-3.1-70B",
