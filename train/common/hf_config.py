@@ -53,8 +53,8 @@ def gpt_oss_arguments(spec: ModelSpec) -> dict:
     return {"num_local_experts": moe.num_experts, "num_experts_per_tok": moe.top_k,
             "intermediate_size": moe.expert_ffn_size, "router_aux_loss_coef": moe.aux_loss_coeff,
             "attention_bias": spec.qkv_bias, "swiglu_limit": spec.swiglu_limit,
-            "layer_types": ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
-                            for i in range(spec.num_layers)]}
+            "layer_types": ["sliding_attention" if spec.windowed(layer) else "full_attention"
+                            for layer in range(1, spec.num_layers + 1)]}
 
 
 def rope_arguments(spec: ModelSpec) -> dict:

@@ -183,7 +183,7 @@ def yarn_settings(spec: ModelSpec) -> dict:
     mscale None is megatron-core's 0.1 ln(factor) + 1, Hugging Face's attention factor; truncate is the correction
     range's rounding."""
     scaling = spec.rope_scaling
-    if scaling.get("rope_type") != "yarn":
+    if not spec.yarn:
         return {}
     return {"yarn_rotary_scaling_factor": scaling["factor"],
             "yarn_original_max_position_embeddings": scaling["original_max_position_embeddings"],
@@ -200,15 +200,12 @@ def moe_notes(config: TransformerConfig, table: dict = MOE_ROUTING) -> list[str]
         if missing else []
 
 
-def moe_read_back(config: TransformerConfig) -> dict:
-    """The MoE settings the built configuration holds (the result's effective.moe), None for a dense model."""
+def moe_read_back(config: TransformerConfig, spec: ModelSpec) -> dict:
+    """The MoE settings the built configuration holds (the result's effective.moe), under the names it was built
+    from (utils.spec.fairness.moe_settings, and the EP size); None for a dense model."""
     if not config.num_moe_experts:
         return {"moe": None}
-    names = ("num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-             "moe_router_score_function", "moe_router_pre_softmax", "moe_router_load_balancing_type",
-             "moe_aux_loss_coeff", "moe_token_dispatcher_type", "moe_router_dtype", "moe_expert_capacity_factor",
-             "moe_z_loss_coeff", "moe_grouped_gemm", "moe_permute_fusion", "moe_shared_expert_overlap",
-             "expert_model_parallel_size")
+    names = [*fairness_moe_settings(spec.moe), "expert_model_parallel_size"]
     return {"moe": {name: getattr(config, name) for name in names}}
 
 
@@ -248,7 +245,7 @@ def fp8_recipe_of(config: TransformerConfig) -> dict | None:
 
 def _check_rope_scaling(spec: ModelSpec) -> None:
     """megatron-core fixes Llama 3's low/high frequency factors and original context: they must match."""
-    if not spec.rope_scaling or spec.rope_scaling.get("rope_type") == "yarn":
+    if not spec.rope_scaling or spec.yarn:
         return
     fixed = {name: p.default for name, p in inspect.signature(RotaryEmbedding._apply_scaling).parameters.items()
              if p.default is not inspect.Parameter.empty}
@@ -281,10 +278,10 @@ def gpt_model(spec: ModelSpec, config: TransformerConfig, stack: Stack, seq_len:
         post_process=parallel_state.is_pipeline_last_stage(),
         parallel_output=True,
         share_embeddings_and_output_weights=spec.tied_embeddings,
-        position_embedding_type="yarn" if yarn_settings(spec) else "rope",
+        position_embedding_type="yarn" if spec.yarn else "rope",
         rotary_percent=1.0,
         rotary_base=int(spec.rope_theta),
-        rope_scaling=bool(spec.rope_scaling) and not yarn_settings(spec),  # Llama 3's frequency scaling
+        rope_scaling=bool(spec.rope_scaling) and not spec.yarn,  # Llama 3's frequency scaling
         rope_scaling_factor=float(spec.rope_scaling.get("factor", 8.0)),
     )
 

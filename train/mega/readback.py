@@ -78,7 +78,7 @@ def read_back(trainer, model, parameters: int, dataset) -> dict:
         "qk_norm": bool(config.qk_layernorm),
         "model_features": megatron_features(model.config, model.position_embedding_type),
         "attention_softmax_in_fp32": bool(config.attention_softmax_in_fp32),
-        **mega_model.moe_read_back(config),
+        **mega_model.moe_read_back(config, trainer.spec),
     }
 
 

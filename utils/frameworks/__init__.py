@@ -200,20 +200,21 @@ class Framework:
         if self.model_name(model) is None:
             why = self.no_model.get(model, f"utils/frameworks/{self.name}/: its model_names has none")
             return f"{self.name} has no name for {model} ({why})"
-        lacking = [name for name in get_model(model).features if name not in self.features]
+        spec = get_model(model)
+        lacking = [name for name in spec.features if name not in self.features]
         if self.model_names is None and lacking:
             having = ", ".join(name for name, other in TABLE.items()
                                if other.model_names is None and set(lacking) <= other.features)
             return (f"{self.name} does not build {', '.join(lacking)} (utils/frameworks/{self.name}/: its features), "
                     f"which {model} has; the frameworks that build it: {having or 'none'}")
-        if get_model(model).moe is not None:
+        if spec.moe is not None:
             if self.model_names is None and not self.builds_moe:
                 having = ", ".join(name for name, other in TABLE.items() if other.builds_moe)
                 return (f"{self.name} builds no mixture-of-experts model such as {model} (utils/frameworks/"
                         f"{self.name}/: builds_moe is off); the frameworks that build one: {having}")
             if tp > 1 and self.moe_tp_refusal:
                 return f"{self.name} runs {model} at TP=1 only (TP={tp}): {self.moe_tp_refusal}"
-            if tp > 1 and self.transformer_impls and get_model(model).linear_bias:  # megatron-core's experts
+            if tp > 1 and self.transformer_impls and spec.linear_bias:  # megatron-core's experts
                 return (f"{self.name} runs {model} at TP=1 only (TP={tp}): megatron-core refuses biases on experts "
                         "split over TP ranks (TransformerConfig: expert_tensor_parallel_size must be 1)")
         return ""

@@ -128,16 +128,24 @@ class ModelSpec:
                    "alternating_window": self.full_attention_every is not None,
                    "attention_sinks": self.attention_sinks, "linear_bias": self.linear_bias,
                    "clamped_swiglu": self.swiglu_limit is not None,
-                   "yarn": self.rope_scaling.get("rope_type") == "yarn"}
+                   "yarn": self.yarn}
         return tuple(name for name in FEATURES if present[name])
 
     @property
-    def windowed_layers(self) -> int:
-        """How many layers attend within the sliding window (all of them, or those full_attention_every skips)."""
-        if self.sliding_window is None:
-            return 0
+    def yarn(self) -> bool:
+        """RoPE scaled by YaRN (GPT-OSS); other scaling is Llama 3's frequency scaling."""
+        return self.rope_scaling.get("rope_type") == "yarn"
+
+    def windowed(self, layer: int) -> bool:
+        """Whether a layer (counted from 1) attends within the sliding window: every layer, or all but each
+        full_attention_every-th (Megatron's window_attn_skip_freq, Hugging Face's layer_types)."""
         every = self.full_attention_every
-        return self.num_layers - (self.num_layers // every if every else 0)
+        return self.sliding_window is not None and not (every and layer % every == 0)
+
+    @property
+    def windowed_layers(self) -> int:
+        """How many layers attend within the sliding window."""
+        return sum(self.windowed(layer) for layer in range(1, self.num_layers + 1))
 
     @property
     def megatron_window(self) -> tuple[int, int] | None:
